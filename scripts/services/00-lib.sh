@@ -1,0 +1,2 @@
+# shellcheck source=scripts/services/lib.sh
+source scripts/services/lib.sh

@@ -1,0 +1,105 @@
+//! Command-line surface (DESIGN.md §3): clap definitions and dispatch.
+//!
+//! Each subcommand lives in its own file with an `Args` struct and a `run` function returning
+//! `Result<Exit, CliError>`; this file only wires them together and maps the outcome to the
+//! process exit code.
+
+pub mod error;
+pub mod output;
+
+mod completions;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+pub use error::{CliError, ErrorClass, Exit};
+
+/// Declarative reconciler for bare-metal GPU fleets.
+#[derive(Debug, Parser)]
+#[command(name = "metalform", version, about, max_term_width = 100)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Flags every command accepts.
+#[derive(Debug, Clone, clap::Args)]
+pub struct GlobalArgs {
+    /// State store: sqlite://PATH or postgres://… (default: sqlite under the fleet's .metalform/).
+    #[arg(long, global = true, env = "METALFORM_STATE", value_name = "URL")]
+    pub state: Option<String>,
+    /// Log filter for stderr (e.g. `info`, `metalform=debug`).
+    #[arg(
+        long,
+        global = true,
+        env = "METALFORM_LOG",
+        value_name = "FILTER",
+        default_value = "warn"
+    )]
+    pub log: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print a shell completion script.
+    Completions(completions::Args),
+}
+
+/// Parse, run, and turn the outcome into an exit code. Errors go to stderr as
+/// `error: …` followed by `hint: …` lines.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            let code = match err.kind() {
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => 0,
+                _ => ErrorClass::Argument.exit_code(),
+            };
+            let _ = err.print();
+            return ExitCode::from(code);
+        }
+    };
+    init_logging(&cli.global.log);
+    // One TLS provider for every HTTPS client in the process (reqwest, vaultrs).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return ExitCode::from(ErrorClass::Unexpected.exit_code());
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(exit) => exit.into(),
+        Err(err) => {
+            eprintln!("{err}");
+            ExitCode::from(err.class.exit_code())
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<Exit, CliError> {
+    let Cli { global, command } = cli;
+    let _ = &global;
+    match command {
+        Command::Completions(args) => completions::run(args),
+    }
+}
+
+fn init_logging(filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(output::use_color(std::io::IsTerminal::is_terminal(
+            &std::io::stderr(),
+        )))
+        .try_init();
+}

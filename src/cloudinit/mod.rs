@@ -1,0 +1,1 @@
+//! First-boot payload composition (seed 000 §9): ordered, deterministic layers.

@@ -1,0 +1,1 @@
+//! The resolved desired fleet (DESIGN.md §2): typed ids, profile defaults applied.

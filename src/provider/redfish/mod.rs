@@ -1,0 +1,1 @@
+//! Redfish client and virtual-media provisioning (seed 003).
