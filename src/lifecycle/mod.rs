@@ -28,6 +28,7 @@ pub use job::{
 pub use maas_status::{MaasExpectation, MaasStatus, SimpleStatus};
 pub use names::UnknownName;
 pub use node_state::{
-    NodeState, Owner, TransitionContext, TransitionError, check_initial, check_transition, owners,
+    NodeState, Owner, Provider, TransitionContext, TransitionError, check_initial, check_transition,
+    owners,
 };
 pub use stages::{Cleanup, DecommissionStage, OnboardingStage, Reentry};

@@ -270,3 +270,12 @@ mod tests {
         assert!(check_initial(S::Enrolling).is_ok());
     }
 }
+
+named_enum! {
+    "provider",
+    /// Which provisioner drives a node: MAAS (seed 000) or Redfish virtual media (seed 003).
+    pub enum Provider {
+        Maas = "maas",
+        Redfish = "redfish",
+    }
+}
