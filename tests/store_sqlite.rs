@@ -61,3 +61,20 @@ async fn tokens_are_stored_hashed() {
     assert!(!contains(token.expose().as_bytes()), "plain token found in the database");
     assert!(contains(metalform::store::token_hash(&token).as_bytes()));
 }
+
+#[tokio::test]
+async fn unreachable_postgres_is_a_typed_transient_error() {
+    let err = Store::open(
+        "postgres://metalform:hunter2@127.0.0.1:1/metalform",
+        Arc::new(SystemClock),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.is_transient(), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.starts_with("cannot open the state store at postgres://metalform:redacted@127.0.0.1:1/metalform: "),
+        "{text}"
+    );
+    assert!(!text.contains("hunter2"));
+}

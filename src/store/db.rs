@@ -258,7 +258,7 @@ impl Pool {
     pub async fn connect_postgres(options: PgConnectOptions) -> Result<Pool, sqlx::Error> {
         let pool = PgPoolOptions::new()
             .max_connections(8)
-            .acquire_timeout(Duration::from_secs(10))
+            .acquire_timeout(Duration::from_secs(5))
             .connect_with(options)
             .await?;
         Ok(Pool::Postgres(pool))
