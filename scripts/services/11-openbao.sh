@@ -15,4 +15,6 @@ on_stop "kill $bao_pid"
 wait_port "$bao_port" || { cat "$bao_dir/server.log" >&2; return 1; }
 export METALFORM_TEST_VAULT_ADDR="http://127.0.0.1:$bao_port"
 export METALFORM_TEST_VAULT_TOKEN="root"
+# The secrets suite starts and stops a second server of its own (server-down case).
+export METALFORM_TEST_BAO_BIN="$bao_venv/bin/bao"
 echo "openbao: $METALFORM_TEST_VAULT_ADDR" >&2
