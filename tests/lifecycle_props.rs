@@ -92,13 +92,13 @@ fn owner() -> impl Strategy<Value = Owner> {
 }
 
 fn context() -> impl Strategy<Value = TransitionContext> {
-    (any::<bool>(), any::<bool>(), any::<bool>()).prop_map(|(owning_operation, identity_retained, protected)| {
-        TransitionContext {
+    (any::<bool>(), any::<bool>(), any::<bool>()).prop_map(
+        |(owning_operation, identity_retained, protected)| TransitionContext {
             owning_operation,
             identity_retained,
             protected,
-        }
-    })
+        },
+    )
 }
 
 fn ironic_event() -> impl Strategy<Value = IronicEvent> {
@@ -234,7 +234,11 @@ fn every_coarse_state_is_reachable_from_bootstrap() {
         NodeState::ALL
             .iter()
             .copied()
-            .filter(|to| Owner::ALL.iter().any(|by| check_transition(*from, *to, *by, &permissive).is_ok()))
+            .filter(|to| {
+                Owner::ALL
+                    .iter()
+                    .any(|by| check_transition(*from, *to, *by, &permissive).is_ok())
+            })
             .collect()
     });
     assert_eq!(seen.len(), NodeState::ALL.len(), "{seen:?}");

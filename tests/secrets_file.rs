@@ -23,7 +23,10 @@ async fn write_read_rotate_and_missing() {
     let err = store.get(&token).await.unwrap_err();
     assert_eq!(
         err.to_string(),
-        format!("secret `kv/maas-sites/dc1/api-token` not found in file://{}", path.display())
+        format!(
+            "secret `kv/maas-sites/dc1/api-token` not found in file://{}",
+            path.display()
+        )
     );
     assert!(!err.is_transient());
 
@@ -39,7 +42,9 @@ async fn write_read_rotate_and_missing() {
         .unwrap();
     assert_eq!(store.get(&token).await.unwrap().expose(), "ck:tk:ts-2");
     // An operator editing the file by hand is picked up too.
-    let text = std::fs::read_to_string(&path).unwrap().replace("ts-2", "ts-3");
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("ts-2", "ts-3");
     std::fs::write(&path, text).unwrap();
     assert_eq!(store.get(&token).await.unwrap().expose(), "ck:tk:ts-3");
 
@@ -117,6 +122,10 @@ async fn unreachable_vault_is_transient() {
         .await
         .unwrap_err();
     assert!(err.is_transient(), "{err:?}");
-    assert!(err.to_string().starts_with("secret backend vault at http://127.0.0.1:1 unavailable"), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("secret backend vault at http://127.0.0.1:1 unavailable"),
+        "{err}"
+    );
     assert!(!err.to_string().contains("root"));
 }

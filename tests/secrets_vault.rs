@@ -24,7 +24,10 @@ fn vault() -> Arc<dyn SecretStore> {
 }
 
 fn unique(prefix: &str) -> String {
-    format!("secret/metalform-test/{prefix}-{}", uuid::Uuid::new_v4().simple())
+    format!(
+        "secret/metalform-test/{prefix}-{}",
+        uuid::Uuid::new_v4().simple()
+    )
 }
 
 fn fields(pairs: &[(&str, &str)]) -> BTreeMap<String, Secret> {
@@ -43,14 +46,20 @@ async fn write_read_rotate_reread_without_restart() {
         .write(&path, &fields(&[("token", "consumer:key:secret-v1")]))
         .await
         .expect("write to OpenBao");
-    assert_eq!(store.get(&token).await.unwrap().expose(), "consumer:key:secret-v1");
+    assert_eq!(
+        store.get(&token).await.unwrap().expose(),
+        "consumer:key:secret-v1"
+    );
     // Rotate through a *different* client (the admin API writing), read through the first one.
     let admin = vault();
     admin
         .write(&path, &fields(&[("token", "consumer:key:secret-v2")]))
         .await
         .unwrap();
-    assert_eq!(store.get(&token).await.unwrap().expose(), "consumer:key:secret-v2");
+    assert_eq!(
+        store.get(&token).await.unwrap().expose(),
+        "consumer:key:secret-v2"
+    );
 }
 
 #[tokio::test]
@@ -62,7 +71,11 @@ async fn missing_path_and_key_name_the_path_never_the_value() {
         .await
         .unwrap_err();
     assert!(matches!(err, SecretError::NotFound { .. }), "{err:?}");
-    assert!(err.to_string().starts_with(&format!("secret `{path}` not found in vault at ")), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with(&format!("secret `{path}` not found in vault at ")),
+        "{err}"
+    );
     store
         .write(&path, &fields(&[("user", "root"), ("pass", "calvin-9")]))
         .await
@@ -80,7 +93,10 @@ async fn missing_path_and_key_name_the_path_never_the_value() {
         .power_credentials(&SecretRef::new(path.clone(), None))
         .await
         .unwrap();
-    assert_eq!((creds.user.as_str(), creds.pass.expose()), ("root", "calvin-9"));
+    assert_eq!(
+        (creds.user.as_str(), creds.pass.expose()),
+        ("root", "calvin-9")
+    );
 }
 
 #[tokio::test]
@@ -99,7 +115,14 @@ async fn wrong_token_is_denied_and_open_reads_vault_token() {
     let store = secrets::open(&format!("vault://{host_port}")).unwrap();
     let path = unique("via-open");
     store.write(&path, &fields(&[("k", "v")])).await.unwrap();
-    assert_eq!(store.get(&SecretRef::new(path, Some("k"))).await.unwrap().expose(), "v");
+    assert_eq!(
+        store
+            .get(&SecretRef::new(path, Some("k")))
+            .await
+            .unwrap()
+            .expose(),
+        "v"
+    );
 }
 
 #[tokio::test]
@@ -127,17 +150,31 @@ async fn server_down_is_a_transient_error() {
     let store: &dyn SecretStore = &store;
     let mut written = false;
     for _ in 0..100 {
-        if store.write("secret/x", &fields(&[("k", "v1")])).await.is_ok() {
+        if store
+            .write("secret/x", &fields(&[("k", "v1")]))
+            .await
+            .is_ok()
+        {
             written = true;
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     assert!(written, "second OpenBao dev server did not come up");
-    assert_eq!(store.get(&SecretRef::new("secret/x", Some("k"))).await.unwrap().expose(), "v1");
+    assert_eq!(
+        store
+            .get(&SecretRef::new("secret/x", Some("k")))
+            .await
+            .unwrap()
+            .expose(),
+        "v1"
+    );
     child.kill().unwrap();
     child.wait().unwrap();
-    let err = store.get(&SecretRef::new("secret/x", Some("k"))).await.unwrap_err();
+    let err = store
+        .get(&SecretRef::new("secret/x", Some("k")))
+        .await
+        .unwrap_err();
     assert!(err.is_transient(), "{err:?}");
     assert!(matches!(err, SecretError::Unavailable { .. }));
 }

@@ -19,7 +19,10 @@ store_suite_tests!(sqlite_url);
 async fn default_url_lives_under_the_fleet() {
     let fleet = tempfile::tempdir().unwrap();
     let url = default_url(fleet.path());
-    assert_eq!(url, format!("sqlite://{}/.metalform/state.db", fleet.path().display()));
+    assert_eq!(
+        url,
+        format!("sqlite://{}/.metalform/state.db", fleet.path().display())
+    );
     let store = Store::open(&url, Arc::new(SystemClock)).await.unwrap();
     assert!(fleet.path().join(".metalform/state.db").exists());
     assert_eq!(store.schema_versions().await.unwrap(), vec![1]);
@@ -27,13 +30,20 @@ async fn default_url_lives_under_the_fleet() {
 
 #[tokio::test]
 async fn bad_urls_are_typed_errors() {
-    let err = Store::open("mysql://x", Arc::new(SystemClock)).await.unwrap_err();
+    let err = Store::open("mysql://x", Arc::new(SystemClock))
+        .await
+        .unwrap_err();
     assert_eq!(
         err.to_string(),
         "invalid state URL `mysql://x`: expected sqlite://PATH or postgres://…"
     );
-    let err = Store::open("sqlite://", Arc::new(SystemClock)).await.unwrap_err();
-    assert_eq!(err.to_string(), "invalid state URL `sqlite://`: no path after sqlite://");
+    let err = Store::open("sqlite://", Arc::new(SystemClock))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid state URL `sqlite://`: no path after sqlite://"
+    );
     assert_eq!(
         metalform::store::redact_url("postgres://u:hunter2@db:5432/m"),
         "postgres://u:redacted@db:5432/m"
@@ -45,7 +55,10 @@ async fn tokens_are_stored_hashed() {
     let url = sqlite_url().await;
     let (store, _) = store_suite::open(&url).await;
     let node = store
-        .create_node(&store_suite::new_node("dc1", "h1"), &metalform::store::Actor::system("t"))
+        .create_node(
+            &store_suite::new_node("dc1", "h1"),
+            &metalform::store::Actor::system("t"),
+        )
         .await
         .unwrap();
     let (token, _) = store
@@ -58,7 +71,10 @@ async fn tokens_are_stored_hashed() {
     let wal = std::fs::read(format!("{path}-wal")).unwrap_or_default();
     let haystack = [bytes, wal].concat();
     let contains = |needle: &[u8]| haystack.windows(needle.len()).any(|w| w == needle);
-    assert!(!contains(token.expose().as_bytes()), "plain token found in the database");
+    assert!(
+        !contains(token.expose().as_bytes()),
+        "plain token found in the database"
+    );
     assert!(contains(metalform::store::token_hash(&token).as_bytes()));
 }
 
@@ -73,7 +89,9 @@ async fn unreachable_postgres_is_a_typed_transient_error() {
     assert!(err.is_transient(), "{err:?}");
     let text = err.to_string();
     assert!(
-        text.starts_with("cannot open the state store at postgres://metalform:redacted@127.0.0.1:1/metalform: "),
+        text.starts_with(
+            "cannot open the state store at postgres://metalform:redacted@127.0.0.1:1/metalform: "
+        ),
         "{text}"
     );
     assert!(!text.contains("hunter2"));

@@ -62,7 +62,9 @@ impl FailureClass {
             | F::DeployCloudInitFailure
             | F::PostDeployConnectivityFailure
             | F::HardwareSyncFailure
-            | F::AgentEnrollmentFailure => (RetryPolicy::Bounded, JobState::FailedManualIntervention),
+            | F::AgentEnrollmentFailure => {
+                (RetryPolicy::Bounded, JobState::FailedManualIntervention)
+            }
         };
         FailureHandling { retry, exhausted }
     }
@@ -206,7 +208,9 @@ impl RecoveryAction {
                 &[J::FailedRetryable, J::FailedManualIntervention]
             }
             // Resume also covers a running job whose owning task was lost or stalled (001 §8).
-            RecoveryAction::Resume => &[J::Running, J::FailedRetryable, J::FailedManualIntervention],
+            RecoveryAction::Resume => {
+                &[J::Running, J::FailedRetryable, J::FailedManualIntervention]
+            }
             RecoveryAction::Cancel => &[
                 J::Pending,
                 J::Running,
@@ -380,7 +384,10 @@ mod tests {
 
     #[test]
     fn every_failed_combination_recommends_an_applicable_action() {
-        for state in [JobState::FailedRetryable, JobState::FailedManualIntervention] {
+        for state in [
+            JobState::FailedRetryable,
+            JobState::FailedManualIntervention,
+        ] {
             for class in FailureClass::ALL {
                 let rec = recommend(state, Some("configure_storage"), Some(*class));
                 let action = rec.action.expect("failed jobs get an action");

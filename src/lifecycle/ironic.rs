@@ -83,9 +83,12 @@ impl ProvisionState {
             | P::Rescuing
             | P::Unrescuing => Phase::Active,
             P::InspectWait | P::CleanWait | P::DeployWait | P::RescueWait => Phase::Wait,
-            P::InspectFail | P::CleanFail | P::DeployFail | P::Error | P::RescueFail | P::UnrescueFail => {
-                Phase::Fail
-            }
+            P::InspectFail
+            | P::CleanFail
+            | P::DeployFail
+            | P::Error
+            | P::RescueFail
+            | P::UnrescueFail => Phase::Fail,
         }
     }
 
@@ -130,9 +133,13 @@ pub enum IronicEvent {
     Done,
     /// The running process failed.
     Fail,
-    SetRetired { reason: Option<String> },
+    SetRetired {
+        reason: Option<String>,
+    },
     UnsetRetired,
-    SetProtected { reason: Option<String> },
+    SetProtected {
+        reason: Option<String>,
+    },
     UnsetProtected,
 }
 
@@ -339,7 +346,10 @@ pub fn all_events() -> Vec<IronicEvent> {
 /// INSPECTFAIL and CLEANFAIL go back to MANAGEABLE with `manage` (INSPECTFAIL may also re-run
 /// `inspect`), DEPLOYFAIL retries `active`/`rebuild` or tears down with `deleted`, the rescue
 /// failures retry `rescue`/`unrescue` or tear down, and ERROR may `rebuild` or `deleted`.
-fn verb_start(verb: Verb, state: ProvisionState) -> Option<(ProvisionState, Option<ProvisionState>)> {
+fn verb_start(
+    verb: Verb,
+    state: ProvisionState,
+) -> Option<(ProvisionState, Option<ProvisionState>)> {
     let to = match (verb, state) {
         (Verb::Manage, P::Enroll) => (P::Verifying, Some(P::Manageable)),
         (Verb::Manage, P::Available | P::CleanFail | P::InspectFail) => (P::Manageable, None),
@@ -350,10 +360,17 @@ fn verb_start(verb: Verb, state: ProvisionState) -> Option<(ProvisionState, Opti
         (Verb::Rebuild, P::Active | P::DeployFail | P::Error) => (P::Deploying, Some(P::Active)),
         (
             Verb::Delete,
-            P::Active | P::Rescue | P::DeployWait | P::DeployFail | P::Error | P::RescueFail
+            P::Active
+            | P::Rescue
+            | P::DeployWait
+            | P::DeployFail
+            | P::Error
+            | P::RescueFail
             | P::UnrescueFail,
         ) => (P::Deleting, Some(P::Available)),
-        (Verb::Rescue, P::Active | P::RescueFail | P::UnrescueFail) => (P::Rescuing, Some(P::Rescue)),
+        (Verb::Rescue, P::Active | P::RescueFail | P::UnrescueFail) => {
+            (P::Rescuing, Some(P::Rescue))
+        }
         (Verb::Unrescue, P::Rescue | P::RescueFail | P::UnrescueFail) => {
             (P::Unrescuing, Some(P::Active))
         }
@@ -506,7 +523,10 @@ mod tests {
             .apply(&IronicEvent::SetProtected { reason: None })
             .unwrap();
         for verb in [Verb::Rebuild, Verb::Delete] {
-            assert_eq!(protected.apply(&v(verb)), Err(IronicError::Protected { verb }));
+            assert_eq!(
+                protected.apply(&v(verb)),
+                Err(IronicError::Protected { verb })
+            );
         }
         assert!(protected.apply(&v(Verb::Rescue)).is_ok());
         let available = IronicNode {

@@ -53,7 +53,10 @@ impl DecommissionMode {
     /// Modes that undeploy or rebuild the machine, which a protected node refuses (seed 004,
     /// Ironic `protected`: blocks rebuild, undeploy and delete).
     pub fn is_destructive(self) -> bool {
-        matches!(self, DecommissionMode::Reimage | DecommissionMode::FullDecommission)
+        matches!(
+            self,
+            DecommissionMode::Reimage | DecommissionMode::FullDecommission
+        )
     }
 }
 
@@ -93,7 +96,12 @@ impl JobState {
     pub fn successors(self) -> &'static [JobState] {
         use JobState as J;
         match self {
-            J::Pending => &[J::Running, J::Compensating, J::Cancelled, J::FailedManualIntervention],
+            J::Pending => &[
+                J::Running,
+                J::Compensating,
+                J::Cancelled,
+                J::FailedManualIntervention,
+            ],
             J::Running => &[
                 J::Completed,
                 J::Reconciled,
@@ -252,7 +260,10 @@ mod tests {
             }
         }
         assert_eq!(
-            JobState::Completed.check_move(JobState::Running).unwrap_err().to_string(),
+            JobState::Completed
+                .check_move(JobState::Running)
+                .unwrap_err()
+                .to_string(),
             "job is completed, which is terminal; start a new job instead"
         );
     }
@@ -264,7 +275,9 @@ mod tests {
         assert!(check(JobState::Completed, N::Active).is_ok());
         assert!(check(JobState::FailedManualIntervention, N::Quarantined).is_ok());
         assert_eq!(
-            check(JobState::Completed, N::Enrolling).unwrap_err().to_string(),
+            check(JobState::Completed, N::Enrolling)
+                .unwrap_err()
+                .to_string(),
             "onboarding job completed while the node is enrolling (consistent node states: active)"
         );
         assert!(

@@ -56,29 +56,125 @@ use MaasStatus as M;
 /// (status, code, status_name, filter value, simple status) — API_REFERENCE §4.1.
 const TABLE: &[(MaasStatus, u8, &str, &str, SimpleStatus)] = &[
     (M::New, 0, "New", "new", SimpleStatus::New),
-    (M::Commissioning, 1, "Commissioning", "commissioning", SimpleStatus::Commissioning),
-    (M::FailedCommissioning, 2, "Failed commissioning", "failed_commissioning", SimpleStatus::Failed),
+    (
+        M::Commissioning,
+        1,
+        "Commissioning",
+        "commissioning",
+        SimpleStatus::Commissioning,
+    ),
+    (
+        M::FailedCommissioning,
+        2,
+        "Failed commissioning",
+        "failed_commissioning",
+        SimpleStatus::Failed,
+    ),
     (M::Missing, 3, "Missing", "missing", SimpleStatus::Other),
     (M::Ready, 4, "Ready", "ready", SimpleStatus::Ready),
     (M::Reserved, 5, "Reserved", "reserved", SimpleStatus::Other),
-    (M::Deployed, 6, "Deployed", "deployed", SimpleStatus::Deployed),
+    (
+        M::Deployed,
+        6,
+        "Deployed",
+        "deployed",
+        SimpleStatus::Deployed,
+    ),
     (M::Retired, 7, "Retired", "retired", SimpleStatus::Other),
     (M::Broken, 8, "Broken", "broken", SimpleStatus::Broken),
-    (M::Deploying, 9, "Deploying", "deploying", SimpleStatus::Deploying),
-    (M::Allocated, 10, "Allocated", "allocated", SimpleStatus::Allocated),
-    (M::FailedDeployment, 11, "Failed deployment", "failed_deployment", SimpleStatus::Failed),
-    (M::Releasing, 12, "Releasing", "releasing", SimpleStatus::Releasing),
+    (
+        M::Deploying,
+        9,
+        "Deploying",
+        "deploying",
+        SimpleStatus::Deploying,
+    ),
+    (
+        M::Allocated,
+        10,
+        "Allocated",
+        "allocated",
+        SimpleStatus::Allocated,
+    ),
+    (
+        M::FailedDeployment,
+        11,
+        "Failed deployment",
+        "failed_deployment",
+        SimpleStatus::Failed,
+    ),
+    (
+        M::Releasing,
+        12,
+        "Releasing",
+        "releasing",
+        SimpleStatus::Releasing,
+    ),
     // Not "Failed releasing": MAAS really says "Releasing failed".
-    (M::FailedReleasing, 13, "Releasing failed", "failed_releasing", SimpleStatus::Failed),
-    (M::DiskErasing, 14, "Disk erasing", "disk_erasing", SimpleStatus::Releasing),
-    (M::FailedDiskErasing, 15, "Failed disk erasing", "failed_disk_erasing", SimpleStatus::Failed),
-    (M::RescueMode, 16, "Rescue mode", "rescue_mode", SimpleStatus::RescueMode),
-    (M::EnteringRescueMode, 17, "Entering rescue mode", "entering_rescue_mode", SimpleStatus::RescueMode),
-    (M::FailedEnteringRescueMode, 18, "Failed to enter rescue mode", "failed_entering_rescue_mode", SimpleStatus::Failed),
-    (M::ExitingRescueMode, 19, "Exiting rescue mode", "exiting_rescue_mode", SimpleStatus::RescueMode),
-    (M::FailedExitingRescueMode, 20, "Failed to exit rescue mode", "failed_exiting_rescue_mode", SimpleStatus::Failed),
+    (
+        M::FailedReleasing,
+        13,
+        "Releasing failed",
+        "failed_releasing",
+        SimpleStatus::Failed,
+    ),
+    (
+        M::DiskErasing,
+        14,
+        "Disk erasing",
+        "disk_erasing",
+        SimpleStatus::Releasing,
+    ),
+    (
+        M::FailedDiskErasing,
+        15,
+        "Failed disk erasing",
+        "failed_disk_erasing",
+        SimpleStatus::Failed,
+    ),
+    (
+        M::RescueMode,
+        16,
+        "Rescue mode",
+        "rescue_mode",
+        SimpleStatus::RescueMode,
+    ),
+    (
+        M::EnteringRescueMode,
+        17,
+        "Entering rescue mode",
+        "entering_rescue_mode",
+        SimpleStatus::RescueMode,
+    ),
+    (
+        M::FailedEnteringRescueMode,
+        18,
+        "Failed to enter rescue mode",
+        "failed_entering_rescue_mode",
+        SimpleStatus::Failed,
+    ),
+    (
+        M::ExitingRescueMode,
+        19,
+        "Exiting rescue mode",
+        "exiting_rescue_mode",
+        SimpleStatus::RescueMode,
+    ),
+    (
+        M::FailedExitingRescueMode,
+        20,
+        "Failed to exit rescue mode",
+        "failed_exiting_rescue_mode",
+        SimpleStatus::Failed,
+    ),
     (M::Testing, 21, "Testing", "testing", SimpleStatus::Testing),
-    (M::FailedTesting, 22, "Failed testing", "failed_testing", SimpleStatus::Failed),
+    (
+        M::FailedTesting,
+        22,
+        "Failed testing",
+        "failed_testing",
+        SimpleStatus::Failed,
+    ),
 ];
 
 impl MaasStatus {
@@ -240,16 +336,31 @@ mod tests {
         assert_eq!(MaasStatus::FailedReleasing.name(), "Releasing failed");
         assert_eq!(MaasStatus::from_code(23), None);
         assert_eq!(MaasStatus::DiskErasing.simple(), SimpleStatus::Releasing);
-        assert_eq!(FAILED.len(), MaasStatus::ALL.iter().filter(|s| s.is_failed()).count());
+        assert_eq!(
+            FAILED.len(),
+            MaasStatus::ALL.iter().filter(|s| s.is_failed()).count()
+        );
     }
 
     #[test]
     fn expectations_follow_001_6_2() {
-        assert!(NodeState::Active.expected_maas().allows(Some(MaasStatus::Deployed)));
-        assert!(!NodeState::Active.expected_maas().allows(Some(MaasStatus::Ready)));
+        assert!(
+            NodeState::Active
+                .expected_maas()
+                .allows(Some(MaasStatus::Deployed))
+        );
+        assert!(
+            !NodeState::Active
+                .expected_maas()
+                .allows(Some(MaasStatus::Ready))
+        );
         assert!(!NodeState::Active.expected_maas().allows(None));
         assert!(NodeState::Quarantined.expected_maas().allows(None));
-        assert!(NodeState::Quarantined.expected_maas().allows(Some(MaasStatus::FailedTesting)));
+        assert!(
+            NodeState::Quarantined
+                .expected_maas()
+                .allows(Some(MaasStatus::FailedTesting))
+        );
         assert!(NodeState::BootstrapIssued.expected_maas().allows(None));
     }
 }

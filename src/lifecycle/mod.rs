@@ -23,12 +23,12 @@ pub use ironic::{
     IronicError, IronicEvent, IronicNode, Phase, ProviderView, ProvisionState, Verb, all_events,
 };
 pub use job::{
-    DecommissionMode, JobKind, JobState, JobStateError, job_node_states, check_job_node_state,
+    DecommissionMode, JobKind, JobState, JobStateError, check_job_node_state, job_node_states,
 };
 pub use maas_status::{MaasExpectation, MaasStatus, SimpleStatus};
 pub use names::UnknownName;
 pub use node_state::{
-    NodeState, Owner, Provider, TransitionContext, TransitionError, check_initial, check_transition,
-    owners,
+    NodeState, Owner, Provider, TransitionContext, TransitionError, check_initial,
+    check_transition, owners,
 };
 pub use stages::{Cleanup, DecommissionStage, OnboardingStage, Reentry};

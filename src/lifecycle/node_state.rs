@@ -77,22 +77,54 @@ use Owner as O;
 
 /// 001 §3.2, one row per legal transition, with the owners of §3.3.
 const TRANSITIONS: &[(NodeState, NodeState, &[Owner])] = &[
-    (S::BootstrapIssued, S::Enrolling, &[O::Operator, O::OnboardingWorkflow]),
+    (
+        S::BootstrapIssued,
+        S::Enrolling,
+        &[O::Operator, O::OnboardingWorkflow],
+    ),
     (S::Enrolling, S::Active, &[O::OnboardingWorkflow]),
-    (S::Enrolling, S::Quarantined, &[O::OnboardingWorkflow, O::Operator]),
+    (
+        S::Enrolling,
+        S::Quarantined,
+        &[O::OnboardingWorkflow, O::Operator],
+    ),
     (S::Active, S::Offline, &[O::Reconciler]),
     (S::Offline, S::Active, &[O::Reconciler]),
     // "reconciler or cleanup validation": the decommission workflow's ValidateCleanNode.
-    (S::Active, S::Quarantined, &[O::Reconciler, O::DecommissionWorkflow]),
-    (S::Offline, S::Quarantined, &[O::Reconciler, O::DecommissionWorkflow]),
+    (
+        S::Active,
+        S::Quarantined,
+        &[O::Reconciler, O::DecommissionWorkflow],
+    ),
+    (
+        S::Offline,
+        S::Quarantined,
+        &[O::Reconciler, O::DecommissionWorkflow],
+    ),
     (S::Quarantined, S::Active, &[O::Operator, O::Reconciler]),
     // "admin lifecycle action that starts a resumable drain operation": the operator asks, the
     // decommission workflow it starts performs the write.
-    (S::Quarantined, S::Draining, &[O::Operator, O::DecommissionWorkflow]),
-    (S::Active, S::Draining, &[O::Operator, O::DecommissionWorkflow]),
-    (S::Offline, S::Draining, &[O::Operator, O::DecommissionWorkflow]),
+    (
+        S::Quarantined,
+        S::Draining,
+        &[O::Operator, O::DecommissionWorkflow],
+    ),
+    (
+        S::Active,
+        S::Draining,
+        &[O::Operator, O::DecommissionWorkflow],
+    ),
+    (
+        S::Offline,
+        S::Draining,
+        &[O::Operator, O::DecommissionWorkflow],
+    ),
     (S::Draining, S::Retired, &[O::DecommissionWorkflow]),
-    (S::Draining, S::Offline, &[O::DecommissionWorkflow, O::Operator]),
+    (
+        S::Draining,
+        S::Offline,
+        &[O::DecommissionWorkflow, O::Operator],
+    ),
     (S::Retired, S::Active, &[O::Operator]),
     (S::Retired, S::Removing, &[O::DecommissionWorkflow]),
     (S::Removing, S::Retired, &[O::DecommissionWorkflow]),
@@ -123,7 +155,9 @@ impl Default for TransitionContext {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TransitionError {
-    #[error("node is {from} and nothing leaves {from}: the identity is gone; re-onboarding creates a new node")]
+    #[error(
+        "node is {from} and nothing leaves {from}: the identity is gone; re-onboarding creates a new node"
+    )]
     Terminal { from: NodeState },
     #[error("illegal node transition {from} -> {to} (legal from {from}: {legal})")]
     Illegal {
@@ -140,11 +174,15 @@ pub enum TransitionError {
     },
     #[error("{to} needs an owning lifecycle operation (a decommission job) for the node")]
     NoOwningOperation { to: NodeState },
-    #[error("retired -> active is only for retained identity, but a full decommission is under way")]
+    #[error(
+        "retired -> active is only for retained identity, but a full decommission is under way"
+    )]
     IdentityNotRetained,
     #[error("node is protected: unset `protected` before moving it to {to}")]
     Protected { to: NodeState },
-    #[error("a node cannot be created in state {state} (new nodes start as bootstrap_issued or enrolling)")]
+    #[error(
+        "a node cannot be created in state {state} (new nodes start as bootstrap_issued or enrolling)"
+    )]
     NotInitial { state: NodeState },
 }
 
@@ -265,7 +303,10 @@ mod tests {
                 .to_string(),
             "illegal node transition enrolling -> retired (legal from enrolling: active, quarantined)"
         );
-        assert_eq!(owners(S::Removing, S::Deleted), Some(&[O::DecommissionWorkflow][..]));
+        assert_eq!(
+            owners(S::Removing, S::Deleted),
+            Some(&[O::DecommissionWorkflow][..])
+        );
         assert!(check_initial(S::Active).is_err());
         assert!(check_initial(S::Enrolling).is_ok());
     }

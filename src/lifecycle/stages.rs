@@ -240,8 +240,12 @@ mod tests {
             assert!(!mode.stages().is_empty());
         }
         let full = DecommissionMode::FullDecommission.stages();
-        let retire = full.iter().position(|s| *s == DecommissionStage::RetireGpuaasNode);
-        let remove = full.iter().position(|s| *s == DecommissionStage::RemoveGpuaasNodeRecord);
+        let retire = full
+            .iter()
+            .position(|s| *s == DecommissionStage::RetireGpuaasNode);
+        let remove = full
+            .iter()
+            .position(|s| *s == DecommissionStage::RemoveGpuaasNodeRecord);
         assert!(retire < remove);
         assert_eq!(DecommissionStage::CATALOG_001.len(), 13);
         for stage in full {

@@ -91,9 +91,15 @@ impl SecretError {
             SecretError::NotFound { .. } | SecretError::MissingKey { .. } => Some(
                 "write the secret (e.g. `bao kv put -mount=<mount> <path> key=value`) or fix the reference in the manifest",
             ),
-            SecretError::Denied { .. } => Some("set VAULT_TOKEN to a token whose policy can read this path"),
-            SecretError::Unavailable { .. } => Some("check that the Vault/OpenBao server is up and reachable, then retry"),
-            SecretError::InvalidUrl { .. } => Some("use --secrets vault://HOST:PORT (token from VAULT_TOKEN) or file://PATH"),
+            SecretError::Denied { .. } => {
+                Some("set VAULT_TOKEN to a token whose policy can read this path")
+            }
+            SecretError::Unavailable { .. } => {
+                Some("check that the Vault/OpenBao server is up and reachable, then retry")
+            }
+            SecretError::InvalidUrl { .. } => {
+                Some("use --secrets vault://HOST:PORT (token from VAULT_TOKEN) or file://PATH")
+            }
             _ => None,
         }
     }
@@ -122,12 +128,9 @@ impl dyn SecretStore + '_ {
         let data = self.read(&reference.path).await?;
         match &reference.key {
             Some(key) => data.field(key).cloned(),
-            None if data.fields.len() == 1 => Ok(data
-                .fields
-                .values()
-                .next()
-                .cloned()
-                .expect("one field")),
+            None if data.fields.len() == 1 => {
+                Ok(data.fields.values().next().cloned().expect("one field"))
+            }
             None => Err(SecretError::InvalidReference {
                 reference: reference.path.clone(),
                 reason: "the secret has several fields; name one with `key`".into(),

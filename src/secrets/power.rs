@@ -133,14 +133,21 @@ mod tests {
         let overrides = vec![
             o(OverrideSelector::Hostname("C07U43".into()), "kv/by-host"),
             o(OverrideSelector::IpmiIp("10.176.16.128".into()), "kv/by-ip"),
-            o(OverrideSelector::PxeMac("AA-BB-CC-DD-EE-FF".into()), "kv/by-mac"),
+            o(
+                OverrideSelector::PxeMac("AA-BB-CC-DD-EE-FF".into()),
+                "kv/by-mac",
+            ),
         ];
         let mut target = PowerTarget {
             hostname: "c07u43",
             ipmi_ip: Some("10.176.16.128"),
             pxe_mac: Some("aa:bb:cc:dd:ee:ff"),
         };
-        let pick = |t: &PowerTarget<'_>| resolve_power_credentials(&default, &overrides, t).credentials.path;
+        let pick = |t: &PowerTarget<'_>| {
+            resolve_power_credentials(&default, &overrides, t)
+                .credentials
+                .path
+        };
         assert_eq!(pick(&target), "kv/by-mac");
         target.pxe_mac = None;
         assert_eq!(pick(&target), "kv/by-ip");

@@ -61,7 +61,9 @@ impl VaultStore {
                 path: path.to_owned(),
                 backend: self.backend(),
             },
-            ClientError::APIError { code: 401 | 403, .. } => SecretError::Denied {
+            ClientError::APIError {
+                code: 401 | 403, ..
+            } => SecretError::Denied {
                 path: path.to_owned(),
                 backend: self.backend(),
             },

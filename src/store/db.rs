@@ -78,10 +78,10 @@ impl From<bool> for Param {
     }
 }
 
-/// `params![a, b, …]` → `Vec<Param>`.
+/// `params![a, b, …]` → `[Param; N]` (pass as `&params![…]`).
 macro_rules! params {
     ($($value:expr),* $(,)?) => {
-        vec![$($crate::store::db::Param::from($value)),*]
+        [$($crate::store::db::Param::from($value)),*]
     };
 }
 pub(crate) use params;
@@ -154,7 +154,11 @@ macro_rules! bind_all {
 
 impl Tx {
     /// Run a statement; the number of rows it changed.
-    pub async fn execute(&mut self, sql: impl Into<Sql>, params: &[Param]) -> Result<u64, StoreError> {
+    pub async fn execute(
+        &mut self,
+        sql: impl Into<Sql>,
+        params: &[Param],
+    ) -> Result<u64, StoreError> {
         let sql = AssertSqlSafe(sql.into());
         match self {
             Tx::Sqlite(tx) => bind_all!(sqlx::query::<Sqlite>(sql), params)
@@ -169,7 +173,11 @@ impl Tx {
         .map_err(db_err("executing a statement"))
     }
 
-    pub async fn fetch_all(&mut self, sql: impl Into<Sql>, params: &[Param]) -> Result<Vec<Row>, StoreError> {
+    pub async fn fetch_all(
+        &mut self,
+        sql: impl Into<Sql>,
+        params: &[Param],
+    ) -> Result<Vec<Row>, StoreError> {
         let sql = AssertSqlSafe(sql.into());
         match self {
             Tx::Sqlite(tx) => bind_all!(sqlx::query::<Sqlite>(sql), params)
@@ -192,7 +200,11 @@ impl Tx {
         Ok(self.fetch_all(sql, params).await?.into_iter().next())
     }
 
-    pub async fn fetch_one(&mut self, sql: impl Into<Sql>, params: &[Param]) -> Result<Row, StoreError> {
+    pub async fn fetch_one(
+        &mut self,
+        sql: impl Into<Sql>,
+        params: &[Param],
+    ) -> Result<Row, StoreError> {
         self.fetch_optional(sql, params)
             .await?
             .ok_or_else(|| StoreError::Corrupt("a query that returns one row returned none".into()))
@@ -246,7 +258,9 @@ impl Pool {
                 .await
             {
                 Ok(pool) => return Ok(Pool::Sqlite(pool)),
-                Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("5") && attempt < 100 => {
+                Err(sqlx::Error::Database(e))
+                    if e.code().as_deref() == Some("5") && attempt < 100 =>
+                {
                     attempt += 1;
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }

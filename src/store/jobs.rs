@@ -262,7 +262,11 @@ fn job_from_row(kind: JobKind, row: &Row) -> Result<Job, StoreError> {
     Ok(Job {
         id: parse_uuid(&row.text("id")?)?,
         kind,
-        node_id: row.opt_text("node_id")?.as_deref().map(parse_uuid).transpose()?,
+        node_id: row
+            .opt_text("node_id")?
+            .as_deref()
+            .map(parse_uuid)
+            .transpose()?,
         site: row.text("site")?,
         hostname: row.text("hostname")?,
         maas_system_id: row.opt_text("maas_system_id")?,
@@ -309,7 +313,11 @@ async fn read_job(tx: &mut Tx, kind: JobKind, id: Uuid) -> Result<Job, StoreErro
 }
 
 /// Refuse a stage name outside the kind's catalog (and, for decommissions, the mode's list).
-fn check_stage(kind: JobKind, mode: Option<DecommissionMode>, stage: &str) -> Result<(), StoreError> {
+fn check_stage(
+    kind: JobKind,
+    mode: Option<DecommissionMode>,
+    stage: &str,
+) -> Result<(), StoreError> {
     match kind {
         JobKind::Onboarding => {
             stage.parse::<OnboardingStage>()?;
@@ -464,12 +472,17 @@ impl Store {
                 state: state.as_str().into(),
             });
         }
-        check_job_node_state(JobKind::Decommission, Some(new.mode), JobState::Pending, node.status)
-            .map_err(|source| StoreError::JobState {
-                kind: "decommission",
-                job: id.to_string(),
-                source,
-            })?;
+        check_job_node_state(
+            JobKind::Decommission,
+            Some(new.mode),
+            JobState::Pending,
+            node.status,
+        )
+        .map_err(|source| StoreError::JobState {
+            kind: "decommission",
+            job: id.to_string(),
+            source,
+        })?;
         tx.execute(
             "INSERT INTO decommissions (id, node_id, site, hostname, requested_by, current_stage,
                 status, recommended_action, plan_id, requested_at, updated_at, mode, erase,
@@ -505,7 +518,11 @@ impl Store {
     }
 
     /// Jobs of one kind, newest request first.
-    pub async fn list_jobs(&self, kind: JobKind, filter: &JobFilter) -> Result<Vec<Job>, StoreError> {
+    pub async fn list_jobs(
+        &self,
+        kind: JobKind,
+        filter: &JobFilter,
+    ) -> Result<Vec<Job>, StoreError> {
         let t = tables(kind);
         let mut sql = format!("SELECT * FROM {} WHERE 1 = 1", t.jobs);
         let mut params: Vec<Param> = Vec::new();
@@ -522,10 +539,10 @@ impl Store {
         if let Some(state) = filter.state {
             add("status =", state.as_str().into());
         }
-        if let Some(batch) = &filter.batch_id {
-            if kind == JobKind::Onboarding {
-                add("batch_id =", batch.into());
-            }
+        if let Some(batch) = &filter.batch_id
+            && kind == JobKind::Onboarding
+        {
+            add("batch_id =", batch.into());
         }
         if filter.open_only {
             for state in JobState::ALL.iter().filter(|s| s.is_terminal()) {
@@ -550,7 +567,9 @@ impl Store {
                 ..JobFilter::default()
             };
             if let Some(job) = self.list_jobs(*kind, &filter).await?.into_iter().next()
-                && latest.as_ref().is_none_or(|l| job.requested_at > l.requested_at)
+                && latest
+                    .as_ref()
+                    .is_none_or(|l| job.requested_at > l.requested_at)
             {
                 latest = Some(job);
             }
@@ -681,14 +700,22 @@ impl Store {
         } else {
             None
         };
-        let recommendation = recommend(update.state, Some(&stage), failure.as_ref().map(|f| f.class));
+        let recommendation = recommend(
+            update.state,
+            Some(&stage),
+            failure.as_ref().map(|f| f.class),
+        );
         let started = job
             .started_at
             .map(format_time)
             .or_else(|| (update.state == JobState::Running).then(|| format_time(now)));
         let completed = update.state.is_terminal().then(|| format_time(now));
         let (status_obs, power_obs, ips_obs) = match &update.observed {
-            Some(o) => (o.status.clone(), o.power_state.clone(), json!(o.ips).to_string()),
+            Some(o) => (
+                o.status.clone(),
+                o.power_state.clone(),
+                json!(o.ips).to_string(),
+            ),
             None => (
                 job.last_maas_status.clone(),
                 job.last_maas_power_state.clone(),
@@ -720,7 +747,10 @@ impl Store {
                         .unwrap_or_else(|| "{}".into()),
                     recommendation.text,
                     node_id.map(|n| n.to_string()),
-                    update.maas_system_id.clone().or_else(|| job.maas_system_id.clone()),
+                    update
+                        .maas_system_id
+                        .clone()
+                        .or_else(|| job.maas_system_id.clone()),
                     status_obs,
                     power_obs,
                     ips_obs,
@@ -782,11 +812,13 @@ impl Store {
         let label = tables(kind).label;
         let mut tx = self.pool.write().await?;
         let job = read_job(&mut tx, kind, id).await?;
-        let target = action.target(job.state).map_err(|source| StoreError::Recovery {
-            kind: label,
-            job: id.to_string(),
-            source,
-        })?;
+        let target = action
+            .target(job.state)
+            .map_err(|source| StoreError::Recovery {
+                kind: label,
+                job: id.to_string(),
+                source,
+            })?;
         let mut update = JobUpdate::new(target);
         match action {
             RecoveryAction::RetryStage | RecoveryAction::Resume => {
@@ -798,9 +830,7 @@ impl Store {
             }
             RecoveryAction::MarkManualInterventionRequired => {
                 update.failure = Some(JobFailure {
-                    class: job
-                        .failure_class
-                        .unwrap_or(FailureClass::StateAmbiguity),
+                    class: job.failure_class.unwrap_or(FailureClass::StateAmbiguity),
                     code: job
                         .error_code
                         .clone()
@@ -815,7 +845,9 @@ impl Store {
                     details: job.error_details.clone(),
                 });
             }
-            RecoveryAction::Cancel | RecoveryAction::RestartClean | RecoveryAction::AdoptObservedState => {}
+            RecoveryAction::Cancel
+            | RecoveryAction::RestartClean
+            | RecoveryAction::AdoptObservedState => {}
         }
         if let Some(node) = job.node_id {
             let node = read_node(&mut tx, node).await?;
@@ -831,7 +863,10 @@ impl Store {
             .await?;
         if action == RecoveryAction::AdoptObservedState {
             tx.execute(
-                format!("UPDATE {} SET adopted = $1 WHERE id = $2", tables(kind).jobs),
+                format!(
+                    "UPDATE {} SET adopted = $1 WHERE id = $2",
+                    tables(kind).jobs
+                ),
                 &params![true, id.to_string()],
             )
             .await?;

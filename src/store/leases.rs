@@ -48,7 +48,11 @@ pub fn node_lease_name(node: uuid::Uuid) -> String {
 
 /// Refuse unless `fence` is still the live holder. The no-op update takes the row lock on
 /// PostgreSQL, so a concurrent steal waits for this transaction to finish.
-pub(crate) async fn check_fence(tx: &mut Tx, fence: &Fence, now: DateTime<Utc>) -> Result<(), StoreError> {
+pub(crate) async fn check_fence(
+    tx: &mut Tx,
+    fence: &Fence,
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
     let held = tx
         .execute(
             "UPDATE leases SET renewed_at = renewed_at

@@ -37,8 +37,11 @@ fn render(sql: &str, backend: Backend) -> String {
 pub(crate) async fn migrate(pool: &Pool, now: &str) -> Result<Vec<i64>, StoreError> {
     let mut tx = pool.write().await?;
     if tx.backend() == Backend::Postgres {
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &params![PG_MIGRATION_LOCK])
-            .await?;
+        tx.execute(
+            "SELECT pg_advisory_xact_lock($1)",
+            &params![PG_MIGRATION_LOCK],
+        )
+        .await?;
     }
     tx.execute(
         "CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -50,7 +53,10 @@ pub(crate) async fn migrate(pool: &Pool, now: &str) -> Result<Vec<i64>, StoreErr
     )
     .await?;
     let applied: Vec<i64> = tx
-        .fetch_all("SELECT version FROM schema_migrations ORDER BY version", &[])
+        .fetch_all(
+            "SELECT version FROM schema_migrations ORDER BY version",
+            &[],
+        )
         .await?
         .iter()
         .map(|r| r.int("version"))
@@ -68,7 +74,8 @@ pub(crate) async fn migrate(pool: &Pool, now: &str) -> Result<Vec<i64>, StoreErr
         if applied.contains(&migration.version) {
             continue;
         }
-        tx.execute_script(render(migration.sql, tx.backend())).await?;
+        tx.execute_script(render(migration.sql, tx.backend()))
+            .await?;
         tx.execute(
             "INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
             &params![migration.version, migration.name, now],

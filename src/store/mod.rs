@@ -24,9 +24,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use crate::clock::Clock;
-use crate::lifecycle::{
-    IronicError, JobStateError, RecoveryError, TransitionError, UnknownName,
-};
+use crate::lifecycle::{IronicError, JobStateError, RecoveryError, TransitionError, UnknownName};
 
 pub use db::Backend;
 pub use jobs::{
@@ -37,8 +35,8 @@ pub use leases::{Fence, Lease, node_lease_name};
 pub use migrate::SCHEMA_VERSION;
 pub use nodes::{NewNode, Node, NodeFilter, NodeTransition};
 pub use records::{
-    Actor, ApplyRecord, AuditEntry, AuditRecord, DomainEvent, MaasState, MaasStateUpdate,
-    NewPlan, OutboxEvent, PlanRecord, Role,
+    Actor, ApplyRecord, AuditEntry, AuditRecord, DomainEvent, MaasState, MaasStateUpdate, NewPlan,
+    OutboxEvent, PlanRecord, Role,
 };
 pub use tasks::{AgentTask, EnsureOutcome, TaskOutcome, TaskStatus};
 pub use tokens::{TokenClaim, TokenError, token_hash};
@@ -47,7 +45,10 @@ use db::{Pool, Tx};
 
 /// `sqlite://<fleet>/.metalform/state.db` (docs/contracts.md §2).
 pub fn default_url(fleet_dir: &Path) -> String {
-    format!("sqlite://{}", fleet_dir.join(".metalform").join("state.db").display())
+    format!(
+        "sqlite://{}",
+        fleet_dir.join(".metalform").join("state.db").display()
+    )
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -100,13 +101,17 @@ pub enum StoreError {
         #[source]
         source: IronicError,
     },
-    #[error("node {node}: observed provider state is unknown, so `{flag}` cannot be checked; record the node's MAAS state first")]
+    #[error(
+        "node {node}: observed provider state is unknown, so `{flag}` cannot be checked; record the node's MAAS state first"
+    )]
     ProviderStateUnknown { node: String, flag: &'static str },
     #[error("{0}")]
     Invalid(String),
     #[error(transparent)]
     UnknownName(#[from] UnknownName),
-    #[error("node {node} changed concurrently (generation {expected} expected, {found} found); re-read and retry")]
+    #[error(
+        "node {node} changed concurrently (generation {expected} expected, {found} found); re-read and retry"
+    )]
     StaleGeneration {
         node: String,
         expected: i64,
@@ -127,7 +132,9 @@ pub enum StoreError {
         holder: String,
         expires_at: String,
     },
-    #[error("lease `{name}` (fencing {fencing}) is no longer held by `{holder}`: a newer holder fenced it off")]
+    #[error(
+        "lease `{name}` (fencing {fencing}) is no longer held by `{holder}`: a newer holder fenced it off"
+    )]
     LeaseLost {
         name: String,
         holder: String,
@@ -282,7 +289,10 @@ impl Store {
     pub async fn schema_versions(&self) -> Result<Vec<i64>, StoreError> {
         let mut tx = self.pool.read().await?;
         let rows = tx
-            .fetch_all("SELECT version FROM schema_migrations ORDER BY version", &[])
+            .fetch_all(
+                "SELECT version FROM schema_migrations ORDER BY version",
+                &[],
+            )
             .await?;
         rows.iter().map(|r| r.int("version")).collect()
     }
@@ -299,8 +309,11 @@ impl Store {
 
 /// Bump the store serial inside a writing transaction.
 pub(crate) async fn bump_serial(tx: &mut Tx) -> Result<(), StoreError> {
-    tx.execute("UPDATE store_serial SET value = value + 1 WHERE id = 1", &[])
-        .await?;
+    tx.execute(
+        "UPDATE store_serial SET value = value + 1 WHERE id = 1",
+        &[],
+    )
+    .await?;
     Ok(())
 }
 
@@ -328,5 +341,6 @@ pub(crate) fn parse_json(s: &str) -> Result<serde_json::Value, StoreError> {
 }
 
 pub(crate) fn parse_name<T: FromStr<Err = UnknownName>>(s: &str) -> Result<T, StoreError> {
-    s.parse().map_err(|e: UnknownName| StoreError::Corrupt(e.to_string()))
+    s.parse()
+        .map_err(|e: UnknownName| StoreError::Corrupt(e.to_string()))
 }

@@ -7,8 +7,8 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::lifecycle::{
-    DecommissionMode, IronicEvent, IronicNode, JobKind, JobState, NodeState, Owner, ProvisionState,
-    Provider, TransitionContext, Verb, check_initial, check_job_node_state, check_transition,
+    DecommissionMode, IronicEvent, IronicNode, JobKind, JobState, NodeState, Owner, Provider,
+    ProvisionState, TransitionContext, Verb, check_initial, check_job_node_state, check_transition,
 };
 
 use super::db::{Param, Row, Tx, params};
@@ -119,7 +119,10 @@ pub(crate) fn node_from_row(row: &Row) -> Result<Node, StoreError> {
 
 pub(crate) async fn read_node(tx: &mut Tx, id: Uuid) -> Result<Node, StoreError> {
     let row = tx
-        .fetch_optional("SELECT * FROM nodes WHERE id = $1", &params![id.to_string()])
+        .fetch_optional(
+            "SELECT * FROM nodes WHERE id = $1",
+            &params![id.to_string()],
+        )
         .await?
         .ok_or_else(|| StoreError::NotFound {
             kind: "node",
@@ -138,7 +141,7 @@ pub(crate) async fn open_jobs(
         .filter(|s| s.is_terminal())
         .map(|s| Param::from(s.as_str()))
         .collect();
-    let mut params = params![node.to_string()];
+    let mut params = vec![Param::from(node.to_string())];
     params.extend(terminal);
     let mut jobs = Vec::new();
     for row in tx
@@ -235,7 +238,12 @@ pub(crate) async fn transition_in(
         .execute(
             "UPDATE nodes SET status = $1, generation = generation + 1, updated_at = $2
              WHERE id = $3 AND generation = $4",
-            &params![request.to.as_str(), format_time(now), id.to_string(), node.generation],
+            &params![
+                request.to.as_str(),
+                format_time(now),
+                id.to_string(),
+                node.generation
+            ],
         )
         .await?;
     if changed != 1 {
@@ -297,12 +305,17 @@ impl Store {
             source,
         })?;
         if new.site.is_empty() || new.hostname.is_empty() {
-            return Err(StoreError::Invalid("a node needs a site and a hostname".into()));
+            return Err(StoreError::Invalid(
+                "a node needs a site and a hostname".into(),
+            ));
         }
         let id = Uuid::new_v4();
         let now = self.now();
         let mut tx = self.pool.write().await?;
-        if find_live(&mut tx, &new.site, &new.hostname).await?.is_some() {
+        if find_live(&mut tx, &new.site, &new.hostname)
+            .await?
+            .is_some()
+        {
             return Err(StoreError::DuplicateNode {
                 site: new.site.clone(),
                 hostname: new.hostname.clone(),
@@ -462,8 +475,13 @@ impl Store {
     }
 
     pub async fn unset_protected(&self, id: Uuid, actor: &Actor) -> Result<Node, StoreError> {
-        self.change_flag(id, actor, "node.unset_protected", IronicEvent::UnsetProtected)
-            .await
+        self.change_flag(
+            id,
+            actor,
+            "node.unset_protected",
+            IronicEvent::UnsetProtected,
+        )
+        .await
     }
 
     async fn change_flag(
@@ -539,7 +557,10 @@ impl Store {
             now,
             &AuditEntry {
                 actor: actor.clone(),
-                reason: next.retired_reason.clone().filter(|_| action == "node.set_retired"),
+                reason: next
+                    .retired_reason
+                    .clone()
+                    .filter(|_| action == "node.set_retired"),
                 action: action.into(),
                 subject_kind: "node".into(),
                 subject_id: id.to_string(),
@@ -575,9 +596,20 @@ impl Store {
     }
 
     /// Pause or unpause a node (the reconciler leaves paused nodes alone).
-    pub async fn set_paused(&self, id: Uuid, paused: bool, actor: &Actor) -> Result<Node, StoreError> {
-        self.update_node_fields(id, actor, "node.set_paused", "paused = $1", Param::from(paused))
-            .await
+    pub async fn set_paused(
+        &self,
+        id: Uuid,
+        paused: bool,
+        actor: &Actor,
+    ) -> Result<Node, StoreError> {
+        self.update_node_fields(
+            id,
+            actor,
+            "node.set_paused",
+            "paused = $1",
+            Param::from(paused),
+        )
+        .await
     }
 
     /// Record the node's deployed address (000 §8.1 `host`).

@@ -7,9 +7,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::db::{Row, Tx, params};
-use super::{
-    Store, StoreError, format_time, parse_json, parse_opt_time, parse_time, parse_uuid,
-};
+use super::{Store, StoreError, format_time, parse_json, parse_opt_time, parse_time, parse_uuid};
 
 /// The role an actor acts in (bearer-token roles of the daemon, plus metalform itself).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -174,7 +172,10 @@ pub(crate) fn maas_state_from_row(row: &Row) -> Result<MaasState, StoreError> {
     })
 }
 
-pub(crate) async fn read_maas_state(tx: &mut Tx, node: Uuid) -> Result<Option<MaasState>, StoreError> {
+pub(crate) async fn read_maas_state(
+    tx: &mut Tx,
+    node: Uuid,
+) -> Result<Option<MaasState>, StoreError> {
     tx.fetch_optional(
         "SELECT * FROM node_maas_state WHERE node_id = $1",
         &params![node.to_string()],
@@ -281,7 +282,10 @@ impl Store {
     }
 
     /// Record what MAAS reports for a node (insert or update its single row).
-    pub async fn upsert_maas_state(&self, update: &MaasStateUpdate) -> Result<MaasState, StoreError> {
+    pub async fn upsert_maas_state(
+        &self,
+        update: &MaasStateUpdate,
+    ) -> Result<MaasState, StoreError> {
         let now = format_time(self.now());
         let mut tx = self.pool.write().await?;
         super::nodes::read_node(&mut tx, update.node_id).await?;
@@ -374,7 +378,10 @@ impl Store {
     pub async fn plan(&self, id: Uuid) -> Result<PlanRecord, StoreError> {
         let mut tx = self.pool.read().await?;
         let row = tx
-            .fetch_optional("SELECT * FROM plans WHERE id = $1", &params![id.to_string()])
+            .fetch_optional(
+                "SELECT * FROM plans WHERE id = $1",
+                &params![id.to_string()],
+            )
             .await?
             .ok_or_else(|| StoreError::NotFound {
                 kind: "plan",
@@ -386,14 +393,22 @@ impl Store {
             fleet_revision: row.opt_text("fleet_revision")?,
             snapshot_fingerprint: row.text("snapshot_fingerprint")?,
             store_serial: row.int("store_serial")?,
-            parent_id: row.opt_text("parent_id")?.as_deref().map(parse_uuid).transpose()?,
+            parent_id: row
+                .opt_text("parent_id")?
+                .as_deref()
+                .map(parse_uuid)
+                .transpose()?,
             summary: parse_json(&row.text("summary")?)?,
             body: parse_json(&row.text("body")?)?,
         })
     }
 
     /// Start an apply of a recorded plan.
-    pub async fn start_apply(&self, plan_id: Uuid, actor: &Actor) -> Result<ApplyRecord, StoreError> {
+    pub async fn start_apply(
+        &self,
+        plan_id: Uuid,
+        actor: &Actor,
+    ) -> Result<ApplyRecord, StoreError> {
         self.plan(plan_id).await?;
         let id = Uuid::new_v4();
         let mut tx = self.pool.write().await?;
@@ -423,7 +438,12 @@ impl Store {
         let n = tx
             .execute(
                 "UPDATE applies SET status = $1, finished_at = $2, details = $3 WHERE id = $4",
-                &params![status, format_time(self.now()), details.to_string(), id.to_string()],
+                &params![
+                    status,
+                    format_time(self.now()),
+                    details.to_string(),
+                    id.to_string()
+                ],
             )
             .await?;
         if n == 0 {
@@ -439,7 +459,10 @@ impl Store {
     pub async fn apply_record(&self, id: Uuid) -> Result<ApplyRecord, StoreError> {
         let mut tx = self.pool.read().await?;
         let row = tx
-            .fetch_optional("SELECT * FROM applies WHERE id = $1", &params![id.to_string()])
+            .fetch_optional(
+                "SELECT * FROM applies WHERE id = $1",
+                &params![id.to_string()],
+            )
             .await?
             .ok_or_else(|| StoreError::NotFound {
                 kind: "apply",

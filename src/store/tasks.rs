@@ -109,7 +109,10 @@ fn task_from_row(row: &Row) -> Result<AgentTask, StoreError> {
 
 async fn read_task(tx: &mut Tx, id: Uuid) -> Result<AgentTask, StoreError> {
     let row = tx
-        .fetch_optional("SELECT * FROM agent_tasks WHERE id = $1", &params![id.to_string()])
+        .fetch_optional(
+            "SELECT * FROM agent_tasks WHERE id = $1",
+            &params![id.to_string()],
+        )
         .await?
         .ok_or_else(|| StoreError::NotFound {
             kind: "agent task",
@@ -148,7 +151,9 @@ impl Store {
             .map(task_from_row)
             .transpose()?;
         let (id, outcome) = match open {
-            Some(task) if task.status == TaskStatus::Queued => (task.id, EnsureOutcome::AlreadyQueued),
+            Some(task) if task.status == TaskStatus::Queued => {
+                (task.id, EnsureOutcome::AlreadyQueued)
+            }
             Some(task) if task.lease_expires_at.is_some_and(|t| t > now) => {
                 (task.id, EnsureOutcome::LiveLease)
             }
@@ -242,7 +247,12 @@ impl Store {
     }
 
     /// Extend the dispatch lease of a task the holder is still working on.
-    pub async fn renew_task(&self, id: Uuid, holder: &str, ttl: Duration) -> Result<AgentTask, StoreError> {
+    pub async fn renew_task(
+        &self,
+        id: Uuid,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<AgentTask, StoreError> {
         let now = self.now();
         let mut tx = self.pool.write().await?;
         let renewed = tx

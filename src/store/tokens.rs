@@ -111,7 +111,11 @@ impl Store {
 
     /// Extend the expiry of a node's unused tokens to now + `ttl` (the "refresh" of 000 §4.6
     /// WaitForAgentEnrollment). Returns how many tokens were extended.
-    pub async fn extend_enrollment_tokens(&self, node: Uuid, ttl: Duration) -> Result<u64, StoreError> {
+    pub async fn extend_enrollment_tokens(
+        &self,
+        node: Uuid,
+        ttl: Duration,
+    ) -> Result<u64, StoreError> {
         let mut tx = self.pool.write().await?;
         let n = tx
             .execute(
@@ -124,7 +128,10 @@ impl Store {
     }
 
     /// The expiry of a node's newest unused token, if any (diagnostics: token status).
-    pub async fn enrollment_token_expiry(&self, node: Uuid) -> Result<Option<DateTime<Utc>>, StoreError> {
+    pub async fn enrollment_token_expiry(
+        &self,
+        node: Uuid,
+    ) -> Result<Option<DateTime<Utc>>, StoreError> {
         let mut tx = self.pool.read().await?;
         tx.fetch_optional(
             "SELECT expires_at FROM enrollment_tokens WHERE node_id = $1 AND used_at IS NULL

@@ -26,7 +26,9 @@ pub fn t0() -> DateTime<Utc> {
 
 pub async fn open(url: &str) -> (Store, ManualClock) {
     let clock = ManualClock::new(t0());
-    let store = Store::open(url, Arc::new(clock.clone())).await.expect("open store");
+    let store = Store::open(url, Arc::new(clock.clone()))
+        .await
+        .expect("open store");
     (store, clock)
 }
 
@@ -67,7 +69,10 @@ async fn observe(store: &Store, node: uuid::Uuid, status: MaasStatus) {
 
 /// Drive a node to active through a completed onboarding (the executor's path).
 pub async fn onboard_to_active(store: &Store, hostname: &str) -> uuid::Uuid {
-    let node = store.create_node(&new_node("dc1", hostname), &exec()).await.unwrap();
+    let node = store
+        .create_node(&new_node("dc1", hostname), &exec())
+        .await
+        .unwrap();
     let job = store
         .create_onboarding(&NewOnboarding {
             node_id: Some(node.id),
@@ -78,7 +83,11 @@ pub async fn onboard_to_active(store: &Store, hostname: &str) -> uuid::Uuid {
         .await
         .unwrap();
     store
-        .advance_job(JobKind::Onboarding, job.id, &JobUpdate::new(JobState::Running))
+        .advance_job(
+            JobKind::Onboarding,
+            job.id,
+            &JobUpdate::new(JobState::Running),
+        )
         .await
         .unwrap();
     let mut done = JobUpdate::new(JobState::Completed);
@@ -110,16 +119,25 @@ pub async fn migrations_are_idempotent_and_concurrent(url: String) {
 
 pub async fn nodes_follow_the_lifecycle_rules(url: String) {
     let (store, _) = open(&url).await;
-    let node = store.create_node(&new_node("dc1", "c07u43"), &exec()).await.unwrap();
+    let node = store
+        .create_node(&new_node("dc1", "c07u43"), &exec())
+        .await
+        .unwrap();
     assert_eq!(node.status, NodeState::Enrolling);
     assert_eq!(node.generation, 1);
-    assert_eq!(store.find_node("dc1", "c07u43").await.unwrap().unwrap().id, node.id);
+    assert_eq!(
+        store.find_node("dc1", "c07u43").await.unwrap().unwrap().id,
+        node.id
+    );
     assert!(matches!(
         store.create_node(&new_node("dc1", "c07u43"), &exec()).await,
         Err(StoreError::DuplicateNode { .. })
     ));
     // The same hostname in another site is another node.
-    store.create_node(&new_node("dc2", "c07u43"), &exec()).await.unwrap();
+    store
+        .create_node(&new_node("dc2", "c07u43"), &exec())
+        .await
+        .unwrap();
     let mut bad = new_node("dc1", "x");
     bad.status = NodeState::Active;
     assert!(matches!(
@@ -129,7 +147,11 @@ pub async fn nodes_follow_the_lifecycle_rules(url: String) {
 
     // A refused transition changes nothing: state, generation, serial, audit rows.
     let serial = store.serial().await.unwrap();
-    let audits = store.audit_log("node", &node.id.to_string()).await.unwrap().len();
+    let audits = store
+        .audit_log("node", &node.id.to_string())
+        .await
+        .unwrap()
+        .len();
     let err = store
         .transition_node(
             node.id,
@@ -149,7 +171,11 @@ pub async fn nodes_follow_the_lifecycle_rules(url: String) {
     assert_eq!((after.status, after.generation), (NodeState::Enrolling, 1));
     assert_eq!(store.serial().await.unwrap(), serial);
     assert_eq!(
-        store.audit_log("node", &node.id.to_string()).await.unwrap().len(),
+        store
+            .audit_log("node", &node.id.to_string())
+            .await
+            .unwrap()
+            .len(),
         audits
     );
 
@@ -186,7 +212,11 @@ pub async fn nodes_follow_the_lifecycle_rules(url: String) {
     stale.expected_generation = Some(1);
     assert!(matches!(
         store.transition_node(node.id, &stale).await,
-        Err(StoreError::StaleGeneration { expected: 1, found: 2, .. })
+        Err(StoreError::StaleGeneration {
+            expected: 1,
+            found: 2,
+            ..
+        })
     ));
     // Draining needs an owning decommission.
     let err = store
@@ -196,7 +226,11 @@ pub async fn nodes_follow_the_lifecycle_rules(url: String) {
         )
         .await
         .unwrap_err();
-    assert!(err.to_string().contains("needs an owning lifecycle operation"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("needs an owning lifecycle operation"),
+        "{err}"
+    );
 
     let audit = store.audit_log("node", &node.id.to_string()).await.unwrap();
     let last = audit.last().unwrap();
@@ -257,7 +291,8 @@ pub async fn full_decommission_removes_identity_and_reonboarding_creates_a_new_n
     let step = |state, stage: &str, to: Option<NodeState>| {
         let mut u = JobUpdate::new(state);
         u.stage = Some(stage.into());
-        u.node_transition = to.map(|to| NodeTransition::new(to, Owner::DecommissionWorkflow, exec()));
+        u.node_transition =
+            to.map(|to| NodeTransition::new(to, Owner::DecommissionWorkflow, exec()));
         u
     };
     for (stage, to) in [
@@ -266,27 +301,42 @@ pub async fn full_decommission_removes_identity_and_reonboarding_creates_a_new_n
         ("retire_gpuaas_node", Some(NodeState::Retired)),
     ] {
         store
-            .advance_job(JobKind::Decommission, decom.id, &step(JobState::Running, stage, to))
+            .advance_job(
+                JobKind::Decommission,
+                decom.id,
+                &step(JobState::Running, stage, to),
+            )
             .await
             .unwrap();
     }
     // A retired node under a full decommission is not reactivated.
     let err = store
-        .transition_node(id, &NodeTransition::new(NodeState::Active, Owner::Operator, ops()))
+        .transition_node(
+            id,
+            &NodeTransition::new(NodeState::Active, Owner::Operator, ops()),
+        )
         .await
         .unwrap_err();
     assert!(err.to_string().contains("retained identity"), "{err}");
     // A stage outside the mode is refused.
     assert!(matches!(
         store
-            .advance_job(JobKind::Decommission, decom.id, &step(JobState::Running, "scrub_gpu", None))
+            .advance_job(
+                JobKind::Decommission,
+                decom.id,
+                &step(JobState::Running, "scrub_gpu", None)
+            )
             .await,
         Err(StoreError::Invalid(_))
     ));
     // Completing while the node is not deleted is inconsistent (001 §5.3).
     assert!(matches!(
         store
-            .advance_job(JobKind::Decommission, decom.id, &step(JobState::Completed, "remove_maas_record", None))
+            .advance_job(
+                JobKind::Decommission,
+                decom.id,
+                &step(JobState::Completed, "remove_maas_record", None)
+            )
             .await,
         Err(StoreError::JobState { .. })
     ));
@@ -294,7 +344,11 @@ pub async fn full_decommission_removes_identity_and_reonboarding_creates_a_new_n
         .advance_job(
             JobKind::Decommission,
             decom.id,
-            &step(JobState::Running, "remove_gpuaas_node_record", Some(NodeState::Removing)),
+            &step(
+                JobState::Running,
+                "remove_gpuaas_node_record",
+                Some(NodeState::Removing),
+            ),
         )
         .await
         .unwrap();
@@ -302,7 +356,11 @@ pub async fn full_decommission_removes_identity_and_reonboarding_creates_a_new_n
         .advance_job(
             JobKind::Decommission,
             decom.id,
-            &step(JobState::Completed, "remove_maas_record", Some(NodeState::Deleted)),
+            &step(
+                JobState::Completed,
+                "remove_maas_record",
+                Some(NodeState::Deleted),
+            ),
         )
         .await
         .unwrap();
@@ -312,12 +370,18 @@ pub async fn full_decommission_removes_identity_and_reonboarding_creates_a_new_n
     assert_eq!(gone.status, NodeState::Deleted);
     // Nothing leaves deleted.
     let err = store
-        .transition_node(id, &NodeTransition::new(NodeState::Active, Owner::Operator, ops()))
+        .transition_node(
+            id,
+            &NodeTransition::new(NodeState::Active, Owner::Operator, ops()),
+        )
         .await
         .unwrap_err();
     assert!(err.to_string().contains("nothing leaves deleted"), "{err}");
     assert!(store.find_node("dc1", "c07u44").await.unwrap().is_none());
-    let reborn = store.create_node(&new_node("dc1", "c07u44"), &exec()).await.unwrap();
+    let reborn = store
+        .create_node(&new_node("dc1", "c07u44"), &exec())
+        .await
+        .unwrap();
     assert_ne!(reborn.id, id);
     let events: Vec<String> = store
         .pending_events(100)
@@ -332,7 +396,10 @@ pub async fn full_decommission_removes_identity_and_reonboarding_creates_a_new_n
 
 pub async fn onboarding_journal_records_failures_and_recovery(url: String) {
     let (store, clock) = open(&url).await;
-    let node = store.create_node(&new_node("dc1", "c07u45"), &exec()).await.unwrap();
+    let node = store
+        .create_node(&new_node("dc1", "c07u45"), &exec())
+        .await
+        .unwrap();
     let job = store
         .create_onboarding(&NewOnboarding {
             node_id: Some(node.id),
@@ -343,7 +410,10 @@ pub async fn onboarding_journal_records_failures_and_recovery(url: String) {
         })
         .await
         .unwrap();
-    assert_eq!((job.state, job.stage.as_str(), job.attempt), (JobState::Pending, "load_site_config", 0));
+    assert_eq!(
+        (job.state, job.stage.as_str(), job.attempt),
+        (JobState::Pending, "load_site_config", 0)
+    );
     assert!(matches!(
         store
             .create_onboarding(&NewOnboarding {
@@ -367,18 +437,32 @@ pub async fn onboarding_journal_records_failures_and_recovery(url: String) {
         message: None,
         details: json!({}),
     });
-    let running = store.advance_job(JobKind::Onboarding, job.id, &run).await.unwrap();
+    let running = store
+        .advance_job(JobKind::Onboarding, job.id, &run)
+        .await
+        .unwrap();
     assert_eq!(running.started_at, Some(t0() + Duration::seconds(5)));
     assert!(store.serial().await.unwrap() > serial);
 
     // Unknown stage names and failed-without-class are refused.
     let mut bogus = JobUpdate::new(JobState::Running);
     bogus.stage = Some("deploy_everything".into());
-    let err = store.advance_job(JobKind::Onboarding, job.id, &bogus).await.unwrap_err();
-    assert!(err.to_string().starts_with("unknown onboarding stage `deploy_everything`"), "{err}");
+    let err = store
+        .advance_job(JobKind::Onboarding, job.id, &bogus)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("unknown onboarding stage `deploy_everything`"),
+        "{err}"
+    );
     assert!(matches!(
         store
-            .advance_job(JobKind::Onboarding, job.id, &JobUpdate::new(JobState::FailedManualIntervention))
+            .advance_job(
+                JobKind::Onboarding,
+                job.id,
+                &JobUpdate::new(JobState::FailedManualIntervention)
+            )
             .await,
         Err(StoreError::Invalid(_))
     ));
@@ -402,13 +486,25 @@ pub async fn onboarding_journal_records_failures_and_recovery(url: String) {
         message: Some("boot disk not found".into()),
         details: json!({}),
     });
-    let failed = store.advance_job(JobKind::Onboarding, job.id, &fail).await.unwrap();
+    let failed = store
+        .advance_job(JobKind::Onboarding, job.id, &fail)
+        .await
+        .unwrap();
     assert_eq!(failed.failure_class, Some(FailureClass::HardwareMismatch));
     assert_eq!(failed.error_code.as_deref(), Some("boot_disk_not_found"));
     assert_eq!(failed.last_maas_status.as_deref(), Some("Ready"));
     assert_eq!(failed.maas_system_id.as_deref(), Some("abc123"));
-    assert!(failed.recommended_action.as_deref().unwrap().contains("bootDisk.match"));
-    let events = store.job_events(JobKind::Onboarding, job.id, 10).await.unwrap();
+    assert!(
+        failed
+            .recommended_action
+            .as_deref()
+            .unwrap()
+            .contains("bootDisk.match")
+    );
+    let events = store
+        .job_events(JobKind::Onboarding, job.id, 10)
+        .await
+        .unwrap();
     assert_eq!(
         events.iter().map(|e| e.status.as_str()).collect::<Vec<_>>(),
         vec!["started", "failed"]
@@ -416,50 +512,119 @@ pub async fn onboarding_journal_records_failures_and_recovery(url: String) {
 
     // Completing from a failed state is not a legal move; recovery is.
     assert!(matches!(
-        store.advance_job(JobKind::Onboarding, job.id, &JobUpdate::new(JobState::Completed)).await,
+        store
+            .advance_job(
+                JobKind::Onboarding,
+                job.id,
+                &JobUpdate::new(JobState::Completed)
+            )
+            .await,
         Err(StoreError::JobState { .. })
     ));
     let err = store
-        .recover_job(JobKind::Onboarding, job.id, RecoveryAction::MarkManualInterventionRequired, &ops(), None)
+        .recover_job(
+            JobKind::Onboarding,
+            job.id,
+            RecoveryAction::MarkManualInterventionRequired,
+            &ops(),
+            None,
+        )
         .await;
     assert!(err.is_ok(), "marking an already frozen job is idempotent");
     let retried = store
-        .recover_job(JobKind::Onboarding, job.id, RecoveryAction::RetryStage, &ops(), Some("disk replaced"))
+        .recover_job(
+            JobKind::Onboarding,
+            job.id,
+            RecoveryAction::RetryStage,
+            &ops(),
+            Some("disk replaced"),
+        )
         .await
         .unwrap();
-    assert_eq!((retried.state, retried.stage.as_str(), retried.attempt), (JobState::Running, "configure_storage", 2));
+    assert_eq!(
+        (retried.state, retried.stage.as_str(), retried.attempt),
+        (JobState::Running, "configure_storage", 2)
+    );
     assert_eq!(retried.failure_class, None);
-    let audit = store.audit_log("onboarding", &job.id.to_string()).await.unwrap();
+    let audit = store
+        .audit_log("onboarding", &job.id.to_string())
+        .await
+        .unwrap();
     let last = audit.last().unwrap();
     assert_eq!(last.action, "onboarding.retry_stage");
     assert_eq!(last.reason.as_deref(), Some("disk replaced"));
-    assert_eq!(last.prior_state.as_deref(), Some("failed_manual_intervention at configure_storage#1"));
+    assert_eq!(
+        last.prior_state.as_deref(),
+        Some("failed_manual_intervention at configure_storage#1")
+    );
     assert_eq!(last.expected_target.as_deref(), Some("running"));
     assert_eq!(last.correlation_ids["job_id"], json!(job.id));
     let err = store
-        .recover_job(JobKind::Onboarding, job.id, RecoveryAction::Rerun, &ops(), None)
+        .recover_job(
+            JobKind::Onboarding,
+            job.id,
+            RecoveryAction::Rerun,
+            &ops(),
+            None,
+        )
         .await
         .unwrap_err();
-    assert!(err.to_string().contains("rerun does not apply to a running job"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("rerun does not apply to a running job"),
+        "{err}"
+    );
 
     // Completing without making the node active is inconsistent (001 §4.3).
     let err = store
-        .advance_job(JobKind::Onboarding, job.id, &JobUpdate::new(JobState::Completed))
+        .advance_job(
+            JobKind::Onboarding,
+            job.id,
+            &JobUpdate::new(JobState::Completed),
+        )
         .await
         .unwrap_err();
-    assert!(err.to_string().contains("consistent node states: active"), "{err}");
-    assert_eq!(store.node(node.id).await.unwrap().status, NodeState::Enrolling);
+    assert!(
+        err.to_string().contains("consistent node states: active"),
+        "{err}"
+    );
+    assert_eq!(
+        store.node(node.id).await.unwrap().status,
+        NodeState::Enrolling
+    );
     // Adopt, then finish together with the node transition: reconciled.
     store
-        .recover_job(JobKind::Onboarding, job.id, RecoveryAction::AdoptObservedState, &ops(), Some("enrolled late"))
+        .recover_job(
+            JobKind::Onboarding,
+            job.id,
+            RecoveryAction::AdoptObservedState,
+            &ops(),
+            Some("enrolled late"),
+        )
         .await
         .unwrap();
     let mut finish = JobUpdate::new(JobState::on_success(true));
-    finish.node_transition = Some(NodeTransition::new(NodeState::Active, Owner::OnboardingWorkflow, exec()));
-    let done = store.advance_job(JobKind::Onboarding, job.id, &finish).await.unwrap();
+    finish.node_transition = Some(NodeTransition::new(
+        NodeState::Active,
+        Owner::OnboardingWorkflow,
+        exec(),
+    ));
+    let done = store
+        .advance_job(JobKind::Onboarding, job.id, &finish)
+        .await
+        .unwrap();
     assert_eq!(done.state, JobState::Reconciled);
     assert_eq!(store.node(node.id).await.unwrap().status, NodeState::Active);
-    assert!(store.advance_job(JobKind::Onboarding, job.id, &JobUpdate::new(JobState::Running)).await.is_err());
+    assert!(
+        store
+            .advance_job(
+                JobKind::Onboarding,
+                job.id,
+                &JobUpdate::new(JobState::Running)
+            )
+            .await
+            .is_err()
+    );
 
     let outbox: Vec<String> = store
         .pending_events(100)
@@ -477,14 +642,26 @@ pub async fn onboarding_journal_records_failures_and_recovery(url: String) {
             "node.onboarding.completed",
         ]
     );
-    let ids: Vec<i64> = store.pending_events(100).await.unwrap().iter().map(|e| e.id).collect();
+    let ids: Vec<i64> = store
+        .pending_events(100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.id)
+        .collect();
     store.mark_delivered(&ids[..2]).await.unwrap();
     assert_eq!(store.pending_events(100).await.unwrap().len(), 2);
 
     let latest = store.latest_job_for_node(node.id).await.unwrap().unwrap();
     assert_eq!(latest.id, job.id);
     let listed = store
-        .list_jobs(JobKind::Onboarding, &JobFilter { open_only: true, ..JobFilter::default() })
+        .list_jobs(
+            JobKind::Onboarding,
+            &JobFilter {
+                open_only: true,
+                ..JobFilter::default()
+            },
+        )
         .await
         .unwrap();
     assert!(listed.is_empty());
@@ -494,26 +671,42 @@ pub async fn retirement_and_protection_follow_seed_004(url: String) {
     let (store, _) = open(&url).await;
     let id = onboard_to_active(&store, "c07u46").await;
     // Unknown provider state: refused with a hint.
-    let fresh = store.create_node(&new_node("dc1", "c07u47"), &exec()).await.unwrap();
+    let fresh = store
+        .create_node(&new_node("dc1", "c07u47"), &exec())
+        .await
+        .unwrap();
     assert!(matches!(
         store.set_retired(fresh.id, "EOL", &ops()).await,
         Err(StoreError::ProviderStateUnknown { .. })
     ));
     // AVAILABLE (MAAS Ready) refuses retirement.
     observe(&store, fresh.id, MaasStatus::Ready).await;
-    let err = store.set_retired(fresh.id, "EOL", &ops()).await.unwrap_err();
+    let err = store
+        .set_retired(fresh.id, "EOL", &ops())
+        .await
+        .unwrap_err();
     assert!(err.is_conflict());
-    assert!(err.to_string().contains("`retired` cannot be set in AVAILABLE"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("`retired` cannot be set in AVAILABLE"),
+        "{err}"
+    );
     assert!(matches!(
         store.set_retired(id, " ", &ops()).await,
         Err(StoreError::Invalid(_))
     ));
-    let retired = store.set_retired(id, "end of warranty", &ops()).await.unwrap();
+    let retired = store
+        .set_retired(id, "end of warranty", &ops())
+        .await
+        .unwrap();
     assert!(retired.retired);
     assert_eq!(retired.retired_reason.as_deref(), Some("end of warranty"));
     // Listing retired nodes.
     let list = store
-        .list_nodes(&NodeFilter { retired: Some(true), ..NodeFilter::default() })
+        .list_nodes(&NodeFilter {
+            retired: Some(true),
+            ..NodeFilter::default()
+        })
         .await
         .unwrap();
     assert_eq!(list.iter().map(|n| n.id).collect::<Vec<_>>(), vec![id]);
@@ -521,7 +714,11 @@ pub async fn retirement_and_protection_follow_seed_004(url: String) {
     observe(&store, id, MaasStatus::Retired).await;
     let err = store.check_verb(id, Verb::Provide).await.unwrap_err();
     assert!(err.is_conflict());
-    assert!(err.to_string().contains("node is retired (end of warranty)"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("node is retired (end of warranty)"),
+        "{err}"
+    );
     store.unset_retired(id, &ops()).await.unwrap();
     // With the flag cleared, provide is allowed again: MANAGEABLE -> CLEANING (to AVAILABLE).
     assert_eq!(
@@ -533,7 +730,10 @@ pub async fn retirement_and_protection_follow_seed_004(url: String) {
 pub async fn protection_blocks_destructive_decommission(url: String) {
     let (store, _) = open(&url).await;
     let id = onboard_to_active(&store, "c07u48").await;
-    let protected = store.set_protected(id, Some("tenant run"), &ops()).await.unwrap();
+    let protected = store
+        .set_protected(id, Some("tenant run"), &ops())
+        .await
+        .unwrap();
     assert!(protected.protected);
     for verb in [Verb::Rebuild, Verb::Delete] {
         assert!(store.check_verb(id, verb).await.unwrap_err().is_conflict());
@@ -551,34 +751,61 @@ pub async fn protection_blocks_destructive_decommission(url: String) {
     assert!(err.to_string().contains("node is protected"), "{err}");
     // Soft reset does not undeploy: allowed.
     let soft = store
-        .create_decommission(&NewDecommission { mode: DecommissionMode::SoftReset, ..reimage.clone() })
+        .create_decommission(&NewDecommission {
+            mode: DecommissionMode::SoftReset,
+            ..reimage.clone()
+        })
         .await
         .unwrap();
     assert_eq!(soft.stage, "disable_node");
     store.unset_protected(id, &ops()).await.unwrap();
     // Protection is only settable when deployed.
     observe(&store, id, MaasStatus::Ready).await;
-    assert!(store.set_protected(id, None, &ops()).await.unwrap_err().is_conflict());
+    assert!(
+        store
+            .set_protected(id, None, &ops())
+            .await
+            .unwrap_err()
+            .is_conflict()
+    );
 }
 
 pub async fn leases_fence_stale_holders(url: String) {
     let (store, clock) = open(&url).await;
     let id = onboard_to_active(&store, "c07u49").await;
     let name = metalform::store::node_lease_name(id);
-    let a = store.acquire_lease(&name, "exec-a", Duration::seconds(30)).await.unwrap();
+    let a = store
+        .acquire_lease(&name, "exec-a", Duration::seconds(30))
+        .await
+        .unwrap();
     assert_eq!(a.fencing, 1);
-    let err = store.acquire_lease(&name, "exec-b", Duration::seconds(30)).await.unwrap_err();
-    assert!(matches!(err, StoreError::LeaseHeld { ref holder, .. } if holder == "exec-a"), "{err}");
+    let err = store
+        .acquire_lease(&name, "exec-b", Duration::seconds(30))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::LeaseHeld { ref holder, .. } if holder == "exec-a"),
+        "{err}"
+    );
     // Re-acquire by the holder renews, same generation.
     clock.advance(Duration::seconds(10));
-    let a = store.acquire_lease(&name, "exec-a", Duration::seconds(30)).await.unwrap();
+    let a = store
+        .acquire_lease(&name, "exec-a", Duration::seconds(30))
+        .await
+        .unwrap();
     assert_eq!(a.fencing, 1);
     let a = store.renew_lease(&a, Duration::seconds(30)).await.unwrap();
     // Expiry: b steals with a new generation; a can neither renew nor write.
     clock.advance(Duration::seconds(31));
-    let b = store.acquire_lease(&name, "exec-b", Duration::seconds(30)).await.unwrap();
+    let b = store
+        .acquire_lease(&name, "exec-b", Duration::seconds(30))
+        .await
+        .unwrap();
     assert_eq!(b.fencing, 2);
-    assert!(matches!(store.renew_lease(&a, Duration::seconds(30)).await, Err(StoreError::LeaseLost { .. })));
+    assert!(matches!(
+        store.renew_lease(&a, Duration::seconds(30)).await,
+        Err(StoreError::LeaseLost { .. })
+    ));
     let decom = store
         .create_decommission(&NewDecommission {
             node_id: id,
@@ -593,21 +820,40 @@ pub async fn leases_fence_stale_holders(url: String) {
         .unwrap();
     let mut stale = JobUpdate::new(JobState::Running);
     stale.fence = Some(a.fence());
-    let err = store.advance_job(JobKind::Decommission, decom.id, &stale).await.unwrap_err();
-    assert!(matches!(err, StoreError::LeaseLost { fencing: 1, .. }), "{err}");
-    assert_eq!(store.job(JobKind::Decommission, decom.id).await.unwrap().state, JobState::Pending);
+    let err = store
+        .advance_job(JobKind::Decommission, decom.id, &stale)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::LeaseLost { fencing: 1, .. }),
+        "{err}"
+    );
+    assert_eq!(
+        store
+            .job(JobKind::Decommission, decom.id)
+            .await
+            .unwrap()
+            .state,
+        JobState::Pending
+    );
     let mut node_move = NodeTransition::new(NodeState::Quarantined, Owner::Reconciler, exec());
     node_move.fence = Some(a.fence());
     assert!(store.transition_node(id, &node_move).await.is_err());
     assert_eq!(store.node(id).await.unwrap().status, NodeState::Active);
     let mut fresh = JobUpdate::new(JobState::Running);
     fresh.fence = Some(b.fence());
-    store.advance_job(JobKind::Decommission, decom.id, &fresh).await.unwrap();
+    store
+        .advance_job(JobKind::Decommission, decom.id, &fresh)
+        .await
+        .unwrap();
     // Release lets the next holder in without waiting; a stale release is a no-op.
     assert!(!store.release_lease(&a).await.unwrap());
     assert!(store.release_lease(&b).await.unwrap());
     assert!(store.lease(&name).await.unwrap().is_none());
-    let c = store.acquire_lease(&name, "exec-c", Duration::seconds(30)).await.unwrap();
+    let c = store
+        .acquire_lease(&name, "exec-c", Duration::seconds(30))
+        .await
+        .unwrap();
     assert_eq!(c.fencing, 3);
 }
 
@@ -638,9 +884,15 @@ pub async fn agent_tasks_are_never_duplicated(url: String) {
     let (store, clock) = open(&url).await;
     let id = onboard_to_active(&store, "c07u50").await;
     let params = json!({"reason": "retire"});
-    let (task, outcome) = store.ensure_task(id, "node.drain", &params, Some("job-1")).await.unwrap();
+    let (task, outcome) = store
+        .ensure_task(id, "node.drain", &params, Some("job-1"))
+        .await
+        .unwrap();
     assert_eq!(outcome, EnsureOutcome::Created);
-    let (same, outcome) = store.ensure_task(id, "node.drain", &params, Some("job-1")).await.unwrap();
+    let (same, outcome) = store
+        .ensure_task(id, "node.drain", &params, Some("job-1"))
+        .await
+        .unwrap();
     assert_eq!((same.id, outcome), (task.id, EnsureOutcome::AlreadyQueued));
     // Two agents poll at once: one gets it.
     let (x, y) = tokio::join!(
@@ -650,30 +902,73 @@ pub async fn agent_tasks_are_never_duplicated(url: String) {
     let claimed: Vec<_> = [x.unwrap(), y.unwrap()].into_iter().flatten().collect();
     assert_eq!(claimed.len(), 1);
     let holder = claimed[0].lease_holder.clone().unwrap();
-    let (live, outcome) = store.ensure_task(id, "node.drain", &params, None).await.unwrap();
+    let (live, outcome) = store
+        .ensure_task(id, "node.drain", &params, None)
+        .await
+        .unwrap();
     assert_eq!((live.id, outcome), (task.id, EnsureOutcome::LiveLease));
     // The lease goes stale: ensure re-queues, another agent claims, the stale one cannot report.
     clock.advance(Duration::seconds(61));
-    let (requeued, outcome) = store.ensure_task(id, "node.drain", &params, None).await.unwrap();
-    assert_eq!((requeued.id, outcome, requeued.status), (task.id, EnsureOutcome::Requeued, TaskStatus::Queued));
-    let other = if holder == "agent-1" { "agent-2" } else { "agent-1" };
-    let again = store.claim_task(id, other, Duration::seconds(60)).await.unwrap().unwrap();
+    let (requeued, outcome) = store
+        .ensure_task(id, "node.drain", &params, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        (requeued.id, outcome, requeued.status),
+        (task.id, EnsureOutcome::Requeued, TaskStatus::Queued)
+    );
+    let other = if holder == "agent-1" {
+        "agent-2"
+    } else {
+        "agent-1"
+    };
+    let again = store
+        .claim_task(id, other, Duration::seconds(60))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((again.id, again.dispatch_count), (task.id, 2));
-    let ok = TaskOutcome { succeeded: true, message: Some("drained".into()), details: json!({}) };
-    assert!(matches!(store.complete_task(task.id, &holder, &ok).await, Err(StoreError::LeaseLost { .. })));
+    let ok = TaskOutcome {
+        succeeded: true,
+        message: Some("drained".into()),
+        details: json!({}),
+    };
+    assert!(matches!(
+        store.complete_task(task.id, &holder, &ok).await,
+        Err(StoreError::LeaseLost { .. })
+    ));
     let done = store.complete_task(task.id, other, &ok).await.unwrap();
     assert_eq!(done.status, TaskStatus::Succeeded);
-    assert_eq!(store.complete_task(task.id, other, &ok).await.unwrap().status, TaskStatus::Succeeded);
-    assert!(store.claim_task(id, "agent-1", Duration::seconds(60)).await.unwrap().is_none());
+    assert_eq!(
+        store
+            .complete_task(task.id, other, &ok)
+            .await
+            .unwrap()
+            .status,
+        TaskStatus::Succeeded
+    );
+    assert!(
+        store
+            .claim_task(id, "agent-1", Duration::seconds(60))
+            .await
+            .unwrap()
+            .is_none()
+    );
     // A finished task does not block a new one.
-    let (_, outcome) = store.ensure_task(id, "node.drain", &params, None).await.unwrap();
+    let (_, outcome) = store
+        .ensure_task(id, "node.drain", &params, None)
+        .await
+        .unwrap();
     assert_eq!(outcome, EnsureOutcome::Created);
     assert_eq!(store.tasks_for_node(id).await.unwrap().len(), 2);
 }
 
 pub async fn enrollment_tokens_are_single_use_with_ttl(url: String) {
     let (store, clock) = open(&url).await;
-    let node = store.create_node(&new_node("dc1", "c07u51"), &exec()).await.unwrap();
+    let node = store
+        .create_node(&new_node("dc1", "c07u51"), &exec())
+        .await
+        .unwrap();
     let (token, expires) = store
         .issue_enrollment_token(node.id, Some("onb-1"), Duration::hours(2))
         .await
@@ -686,21 +981,40 @@ pub async fn enrollment_tokens_are_single_use_with_ttl(url: String) {
         Err(StoreError::Token(TokenError::Unknown))
     ));
     let claim = store.consume_enrollment_token(&token).await.unwrap();
-    assert_eq!((claim.node_id, claim.onboarding_id.as_deref()), (node.id, Some("onb-1")));
+    assert_eq!(
+        (claim.node_id, claim.onboarding_id.as_deref()),
+        (node.id, Some("onb-1"))
+    );
     assert!(matches!(
         store.consume_enrollment_token(&token).await,
         Err(StoreError::Token(TokenError::AlreadyUsed))
     ));
-    let (late, _) = store.issue_enrollment_token(node.id, None, Duration::minutes(30)).await.unwrap();
+    let (late, _) = store
+        .issue_enrollment_token(node.id, None, Duration::minutes(30))
+        .await
+        .unwrap();
     clock.advance(Duration::minutes(20));
     // Refresh = extend the same token.
-    assert_eq!(store.extend_enrollment_tokens(node.id, Duration::minutes(30)).await.unwrap(), 1);
+    assert_eq!(
+        store
+            .extend_enrollment_tokens(node.id, Duration::minutes(30))
+            .await
+            .unwrap(),
+        1
+    );
     clock.advance(Duration::minutes(20));
     store.consume_enrollment_token(&late).await.unwrap();
-    let (expired, _) = store.issue_enrollment_token(node.id, None, Duration::minutes(5)).await.unwrap();
+    let (expired, _) = store
+        .issue_enrollment_token(node.id, None, Duration::minutes(5))
+        .await
+        .unwrap();
     clock.advance(Duration::minutes(6));
     let err = store.consume_enrollment_token(&expired).await.unwrap_err();
-    assert!(err.to_string().starts_with("invalid enrollment token: expired at"), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("invalid enrollment token: expired at"),
+        "{err}"
+    );
     assert!(!err.to_string().contains(expired.expose()));
 }
 
@@ -721,12 +1035,18 @@ pub async fn plans_applies_and_serial(url: String) {
     assert_eq!(store.plan(plan.id).await.unwrap(), plan);
     let apply = store.start_apply(plan.id, &exec()).await.unwrap();
     assert_eq!(apply.status, "running");
-    let done = store.finish_apply(apply.id, "succeeded", &json!({"nodes": 2})).await.unwrap();
+    let done = store
+        .finish_apply(apply.id, "succeeded", &json!({"nodes": 2}))
+        .await
+        .unwrap();
     assert_eq!(done.status, "succeeded");
     assert!(done.finished_at.is_some());
     // Recording a plan is not an inventory change; creating a node is.
     assert_eq!(store.serial().await.unwrap(), serial);
-    store.create_node(&new_node("dc1", "c07u52"), &exec()).await.unwrap();
+    store
+        .create_node(&new_node("dc1", "c07u52"), &exec())
+        .await
+        .unwrap();
     assert_eq!(store.serial().await.unwrap(), serial + 1);
     assert!(matches!(
         store.plan(uuid::Uuid::new_v4()).await,
