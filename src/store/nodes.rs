@@ -234,42 +234,85 @@ pub(crate) async fn transition_in(
             }
         })?;
     }
-    let changed = tx
-        .execute(
-            "UPDATE nodes SET status = $1, generation = generation + 1, updated_at = $2
-             WHERE id = $3 AND generation = $4",
-            &params![
-                request.to.as_str(),
-                format_time(now),
-                id.to_string(),
-                node.generation
-            ],
-        )
-        .await?;
-    if changed != 1 {
+    write_node(
+        tx,
+        now,
+        &node,
+        vec![("status", Param::from(request.to.as_str()))],
+        NodeAudit {
+            actor: &request.actor,
+            reason: request.reason.clone(),
+            action: "node.transition",
+            target: request.to,
+            correlation_ids: json!({"owner": request.by.as_str()}),
+            details: json!({}),
+        },
+    )
+    .await
+}
+
+/// The audit facts of one node write.
+struct NodeAudit<'a> {
+    actor: &'a Actor,
+    reason: Option<String>,
+    action: &'a str,
+    target: NodeState,
+    correlation_ids: serde_json::Value,
+    details: serde_json::Value,
+}
+
+/// Finish a node write inside `tx`: the update conditional on the generation that was read
+/// (a concurrent writer makes it fail), the audit row, the store serial; returns the new row.
+async fn write_node(
+    tx: &mut Tx,
+    now: DateTime<Utc>,
+    node: &Node,
+    assignments: Vec<(&'static str, Param)>,
+    audit: NodeAudit<'_>,
+) -> Result<Node, StoreError> {
+    let mut sets = String::new();
+    let mut values = Vec::new();
+    for (column, value) in assignments {
+        values.push(value);
+        sets.push_str(&format!("{column} = ${}, ", values.len()));
+    }
+    let n = values.len();
+    values.extend([
+        Param::from(format_time(now)),
+        Param::from(node.id.to_string()),
+        Param::from(node.generation),
+    ]);
+    let sql = format!(
+        "UPDATE nodes SET {sets}generation = generation + 1, updated_at = ${}
+         WHERE id = ${} AND generation = ${}",
+        n + 1,
+        n + 2,
+        n + 3
+    );
+    if tx.execute(sql, &values).await? != 1 {
         return Err(StoreError::Concurrent {
             kind: "node",
-            id: id.to_string(),
+            id: node.id.to_string(),
         });
     }
     write_audit(
         tx,
         now,
         &AuditEntry {
-            actor: request.actor.clone(),
-            reason: request.reason.clone(),
-            action: "node.transition".into(),
+            actor: audit.actor.clone(),
+            reason: audit.reason,
+            action: audit.action.into(),
             subject_kind: "node".into(),
-            subject_id: id.to_string(),
+            subject_id: node.id.to_string(),
             prior_state: Some(node.status.as_str().into()),
-            expected_target: Some(request.to.as_str().into()),
-            correlation_ids: json!({"owner": request.by.as_str()}),
-            details: json!({}),
+            expected_target: Some(audit.target.as_str().into()),
+            correlation_ids: audit.correlation_ids,
+            details: audit.details,
         },
     )
     .await?;
     bump_serial(tx).await?;
-    read_node(tx, id).await
+    read_node(tx, node.id).await
 }
 
 /// The node's state in the provider-neutral (Ironic) view: from the last observed MAAS status,
@@ -530,49 +573,32 @@ impl Store {
                 ..IronicNode::new()
             },
         };
-        let changed = tx
-            .execute(
-                "UPDATE nodes SET retired = $1, retired_reason = $2, protected = $3,
-                    protected_reason = $4, generation = generation + 1, updated_at = $5
-                 WHERE id = $6 AND generation = $7",
-                &params![
-                    next.retired,
-                    next.retired_reason.clone(),
-                    next.protected,
-                    next.protected_reason.clone(),
-                    format_time(now),
-                    id.to_string(),
-                    node.generation,
-                ],
-            )
-            .await?;
-        if changed != 1 {
-            return Err(StoreError::Concurrent {
-                kind: "node",
-                id: id.to_string(),
-            });
-        }
-        write_audit(
+        let node = write_node(
             &mut tx,
             now,
-            &AuditEntry {
-                actor: actor.clone(),
+            &node,
+            vec![
+                ("retired", Param::from(next.retired)),
+                ("retired_reason", Param::from(next.retired_reason.clone())),
+                ("protected", Param::from(next.protected)),
+                (
+                    "protected_reason",
+                    Param::from(next.protected_reason.clone()),
+                ),
+            ],
+            NodeAudit {
+                actor,
                 reason: next
                     .retired_reason
                     .clone()
                     .filter(|_| action == "node.set_retired"),
-                action: action.into(),
-                subject_kind: "node".into(),
-                subject_id: id.to_string(),
-                prior_state: Some(node.status.as_str().into()),
-                expected_target: Some(node.status.as_str().into()),
+                action,
+                target: node.status,
                 correlation_ids: json!({}),
                 details: json!({"retired": next.retired, "protected": next.protected}),
             },
         )
         .await?;
-        bump_serial(&mut tx).await?;
-        let node = read_node(&mut tx, id).await?;
         tx.commit().await?;
         Ok(node)
     }
@@ -602,19 +628,13 @@ impl Store {
         paused: bool,
         actor: &Actor,
     ) -> Result<Node, StoreError> {
-        self.update_node_fields(
-            id,
-            actor,
-            "node.set_paused",
-            "paused = $1",
-            Param::from(paused),
-        )
-        .await
+        self.update_node_fields(id, actor, "node.set_paused", "paused", Param::from(paused))
+            .await
     }
 
     /// Record the node's deployed address (000 §8.1 `host`).
     pub async fn set_host(&self, id: Uuid, host: &str, actor: &Actor) -> Result<Node, StoreError> {
-        self.update_node_fields(id, actor, "node.set_host", "host = $1", Param::from(host))
+        self.update_node_fields(id, actor, "node.set_host", "host", Param::from(host))
             .await
     }
 
@@ -641,51 +661,27 @@ impl Store {
         id: Uuid,
         actor: &Actor,
         action: &str,
-        assignment: &'static str,
+        column: &'static str,
         value: Param,
     ) -> Result<Node, StoreError> {
         let now = self.now();
         let mut tx = self.pool.write().await?;
         let node = read_node(&mut tx, id).await?;
-        let sql = format!(
-            "UPDATE nodes SET {assignment}, generation = generation + 1, updated_at = $2
-             WHERE id = $3 AND generation = $4"
-        );
-        let changed = tx
-            .execute(
-                sql,
-                &[
-                    value,
-                    Param::from(format_time(now)),
-                    Param::from(id.to_string()),
-                    Param::from(node.generation),
-                ],
-            )
-            .await?;
-        if changed != 1 {
-            return Err(StoreError::Concurrent {
-                kind: "node",
-                id: id.to_string(),
-            });
-        }
-        write_audit(
+        let node = write_node(
             &mut tx,
             now,
-            &AuditEntry {
-                actor: actor.clone(),
+            &node,
+            vec![(column, value)],
+            NodeAudit {
+                actor,
                 reason: None,
-                action: action.into(),
-                subject_kind: "node".into(),
-                subject_id: id.to_string(),
-                prior_state: Some(node.status.as_str().into()),
-                expected_target: Some(node.status.as_str().into()),
+                action,
+                target: node.status,
                 correlation_ids: json!({}),
                 details: json!({}),
             },
         )
         .await?;
-        bump_serial(&mut tx).await?;
-        let node = read_node(&mut tx, id).await?;
         tx.commit().await?;
         Ok(node)
     }

@@ -1054,6 +1054,39 @@ pub async fn plans_applies_and_serial(url: String) {
     ));
 }
 
+pub async fn paused_host_and_agent_contact_are_recorded(url: String) {
+    let (store, clock) = open(&url).await;
+    let id = onboard_to_active(&store, "c07u54").await;
+    let before = store.node(id).await.unwrap();
+    let paused = store.set_paused(id, true, &ops()).await.unwrap();
+    assert!(paused.paused);
+    assert_eq!(paused.generation, before.generation + 1);
+    let hosted = store.set_host(id, "10.176.46.30", &exec()).await.unwrap();
+    assert_eq!(hosted.host.as_deref(), Some("10.176.46.30"));
+    assert!(hosted.paused);
+    clock.advance(Duration::minutes(3));
+    store.touch_agent_contact(id).await.unwrap();
+    assert_eq!(
+        store.node(id).await.unwrap().last_agent_contact_at,
+        Some(t0() + Duration::minutes(3))
+    );
+    assert!(matches!(
+        store.touch_agent_contact(uuid::Uuid::new_v4()).await,
+        Err(StoreError::NotFound { kind: "node", .. })
+    ));
+    let actions: Vec<String> = store
+        .audit_log("node", &id.to_string())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|a| a.action)
+        .collect();
+    assert!(
+        actions.ends_with(&["node.set_paused".to_string(), "node.set_host".to_string()]),
+        "{actions:?}"
+    );
+}
+
 pub async fn drift_is_recorded_and_resolved(url: String) {
     let (store, _) = open(&url).await;
     let id = onboard_to_active(&store, "c07u53").await;
@@ -1106,6 +1139,7 @@ macro_rules! store_suite_tests {
             enrollment_tokens_are_single_use_with_ttl,
             plans_applies_and_serial,
             drift_is_recorded_and_resolved,
+            paused_host_and_agent_contact_are_recorded,
         );
     };
     (@cases $make_url:path; $($case:ident),+ $(,)?) => {
