@@ -19,7 +19,7 @@ use crate::lifecycle::{
 
 use super::db::{Param, Row, Tx, params};
 use super::leases::{Fence, check_fence};
-use super::nodes::{NodeTransition, open_jobs, read_node, transition_in};
+use super::nodes::{NodeTransition, lock_node, open_jobs, read_node, transition_in};
 use super::records::{Actor, AuditEntry, DomainEvent, write_audit, write_outbox};
 use super::{
     Store, StoreError, bump_serial, format_time, parse_json, parse_name, parse_opt_time,
@@ -378,6 +378,7 @@ impl Store {
         let now = format_time(self.now());
         let mut tx = self.pool.write().await?;
         if let Some(node) = new.node_id {
+            lock_node(&mut tx, node).await?;
             let node = read_node(&mut tx, node).await?;
             check_job_node_state(JobKind::Onboarding, None, JobState::Pending, node.status)
                 .map_err(|source| StoreError::JobState {
@@ -441,6 +442,7 @@ impl Store {
         let id = Uuid::new_v4();
         let now = format_time(self.now());
         let mut tx = self.pool.write().await?;
+        lock_node(&mut tx, new.node_id).await?;
         let node = read_node(&mut tx, new.node_id).await?;
         if node.status == NodeState::Deleted {
             return Err(StoreError::Invalid(format!(
@@ -622,6 +624,11 @@ impl Store {
     ) -> Result<Job, StoreError> {
         let now = self.now();
         let mut tx = self.pool.write().await?;
+        let job = read_job(&mut tx, kind, id).await?;
+        if let Some(node) = job.node_id.or(update.node_id) {
+            lock_node(&mut tx, node).await?;
+        }
+        // Re-read under the node lock: the job may have moved meanwhile.
         let job = read_job(&mut tx, kind, id).await?;
         if let Some(fence) = &update.fence {
             check_fence(&mut tx, fence, now).await?;
@@ -811,6 +818,11 @@ impl Store {
         let now = self.now();
         let label = tables(kind).label;
         let mut tx = self.pool.write().await?;
+        let job = read_job(&mut tx, kind, id).await?;
+        if let Some(node) = job.node_id {
+            lock_node(&mut tx, node).await?;
+        }
+        // Re-read under the node lock: the job may have moved meanwhile.
         let job = read_job(&mut tx, kind, id).await?;
         let target = action
             .target(job.state)

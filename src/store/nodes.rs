@@ -117,6 +117,19 @@ pub(crate) fn node_from_row(row: &Row) -> Result<Node, StoreError> {
     })
 }
 
+/// Take the node row's write lock before reading what a check depends on (the node and its
+/// jobs). On PostgreSQL this serialises node transitions and job updates of one node, so a
+/// check never runs on a state another transaction is about to change (no write skew); on
+/// SQLite the writing transaction already holds the database lock.
+pub(crate) async fn lock_node(tx: &mut Tx, id: Uuid) -> Result<(), StoreError> {
+    tx.execute(
+        "UPDATE nodes SET generation = generation WHERE id = $1",
+        &params![id.to_string()],
+    )
+    .await?;
+    Ok(())
+}
+
 pub(crate) async fn read_node(tx: &mut Tx, id: Uuid) -> Result<Node, StoreError> {
     let row = tx
         .fetch_optional(
@@ -185,6 +198,7 @@ pub(crate) async fn transition_in(
     request: &NodeTransition,
     job_override: Option<(&str, JobState)>,
 ) -> Result<Node, StoreError> {
+    lock_node(tx, id).await?;
     let node = read_node(tx, id).await?;
     if let Some(expected) = request.expected_generation
         && expected != node.generation

@@ -1087,6 +1087,183 @@ pub async fn paused_host_and_agent_contact_are_recorded(url: String) {
     );
 }
 
+pub async fn concurrent_writers_move_a_node_once(url: String) {
+    let (store, _) = open(&url).await;
+    let id = onboard_to_active(&store, "c07u55").await;
+    let before = store.node(id).await.unwrap();
+    let audits = store
+        .audit_log("node", &id.to_string())
+        .await
+        .unwrap()
+        .len();
+    let mut handles = Vec::new();
+    for i in 0..8 {
+        let store = store.clone();
+        handles.push(tokio::spawn(async move {
+            store
+                .transition_node(
+                    id,
+                    &NodeTransition::new(
+                        NodeState::Offline,
+                        Owner::Reconciler,
+                        Actor::system(format!("r{i}")),
+                    ),
+                )
+                .await
+        }));
+    }
+    for h in handles {
+        match h.await.unwrap() {
+            Ok(node) => assert_eq!(node.status, NodeState::Offline),
+            // Lost the race after reading the old generation: refused, nothing written.
+            Err(err) => assert!(err.is_transient() && err.is_conflict(), "{err}"),
+        }
+    }
+    let after = store.node(id).await.unwrap();
+    assert_eq!(
+        (after.status, after.generation),
+        (NodeState::Offline, before.generation + 1)
+    );
+    assert_eq!(
+        store
+            .audit_log("node", &id.to_string())
+            .await
+            .unwrap()
+            .len(),
+        audits + 1
+    );
+}
+
+pub async fn cancel_and_restart_clean_go_through_compensation(url: String) {
+    let (store, _) = open(&url).await;
+    let node = store
+        .create_node(&new_node("dc1", "c07u56"), &exec())
+        .await
+        .unwrap();
+    let new = NewOnboarding {
+        node_id: Some(node.id),
+        site: "dc1".into(),
+        hostname: "c07u56".into(),
+        batch_id: Some("batch-7".into()),
+        ..NewOnboarding::default()
+    };
+    let job = store.create_onboarding(&new).await.unwrap();
+    let cancelled = store
+        .recover_job(
+            JobKind::Onboarding,
+            job.id,
+            RecoveryAction::Cancel,
+            &ops(),
+            Some("wrong rack"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(cancelled.state, JobState::Compensating);
+    let done = store
+        .advance_job(
+            JobKind::Onboarding,
+            job.id,
+            &JobUpdate::new(JobState::Cancelled),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.state, JobState::Cancelled);
+    assert!(
+        store
+            .recover_job(
+                JobKind::Onboarding,
+                job.id,
+                RecoveryAction::Resume,
+                &ops(),
+                None
+            )
+            .await
+            .is_err()
+    );
+    // A cancelled job no longer blocks a new onboarding of the same host.
+    let second = store.create_onboarding(&new).await.unwrap();
+    let mut fail = JobUpdate::new(JobState::FailedRetryable);
+    fail.failure = Some(JobFailure {
+        class: FailureClass::UpstreamTransient,
+        code: "maas_timeout".into(),
+        message: "MAAS did not answer".into(),
+        details: json!({}),
+    });
+    store
+        .advance_job(
+            JobKind::Onboarding,
+            second.id,
+            &JobUpdate::new(JobState::Running),
+        )
+        .await
+        .unwrap();
+    store
+        .advance_job(JobKind::Onboarding, second.id, &fail)
+        .await
+        .unwrap();
+    let restarted = store
+        .recover_job(
+            JobKind::Onboarding,
+            second.id,
+            RecoveryAction::RestartClean,
+            &ops(),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(restarted.state, JobState::Compensating);
+    let pending = store
+        .advance_job(
+            JobKind::Onboarding,
+            second.id,
+            &JobUpdate::new(JobState::Pending),
+        )
+        .await
+        .unwrap();
+    assert_eq!(pending.state, JobState::Pending);
+    let by_batch = store
+        .list_jobs(
+            JobKind::Onboarding,
+            &JobFilter {
+                batch_id: Some("batch-7".into()),
+                ..JobFilter::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(by_batch.len(), 2);
+    let cancelled_only = store
+        .list_jobs(
+            JobKind::Onboarding,
+            &JobFilter {
+                state: Some(JobState::Cancelled),
+                site: Some("dc1".into()),
+                ..JobFilter::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        cancelled_only.iter().map(|j| j.id).collect::<Vec<_>>(),
+        vec![job.id]
+    );
+    // Outbox: a failed delivery keeps the event pending and counts the attempt.
+    store
+        .publish(&metalform::store::DomainEvent {
+            event_type: "node.test".into(),
+            subject_id: "x".into(),
+            payload: json!({}),
+        })
+        .await
+        .unwrap();
+    let pending_events = store.pending_events(100).await.unwrap();
+    let last = pending_events.last().unwrap();
+    assert_eq!(last.event_type, "node.test");
+    store.mark_delivery_failed(last.id).await.unwrap();
+    let again = store.pending_events(100).await.unwrap();
+    assert_eq!(again.last().unwrap().attempts, 1);
+}
+
 pub async fn drift_is_recorded_and_resolved(url: String) {
     let (store, _) = open(&url).await;
     let id = onboard_to_active(&store, "c07u53").await;
@@ -1140,6 +1317,8 @@ macro_rules! store_suite_tests {
             plans_applies_and_serial,
             drift_is_recorded_and_resolved,
             paused_host_and_agent_contact_are_recorded,
+            concurrent_writers_move_a_node_once,
+            cancel_and_restart_clean_go_through_compensation,
         );
     };
     (@cases $make_url:path; $($case:ident),+ $(,)?) => {
