@@ -349,4 +349,15 @@ async fn lookup_errors_are_clear() {
     );
     let run = status(&["--state", &url, "--format", "yaml"]);
     assert_eq!(run.code, 64);
+    let missing = dir.path().join("no-such-fleet");
+    let run = status(&["--fleet", missing.to_str().unwrap()]);
+    assert_eq!(run.code, 1);
+    assert_eq!(
+        run.stderr,
+        format!(
+            "error: fleet directory `{}` does not exist\nhint: pass --fleet DIR (the fleet repository) or --state URL\n",
+            missing.display()
+        )
+    );
+    assert!(!missing.exists());
 }

@@ -39,10 +39,20 @@ pub struct Args {
 const DETAIL_EVENTS: i64 = 10;
 
 pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
-    let url = global
-        .state
-        .clone()
-        .unwrap_or_else(|| store::default_url(&args.fleet));
+    let url = match &global.state {
+        Some(url) => url.clone(),
+        None => {
+            // The default store lives inside the fleet; do not create a fleet by typo.
+            if !args.fleet.is_dir() {
+                return Err(CliError::user(format!(
+                    "fleet directory `{}` does not exist",
+                    args.fleet.display()
+                ))
+                .hint("pass --fleet DIR (the fleet repository) or --state URL"));
+            }
+            store::default_url(&args.fleet)
+        }
+    };
     let store = Store::open(&url, Arc::new(SystemClock))
         .await
         .map_err(store_error)?;
