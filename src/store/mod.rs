@@ -1,2 +1,346 @@
-//! State store (DESIGN.md §6, seeds 000 §4.2/§5.7/§6.5, 001): sqlx on SQLite or PostgreSQL,
-//! migrations, read models.
+//! State store (DESIGN.md §6; seeds 000 §4.2, §4.5, §4.12, §5.7, §6.5, §8.0; 001; 003
+//! "Workers and Concurrency"): sqlx with runtime queries on SQLite (the embedded default) or
+//! PostgreSQL (for HA), one code path for both.
+//!
+//! [`Store::open`] takes `sqlite://PATH` (creating the file and its directory) or
+//! `postgres://…`, and migrates on open. Every write is a transaction that checks the
+//! lifecycle rules (`crate::lifecycle`) before it changes anything: a write that breaks them is
+//! refused with a typed [`StoreError`] and leaves the store as it was. Time comes from the
+//! injected [`Clock`], never from the database.
+
+pub(crate) mod db;
+mod jobs;
+mod leases;
+mod migrate;
+mod nodes;
+mod records;
+mod tasks;
+mod tokens;
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+
+use crate::clock::Clock;
+use crate::lifecycle::{IronicError, JobStateError, RecoveryError, TransitionError, UnknownName};
+
+pub use db::Backend;
+pub use jobs::{
+    EventStatus, Job, JobFailure, JobFilter, JobSpec, JobUpdate, NewDecommission, NewOnboarding,
+    Observed, StageEvent, StageEventRow,
+};
+pub use leases::{Fence, Lease, node_lease_name};
+pub use migrate::SCHEMA_VERSION;
+pub use nodes::{NewNode, Node, NodeFilter, NodeTransition};
+pub use records::{
+    Actor, ApplyRecord, AuditEntry, AuditRecord, DomainEvent, MaasState, MaasStateUpdate, NewPlan,
+    OutboxEvent, PlanRecord, Role,
+};
+pub use tasks::{AgentTask, EnsureOutcome, TaskOutcome, TaskStatus};
+pub use tokens::{TokenClaim, TokenError, token_hash};
+
+use db::{Pool, Tx};
+
+/// `sqlite://<fleet>/.metalform/state.db` (docs/contracts.md §2).
+pub fn default_url(fleet_dir: &Path) -> String {
+    format!(
+        "sqlite://{}",
+        fleet_dir.join(".metalform").join("state.db").display()
+    )
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("invalid state URL `{url}`: {reason}")]
+    InvalidUrl { url: String, reason: String },
+    #[error("cannot open the state store at {url}: {source}")]
+    Unreachable {
+        url: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error("state store error while {context}: {source}")]
+    Database {
+        context: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error("the state store has schema version {found}, newer than this metalform ({known})")]
+    SchemaTooNew { found: i64, known: i64 },
+    #[error("the state store holds data this metalform cannot read: {0}")]
+    Corrupt(String),
+    #[error("{kind} `{id}` not found")]
+    NotFound { kind: &'static str, id: String },
+    #[error("a live node `{hostname}` already exists in site `{site}`")]
+    DuplicateNode { site: String, hostname: String },
+    #[error("node {node}: {source}")]
+    Transition {
+        node: String,
+        #[source]
+        source: TransitionError,
+    },
+    #[error("{kind} {job}: {source}")]
+    JobState {
+        kind: &'static str,
+        job: String,
+        #[source]
+        source: JobStateError,
+    },
+    #[error("{kind} {job}: {source}")]
+    Recovery {
+        kind: &'static str,
+        job: String,
+        #[source]
+        source: RecoveryError,
+    },
+    #[error("node {node}: {source}")]
+    Provision {
+        node: String,
+        #[source]
+        source: IronicError,
+    },
+    #[error(
+        "node {node}: observed provider state is unknown, so `{flag}` cannot be checked; record the node's MAAS state first"
+    )]
+    ProviderStateUnknown { node: String, flag: &'static str },
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    UnknownName(#[from] UnknownName),
+    #[error(
+        "node {node} changed concurrently (generation {expected} expected, {found} found); re-read and retry"
+    )]
+    StaleGeneration {
+        node: String,
+        expected: i64,
+        found: i64,
+    },
+    #[error("{kind} {id} changed concurrently; re-read and retry")]
+    Concurrent { kind: &'static str, id: String },
+    #[error("node {node} already has an open {kind} ({job}, {state})")]
+    JobOpen {
+        node: String,
+        kind: &'static str,
+        job: String,
+        state: String,
+    },
+    #[error("lease `{name}` is held by `{holder}` until {expires_at}")]
+    LeaseHeld {
+        name: String,
+        holder: String,
+        expires_at: String,
+    },
+    #[error(
+        "lease `{name}` (fencing {fencing}) is no longer held by `{holder}`: a newer holder fenced it off"
+    )]
+    LeaseLost {
+        name: String,
+        holder: String,
+        fencing: i64,
+    },
+    #[error(transparent)]
+    Token(#[from] TokenError),
+}
+
+impl StoreError {
+    /// Worth retrying unchanged (connection trouble, lock timeouts, a concurrent writer).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StoreError::Unreachable { .. } => true,
+            StoreError::Database { source, .. } => matches!(
+                source,
+                sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed
+            ),
+            StoreError::StaleGeneration { .. } | StoreError::Concurrent { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// A refusal by the lifecycle rules or a conflict with the current state (HTTP 409).
+    pub fn is_conflict(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Transition { .. }
+                | StoreError::JobState { .. }
+                | StoreError::Recovery { .. }
+                | StoreError::Provision { .. }
+                | StoreError::DuplicateNode { .. }
+                | StoreError::JobOpen { .. }
+                | StoreError::LeaseHeld { .. }
+                | StoreError::LeaseLost { .. }
+                | StoreError::StaleGeneration { .. }
+                | StoreError::Concurrent { .. }
+        )
+    }
+}
+
+/// Where a store lives, parsed from its URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreLocation {
+    Sqlite(PathBuf),
+    Postgres(String),
+}
+
+impl StoreLocation {
+    pub fn parse(url: &str) -> Result<StoreLocation, StoreError> {
+        let invalid = |reason: &str| StoreError::InvalidUrl {
+            url: redact_url(url),
+            reason: reason.to_owned(),
+        };
+        if let Some(path) = url.strip_prefix("sqlite://") {
+            if path.is_empty() {
+                return Err(invalid("no path after sqlite://"));
+            }
+            Ok(StoreLocation::Sqlite(PathBuf::from(path)))
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(StoreLocation::Postgres(url.to_owned()))
+        } else {
+            Err(invalid("expected sqlite://PATH or postgres://…"))
+        }
+    }
+}
+
+/// A URL fit to print: any password replaced.
+pub fn redact_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("redacted"));
+            parsed.to_string()
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// The state store. Cheap to clone (a pool and a clock).
+#[derive(Clone)]
+pub struct Store {
+    pool: Pool,
+    clock: Arc<dyn Clock>,
+    url: String,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("url", &self.url).finish()
+    }
+}
+
+impl Store {
+    /// Open (creating a SQLite file and its directory if needed) and migrate.
+    pub async fn open(url: &str, clock: Arc<dyn Clock>) -> Result<Store, StoreError> {
+        let shown = redact_url(url);
+        let unreachable = |source| StoreError::Unreachable {
+            url: shown.clone(),
+            source,
+        };
+        let pool = match StoreLocation::parse(url)? {
+            StoreLocation::Sqlite(path) => {
+                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    std::fs::create_dir_all(dir).map_err(|e| StoreError::InvalidUrl {
+                        url: shown.clone(),
+                        reason: format!("cannot create {}: {e}", dir.display()),
+                    })?;
+                }
+                Pool::connect_sqlite(&path).await.map_err(unreachable)?
+            }
+            StoreLocation::Postgres(url) => {
+                let options = sqlx::postgres::PgConnectOptions::from_str(&url).map_err(|e| {
+                    StoreError::InvalidUrl {
+                        url: shown.clone(),
+                        reason: e.to_string(),
+                    }
+                })?;
+                Pool::connect_postgres(options).await.map_err(unreachable)?
+            }
+        };
+        let store = Store {
+            pool,
+            clock,
+            url: shown,
+        };
+        migrate::migrate(&store.pool, &format_time(store.now())).await?;
+        Ok(store)
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.pool.backend()
+    }
+
+    /// The store's URL with any password redacted.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    pub(crate) fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await
+    }
+
+    /// The schema versions applied so far.
+    pub async fn schema_versions(&self) -> Result<Vec<i64>, StoreError> {
+        let mut tx = self.pool.read().await?;
+        let rows = tx
+            .fetch_all(
+                "SELECT version FROM schema_migrations ORDER BY version",
+                &[],
+            )
+            .await?;
+        rows.iter().map(|r| r.int("version")).collect()
+    }
+
+    /// A number that changes whenever inventory or job state changes (plan files record it to
+    /// detect a stale plan). One row read.
+    pub async fn serial(&self) -> Result<i64, StoreError> {
+        let mut tx = self.pool.read().await?;
+        tx.fetch_one("SELECT value FROM store_serial WHERE id = 1", &[])
+            .await?
+            .int("value")
+    }
+}
+
+/// Bump the store serial inside a writing transaction.
+pub(crate) async fn bump_serial(tx: &mut Tx) -> Result<(), StoreError> {
+    tx.execute(
+        "UPDATE store_serial SET value = value + 1 WHERE id = 1",
+        &[],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Fixed-width RFC 3339 UTC with microseconds: text order is time order.
+pub(crate) fn format_time(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
+
+pub(crate) fn parse_time(s: &str) -> Result<DateTime<Utc>, StoreError> {
+    DateTime::parse_from_rfc3339(s)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| StoreError::Corrupt(format!("timestamp `{s}`: {e}")))
+}
+
+pub(crate) fn parse_opt_time(s: Option<String>) -> Result<Option<DateTime<Utc>>, StoreError> {
+    s.as_deref().map(parse_time).transpose()
+}
+
+pub(crate) fn parse_uuid(s: &str) -> Result<uuid::Uuid, StoreError> {
+    uuid::Uuid::parse_str(s).map_err(|e| StoreError::Corrupt(format!("uuid `{s}`: {e}")))
+}
+
+pub(crate) fn parse_json(s: &str) -> Result<serde_json::Value, StoreError> {
+    serde_json::from_str(s).map_err(|e| StoreError::Corrupt(format!("JSON `{s}`: {e}")))
+}
+
+pub(crate) fn parse_name<T: FromStr<Err = UnknownName>>(s: &str) -> Result<T, StoreError> {
+    s.parse()
+        .map_err(|e: UnknownName| StoreError::Corrupt(e.to_string()))
+}

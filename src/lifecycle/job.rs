@@ -1,0 +1,293 @@
+//! Workflow/job state (seed 001 §4.1, §5.1; seed 000 §4.8) and its mapping onto the coarse
+//! node state (001 §4.3, §5.3).
+//!
+//! Onboardings and decommissions share one job-state model. A job state describes the job; the
+//! mapping says which coarse node states are consistent with it while the job is the node's
+//! current one, and the store refuses a write that would leave the pair inconsistent.
+
+use super::node_state::NodeState;
+
+named_enum! {
+    "job state",
+    /// `onboardings.status` / `decommissions.status`.
+    pub enum JobState {
+        /// Accepted but not started.
+        Pending = "pending",
+        /// Executing.
+        Running = "running",
+        /// Reached the intended terminal success.
+        Completed = "completed",
+        /// Failed, but a safe recovery path exists.
+        FailedRetryable = "failed_retryable",
+        /// Blocked pending operator action.
+        FailedManualIntervention = "failed_manual_intervention",
+        /// Cancelled by an operator or the system.
+        Cancelled = "cancelled",
+        /// Rollback/cleanup in progress.
+        Compensating = "compensating",
+        /// A failed or ambiguous job realigned with observed state (adopt/reconcile).
+        Reconciled = "reconciled",
+    }
+}
+
+named_enum! {
+    "job kind",
+    pub enum JobKind {
+        Onboarding = "onboarding",
+        Decommission = "decommission",
+    }
+}
+
+named_enum! {
+    "decommission mode",
+    /// Seed 000 §5.1.
+    pub enum DecommissionMode {
+        SoftReset = "soft_reset",
+        Reimage = "reimage",
+        FullDecommission = "full_decommission",
+        StorageCleanup = "storage_cleanup",
+    }
+}
+
+impl DecommissionMode {
+    /// Modes that undeploy or rebuild the machine, which a protected node refuses (seed 004,
+    /// Ironic `protected`: blocks rebuild, undeploy and delete).
+    pub fn is_destructive(self) -> bool {
+        matches!(
+            self,
+            DecommissionMode::Reimage | DecommissionMode::FullDecommission
+        )
+    }
+}
+
+impl JobState {
+    /// Terminal states: nothing moves a job out of them; recovery from there starts a new job.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            JobState::Completed | JobState::Cancelled | JobState::Reconciled
+        )
+    }
+
+    /// Failed states that an operator recovery action applies to.
+    pub fn is_failed(self) -> bool {
+        matches!(
+            self,
+            JobState::FailedRetryable | JobState::FailedManualIntervention
+        )
+    }
+
+    /// The job still owns the node (in progress, failed awaiting recovery, or compensating).
+    pub fn is_open(self) -> bool {
+        !self.is_terminal()
+    }
+
+    /// The state a successful run ends in: `reconciled` when the job was adopted
+    /// (001 §4.3 "workflow succeeded after adopt/reconcile action"), else `completed`.
+    pub fn on_success(adopted: bool) -> JobState {
+        if adopted {
+            JobState::Reconciled
+        } else {
+            JobState::Completed
+        }
+    }
+
+    /// Job-state moves the executor and the recovery actions make (000 §4.8, §4.9).
+    pub fn successors(self) -> &'static [JobState] {
+        use JobState as J;
+        match self {
+            J::Pending => &[
+                J::Running,
+                J::Compensating,
+                J::Cancelled,
+                J::FailedManualIntervention,
+            ],
+            J::Running => &[
+                J::Completed,
+                J::Reconciled,
+                J::FailedRetryable,
+                J::FailedManualIntervention,
+                J::Compensating,
+            ],
+            J::FailedRetryable => &[
+                J::Running,
+                J::FailedManualIntervention,
+                J::Compensating,
+                J::Reconciled,
+            ],
+            J::FailedManualIntervention => &[J::Running, J::Compensating, J::Reconciled],
+            // Compensation ends in cancelled (cancel), back to pending (restart_clean), or stuck
+            // for a human when the compensation itself fails.
+            J::Compensating => &[J::Cancelled, J::Pending, J::FailedManualIntervention],
+            J::Completed | J::Cancelled | J::Reconciled => &[],
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JobStateError {
+    #[error("job is {from}, which is terminal; start a new job instead")]
+    Terminal { from: JobState },
+    #[error("illegal job transition {from} -> {to}")]
+    Illegal { from: JobState, to: JobState },
+    #[error("{kind} job {job} while the node is {node} (consistent node states: {expected})")]
+    NodeMismatch {
+        kind: JobKind,
+        job: JobState,
+        node: NodeState,
+        expected: String,
+    },
+}
+
+impl JobState {
+    /// Check a job-state move; staying in the same state (a new attempt, a new stage) is fine.
+    pub fn check_move(self, to: JobState) -> Result<(), JobStateError> {
+        if self == to && !self.is_terminal() {
+            return Ok(());
+        }
+        if self.is_terminal() {
+            return Err(JobStateError::Terminal { from: self });
+        }
+        if self.successors().contains(&to) {
+            Ok(())
+        } else {
+            Err(JobStateError::Illegal { from: self, to })
+        }
+    }
+}
+
+use NodeState as N;
+
+const NOT_DELETED: &[NodeState] = &[
+    N::BootstrapIssued,
+    N::Enrolling,
+    N::Active,
+    N::Offline,
+    N::Quarantined,
+    N::Draining,
+    N::Retired,
+    N::Removing,
+];
+
+/// The coarse node states consistent with a job state for the node's current job.
+///
+/// Onboarding follows 001 §4.3 literally; `cancelled` and `compensating` are not in that table
+/// and allow any live state (the compensation decides where the node goes). Full decommission
+/// follows 001 §5.3, plus the pre-retirement states for failures that happen before the node
+/// is retired (000 §5.8: drain or release fails while the node is still active/draining). The
+/// other modes keep the node in service (soft reset, storage cleanup) or take it out of
+/// scheduling with `quarantined` while the OS is rebuilt (reimage; 001 §3.2 has no
+/// active -> enrolling), and end `active`.
+pub fn job_node_states(
+    kind: JobKind,
+    mode: Option<DecommissionMode>,
+    job: JobState,
+) -> &'static [NodeState] {
+    use JobState as J;
+    match kind {
+        JobKind::Onboarding => match job {
+            J::Pending | J::Running | J::FailedRetryable => &[N::Enrolling],
+            J::FailedManualIntervention => &[N::Enrolling, N::Quarantined],
+            J::Completed | J::Reconciled => &[N::Active],
+            J::Cancelled | J::Compensating => NOT_DELETED,
+        },
+        JobKind::Decommission => match mode.unwrap_or(DecommissionMode::FullDecommission) {
+            DecommissionMode::FullDecommission => match job {
+                J::Pending | J::Running => &[
+                    N::Active,
+                    N::Offline,
+                    N::Quarantined,
+                    N::Draining,
+                    N::Retired,
+                    N::Removing,
+                ],
+                J::FailedRetryable | J::FailedManualIntervention => &[
+                    N::Active,
+                    N::Offline,
+                    N::Quarantined,
+                    N::Draining,
+                    N::Retired,
+                ],
+                J::Completed | J::Reconciled => &[N::Deleted],
+                J::Cancelled | J::Compensating => NOT_DELETED,
+            },
+            DecommissionMode::SoftReset
+            | DecommissionMode::Reimage
+            | DecommissionMode::StorageCleanup => match job {
+                J::Pending | J::Running | J::FailedRetryable | J::FailedManualIntervention => {
+                    &[N::Active, N::Offline, N::Quarantined]
+                }
+                J::Completed | J::Reconciled => &[N::Active],
+                J::Cancelled | J::Compensating => NOT_DELETED,
+            },
+        },
+    }
+}
+
+/// Refuse a (job state, node state) pair outside [`job_node_states`].
+pub fn check_job_node_state(
+    kind: JobKind,
+    mode: Option<DecommissionMode>,
+    job: JobState,
+    node: NodeState,
+) -> Result<(), JobStateError> {
+    let allowed = job_node_states(kind, mode, job);
+    if allowed.contains(&node) {
+        Ok(())
+    } else {
+        let expected: Vec<&str> = allowed.iter().map(|s| s.as_str()).collect();
+        Err(JobStateError::NodeMismatch {
+            kind,
+            job,
+            node,
+            expected: expected.join(", "),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terminal_job_states_have_no_way_out() {
+        for state in JobState::ALL {
+            if state.is_terminal() {
+                assert!(state.successors().is_empty());
+                for to in JobState::ALL {
+                    assert!(state.check_move(*to).is_err());
+                }
+            }
+        }
+        assert_eq!(
+            JobState::Completed
+                .check_move(JobState::Running)
+                .unwrap_err()
+                .to_string(),
+            "job is completed, which is terminal; start a new job instead"
+        );
+    }
+
+    #[test]
+    fn onboarding_mapping_follows_001_4_3() {
+        let check = |job, node| check_job_node_state(JobKind::Onboarding, None, job, node);
+        assert!(check(JobState::Running, N::Enrolling).is_ok());
+        assert!(check(JobState::Completed, N::Active).is_ok());
+        assert!(check(JobState::FailedManualIntervention, N::Quarantined).is_ok());
+        assert_eq!(
+            check(JobState::Completed, N::Enrolling)
+                .unwrap_err()
+                .to_string(),
+            "onboarding job completed while the node is enrolling (consistent node states: active)"
+        );
+        assert!(
+            check_job_node_state(
+                JobKind::Decommission,
+                Some(DecommissionMode::FullDecommission),
+                JobState::Completed,
+                N::Deleted
+            )
+            .is_ok()
+        );
+    }
+}

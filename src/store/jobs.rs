@@ -1,0 +1,912 @@
+//! Durable per-node stage journals: onboardings (000 §4.2.1, §4.5, §4.12) and decommissions
+//! (000 §5.7), with their event rows, operator recovery actions (000 §4.9) and the domain
+//! events of 000 §8.0.
+//!
+//! One code path serves both kinds; they differ only in their tables, their stage catalog and
+//! their request fields. A job update is one transaction: the job-state move, the stage, the
+//! failure fields, an event row, an optional coarse node transition, the node/job consistency
+//! check of 001 §4.3/§5.3, the domain event and the store serial — all or nothing.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::lifecycle::{
+    DecommissionMode, DecommissionStage, FailureClass, JobKind, JobState, NodeState,
+    OnboardingStage, RecoveryAction, check_job_node_state, recommend,
+};
+
+use super::db::{Param, Row, Tx, params};
+use super::leases::{Fence, check_fence};
+use super::nodes::{NodeTransition, lock_node, open_jobs, read_node, transition_in};
+use super::records::{Actor, AuditEntry, DomainEvent, write_audit, write_outbox};
+use super::{
+    Store, StoreError, bump_serial, format_time, parse_json, parse_name, parse_opt_time,
+    parse_time, parse_uuid,
+};
+
+/// The request fields that differ between the two kinds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum JobSpec {
+    Onboarding {
+        batch_id: Option<String>,
+        ipmi_ip: Option<String>,
+        pxe_mac: Option<String>,
+    },
+    Decommission {
+        mode: DecommissionMode,
+        /// none | quick | secure
+        erase: Option<String>,
+        /// none | local | weka | all
+        storage_cleanup: Option<String>,
+        reason: Option<String>,
+    },
+}
+
+/// A failure as recorded on the job (000 §4.7, §4.12): the class is a field, never inferred.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JobFailure {
+    pub class: FailureClass,
+    /// Stable machine-readable code, e.g. `failed_commission_timeout`, `boot_disk_not_found`.
+    pub code: String,
+    pub message: String,
+    /// Stage-specific details (system id, interface, disk ids, token status…), bounded.
+    pub details: Value,
+}
+
+/// Last observed MAAS facts to keep on the job for diagnostics (000 §4.12).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Observed {
+    pub status: Option<String>,
+    pub power_state: Option<String>,
+    pub ips: Vec<String>,
+}
+
+/// One job (onboarding or decommission) as stored.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Job {
+    pub id: Uuid,
+    pub kind: JobKind,
+    pub node_id: Option<Uuid>,
+    pub site: String,
+    pub hostname: String,
+    pub maas_system_id: Option<String>,
+    pub requested_by: Option<String>,
+    pub stage: String,
+    pub attempt: i64,
+    pub state: JobState,
+    /// An adopt action was taken; success then ends `reconciled`.
+    pub adopted: bool,
+    pub failure_class: Option<FailureClass>,
+    pub error_code: Option<String>,
+    pub error_message: Option<String>,
+    pub error_details: Value,
+    pub recommended_action: Option<String>,
+    pub last_maas_status: Option<String>,
+    pub last_maas_power_state: Option<String>,
+    pub last_maas_ips: Vec<String>,
+    pub stage_details: Value,
+    pub plan_id: Option<String>,
+    pub requested_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub completed_at: Option<DateTime<Utc>>,
+    pub updated_at: DateTime<Utc>,
+    pub spec: JobSpec,
+}
+
+impl Job {
+    pub fn mode(&self) -> Option<DecommissionMode> {
+        match self.spec {
+            JobSpec::Decommission { mode, .. } => Some(mode),
+            JobSpec::Onboarding { .. } => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NewOnboarding {
+    pub node_id: Option<Uuid>,
+    pub site: String,
+    pub hostname: String,
+    pub ipmi_ip: Option<String>,
+    pub pxe_mac: Option<String>,
+    pub batch_id: Option<String>,
+    pub requested_by: Option<String>,
+    pub plan_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewDecommission {
+    pub node_id: Uuid,
+    pub mode: DecommissionMode,
+    pub erase: Option<String>,
+    pub storage_cleanup: Option<String>,
+    pub reason: Option<String>,
+    pub requested_by: Option<String>,
+    pub plan_id: Option<String>,
+}
+
+/// The status of one stage-attempt event row (000 §4.2.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventStatus {
+    Started,
+    Succeeded,
+    Failed,
+    Compensated,
+    Skipped,
+}
+
+impl EventStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventStatus::Started => "started",
+            EventStatus::Succeeded => "succeeded",
+            EventStatus::Failed => "failed",
+            EventStatus::Compensated => "compensated",
+            EventStatus::Skipped => "skipped",
+        }
+    }
+}
+
+/// An event row to append with a job update.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StageEvent {
+    pub stage: String,
+    pub attempt: i64,
+    pub status: EventStatus,
+    pub message: Option<String>,
+    pub details: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StageEventRow {
+    pub id: i64,
+    pub stage: String,
+    pub attempt: i64,
+    pub status: String,
+    pub message: Option<String>,
+    pub details: Value,
+    pub occurred_at: DateTime<Utc>,
+}
+
+/// One step of the journal. `JobUpdate::new(state)` and set what changes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobUpdate {
+    pub state: JobState,
+    /// The new current stage (validated against the kind's catalog / the mode's stages).
+    pub stage: Option<String>,
+    pub attempt: Option<i64>,
+    /// Required when `state` is a failed state; cleared on any other state.
+    pub failure: Option<JobFailure>,
+    pub event: Option<StageEvent>,
+    /// Bind the job to its node (once; an onboarding learns its node at render_cloud_init).
+    pub node_id: Option<Uuid>,
+    /// Move the node's coarse state in the same transaction.
+    pub node_transition: Option<NodeTransition>,
+    pub maas_system_id: Option<String>,
+    pub observed: Option<Observed>,
+    pub stage_details: Option<Value>,
+    /// Refuse unless this lease is still held (a stale executor's write is refused).
+    pub fence: Option<Fence>,
+}
+
+impl JobUpdate {
+    pub fn new(state: JobState) -> Self {
+        Self {
+            state,
+            stage: None,
+            attempt: None,
+            failure: None,
+            event: None,
+            node_id: None,
+            node_transition: None,
+            maas_system_id: None,
+            observed: None,
+            stage_details: None,
+            fence: None,
+        }
+    }
+}
+
+/// Filters for [`Store::list_jobs`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobFilter {
+    pub node_id: Option<Uuid>,
+    pub site: Option<String>,
+    pub state: Option<JobState>,
+    pub batch_id: Option<String>,
+    /// Only jobs that are not terminal.
+    pub open_only: bool,
+}
+
+struct Tables {
+    jobs: &'static str,
+    events: &'static str,
+    label: &'static str,
+}
+
+fn tables(kind: JobKind) -> Tables {
+    match kind {
+        JobKind::Onboarding => Tables {
+            jobs: "onboardings",
+            events: "onboarding_events",
+            label: "onboarding",
+        },
+        JobKind::Decommission => Tables {
+            jobs: "decommissions",
+            events: "decommission_events",
+            label: "decommission",
+        },
+    }
+}
+
+fn job_from_row(kind: JobKind, row: &Row) -> Result<Job, StoreError> {
+    let ips: Vec<String> = serde_json::from_value(parse_json(&row.text("last_maas_ips")?)?)
+        .map_err(|e| StoreError::Corrupt(format!("last_maas_ips: {e}")))?;
+    let spec = match kind {
+        JobKind::Onboarding => JobSpec::Onboarding {
+            batch_id: row.opt_text("batch_id")?,
+            ipmi_ip: row.opt_text("ipmi_ip")?,
+            pxe_mac: row.opt_text("pxe_mac")?,
+        },
+        JobKind::Decommission => JobSpec::Decommission {
+            mode: parse_name(&row.text("mode")?)?,
+            erase: row.opt_text("erase")?,
+            storage_cleanup: row.opt_text("storage_cleanup")?,
+            reason: row.opt_text("reason")?,
+        },
+    };
+    Ok(Job {
+        id: parse_uuid(&row.text("id")?)?,
+        kind,
+        node_id: row
+            .opt_text("node_id")?
+            .as_deref()
+            .map(parse_uuid)
+            .transpose()?,
+        site: row.text("site")?,
+        hostname: row.text("hostname")?,
+        maas_system_id: row.opt_text("maas_system_id")?,
+        requested_by: row.opt_text("requested_by")?,
+        stage: row.text("current_stage")?,
+        attempt: row.int("current_attempt")?,
+        state: parse_name(&row.text("status")?)?,
+        adopted: row.bool("adopted")?,
+        failure_class: row
+            .opt_text("failure_class")?
+            .as_deref()
+            .map(parse_name)
+            .transpose()?,
+        error_code: row.opt_text("error_code")?,
+        error_message: row.opt_text("error_message")?,
+        error_details: parse_json(&row.text("error_details")?)?,
+        recommended_action: row.opt_text("recommended_action")?,
+        last_maas_status: row.opt_text("last_maas_status")?,
+        last_maas_power_state: row.opt_text("last_maas_power_state")?,
+        last_maas_ips: ips,
+        stage_details: parse_json(&row.text("stage_details")?)?,
+        plan_id: row.opt_text("plan_id")?,
+        requested_at: parse_time(&row.text("requested_at")?)?,
+        started_at: parse_opt_time(row.opt_text("started_at")?)?,
+        completed_at: parse_opt_time(row.opt_text("completed_at")?)?,
+        updated_at: parse_time(&row.text("updated_at")?)?,
+        spec,
+    })
+}
+
+async fn read_job(tx: &mut Tx, kind: JobKind, id: Uuid) -> Result<Job, StoreError> {
+    let t = tables(kind);
+    let row = tx
+        .fetch_optional(
+            format!("SELECT * FROM {} WHERE id = $1", t.jobs),
+            &params![id.to_string()],
+        )
+        .await?
+        .ok_or_else(|| StoreError::NotFound {
+            kind: t.label,
+            id: id.to_string(),
+        })?;
+    job_from_row(kind, &row)
+}
+
+/// Refuse a stage name outside the kind's catalog (and, for decommissions, the mode's list).
+fn check_stage(
+    kind: JobKind,
+    mode: Option<DecommissionMode>,
+    stage: &str,
+) -> Result<(), StoreError> {
+    match kind {
+        JobKind::Onboarding => {
+            stage.parse::<OnboardingStage>()?;
+        }
+        JobKind::Decommission => {
+            let parsed: DecommissionStage = stage.parse()?;
+            if let Some(mode) = mode
+                && !mode.stages().contains(&parsed)
+            {
+                return Err(StoreError::Invalid(format!(
+                    "stage `{stage}` is not part of a {mode} decommission"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn first_stage(kind: JobKind, mode: Option<DecommissionMode>) -> &'static str {
+    match (kind, mode) {
+        (JobKind::Decommission, Some(mode)) => mode.first_stage().as_str(),
+        (JobKind::Decommission, None) => DecommissionStage::DisableNode.as_str(),
+        (JobKind::Onboarding, _) => OnboardingStage::first().as_str(),
+    }
+}
+
+/// The 000 §8.0 event a job-state change announces, if any.
+fn domain_event(kind: JobKind, job: &Job) -> Option<DomainEvent> {
+    let suffix = match job.state {
+        JobState::Running => "started",
+        JobState::Completed | JobState::Reconciled => "completed",
+        JobState::FailedRetryable => "failed",
+        JobState::FailedManualIntervention => "manual_intervention_required",
+        JobState::Pending | JobState::Cancelled | JobState::Compensating => return None,
+    };
+    Some(DomainEvent {
+        event_type: format!("node.{}.{suffix}", kind.as_str()),
+        subject_id: job.id.to_string(),
+        payload: json!({
+            "job_id": job.id,
+            "node_id": job.node_id,
+            "site": job.site,
+            "hostname": job.hostname,
+            "state": job.state,
+            "stage": job.stage,
+            "attempt": job.attempt,
+            "failure_class": job.failure_class,
+            "error_code": job.error_code,
+        }),
+    })
+}
+
+impl Store {
+    /// Start an onboarding journal (pending, first stage, attempt 0). Refused when the node (or
+    /// the site/hostname) already has an open onboarding.
+    pub async fn create_onboarding(&self, new: &NewOnboarding) -> Result<Job, StoreError> {
+        let id = Uuid::new_v4();
+        let now = format_time(self.now());
+        let mut tx = self.pool.write().await?;
+        if let Some(node) = new.node_id {
+            lock_node(&mut tx, node).await?;
+            let node = read_node(&mut tx, node).await?;
+            check_job_node_state(JobKind::Onboarding, None, JobState::Pending, node.status)
+                .map_err(|source| StoreError::JobState {
+                    kind: "onboarding",
+                    job: id.to_string(),
+                    source,
+                })?;
+        }
+        let open = tx
+            .fetch_optional(
+                "SELECT id, status FROM onboardings WHERE site = $1 AND hostname = $2
+                    AND status NOT IN ($3, $4, $5)",
+                &params![
+                    new.site.clone(),
+                    new.hostname.clone(),
+                    JobState::Completed.as_str(),
+                    JobState::Cancelled.as_str(),
+                    JobState::Reconciled.as_str()
+                ],
+            )
+            .await?;
+        if let Some(row) = open {
+            return Err(StoreError::JobOpen {
+                node: format!("{}/{}", new.site, new.hostname),
+                kind: "onboarding",
+                job: row.text("id")?,
+                state: row.text("status")?,
+            });
+        }
+        tx.execute(
+            "INSERT INTO onboardings (id, node_id, site, hostname, requested_by, current_stage,
+                status, recommended_action, plan_id, requested_at, updated_at, batch_id, ipmi_ip,
+                pxe_mac)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11, $12, $13)",
+            &params![
+                id.to_string(),
+                new.node_id.map(|n| n.to_string()),
+                new.site.clone(),
+                new.hostname.clone(),
+                new.requested_by.clone(),
+                OnboardingStage::first().as_str(),
+                JobState::Pending.as_str(),
+                recommend(JobState::Pending, None, None).text,
+                new.plan_id.clone(),
+                now,
+                new.batch_id.clone(),
+                new.ipmi_ip.clone(),
+                new.pxe_mac.clone(),
+            ],
+        )
+        .await?;
+        bump_serial(&mut tx).await?;
+        let job = read_job(&mut tx, JobKind::Onboarding, id).await?;
+        tx.commit().await?;
+        Ok(job)
+    }
+
+    /// Start a decommission journal. Refused for a deleted node, for a node with an open
+    /// decommission, and for reimage/full decommission of a protected node (seed 004).
+    pub async fn create_decommission(&self, new: &NewDecommission) -> Result<Job, StoreError> {
+        let id = Uuid::new_v4();
+        let now = format_time(self.now());
+        let mut tx = self.pool.write().await?;
+        lock_node(&mut tx, new.node_id).await?;
+        let node = read_node(&mut tx, new.node_id).await?;
+        if node.status == NodeState::Deleted {
+            return Err(StoreError::Invalid(format!(
+                "node {} is deleted; re-onboarding creates a new node",
+                node.id
+            )));
+        }
+        if node.protected && new.mode.is_destructive() {
+            return Err(StoreError::Provision {
+                node: node.id.to_string(),
+                source: crate::lifecycle::IronicError::Protected {
+                    verb: if new.mode == DecommissionMode::Reimage {
+                        crate::lifecycle::Verb::Rebuild
+                    } else {
+                        crate::lifecycle::Verb::Delete
+                    },
+                },
+            });
+        }
+        if let Some((_, _, state, job)) = open_jobs(&mut tx, node.id)
+            .await?
+            .into_iter()
+            .find(|(kind, ..)| *kind == JobKind::Decommission)
+        {
+            return Err(StoreError::JobOpen {
+                node: node.id.to_string(),
+                kind: "decommission",
+                job,
+                state: state.as_str().into(),
+            });
+        }
+        check_job_node_state(
+            JobKind::Decommission,
+            Some(new.mode),
+            JobState::Pending,
+            node.status,
+        )
+        .map_err(|source| StoreError::JobState {
+            kind: "decommission",
+            job: id.to_string(),
+            source,
+        })?;
+        tx.execute(
+            "INSERT INTO decommissions (id, node_id, site, hostname, requested_by, current_stage,
+                status, recommended_action, plan_id, requested_at, updated_at, mode, erase,
+                storage_cleanup, reason)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11, $12, $13, $14)",
+            &params![
+                id.to_string(),
+                node.id.to_string(),
+                node.site.clone(),
+                node.hostname.clone(),
+                new.requested_by.clone(),
+                new.mode.first_stage().as_str(),
+                JobState::Pending.as_str(),
+                recommend(JobState::Pending, None, None).text,
+                new.plan_id.clone(),
+                now,
+                new.mode.as_str(),
+                new.erase.clone(),
+                new.storage_cleanup.clone(),
+                new.reason.clone(),
+            ],
+        )
+        .await?;
+        bump_serial(&mut tx).await?;
+        let job = read_job(&mut tx, JobKind::Decommission, id).await?;
+        tx.commit().await?;
+        Ok(job)
+    }
+
+    pub async fn job(&self, kind: JobKind, id: Uuid) -> Result<Job, StoreError> {
+        let mut tx = self.pool.read().await?;
+        read_job(&mut tx, kind, id).await
+    }
+
+    /// Jobs of one kind, newest request first.
+    pub async fn list_jobs(
+        &self,
+        kind: JobKind,
+        filter: &JobFilter,
+    ) -> Result<Vec<Job>, StoreError> {
+        let t = tables(kind);
+        let mut sql = format!("SELECT * FROM {} WHERE 1 = 1", t.jobs);
+        let mut params: Vec<Param> = Vec::new();
+        let mut add = |clause: &str, value: Param| {
+            params.push(value);
+            sql.push_str(&format!(" AND {clause} ${}", params.len()));
+        };
+        if let Some(node) = filter.node_id {
+            add("node_id =", node.to_string().into());
+        }
+        if let Some(site) = &filter.site {
+            add("site =", site.into());
+        }
+        if let Some(state) = filter.state {
+            add("status =", state.as_str().into());
+        }
+        if let Some(batch) = &filter.batch_id
+            && kind == JobKind::Onboarding
+        {
+            add("batch_id =", batch.into());
+        }
+        if filter.open_only {
+            for state in JobState::ALL.iter().filter(|s| s.is_terminal()) {
+                add("status <>", state.as_str().into());
+            }
+        }
+        sql.push_str(" ORDER BY requested_at DESC, id");
+        let mut tx = self.pool.read().await?;
+        tx.fetch_all(sql, &params)
+            .await?
+            .iter()
+            .map(|row| job_from_row(kind, row))
+            .collect()
+    }
+
+    /// The node's most recent job of either kind (the lifecycle detail view, 001 §9.2).
+    pub async fn latest_job_for_node(&self, node: Uuid) -> Result<Option<Job>, StoreError> {
+        let mut latest: Option<Job> = None;
+        for kind in JobKind::ALL {
+            let filter = JobFilter {
+                node_id: Some(node),
+                ..JobFilter::default()
+            };
+            if let Some(job) = self.list_jobs(*kind, &filter).await?.into_iter().next()
+                && latest
+                    .as_ref()
+                    .is_none_or(|l| job.requested_at > l.requested_at)
+            {
+                latest = Some(job);
+            }
+        }
+        Ok(latest)
+    }
+
+    /// A job's event rows, oldest first (at most `limit`, the most recent ones).
+    pub async fn job_events(
+        &self,
+        kind: JobKind,
+        id: Uuid,
+        limit: i64,
+    ) -> Result<Vec<StageEventRow>, StoreError> {
+        let t = tables(kind);
+        let mut tx = self.pool.read().await?;
+        let mut rows = tx
+            .fetch_all(
+                format!(
+                    "SELECT * FROM {} WHERE job_id = $1 ORDER BY id DESC LIMIT $2",
+                    t.events
+                ),
+                &params![id.to_string(), limit],
+            )
+            .await?
+            .iter()
+            .map(|row| {
+                Ok(StageEventRow {
+                    id: row.int("id")?,
+                    stage: row.text("stage")?,
+                    attempt: row.int("attempt")?,
+                    status: row.text("status")?,
+                    message: row.opt_text("message")?,
+                    details: parse_json(&row.text("details")?)?,
+                    occurred_at: parse_time(&row.text("occurred_at")?)?,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        rows.reverse();
+        Ok(rows)
+    }
+
+    /// Write one journal step (see the module doc). Refused as a whole, changing nothing, when
+    /// any rule breaks.
+    pub async fn advance_job(
+        &self,
+        kind: JobKind,
+        id: Uuid,
+        update: &JobUpdate,
+    ) -> Result<Job, StoreError> {
+        let now = self.now();
+        let mut tx = self.pool.write().await?;
+        let job = read_job(&mut tx, kind, id).await?;
+        if let Some(node) = job.node_id.or(update.node_id) {
+            lock_node(&mut tx, node).await?;
+        }
+        // Re-read under the node lock: the job may have moved meanwhile.
+        let job = read_job(&mut tx, kind, id).await?;
+        if let Some(fence) = &update.fence {
+            check_fence(&mut tx, fence, now).await?;
+        }
+        let label = tables(kind).label;
+        let job_err = |source| StoreError::JobState {
+            kind: label,
+            job: id.to_string(),
+            source,
+        };
+        job.state.check_move(update.state).map_err(job_err)?;
+        if update.state.is_failed() && update.failure.is_none() {
+            return Err(StoreError::Invalid(format!(
+                "{label} {id}: a failed job needs a failure class"
+            )));
+        }
+        if let Some(stage) = &update.stage {
+            check_stage(kind, job.mode(), stage)?;
+        }
+        let node_id = match (job.node_id, update.node_id) {
+            (Some(a), Some(b)) if a != b => {
+                return Err(StoreError::Invalid(format!(
+                    "{label} {id} belongs to node {a}, not {b}"
+                )));
+            }
+            (a, b) => a.or(b),
+        };
+        if let Some(node) = update.node_id {
+            read_node(&mut tx, node).await?;
+        }
+        if let Some(transition) = &update.node_transition {
+            let node = node_id.ok_or_else(|| {
+                StoreError::Invalid(format!("{label} {id} has no node to transition"))
+            })?;
+            // The job row is not written yet: check the node against the job's new state.
+            transition_in(
+                &mut tx,
+                now,
+                node,
+                transition,
+                Some((&id.to_string(), update.state)),
+            )
+            .await?;
+        }
+        if let Some(node) = node_id {
+            let node = read_node(&mut tx, node).await?;
+            check_job_node_state(kind, job.mode(), update.state, node.status).map_err(job_err)?;
+        }
+        self.write_job_row(&mut tx, kind, &job, update, node_id, now)
+            .await?;
+        let updated = read_job(&mut tx, kind, id).await?;
+        if update.state != job.state
+            && let Some(event) = domain_event(kind, &updated)
+        {
+            write_outbox(&mut tx, now, &event).await?;
+        }
+        bump_serial(&mut tx).await?;
+        tx.commit().await?;
+        Ok(updated)
+    }
+
+    async fn write_job_row(
+        &self,
+        tx: &mut Tx,
+        kind: JobKind,
+        job: &Job,
+        update: &JobUpdate,
+        node_id: Option<Uuid>,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let t = tables(kind);
+        let stage = update.stage.clone().unwrap_or_else(|| job.stage.clone());
+        let attempt = update.attempt.unwrap_or(job.attempt);
+        let failure = if update.state.is_failed() {
+            update.failure.clone()
+        } else {
+            None
+        };
+        let recommendation = recommend(
+            update.state,
+            Some(&stage),
+            failure.as_ref().map(|f| f.class),
+        );
+        let started = job
+            .started_at
+            .map(format_time)
+            .or_else(|| (update.state == JobState::Running).then(|| format_time(now)));
+        let completed = update.state.is_terminal().then(|| format_time(now));
+        let (status_obs, power_obs, ips_obs) = match &update.observed {
+            Some(o) => (
+                o.status.clone(),
+                o.power_state.clone(),
+                json!(o.ips).to_string(),
+            ),
+            None => (
+                job.last_maas_status.clone(),
+                job.last_maas_power_state.clone(),
+                json!(job.last_maas_ips).to_string(),
+            ),
+        };
+        let sql = format!(
+            "UPDATE {} SET status = $1, current_stage = $2, current_attempt = $3,
+                failure_class = $4, error_code = $5, error_message = $6, error_details = $7,
+                recommended_action = $8, node_id = $9, maas_system_id = $10,
+                last_maas_status = $11, last_maas_power_state = $12, last_maas_ips = $13,
+                stage_details = $14, started_at = $15, completed_at = $16, updated_at = $17
+             WHERE id = $18 AND status = $19 AND current_stage = $20 AND current_attempt = $21",
+            t.jobs
+        );
+        let changed = tx
+            .execute(
+                sql,
+                &params![
+                    update.state.as_str(),
+                    stage,
+                    attempt,
+                    failure.as_ref().map(|f| f.class.as_str()),
+                    failure.as_ref().map(|f| f.code.clone()),
+                    failure.as_ref().map(|f| f.message.clone()),
+                    failure
+                        .as_ref()
+                        .map(|f| f.details.to_string())
+                        .unwrap_or_else(|| "{}".into()),
+                    recommendation.text,
+                    node_id.map(|n| n.to_string()),
+                    update
+                        .maas_system_id
+                        .clone()
+                        .or_else(|| job.maas_system_id.clone()),
+                    status_obs,
+                    power_obs,
+                    ips_obs,
+                    update
+                        .stage_details
+                        .as_ref()
+                        .unwrap_or(&job.stage_details)
+                        .to_string(),
+                    started,
+                    completed,
+                    format_time(now),
+                    job.id.to_string(),
+                    job.state.as_str(),
+                    job.stage.clone(),
+                    job.attempt,
+                ],
+            )
+            .await?;
+        if changed != 1 {
+            return Err(StoreError::Concurrent {
+                kind: t.label,
+                id: job.id.to_string(),
+            });
+        }
+        if let Some(event) = &update.event {
+            check_stage(kind, job.mode(), &event.stage)?;
+            tx.execute(
+                format!(
+                    "INSERT INTO {} (job_id, stage, attempt, status, message, details, occurred_at)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                    t.events
+                ),
+                &params![
+                    job.id.to_string(),
+                    event.stage.clone(),
+                    event.attempt,
+                    event.status.as_str(),
+                    event.message.clone(),
+                    event.details.to_string(),
+                    format_time(now),
+                ],
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Apply an operator recovery action (000 §4.9) and audit it (actor, role, reason, prior
+    /// state and stage, action, expected target, correlation ids).
+    pub async fn recover_job(
+        &self,
+        kind: JobKind,
+        id: Uuid,
+        action: RecoveryAction,
+        actor: &Actor,
+        reason: Option<&str>,
+    ) -> Result<Job, StoreError> {
+        let now = self.now();
+        let label = tables(kind).label;
+        let mut tx = self.pool.write().await?;
+        let job = read_job(&mut tx, kind, id).await?;
+        if let Some(node) = job.node_id {
+            lock_node(&mut tx, node).await?;
+        }
+        // Re-read under the node lock: the job may have moved meanwhile.
+        let job = read_job(&mut tx, kind, id).await?;
+        let target = action
+            .target(job.state)
+            .map_err(|source| StoreError::Recovery {
+                kind: label,
+                job: id.to_string(),
+                source,
+            })?;
+        let mut update = JobUpdate::new(target);
+        match action {
+            RecoveryAction::RetryStage | RecoveryAction::Resume => {
+                update.attempt = Some(job.attempt + 1);
+            }
+            RecoveryAction::Rerun => {
+                update.stage = Some(first_stage(kind, job.mode()).to_owned());
+                update.attempt = Some(0);
+            }
+            RecoveryAction::MarkManualInterventionRequired => {
+                update.failure = Some(JobFailure {
+                    class: job.failure_class.unwrap_or(FailureClass::StateAmbiguity),
+                    code: job
+                        .error_code
+                        .clone()
+                        .unwrap_or_else(|| "marked_manual_intervention".into()),
+                    message: job.error_message.clone().unwrap_or_else(|| {
+                        format!(
+                            "marked for manual intervention by {}{}",
+                            actor.name,
+                            reason.map(|r| format!(": {r}")).unwrap_or_default()
+                        )
+                    }),
+                    details: job.error_details.clone(),
+                });
+            }
+            RecoveryAction::Cancel
+            | RecoveryAction::RestartClean
+            | RecoveryAction::AdoptObservedState => {}
+        }
+        if let Some(node) = job.node_id {
+            let node = read_node(&mut tx, node).await?;
+            check_job_node_state(kind, job.mode(), target, node.status).map_err(|source| {
+                StoreError::JobState {
+                    kind: label,
+                    job: id.to_string(),
+                    source,
+                }
+            })?;
+        }
+        self.write_job_row(&mut tx, kind, &job, &update, job.node_id, now)
+            .await?;
+        if action == RecoveryAction::AdoptObservedState {
+            tx.execute(
+                format!(
+                    "UPDATE {} SET adopted = $1 WHERE id = $2",
+                    tables(kind).jobs
+                ),
+                &params![true, id.to_string()],
+            )
+            .await?;
+        }
+        write_audit(
+            &mut tx,
+            now,
+            &AuditEntry {
+                actor: actor.clone(),
+                reason: reason.map(str::to_owned),
+                action: format!("{label}.{action}"),
+                subject_kind: label.into(),
+                subject_id: id.to_string(),
+                prior_state: Some(format!("{} at {}#{}", job.state, job.stage, job.attempt)),
+                expected_target: Some(target.as_str().into()),
+                correlation_ids: json!({"job_id": id, "node_id": job.node_id, "plan_id": job.plan_id}),
+                details: json!({}),
+            },
+        )
+        .await?;
+        let updated = read_job(&mut tx, kind, id).await?;
+        if updated.state != job.state
+            && let Some(event) = domain_event(kind, &updated)
+        {
+            write_outbox(&mut tx, now, &event).await?;
+        }
+        bump_serial(&mut tx).await?;
+        tx.commit().await?;
+        Ok(updated)
+    }
+}

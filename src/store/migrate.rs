@@ -1,0 +1,88 @@
+//! Versioned, forward-only migrations applied on open (DESIGN.md §6). Each migration runs in
+//! the transaction that records it; two processes opening the same store at once serialise on a
+//! PostgreSQL transaction-scoped advisory lock or SQLite's write lock (BEGIN IMMEDIATE with a
+//! busy timeout), so the second one finds the work done.
+
+use super::StoreError;
+use super::db::{Backend, Pool, params};
+
+struct Migration {
+    version: i64,
+    name: &'static str,
+    sql: &'static str,
+}
+
+/// Every migration, oldest first. Never edit a released one: add the next.
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "init",
+    sql: include_str!("migrations/0001_init.sql"),
+}];
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// Arbitrary constant naming metalform's migration lock among other advisory locks.
+const PG_MIGRATION_LOCK: i64 = 0x6d65_7461_6c66_6f72; // "metalfor"
+
+fn render(sql: &str, backend: Backend) -> String {
+    let id = match backend {
+        Backend::Sqlite => "INTEGER PRIMARY KEY AUTOINCREMENT",
+        Backend::Postgres => "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+    };
+    sql.replace("{{id}}", id)
+}
+
+/// Apply the pending migrations; returns the versions applied by this call.
+pub(crate) async fn migrate(pool: &Pool, now: &str) -> Result<Vec<i64>, StoreError> {
+    let mut tx = pool.write().await?;
+    if tx.backend() == Backend::Postgres {
+        tx.execute(
+            "SELECT pg_advisory_xact_lock($1)",
+            &params![PG_MIGRATION_LOCK],
+        )
+        .await?;
+    }
+    tx.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (
+            version BIGINT PRIMARY KEY,
+            name TEXT NOT NULL,
+            applied_at TEXT NOT NULL
+        )",
+        &[],
+    )
+    .await?;
+    let applied: Vec<i64> = tx
+        .fetch_all(
+            "SELECT version FROM schema_migrations ORDER BY version",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| r.int("version"))
+        .collect::<Result<_, _>>()?;
+    if let Some(newest) = applied.iter().max().copied()
+        && newest > SCHEMA_VERSION
+    {
+        return Err(StoreError::SchemaTooNew {
+            found: newest,
+            known: SCHEMA_VERSION,
+        });
+    }
+    let mut done = Vec::new();
+    for migration in MIGRATIONS {
+        if applied.contains(&migration.version) {
+            continue;
+        }
+        tx.execute_script(render(migration.sql, tx.backend()))
+            .await?;
+        tx.execute(
+            "INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
+            &params![migration.version, migration.name, now],
+        )
+        .await?;
+        done.push(migration.version);
+    }
+    tx.commit().await?;
+    Ok(done)
+}

@@ -1,0 +1,536 @@
+//! Audit log (000 §4.12), node MAAS state (000 §6.5), plans/applies (DESIGN.md §4) and the
+//! domain-event outbox (000 §8.0).
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::db::{Row, Tx, params};
+use super::{Store, StoreError, format_time, parse_json, parse_opt_time, parse_time, parse_uuid};
+
+/// The role an actor acts in (bearer-token roles of the daemon, plus metalform itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Admin,
+    Agent,
+    /// metalform's own executor, reconciler or CLI acting on a manifest change.
+    System,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Agent => "agent",
+            Role::System => "system",
+        }
+    }
+}
+
+/// Who performs a write.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Actor {
+    pub name: String,
+    pub role: Role,
+}
+
+impl Actor {
+    pub fn system(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            role: Role::System,
+        }
+    }
+
+    pub fn admin(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            role: Role::Admin,
+        }
+    }
+}
+
+/// One audit row to write (000 §4.12: actor and role, reason, prior state, requested action,
+/// expected target, correlation ids).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AuditEntry {
+    pub actor: Actor,
+    pub reason: Option<String>,
+    pub action: String,
+    pub subject_kind: String,
+    pub subject_id: String,
+    pub prior_state: Option<String>,
+    pub expected_target: Option<String>,
+    pub correlation_ids: Value,
+    pub details: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AuditRecord {
+    pub id: i64,
+    pub at: DateTime<Utc>,
+    pub actor: String,
+    pub role: String,
+    pub reason: Option<String>,
+    pub action: String,
+    pub subject_kind: String,
+    pub subject_id: String,
+    pub prior_state: Option<String>,
+    pub expected_target: Option<String>,
+    pub correlation_ids: Value,
+    pub details: Value,
+}
+
+pub(crate) async fn write_audit(
+    tx: &mut Tx,
+    at: DateTime<Utc>,
+    entry: &AuditEntry,
+) -> Result<(), StoreError> {
+    tx.execute(
+        "INSERT INTO audit_log (at, actor, role, reason, action, subject_kind, subject_id,
+            prior_state, expected_target, correlation_ids, details)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+        &params![
+            format_time(at),
+            entry.actor.name.clone(),
+            entry.actor.role.as_str(),
+            entry.reason.clone(),
+            entry.action.clone(),
+            entry.subject_kind.clone(),
+            entry.subject_id.clone(),
+            entry.prior_state.clone(),
+            entry.expected_target.clone(),
+            entry.correlation_ids.to_string(),
+            entry.details.to_string(),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+fn audit_from_row(row: &Row) -> Result<AuditRecord, StoreError> {
+    Ok(AuditRecord {
+        id: row.int("id")?,
+        at: parse_time(&row.text("at")?)?,
+        actor: row.text("actor")?,
+        role: row.text("role")?,
+        reason: row.opt_text("reason")?,
+        action: row.text("action")?,
+        subject_kind: row.text("subject_kind")?,
+        subject_id: row.text("subject_id")?,
+        prior_state: row.opt_text("prior_state")?,
+        expected_target: row.opt_text("expected_target")?,
+        correlation_ids: parse_json(&row.text("correlation_ids")?)?,
+        details: parse_json(&row.text("details")?)?,
+    })
+}
+
+/// The last observed MAAS state of a node (000 §6.5).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MaasState {
+    pub node_id: Uuid,
+    pub site: String,
+    pub maas_system_id: String,
+    pub last_maas_status: Option<String>,
+    pub last_maas_power_state: Option<String>,
+    pub last_maas_ips: Vec<String>,
+    pub last_reconciled_at: Option<DateTime<Utc>>,
+    pub drift_detected: bool,
+    pub drift_details: Value,
+    pub drift_resolved_at: Option<DateTime<Utc>>,
+}
+
+/// An observation to record; `drift: Some(details)` flags drift, `Some(Value::Null)` clears it
+/// (resolved now), `None` leaves the drift fields alone.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MaasStateUpdate {
+    pub node_id: Uuid,
+    pub site: String,
+    pub maas_system_id: String,
+    pub status: Option<String>,
+    pub power_state: Option<String>,
+    pub ips: Vec<String>,
+    pub drift: Option<Value>,
+}
+
+pub(crate) fn maas_state_from_row(row: &Row) -> Result<MaasState, StoreError> {
+    let ips: Vec<String> = serde_json::from_value(parse_json(&row.text("last_maas_ips")?)?)
+        .map_err(|e| StoreError::Corrupt(format!("last_maas_ips: {e}")))?;
+    Ok(MaasState {
+        node_id: parse_uuid(&row.text("node_id")?)?,
+        site: row.text("site")?,
+        maas_system_id: row.text("maas_system_id")?,
+        last_maas_status: row.opt_text("last_maas_status")?,
+        last_maas_power_state: row.opt_text("last_maas_power_state")?,
+        last_maas_ips: ips,
+        last_reconciled_at: parse_opt_time(row.opt_text("last_reconciled_at")?)?,
+        drift_detected: row.bool("drift_detected")?,
+        drift_details: parse_json(&row.text("drift_details")?)?,
+        drift_resolved_at: parse_opt_time(row.opt_text("drift_resolved_at")?)?,
+    })
+}
+
+pub(crate) async fn read_maas_state(
+    tx: &mut Tx,
+    node: Uuid,
+) -> Result<Option<MaasState>, StoreError> {
+    tx.fetch_optional(
+        "SELECT * FROM node_maas_state WHERE node_id = $1",
+        &params![node.to_string()],
+    )
+    .await?
+    .as_ref()
+    .map(maas_state_from_row)
+    .transpose()
+}
+
+/// A plan to record (the plan file's header; the body is the plan's JSON).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewPlan {
+    pub fleet_revision: Option<String>,
+    pub snapshot_fingerprint: String,
+    pub store_serial: i64,
+    pub parent_id: Option<Uuid>,
+    pub summary: Value,
+    pub body: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlanRecord {
+    pub id: Uuid,
+    pub created_at: DateTime<Utc>,
+    pub fleet_revision: Option<String>,
+    pub snapshot_fingerprint: String,
+    pub store_serial: i64,
+    pub parent_id: Option<Uuid>,
+    pub summary: Value,
+    pub body: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ApplyRecord {
+    pub id: Uuid,
+    pub plan_id: Uuid,
+    pub actor: String,
+    pub status: String,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub details: Value,
+}
+
+/// A domain event to announce (000 §8.0), e.g. `node.onboarding.completed`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DomainEvent {
+    pub event_type: String,
+    pub subject_id: String,
+    pub payload: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OutboxEvent {
+    pub id: i64,
+    pub event_type: String,
+    pub subject_id: String,
+    pub payload: Value,
+    pub created_at: DateTime<Utc>,
+    pub attempts: i64,
+}
+
+pub(crate) async fn write_outbox(
+    tx: &mut Tx,
+    at: DateTime<Utc>,
+    event: &DomainEvent,
+) -> Result<(), StoreError> {
+    tx.execute(
+        "INSERT INTO outbox (event_type, subject_id, payload, created_at) VALUES ($1, $2, $3, $4)",
+        &params![
+            event.event_type.clone(),
+            event.subject_id.clone(),
+            event.payload.to_string(),
+            format_time(at),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+impl Store {
+    /// Record an audit row on its own (operator actions that change nothing else).
+    pub async fn audit(&self, entry: &AuditEntry) -> Result<(), StoreError> {
+        let mut tx = self.pool.write().await?;
+        write_audit(&mut tx, self.now(), entry).await?;
+        tx.commit().await
+    }
+
+    /// Audit rows about one subject, oldest first.
+    pub async fn audit_log(
+        &self,
+        subject_kind: &str,
+        subject_id: &str,
+    ) -> Result<Vec<AuditRecord>, StoreError> {
+        let mut tx = self.pool.read().await?;
+        tx.fetch_all(
+            "SELECT * FROM audit_log WHERE subject_kind = $1 AND subject_id = $2 ORDER BY id",
+            &params![subject_kind, subject_id],
+        )
+        .await?
+        .iter()
+        .map(audit_from_row)
+        .collect()
+    }
+
+    /// Record what MAAS reports for a node (insert or update its single row).
+    pub async fn upsert_maas_state(
+        &self,
+        update: &MaasStateUpdate,
+    ) -> Result<MaasState, StoreError> {
+        let now = format_time(self.now());
+        let mut tx = self.pool.write().await?;
+        super::nodes::read_node(&mut tx, update.node_id).await?;
+        let ips = json!(update.ips).to_string();
+        tx.execute(
+            "INSERT INTO node_maas_state (node_id, site, maas_system_id, last_maas_status,
+                last_maas_power_state, last_maas_ips, last_reconciled_at, updated_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
+             ON CONFLICT (node_id) DO UPDATE SET site = $2, maas_system_id = $3,
+                last_maas_status = $4, last_maas_power_state = $5, last_maas_ips = $6,
+                last_reconciled_at = $7, updated_at = $7",
+            &params![
+                update.node_id.to_string(),
+                update.site.clone(),
+                update.maas_system_id.clone(),
+                update.status.clone(),
+                update.power_state.clone(),
+                ips,
+                now.clone(),
+            ],
+        )
+        .await?;
+        match &update.drift {
+            Some(Value::Null) => {
+                tx.execute(
+                    "UPDATE node_maas_state SET drift_detected = $1, drift_resolved_at = $2
+                     WHERE node_id = $3 AND drift_detected = $4",
+                    &params![false, now, update.node_id.to_string(), true],
+                )
+                .await?;
+            }
+            Some(details) => {
+                tx.execute(
+                    "UPDATE node_maas_state SET drift_detected = $1, drift_details = $2,
+                        drift_resolved_at = NULL WHERE node_id = $3",
+                    &params![true, details.to_string(), update.node_id.to_string()],
+                )
+                .await?;
+            }
+            None => {}
+        }
+        let state = read_maas_state(&mut tx, update.node_id)
+            .await?
+            .ok_or_else(|| StoreError::Corrupt("node_maas_state row vanished".into()))?;
+        tx.commit().await?;
+        Ok(state)
+    }
+
+    pub async fn maas_state(&self, node: Uuid) -> Result<Option<MaasState>, StoreError> {
+        let mut tx = self.pool.read().await?;
+        read_maas_state(&mut tx, node).await
+    }
+
+    /// Nodes with unresolved drift, by node id.
+    pub async fn drifted(&self) -> Result<Vec<MaasState>, StoreError> {
+        let mut tx = self.pool.read().await?;
+        tx.fetch_all(
+            "SELECT * FROM node_maas_state WHERE drift_detected = $1 ORDER BY node_id",
+            &params![true],
+        )
+        .await?
+        .iter()
+        .map(maas_state_from_row)
+        .collect()
+    }
+
+    pub async fn record_plan(&self, plan: &NewPlan) -> Result<PlanRecord, StoreError> {
+        let id = Uuid::new_v4();
+        let now = self.now();
+        let mut tx = self.pool.write().await?;
+        tx.execute(
+            "INSERT INTO plans (id, created_at, fleet_revision, snapshot_fingerprint, store_serial,
+                parent_id, summary, body) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            &params![
+                id.to_string(),
+                format_time(now),
+                plan.fleet_revision.clone(),
+                plan.snapshot_fingerprint.clone(),
+                plan.store_serial,
+                plan.parent_id.map(|p| p.to_string()),
+                plan.summary.to_string(),
+                plan.body.to_string(),
+            ],
+        )
+        .await?;
+        tx.commit().await?;
+        self.plan(id).await
+    }
+
+    pub async fn plan(&self, id: Uuid) -> Result<PlanRecord, StoreError> {
+        let mut tx = self.pool.read().await?;
+        let row = tx
+            .fetch_optional(
+                "SELECT * FROM plans WHERE id = $1",
+                &params![id.to_string()],
+            )
+            .await?
+            .ok_or_else(|| StoreError::NotFound {
+                kind: "plan",
+                id: id.to_string(),
+            })?;
+        Ok(PlanRecord {
+            id: parse_uuid(&row.text("id")?)?,
+            created_at: parse_time(&row.text("created_at")?)?,
+            fleet_revision: row.opt_text("fleet_revision")?,
+            snapshot_fingerprint: row.text("snapshot_fingerprint")?,
+            store_serial: row.int("store_serial")?,
+            parent_id: row
+                .opt_text("parent_id")?
+                .as_deref()
+                .map(parse_uuid)
+                .transpose()?,
+            summary: parse_json(&row.text("summary")?)?,
+            body: parse_json(&row.text("body")?)?,
+        })
+    }
+
+    /// Start an apply of a recorded plan.
+    pub async fn start_apply(
+        &self,
+        plan_id: Uuid,
+        actor: &Actor,
+    ) -> Result<ApplyRecord, StoreError> {
+        self.plan(plan_id).await?;
+        let id = Uuid::new_v4();
+        let mut tx = self.pool.write().await?;
+        tx.execute(
+            "INSERT INTO applies (id, plan_id, actor, status, started_at) VALUES ($1, $2, $3, $4, $5)",
+            &params![
+                id.to_string(),
+                plan_id.to_string(),
+                actor.name.clone(),
+                "running",
+                format_time(self.now()),
+            ],
+        )
+        .await?;
+        tx.commit().await?;
+        self.apply_record(id).await
+    }
+
+    /// Finish an apply with a status (`succeeded`, `failed`, `interrupted`).
+    pub async fn finish_apply(
+        &self,
+        id: Uuid,
+        status: &str,
+        details: &Value,
+    ) -> Result<ApplyRecord, StoreError> {
+        let mut tx = self.pool.write().await?;
+        let n = tx
+            .execute(
+                "UPDATE applies SET status = $1, finished_at = $2, details = $3 WHERE id = $4",
+                &params![
+                    status,
+                    format_time(self.now()),
+                    details.to_string(),
+                    id.to_string()
+                ],
+            )
+            .await?;
+        if n == 0 {
+            return Err(StoreError::NotFound {
+                kind: "apply",
+                id: id.to_string(),
+            });
+        }
+        tx.commit().await?;
+        self.apply_record(id).await
+    }
+
+    pub async fn apply_record(&self, id: Uuid) -> Result<ApplyRecord, StoreError> {
+        let mut tx = self.pool.read().await?;
+        let row = tx
+            .fetch_optional(
+                "SELECT * FROM applies WHERE id = $1",
+                &params![id.to_string()],
+            )
+            .await?
+            .ok_or_else(|| StoreError::NotFound {
+                kind: "apply",
+                id: id.to_string(),
+            })?;
+        Ok(ApplyRecord {
+            id: parse_uuid(&row.text("id")?)?,
+            plan_id: parse_uuid(&row.text("plan_id")?)?,
+            actor: row.text("actor")?,
+            status: row.text("status")?,
+            started_at: parse_time(&row.text("started_at")?)?,
+            finished_at: parse_opt_time(row.opt_text("finished_at")?)?,
+            details: parse_json(&row.text("details")?)?,
+        })
+    }
+
+    /// Append a domain event on its own (most events are written by the job updates that cause
+    /// them, in the same transaction).
+    pub async fn publish(&self, event: &DomainEvent) -> Result<(), StoreError> {
+        let mut tx = self.pool.write().await?;
+        write_outbox(&mut tx, self.now(), event).await?;
+        tx.commit().await
+    }
+
+    /// Undelivered events, oldest first.
+    pub async fn pending_events(&self, limit: i64) -> Result<Vec<OutboxEvent>, StoreError> {
+        let mut tx = self.pool.read().await?;
+        tx.fetch_all(
+            "SELECT * FROM outbox WHERE delivered_at IS NULL ORDER BY id LIMIT $1",
+            &params![limit],
+        )
+        .await?
+        .iter()
+        .map(|row| {
+            Ok(OutboxEvent {
+                id: row.int("id")?,
+                event_type: row.text("event_type")?,
+                subject_id: row.text("subject_id")?,
+                payload: parse_json(&row.text("payload")?)?,
+                created_at: parse_time(&row.text("created_at")?)?,
+                attempts: row.int("attempts")?,
+            })
+        })
+        .collect()
+    }
+
+    /// Mark events delivered (after the sink acknowledged them).
+    pub async fn mark_delivered(&self, ids: &[i64]) -> Result<(), StoreError> {
+        let now = format_time(self.now());
+        let mut tx = self.pool.write().await?;
+        for id in ids {
+            tx.execute(
+                "UPDATE outbox SET delivered_at = $1, attempts = attempts + 1 WHERE id = $2",
+                &params![now.clone(), *id],
+            )
+            .await?;
+        }
+        tx.commit().await
+    }
+
+    /// Count a failed delivery attempt (the event stays pending).
+    pub async fn mark_delivery_failed(&self, id: i64) -> Result<(), StoreError> {
+        let mut tx = self.pool.write().await?;
+        tx.execute(
+            "UPDATE outbox SET attempts = attempts + 1 WHERE id = $1",
+            &params![id],
+        )
+        .await?;
+        tx.commit().await
+    }
+}

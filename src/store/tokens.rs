@@ -1,0 +1,145 @@
+//! Enrollment tokens (docs/contracts.md §5; seed 000 §4.3, §4.6): stored as SHA-256 only, with
+//! a TTL, used once. A refresh extends the expiry of the same token, because a deployed host
+//! cannot learn a new value without a redeploy.
+
+use base64::Engine as _;
+use chrono::{DateTime, Duration, Utc};
+use rand::Rng as _;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use super::db::params;
+use super::nodes::read_node;
+use super::{Store, StoreError, format_time, parse_time, parse_uuid};
+use crate::secrets::Secret;
+
+/// Why a token was not accepted. Never carries the token.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    #[error("invalid enrollment token: unknown")]
+    Unknown,
+    #[error("invalid enrollment token: expired at {expired_at}")]
+    Expired { expired_at: String },
+    #[error("invalid enrollment token: already used")]
+    AlreadyUsed,
+}
+
+/// What a consumed token was for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TokenClaim {
+    pub node_id: Uuid,
+    pub onboarding_id: Option<String>,
+}
+
+/// SHA-256 hex of a token: the only form the store keeps.
+pub fn token_hash(token: &Secret) -> String {
+    hex::encode(Sha256::digest(token.expose().as_bytes()))
+}
+
+impl Store {
+    /// Issue a new single-use token for a node, valid for `ttl`. The plain token is returned
+    /// once and never stored.
+    pub async fn issue_enrollment_token(
+        &self,
+        node: Uuid,
+        onboarding_id: Option<&str>,
+        ttl: Duration,
+    ) -> Result<(Secret, DateTime<Utc>), StoreError> {
+        let mut raw = [0u8; 32];
+        rand::rng().fill_bytes(&mut raw);
+        let token = Secret::new(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw));
+        let now = self.now();
+        let expires_at = now + ttl;
+        let mut tx = self.pool.write().await?;
+        read_node(&mut tx, node).await?;
+        tx.execute(
+            "INSERT INTO enrollment_tokens (token_hash, node_id, onboarding_id, expires_at, created_at)
+             VALUES ($1, $2, $3, $4, $5)",
+            &params![
+                token_hash(&token),
+                node.to_string(),
+                onboarding_id,
+                format_time(expires_at),
+                format_time(now),
+            ],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok((token, expires_at))
+    }
+
+    /// Use a token: succeeds once, before expiry.
+    pub async fn consume_enrollment_token(&self, token: &Secret) -> Result<TokenClaim, StoreError> {
+        let hash = token_hash(token);
+        let now = format_time(self.now());
+        let mut tx = self.pool.write().await?;
+        let used = tx
+            .execute(
+                "UPDATE enrollment_tokens SET used_at = $1
+                 WHERE token_hash = $2 AND used_at IS NULL AND expires_at > $1",
+                &params![now.clone(), hash.clone()],
+            )
+            .await?;
+        let row = tx
+            .fetch_optional(
+                "SELECT node_id, onboarding_id, expires_at, used_at FROM enrollment_tokens
+                 WHERE token_hash = $1",
+                &params![hash],
+            )
+            .await?;
+        let Some(row) = row else {
+            return Err(TokenError::Unknown.into());
+        };
+        if used == 0 {
+            return Err(if row.opt_text("used_at")?.is_some() {
+                TokenError::AlreadyUsed
+            } else {
+                TokenError::Expired {
+                    expired_at: row.text("expires_at")?,
+                }
+            }
+            .into());
+        }
+        let claim = TokenClaim {
+            node_id: parse_uuid(&row.text("node_id")?)?,
+            onboarding_id: row.opt_text("onboarding_id")?,
+        };
+        tx.commit().await?;
+        Ok(claim)
+    }
+
+    /// Extend the expiry of a node's unused tokens to now + `ttl` (the "refresh" of 000 §4.6
+    /// WaitForAgentEnrollment). Returns how many tokens were extended.
+    pub async fn extend_enrollment_tokens(
+        &self,
+        node: Uuid,
+        ttl: Duration,
+    ) -> Result<u64, StoreError> {
+        let mut tx = self.pool.write().await?;
+        let n = tx
+            .execute(
+                "UPDATE enrollment_tokens SET expires_at = $1 WHERE node_id = $2 AND used_at IS NULL",
+                &params![format_time(self.now() + ttl), node.to_string()],
+            )
+            .await?;
+        tx.commit().await?;
+        Ok(n)
+    }
+
+    /// The expiry of a node's newest unused token, if any (diagnostics: token status).
+    pub async fn enrollment_token_expiry(
+        &self,
+        node: Uuid,
+    ) -> Result<Option<DateTime<Utc>>, StoreError> {
+        let mut tx = self.pool.read().await?;
+        tx.fetch_optional(
+            "SELECT expires_at FROM enrollment_tokens WHERE node_id = $1 AND used_at IS NULL
+             ORDER BY expires_at DESC LIMIT 1",
+            &params![node.to_string()],
+        )
+        .await?
+        .map(|row| parse_time(&row.text("expires_at")?))
+        .transpose()
+    }
+}

@@ -1,0 +1,363 @@
+//! `metalform status` transcripts on SQLite (hermetic): empty stores, a seeded store (golden
+//! text), filters, the detail view, and errors.
+
+use std::process::Command;
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, Utc};
+use metalform::clock::ManualClock;
+use metalform::lifecycle::{
+    FailureClass, JobKind, JobState, MaasStatus, NodeState, Owner, Provider,
+};
+use metalform::store::{
+    Actor, EventStatus, JobFailure, JobUpdate, MaasStateUpdate, NewNode, NewOnboarding,
+    NodeTransition, Observed, StageEvent, Store,
+};
+use serde_json::json;
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn status(args: &[&str]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_metalform"))
+        .arg("status")
+        .args(args)
+        .env_remove("METALFORM_STATE")
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run metalform");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+#[test]
+fn empty_store_prints_an_empty_table_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/state/new.db", dir.path().display());
+    for _ in 0..2 {
+        let run = status(&["--state", &url]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        assert_eq!(
+            run.stdout,
+            "SITE  HOSTNAME  STATE  FLAGS  NODE ID\n\n0 nodes\n"
+        );
+    }
+    // Default location: the fleet's .metalform/state.db.
+    let fleet = tempfile::tempdir().unwrap();
+    let run = status(&[
+        "--fleet",
+        fleet.path().to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(fleet.path().join(".metalform/state.db").exists());
+    let doc: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(
+        doc,
+        json!({"nodes": [], "summary": {"total": 0, "by_state": {}}})
+    );
+}
+
+#[test]
+fn two_processes_opening_a_fresh_store_at_once_both_succeed() {
+    for _ in 0..5 {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}/state.db", dir.path().display());
+        let spawn = || {
+            Command::new(env!("CARGO_BIN_EXE_metalform"))
+                .args(["status", "--state", &url])
+                .output()
+                .unwrap()
+        };
+        let (a, b) = std::thread::scope(|s| {
+            let a = s.spawn(spawn);
+            let b = s.spawn(spawn);
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
+        assert!(b.status.success(), "{}", String::from_utf8_lossy(&b.stderr));
+    }
+}
+
+fn t0() -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2026-03-01T08:00:00Z")
+        .unwrap()
+        .with_timezone(&Utc)
+}
+
+/// A small fleet: an active node, a retired+protected one, a failed onboarding, and a node in
+/// another site. Returns the ids to replace in the transcript.
+async fn seed(url: &str) -> Vec<(String, String)> {
+    let clock = ManualClock::new(t0());
+    let store = Store::open(url, Arc::new(clock.clone())).await.unwrap();
+    let exec = Actor::system("apply");
+    let node = |site: &str, host: &str| NewNode {
+        site: site.into(),
+        hostname: host.into(),
+        provider: Provider::Maas,
+        status: NodeState::Enrolling,
+        sku: None,
+        gpus: None,
+        ipmi_ip: None,
+    };
+    let mut ids = Vec::new();
+    for (site, host) in [
+        ("dc1", "c07u43"),
+        ("dc1", "c07u44"),
+        ("dc1", "c07u45"),
+        ("dc2", "d01u01"),
+    ] {
+        let n = store.create_node(&node(site, host), &exec).await.unwrap();
+        ids.push((n.id.to_string(), format!("<{host}>")));
+        let job = store
+            .create_onboarding(&NewOnboarding {
+                node_id: Some(n.id),
+                site: site.into(),
+                hostname: host.into(),
+                ..NewOnboarding::default()
+            })
+            .await
+            .unwrap();
+        ids.push((job.id.to_string(), format!("<job-{host}>")));
+        clock.advance(Duration::minutes(1));
+        let mut run = JobUpdate::new(JobState::Running);
+        run.stage = Some("configure_storage".into());
+        run.attempt = Some(1);
+        run.event = Some(StageEvent {
+            stage: "configure_storage".into(),
+            attempt: 1,
+            status: EventStatus::Started,
+            message: None,
+            details: json!({}),
+        });
+        store
+            .advance_job(JobKind::Onboarding, job.id, &run)
+            .await
+            .unwrap();
+        clock.advance(Duration::minutes(1));
+        if host == "c07u45" {
+            let mut fail = JobUpdate::new(JobState::FailedManualIntervention);
+            fail.failure = Some(JobFailure {
+                class: FailureClass::HardwareMismatch,
+                code: "boot_disk_not_found".into(),
+                message: "no block device matches (?i)boss|boot optimized|m\\.2".into(),
+                details: json!({"disks": ["sda"]}),
+            });
+            fail.observed = Some(Observed {
+                status: Some("Ready".into()),
+                power_state: Some("off".into()),
+                ips: vec![],
+            });
+            fail.event = Some(StageEvent {
+                stage: "configure_storage".into(),
+                attempt: 1,
+                status: EventStatus::Failed,
+                message: Some("boot disk not found".into()),
+                details: json!({}),
+            });
+            store
+                .advance_job(JobKind::Onboarding, job.id, &fail)
+                .await
+                .unwrap();
+            store
+                .upsert_maas_state(&MaasStateUpdate {
+                    node_id: n.id,
+                    site: site.into(),
+                    maas_system_id: "x7k3pa".into(),
+                    status: Some(MaasStatus::Ready.name().into()),
+                    power_state: Some("off".into()),
+                    ips: vec![],
+                    drift: None,
+                })
+                .await
+                .unwrap();
+            continue;
+        }
+        let mut done = JobUpdate::new(JobState::Completed);
+        done.stage = Some("wait_for_agent_enrollment".into());
+        done.node_transition = Some(NodeTransition::new(
+            NodeState::Active,
+            Owner::OnboardingWorkflow,
+            exec.clone(),
+        ));
+        store
+            .advance_job(JobKind::Onboarding, job.id, &done)
+            .await
+            .unwrap();
+        store
+            .upsert_maas_state(&MaasStateUpdate {
+                node_id: n.id,
+                site: site.into(),
+                maas_system_id: format!("sys-{host}"),
+                status: Some(MaasStatus::Deployed.name().into()),
+                power_state: Some("on".into()),
+                ips: vec!["10.176.46.20".into()],
+                drift: None,
+            })
+            .await
+            .unwrap();
+        if host == "c07u44" {
+            store
+                .set_retired(n.id, "end of warranty", &Actor::admin("alice"))
+                .await
+                .unwrap();
+            store
+                .set_protected(n.id, Some("tenant run"), &Actor::admin("alice"))
+                .await
+                .unwrap();
+        }
+    }
+    store.close().await;
+    ids
+}
+
+fn scrub(text: &str, ids: &[(String, String)]) -> String {
+    ids.iter()
+        .fold(text.to_owned(), |t, (id, name)| t.replace(id, name))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seeded_store_inventory_and_detail_golden() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/state.db", dir.path().display());
+    let ids = seed(&url).await;
+
+    let run = status(&["--state", &url]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    insta::assert_snapshot!(scrub(&run.stdout, &ids), @r"
+    SITE  HOSTNAME  STATE      FLAGS              NODE ID
+    dc1   c07u43    active     -                  <c07u43>
+    dc1   c07u44    active     retired,protected  <c07u44>
+    dc1   c07u45    enrolling  -                  <c07u45>
+    dc2   d01u01    active     -                  <d01u01>
+
+    4 nodes: 1 enrolling, 3 active
+    ");
+
+    let run = status(&["--state", &url, "--site", "dc1", "--retired"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    insta::assert_snapshot!(scrub(&run.stdout, &ids), @r"
+    SITE  HOSTNAME  STATE   FLAGS              NODE ID
+    dc1   c07u44    active  retired,protected  <c07u44>
+
+    1 node: 1 active
+    ");
+
+    let run = status(&["--state", &url, "c07u45"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    insta::assert_snapshot!(scrub(&run.stdout, &ids), @r"
+    node           c07u45 (site dc1)
+    id             <c07u45>
+    state          enrolling
+    provider       maas
+    maas           Ready (power off), system x7k3pa, observed 2026-03-01 08:06:00Z
+    job            onboarding <job-c07u45>
+    job state      failed_manual_intervention
+    stage          configure_storage (attempt 1)
+    failure class  hardware_mismatch
+    error          boot_disk_not_found: no block device matches (?i)boss|boot optimized|m\.2
+    last maas      Ready (power off)
+    next action    the hardware does not match the profile (configure_storage): fix the machine or the profile (e.g. storage.bootDisk.match), then rerun
+    updated        2026-03-01 08:06:00Z
+
+    recent events
+      2026-03-01 08:05:00Z  configure_storage#1  started
+      2026-03-01 08:06:00Z  configure_storage#1  failed  boot disk not found
+    ");
+
+    let node_id = ids.iter().find(|(_, n)| n == "<c07u44>").unwrap().0.clone();
+    let run = status(&["--state", &url, &node_id]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    insta::assert_snapshot!(scrub(&run.stdout, &ids), @r"
+    node         c07u44 (site dc1)
+    id           <c07u44>
+    state        active
+    flags        retired (end of warranty), protected (tenant run)
+    provider     maas
+    maas         Deployed (power on), system sys-c07u44, ips 10.176.46.20, observed 2026-03-01 08:04:00Z
+    job          onboarding <job-c07u44>
+    job state    completed
+    stage        wait_for_agent_enrollment (attempt 1)
+    next action  none
+    updated      2026-03-01 08:04:00Z
+
+    recent events
+      2026-03-01 08:03:00Z  configure_storage#1  started
+    ");
+
+    let run = status(&["--state", &url, "c07u45", "--format", "json"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let doc: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(doc["node"]["status"], "enrolling");
+    assert_eq!(doc["job"]["state"], "failed_manual_intervention");
+    assert_eq!(doc["job"]["failure_class"], "hardware_mismatch");
+    assert_eq!(doc["maas_state"]["last_maas_status"], "Ready");
+    assert_eq!(doc["events"].as_array().unwrap().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookup_errors_are_clear() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/state.db", dir.path().display());
+    let clock = ManualClock::new(t0());
+    let store = Store::open(&url, Arc::new(clock)).await.unwrap();
+    for site in ["dc1", "dc2"] {
+        store
+            .create_node(
+                &NewNode {
+                    site: site.into(),
+                    hostname: "twin".into(),
+                    provider: Provider::Maas,
+                    status: NodeState::BootstrapIssued,
+                    sku: None,
+                    gpus: None,
+                    ipmi_ip: None,
+                },
+                &Actor::system("t"),
+            )
+            .await
+            .unwrap();
+    }
+    store.close().await;
+    let run = status(&["--state", &url, "twin"]);
+    assert_eq!(run.code, 1);
+    assert_eq!(
+        run.stderr,
+        "error: hostname `twin` exists in several sites: dc1, dc2\nhint: pass --site SITE\n"
+    );
+    let run = status(&["--state", &url, "twin", "--site", "dc2"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.contains("twin (site dc2)"));
+    let run = status(&["--state", &url, "ghost", "--site", "dc1"]);
+    assert_eq!(run.code, 1);
+    assert_eq!(
+        run.stderr,
+        "error: no node `ghost` in site `dc1` in the inventory\nhint: run `metalform status` to list nodes; pass a hostname or a node id\n"
+    );
+    let run = status(&["--state", "mysql://db/x"]);
+    assert_eq!(run.code, 1);
+    assert_eq!(
+        run.stderr,
+        "error: invalid state URL `mysql://db/x`: expected sqlite://PATH or postgres://…\nhint: pass --state sqlite://PATH or --state postgres://USER@HOST:PORT/DB\n"
+    );
+    let run = status(&["--state", &url, "--format", "yaml"]);
+    assert_eq!(run.code, 64);
+    let missing = dir.path().join("no-such-fleet");
+    let run = status(&["--fleet", missing.to_str().unwrap()]);
+    assert_eq!(run.code, 1);
+    assert_eq!(
+        run.stderr,
+        format!(
+            "error: fleet directory `{}` does not exist\nhint: pass --fleet DIR (the fleet repository) or --state URL\n",
+            missing.display()
+        )
+    );
+    assert!(!missing.exists());
+}
