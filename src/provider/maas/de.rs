@@ -23,6 +23,31 @@ where
     Ok(Option::<String>::deserialize(deserializer)?.filter(|s| !s.is_empty()))
 }
 
+/// A boolean that some captures spell as a string (`"authoritative": "true"` in gomaasapi's
+/// domain capture); `null` reads as `None`.
+pub(crate) fn opt_lenient_bool<'de, D>(deserializer: D) -> Result<Option<bool>, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum BoolOrText {
+        Bool(bool),
+        Text(String),
+    }
+    match Option::<BoolOrText>::deserialize(deserializer)? {
+        None => Ok(None),
+        Some(BoolOrText::Bool(value)) => Ok(Some(value)),
+        Some(BoolOrText::Text(text)) => match text.to_ascii_lowercase().as_str() {
+            "true" => Ok(Some(true)),
+            "false" => Ok(Some(false)),
+            _ => Err(serde::de::Error::custom(format!(
+                "{text:?} is not a boolean"
+            ))),
+        },
+    }
+}
+
 /// A MAAS datetime: `2023-05-11T21:15:04.208` (≤ 3.5, naive, taken as UTC),
 /// `2023-05-11T21:15:04.208Z` or `…+00:00` (3.6+), `null` or `""`.
 pub(crate) fn opt_datetime<'de, D>(deserializer: D) -> Result<Option<DateTime<Utc>>, D::Error>
@@ -81,6 +106,21 @@ mod tests {
             parse_datetime("2023-05-11T21:15:04").unwrap()
         );
         assert_eq!(parse_datetime("yesterday"), None);
+    }
+
+    #[test]
+    fn lenient_booleans() {
+        #[derive(Deserialize)]
+        struct B {
+            #[serde(default, deserialize_with = "opt_lenient_bool")]
+            b: Option<bool>,
+        }
+        let read = |json: &str| serde_json::from_str::<B>(json).map(|b| b.b);
+        assert_eq!(read(r#"{"b": true}"#).unwrap(), Some(true));
+        assert_eq!(read(r#"{"b": "False"}"#).unwrap(), Some(false));
+        assert_eq!(read(r#"{"b": null}"#).unwrap(), None);
+        assert_eq!(read("{}").unwrap(), None);
+        assert!(read(r#"{"b": "maybe"}"#).is_err());
     }
 
     #[test]

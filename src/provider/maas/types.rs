@@ -5,7 +5,7 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::de::null_default;
+use super::de::{null_default, opt_lenient_bool};
 
 /// MAAS's simplified status (`SIMPLIFIED_NODE_STATUSES_MAP`), the `simple_status=` filter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -195,11 +195,11 @@ pub struct DomainRef {
     #[serde(default)]
     pub id: i64,
     pub name: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "opt_lenient_bool")]
     pub authoritative: Option<bool>,
     #[serde(default)]
     pub ttl: Option<i64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "opt_lenient_bool")]
     pub is_default: Option<bool>,
 }
 
