@@ -1,2 +1,63 @@
-//! MAAS API 2.0 client (../shared/maas/API_REFERENCE.md, seed 000 §4.3): OAuth 1.0 PLAINTEXT,
-//! typed requests and responses, typed errors.
+//! MAAS API 2.0 client (../shared/maas/API_REFERENCE.md, seed 000 §4.3, §6.3–6.4, §9.1):
+//! OAuth 1.0 PLAINTEXT, typed requests and responses, typed errors, retries, request counting.
+//!
+//! The client agrees with real MAAS 3.x, not with metalform's simulator: paths end in `/`, the
+//! `op` goes in the query string, parameters are form-encoded (repeated for lists), booleans
+//! are sent as `true`/`false`, and MAAS's string errors are classified here, once, into
+//! [`MaasError`]. One file per concept:
+//!
+//! | file | what |
+//! |---|---|
+//! | `auth` | API key parsing and the OAuth PLAINTEXT `Authorization` header |
+//! | `client` | [`MaasClient`], its options and URL handling |
+//! | `transport` | one call: request building, the retry loop, response classification |
+//! | `retry` | the retry policy (pure), injectable jitter and sleep |
+//! | `error` | [`MaasError`] and its classification |
+//! | `metrics` | requests counted by operation and status |
+//! | `de` | serde helpers that make responses tolerant of MAAS version differences |
+//! | `types` | shared value types: machine status, node type, zone/pool/domain references |
+//! | `machines` | machines and nodes: list, read, create, update, delete, lifecycle operations |
+//! | `power` | power on/off and power state |
+//! | `storage` | block devices, boot disk, storage layout |
+//! | `interfaces` | interfaces, VLANs, subnet links |
+//! | `subnets` | subnets |
+//! | `events` | the events query |
+//! | `hwsync` | the machine token and hardware-sync health |
+//! | `version` | version and whoami |
+
+mod auth;
+mod client;
+mod de;
+mod error;
+mod events;
+mod hwsync;
+mod interfaces;
+mod machines;
+mod metrics;
+mod power;
+mod retry;
+mod storage;
+mod subnets;
+mod transport;
+mod types;
+mod version;
+
+pub use auth::ApiKey;
+pub use client::{MaasClient, MaasClientOptions};
+pub use error::{FormErrors, MaasError, TransientCause};
+pub use events::{Event, EventLevel, EventsPage, EventsQuery};
+pub use hwsync::{HardwareSync, MachineToken, SyncHealth};
+pub use interfaces::{
+    Interface, InterfaceParams, Link, LinkMode, LinkRequest, LinkSubnetParams, Vlan,
+};
+pub use machines::{
+    CommissionParams, CreateMachineParams, DeployParams, EraseMode, IpmiPower, Machine,
+    MachineFilter, Node, PowerParameters, ReleaseParams, UpdateMachineParams,
+};
+pub use metrics::{MaasMetrics, RequestStatus};
+pub use power::{PowerState, StopMode};
+pub use retry::{Jitter, RetryPolicy, SeededJitter, Sleeper, TokioSleeper};
+pub use storage::{BlockDevice, Filesystem, Partition, StorageLayout, StorageLayoutParams};
+pub use subnets::{CreateSubnetParams, Subnet, SubnetRef};
+pub use types::{DomainRef, MachineStatus, NamedRef, NodeType, SimpleStatus};
+pub use version::{Version, Whoami};

@@ -1,0 +1,760 @@
+//! Machines and nodes (API_REFERENCE §3, §5.4–5.15; seed 000 §4.3 CreateOrFindInMaas,
+//! CommissionNode, DeployViaMaas, RecoverForDatasourceRetry; §6.3 FetchMaasMachines).
+//!
+//! The machine object is read tolerantly: fields MAAS added in 3.2–3.7 are optional, old
+//! captures' extra fields are ignored, nulls read as empty. Operation parameters are typed
+//! structs; `architecture` is always sent with `mac_addresses` because MAAS silently discards
+//! the MACs of an IPMI machine created without it (§5.6 gotcha).
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::secrets::Secret;
+
+use super::client::MaasClient;
+use super::de::{empty_as_none, null_default, opt_datetime};
+use super::error::MaasError;
+use super::interfaces::Interface;
+use super::power::PowerState;
+use super::storage::BlockDevice;
+use super::transport::{Call, Params};
+use super::types::{DomainRef, MachineStatus, NamedRef, NodeType};
+
+/// A MAAS machine (`GET machines/`, `GET machines/{id}/`, and every lifecycle operation's
+/// answer). Field names are MAAS's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Machine {
+    pub system_id: String,
+    pub hostname: String,
+    #[serde(default, deserialize_with = "null_default")]
+    pub fqdn: String,
+    #[serde(default, deserialize_with = "null_default")]
+    pub description: String,
+    pub status: MachineStatus,
+    /// MAAS's own name for `status` (kept for statuses this client does not know).
+    #[serde(default, deserialize_with = "null_default")]
+    pub status_name: String,
+    /// The newest event of level INFO or above, e.g. `Deploying` or `Failed deployment - …`.
+    #[serde(default, deserialize_with = "empty_as_none")]
+    pub status_message: Option<String>,
+    #[serde(default, deserialize_with = "empty_as_none")]
+    pub status_action: Option<String>,
+    #[serde(default)]
+    pub owner: Option<String>,
+    #[serde(default)]
+    pub locked: bool,
+    #[serde(default, deserialize_with = "null_default")]
+    pub architecture: String,
+    #[serde(default, deserialize_with = "null_default")]
+    pub power_type: String,
+    #[serde(default)]
+    pub power_state: PowerState,
+    /// `""` unless deployed.
+    #[serde(default, deserialize_with = "null_default")]
+    pub osystem: String,
+    #[serde(default, deserialize_with = "null_default")]
+    pub distro_series: String,
+    #[serde(default, deserialize_with = "empty_as_none")]
+    pub hwe_kernel: Option<String>,
+    #[serde(default, deserialize_with = "empty_as_none")]
+    pub min_hwe_kernel: Option<String>,
+    #[serde(default, deserialize_with = "null_default")]
+    pub ip_addresses: Vec<String>,
+    #[serde(default, deserialize_with = "null_default")]
+    pub interface_set: Vec<Interface>,
+    #[serde(default)]
+    pub boot_interface: Option<Interface>,
+    #[serde(default)]
+    pub boot_disk: Option<BlockDevice>,
+    #[serde(default, deserialize_with = "null_default")]
+    pub blockdevice_set: Vec<BlockDevice>,
+    #[serde(default, deserialize_with = "null_default")]
+    pub physicalblockdevice_set: Vec<BlockDevice>,
+    #[serde(default)]
+    pub cpu_count: i64,
+    /// MHz.
+    #[serde(default)]
+    pub cpu_speed: i64,
+    /// MiB.
+    #[serde(default)]
+    pub memory: i64,
+    /// MB (sum of physical disks / 10^6), a float in MAAS's output.
+    #[serde(default)]
+    pub storage: f64,
+    #[serde(default)]
+    pub zone: Option<NamedRef>,
+    #[serde(default)]
+    pub pool: Option<NamedRef>,
+    #[serde(default)]
+    pub domain: Option<DomainRef>,
+    #[serde(default, deserialize_with = "null_default")]
+    pub tag_names: Vec<String>,
+    #[serde(default)]
+    pub netboot: bool,
+    #[serde(default, deserialize_with = "empty_as_none")]
+    pub hardware_uuid: Option<String>,
+    /// `system_vendor`, `system_serial`, `mainboard_firmware_version`… (`"Unknown"` if unset).
+    #[serde(default, deserialize_with = "null_default")]
+    pub hardware_info: BTreeMap<String, String>,
+    #[serde(default, deserialize_with = "empty_as_none")]
+    pub bios_boot_method: Option<String>,
+    #[serde(default, deserialize_with = "null_default")]
+    pub workload_annotations: BTreeMap<String, String>,
+    /// Deprecated alias of `workload_annotations`, still emitted.
+    #[serde(default, deserialize_with = "null_default")]
+    pub owner_data: BTreeMap<String, String>,
+    #[serde(default)]
+    pub node_type: Option<NodeType>,
+    /// 3.3+ (3.2 accepts the deploy parameter but does not emit the field).
+    #[serde(default)]
+    pub enable_hw_sync: Option<bool>,
+    /// 3.2+.
+    #[serde(default, deserialize_with = "opt_datetime")]
+    pub last_sync: Option<DateTime<Utc>>,
+    /// 3.2+: `last_sync + sync_interval`.
+    #[serde(default, deserialize_with = "opt_datetime")]
+    pub next_sync: Option<DateTime<Utc>>,
+    /// 3.2+, seconds.
+    #[serde(default)]
+    pub sync_interval: Option<u64>,
+    /// 3.3+.
+    #[serde(default)]
+    pub ephemeral_deploy: Option<bool>,
+    /// 3.5+: the mark_broken comment.
+    #[serde(default, deserialize_with = "empty_as_none")]
+    pub error_description: Option<String>,
+    /// 3.6+.
+    #[serde(default)]
+    pub enable_kernel_crash_dump: Option<bool>,
+    /// 3.7+.
+    #[serde(default)]
+    pub is_dpu: Option<bool>,
+    /// Script status: -1 none, 0 pending, 1 running, 2 passed, 3 failed, 4 timed out…
+    #[serde(default)]
+    pub commissioning_status: Option<i64>,
+    #[serde(default)]
+    pub testing_status: Option<i64>,
+    #[serde(default)]
+    pub current_commissioning_result_id: Option<i64>,
+    #[serde(default)]
+    pub current_testing_result_id: Option<i64>,
+    #[serde(default)]
+    pub current_installation_result_id: Option<i64>,
+    #[serde(default, deserialize_with = "null_default")]
+    pub resource_uri: String,
+}
+
+impl Machine {
+    /// MAAS's status name, or this client's name for the code.
+    pub fn status_label(&self) -> String {
+        if self.status_name.is_empty() {
+            self.status.to_string()
+        } else {
+            self.status_name.clone()
+        }
+    }
+
+    /// MAC addresses of the machine's interfaces, lower-case as MAAS stores them.
+    pub fn mac_addresses(&self) -> impl Iterator<Item = &str> {
+        self.interface_set
+            .iter()
+            .filter_map(|interface| interface.mac_address.as_deref())
+    }
+
+    pub fn interface_named(&self, name: &str) -> Option<&Interface> {
+        self.interface_set.iter().find(|i| i.name == name)
+    }
+}
+
+/// Any node (`GET nodes/{id}/`): machine, device or controller. Controllers and devices have
+/// no `status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Node {
+    pub system_id: String,
+    #[serde(default, deserialize_with = "null_default")]
+    pub hostname: String,
+    #[serde(default, deserialize_with = "null_default")]
+    pub fqdn: String,
+    pub node_type: NodeType,
+    #[serde(default, deserialize_with = "null_default")]
+    pub node_type_name: String,
+    #[serde(default)]
+    pub status: Option<MachineStatus>,
+    #[serde(default, deserialize_with = "empty_as_none")]
+    pub status_name: Option<String>,
+    #[serde(default)]
+    pub power_state: Option<PowerState>,
+    #[serde(default, deserialize_with = "empty_as_none")]
+    pub architecture: Option<String>,
+    #[serde(default, deserialize_with = "null_default")]
+    pub ip_addresses: Vec<String>,
+    #[serde(default, deserialize_with = "null_default")]
+    pub interface_set: Vec<Interface>,
+    #[serde(default, deserialize_with = "null_default")]
+    pub tag_names: Vec<String>,
+    #[serde(default, deserialize_with = "null_default")]
+    pub resource_uri: String,
+}
+
+/// Filters of `GET machines/` (all repeatable; "any of" within a filter, "all of" across).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MachineFilter {
+    pub hostnames: Vec<String>,
+    pub system_ids: Vec<String>,
+    pub mac_addresses: Vec<String>,
+}
+
+impl MachineFilter {
+    /// Every machine the key's user can see.
+    pub fn all() -> Self {
+        Self::default()
+    }
+
+    pub fn hostname(mut self, hostname: impl Into<String>) -> Self {
+        self.hostnames.push(hostname.into());
+        self
+    }
+
+    pub fn system_id(mut self, system_id: impl Into<String>) -> Self {
+        self.system_ids.push(system_id.into());
+        self
+    }
+
+    /// MAAS matches MACs exactly against its lower-case colon form; `AA-BB-…` is normalised.
+    pub fn mac_address(mut self, mac: &str) -> Self {
+        self.mac_addresses
+            .push(mac.trim().to_ascii_lowercase().replace('-', ":"));
+        self
+    }
+
+    fn params(&self) -> Params {
+        let mut params = Params::new();
+        params
+            .each("hostname", &self.hostnames)
+            .each("id", &self.system_ids)
+            .each("mac_address", &self.mac_addresses);
+        params
+    }
+}
+
+/// IPMI power parameters (`power_parameters_*` of the IPMI driver, API_REFERENCE §5.6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IpmiPower {
+    pub power_address: String,
+    pub power_user: String,
+    pub power_pass: Secret,
+    /// `LAN` or `LAN_2_0` (MAAS's default).
+    pub power_driver: Option<String>,
+    /// `auto`, `legacy` or `efi`.
+    pub power_boot_type: Option<String>,
+    /// `17`, `3` (default), `8`, `12` or empty.
+    pub cipher_suite_id: Option<String>,
+    /// `USER`, `OPERATOR` (default) or `ADMIN`.
+    pub privilege_level: Option<String>,
+    pub k_g: Option<Secret>,
+    pub mac_address: Option<String>,
+}
+
+impl IpmiPower {
+    pub fn new(
+        power_address: impl Into<String>,
+        power_user: impl Into<String>,
+        power_pass: Secret,
+    ) -> Self {
+        Self {
+            power_address: power_address.into(),
+            power_user: power_user.into(),
+            power_pass,
+            power_driver: None,
+            power_boot_type: None,
+            cipher_suite_id: None,
+            privilege_level: None,
+            k_g: None,
+            mac_address: None,
+        }
+    }
+}
+
+/// A machine's power configuration: `power_type` plus its `power_parameters_*` fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PowerParameters {
+    Ipmi(IpmiPower),
+    /// No BMC: MAAS cannot power the machine.
+    Manual,
+    /// Another driver; every value is treated as secret material in `Debug`.
+    Other {
+        power_type: String,
+        parameters: BTreeMap<String, Secret>,
+    },
+}
+
+impl PowerParameters {
+    fn add_to(&self, params: &mut Params) {
+        const PREFIX: &str = "power_parameters_";
+        match self {
+            PowerParameters::Ipmi(ipmi) => {
+                params
+                    .text("power_type", "ipmi")
+                    .text("power_parameters_power_address", &ipmi.power_address)
+                    .text("power_parameters_power_user", &ipmi.power_user)
+                    .secret("power_parameters_power_pass", &ipmi.power_pass)
+                    .opt_text(
+                        "power_parameters_power_driver",
+                        ipmi.power_driver.as_deref(),
+                    )
+                    .opt_text(
+                        "power_parameters_power_boot_type",
+                        ipmi.power_boot_type.as_deref(),
+                    )
+                    .opt_text(
+                        "power_parameters_cipher_suite_id",
+                        ipmi.cipher_suite_id.as_deref(),
+                    )
+                    .opt_text(
+                        "power_parameters_privilege_level",
+                        ipmi.privilege_level.as_deref(),
+                    )
+                    .opt_text("power_parameters_mac_address", ipmi.mac_address.as_deref());
+                if let Some(k_g) = &ipmi.k_g {
+                    params.secret("power_parameters_k_g", k_g);
+                }
+            }
+            PowerParameters::Manual => {
+                params.text("power_type", "manual");
+            }
+            PowerParameters::Other {
+                power_type,
+                parameters,
+            } => {
+                params.text("power_type", power_type);
+                for (name, value) in parameters {
+                    params.secret(&format!("{PREFIX}{name}"), value);
+                }
+            }
+        }
+    }
+}
+
+/// `POST machines/` (admin). `architecture` is required here because MAAS drops the MACs of
+/// an IPMI machine created without one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateMachineParams {
+    /// `amd64/generic`, or `amd64` (MAAS adds `/generic`).
+    pub architecture: String,
+    pub mac_addresses: Vec<String>,
+    pub hostname: Option<String>,
+    pub description: Option<String>,
+    pub domain: Option<String>,
+    pub zone: Option<String>,
+    pub pool: Option<String>,
+    pub power: Option<PowerParameters>,
+    /// `power_parameters_skip_check`: do not validate the power parameters against a rack.
+    pub skip_power_check: bool,
+    /// Start commissioning right away (MAAS's default is true; errors are silently ignored by
+    /// MAAS, so the lifecycle passes `Some(false)` and commissions explicitly).
+    pub commission: Option<bool>,
+}
+
+impl CreateMachineParams {
+    pub fn new(architecture: impl Into<String>) -> Self {
+        Self {
+            architecture: architecture.into(),
+            mac_addresses: Vec::new(),
+            hostname: None,
+            description: None,
+            domain: None,
+            zone: None,
+            pool: None,
+            power: None,
+            skip_power_check: false,
+            commission: None,
+        }
+    }
+
+    fn params(&self) -> Result<Params, MaasError> {
+        if self.architecture.trim().is_empty() {
+            return Err(MaasError::Config {
+                message: "create_machine: an architecture is required (MAAS discards the MAC \
+                          addresses of an IPMI machine created without one)"
+                    .to_owned(),
+            });
+        }
+        let mut params = Params::new();
+        params
+            .text("architecture", &self.architecture)
+            .each("mac_addresses", &self.mac_addresses)
+            .opt_text("hostname", self.hostname.as_deref())
+            .opt_text("description", self.description.as_deref())
+            .opt_text("domain", self.domain.as_deref())
+            .opt_text("zone", self.zone.as_deref())
+            .opt_text("pool", self.pool.as_deref());
+        if let Some(power) = &self.power {
+            power.add_to(&mut params);
+        }
+        if self.skip_power_check {
+            params.flag("power_parameters_skip_check", true);
+        }
+        params.opt_flag("commission", self.commission);
+        Ok(params)
+    }
+}
+
+/// `PUT machines/{id}/` (admin): omitted fields are left unchanged.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UpdateMachineParams {
+    pub hostname: Option<String>,
+    pub description: Option<String>,
+    pub domain: Option<String>,
+    pub zone: Option<String>,
+    pub pool: Option<String>,
+    /// MAAS merges these over the existing power parameters.
+    pub power: Option<PowerParameters>,
+    pub skip_power_check: bool,
+}
+
+impl UpdateMachineParams {
+    fn params(&self) -> Params {
+        let mut params = Params::new();
+        params
+            .opt_text("hostname", self.hostname.as_deref())
+            .opt_text("description", self.description.as_deref())
+            .opt_text("domain", self.domain.as_deref())
+            .opt_text("zone", self.zone.as_deref())
+            .opt_text("pool", self.pool.as_deref());
+        if let Some(power) = &self.power {
+            power.add_to(&mut params);
+        }
+        if self.skip_power_check {
+            params.flag("power_parameters_skip_check", true);
+        }
+        params
+    }
+}
+
+/// `POST machines/{id}/?op=commission`; `None` leaves MAAS's default (false).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommissionParams {
+    pub enable_ssh: Option<bool>,
+    pub skip_bmc_config: Option<bool>,
+    pub skip_networking: Option<bool>,
+    pub skip_storage: Option<bool>,
+    /// Script names or tags; sent comma-separated.
+    pub commissioning_scripts: Vec<String>,
+    /// Script names or tags, or `none`; sent comma-separated.
+    pub testing_scripts: Vec<String>,
+}
+
+impl CommissionParams {
+    fn params(&self) -> Params {
+        let mut params = Params::new();
+        params
+            .opt_flag("enable_ssh", self.enable_ssh)
+            .opt_flag("skip_bmc_config", self.skip_bmc_config)
+            .opt_flag("skip_networking", self.skip_networking)
+            .opt_flag("skip_storage", self.skip_storage)
+            .comma_list("commissioning_scripts", &self.commissioning_scripts)
+            .comma_list("testing_scripts", &self.testing_scripts);
+        params
+    }
+}
+
+/// `POST machines/{id}/?op=deploy`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeployParams {
+    /// The cloud-init payload as text; the client base64-encodes it (MAAS stores the base64
+    /// and serves it decoded). A `Secret` because it carries enrollment and machine tokens.
+    pub user_data: Option<Secret>,
+    /// `jammy`, `ubuntu/jammy`… (this alone selects the OS; MAAS does not read `osystem`).
+    pub distro_series: Option<String>,
+    pub hwe_kernel: Option<String>,
+    /// 3.2+: MAAS sets `sync_interval` and starts tracking `last_sync`.
+    pub enable_hw_sync: Option<bool>,
+    pub ephemeral_deploy: Option<bool>,
+    pub agent_name: Option<String>,
+    pub comment: Option<String>,
+}
+
+impl DeployParams {
+    fn params(&self) -> Params {
+        let mut params = Params::new();
+        if let Some(user_data) = &self.user_data {
+            let encoded = base64::engine::general_purpose::STANDARD.encode(user_data.expose());
+            params.secret("user_data", &Secret::new(encoded));
+        }
+        params
+            .opt_text("distro_series", self.distro_series.as_deref())
+            .opt_text("hwe_kernel", self.hwe_kernel.as_deref())
+            .opt_flag("enable_hw_sync", self.enable_hw_sync)
+            .opt_flag("ephemeral_deploy", self.ephemeral_deploy)
+            .opt_text("agent_name", self.agent_name.as_deref())
+            .opt_text("comment", self.comment.as_deref());
+        params
+    }
+}
+
+/// How disks are wiped on release (seed 000 §5: erase none/quick/secure).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EraseMode {
+    /// `erase=false`.
+    None,
+    /// `erase=true&quick_erase=true`: wipe the start and end of each disk.
+    Quick,
+    /// `erase=true&secure_erase=true`: the drive's secure erase (MAAS falls back to a full
+    /// wipe unless told otherwise).
+    Secure,
+    /// `erase=true`: overwrite every disk completely.
+    Full,
+}
+
+/// `POST machines/{id}/?op=release`; `None` leaves MAAS's default (false).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReleaseParams {
+    pub erase: Option<bool>,
+    pub quick_erase: Option<bool>,
+    pub secure_erase: Option<bool>,
+    pub force: Option<bool>,
+    pub comment: Option<String>,
+}
+
+impl ReleaseParams {
+    pub fn erasing(mode: EraseMode) -> Self {
+        let (erase, quick, secure) = match mode {
+            EraseMode::None => (false, None, None),
+            EraseMode::Quick => (true, Some(true), None),
+            EraseMode::Secure => (true, None, Some(true)),
+            EraseMode::Full => (true, None, None),
+        };
+        Self {
+            erase: Some(erase),
+            quick_erase: quick,
+            secure_erase: secure,
+            ..Self::default()
+        }
+    }
+
+    fn params(&self) -> Params {
+        let mut params = Params::new();
+        params
+            .opt_flag("erase", self.erase)
+            .opt_flag("quick_erase", self.quick_erase)
+            .opt_flag("secure_erase", self.secure_erase)
+            .opt_flag("force", self.force)
+            .opt_text("comment", self.comment.as_deref());
+        params
+    }
+}
+
+fn comment(comment: Option<&str>) -> Params {
+    let mut params = Params::new();
+    params.opt_text("comment", comment);
+    params
+}
+
+impl MaasClient {
+    /// `GET machines/` with filters: every matching machine the key's user can see, in
+    /// MAAS's id order. MAAS does not paginate.
+    pub async fn list_machines(&self, filter: &MachineFilter) -> Result<Vec<Machine>, MaasError> {
+        self.transport()
+            .json(Call::get("list_machines", &["machines"]).params(filter.params()))
+            .await
+    }
+
+    /// `GET machines/{id}/`. 404 `NotFound` when it does not exist.
+    pub async fn read_machine(&self, system_id: &str) -> Result<Machine, MaasError> {
+        self.transport()
+            .json(Call::get("read_machine", &["machines", system_id]))
+            .await
+    }
+
+    /// `GET nodes/{id}/`: any node type (controllers and devices have no status).
+    pub async fn read_node(&self, system_id: &str) -> Result<Node, MaasError> {
+        self.transport()
+            .json(Call::get("read_node", &["nodes", system_id]))
+            .await
+    }
+
+    /// `POST machines/` (admin).
+    pub async fn create_machine(&self, params: &CreateMachineParams) -> Result<Machine, MaasError> {
+        let params = params.params()?;
+        self.transport()
+            .json(Call::post("create_machine", &["machines"]).params(params))
+            .await
+    }
+
+    /// `PUT machines/{id}/` (admin).
+    pub async fn update_machine(
+        &self,
+        system_id: &str,
+        params: &UpdateMachineParams,
+    ) -> Result<Machine, MaasError> {
+        self.transport()
+            .json(Call::put("update_machine", &["machines", system_id]).params(params.params()))
+            .await
+    }
+
+    /// `DELETE machines/{id}/` (admin); MAAS answers 204.
+    pub async fn delete_machine(&self, system_id: &str) -> Result<(), MaasError> {
+        self.transport()
+            .unit(Call::delete("delete_machine", &["machines", system_id]))
+            .await
+    }
+
+    /// `POST machines/?op=accept`: New machines start commissioning; Ready and Commissioning
+    /// ones are skipped. Returns the machines that actually transitioned.
+    pub async fn accept(&self, system_ids: &[&str]) -> Result<Vec<Machine>, MaasError> {
+        let mut params = Params::new();
+        params.each("machines", system_ids);
+        self.transport()
+            .json(
+                Call::post("accept", &["machines"])
+                    .op("accept")
+                    .params(params),
+            )
+            .await
+    }
+
+    /// `POST machines/{id}/?op=commission` (admin). From New, Failed commissioning, Ready or
+    /// Broken; otherwise 400 `Commission is not available because of the current state…`.
+    pub async fn commission(
+        &self,
+        system_id: &str,
+        params: &CommissionParams,
+    ) -> Result<Machine, MaasError> {
+        self.transport()
+            .json(
+                Call::post("commission", &["machines", system_id])
+                    .op("commission")
+                    .params(params.params()),
+            )
+            .await
+    }
+
+    /// `POST machines/{id}/?op=abort`: Commissioning → New, Deploying → Allocated, Disk
+    /// erasing → Failed disk erasing, Testing → previous. The answer may still show the old
+    /// status (MAAS changes it after commit).
+    pub async fn abort(
+        &self,
+        system_id: &str,
+        comment_text: Option<&str>,
+    ) -> Result<Machine, MaasError> {
+        self.transport()
+            .json(
+                Call::post("abort", &["machines", system_id])
+                    .op("abort")
+                    .params(comment(comment_text)),
+            )
+            .await
+    }
+
+    /// `POST machines/{id}/?op=deploy`: from Ready (auto-allocated) or Allocated. Never
+    /// retried on a guess: a timeout or 5xx comes back as an outcome-unknown transient error.
+    pub async fn deploy(
+        &self,
+        system_id: &str,
+        params: &DeployParams,
+    ) -> Result<Machine, MaasError> {
+        self.transport()
+            .json(
+                Call::post("deploy", &["machines", system_id])
+                    .op("deploy")
+                    .params(params.params()),
+            )
+            .await
+    }
+
+    /// `POST machines/{id}/?op=release`. Ready and Releasing are 200 no-ops.
+    pub async fn release(
+        &self,
+        system_id: &str,
+        params: &ReleaseParams,
+    ) -> Result<Machine, MaasError> {
+        self.transport()
+            .json(
+                Call::post("release", &["machines", system_id])
+                    .op("release")
+                    .params(params.params()),
+            )
+            .await
+    }
+
+    /// `POST machines/{id}/?op=mark_broken`. MAAS requires the caller to *own* the machine
+    /// (403 otherwise, even for admins).
+    pub async fn mark_broken(
+        &self,
+        system_id: &str,
+        comment_text: Option<&str>,
+    ) -> Result<Machine, MaasError> {
+        self.transport()
+            .json(
+                Call::post("mark_broken", &["machines", system_id])
+                    .op("mark_broken")
+                    .params(comment(comment_text)),
+            )
+            .await
+    }
+
+    /// `POST machines/{id}/?op=mark_fixed` (admin): Broken → Ready (or Deployed).
+    pub async fn mark_fixed(
+        &self,
+        system_id: &str,
+        comment_text: Option<&str>,
+    ) -> Result<Machine, MaasError> {
+        self.transport()
+            .json(
+                Call::post("mark_fixed", &["machines", system_id])
+                    .op("mark_fixed")
+                    .params(comment(comment_text)),
+            )
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_refuses_to_send_macs_without_an_architecture() {
+        let mut params = CreateMachineParams::new("  ");
+        params.mac_addresses.push("aa:bb:cc:dd:ee:ff".into());
+        let err = params.params().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "MAAS client configuration: create_machine: an architecture is required (MAAS \
+             discards the MAC addresses of an IPMI machine created without one)"
+        );
+    }
+
+    #[test]
+    fn release_erase_modes() {
+        let flags = |mode| {
+            let p = ReleaseParams::erasing(mode);
+            (p.erase, p.quick_erase, p.secure_erase)
+        };
+        assert_eq!(flags(EraseMode::None), (Some(false), None, None));
+        assert_eq!(flags(EraseMode::Quick), (Some(true), Some(true), None));
+        assert_eq!(flags(EraseMode::Secure), (Some(true), None, Some(true)));
+        assert_eq!(flags(EraseMode::Full), (Some(true), None, None));
+    }
+
+    #[test]
+    fn mac_filters_are_normalised_to_maas_form() {
+        let filter = MachineFilter::all().mac_address(" AA-BB-CC-DD-EE-0F ");
+        assert_eq!(filter.mac_addresses, ["aa:bb:cc:dd:ee:0f"]);
+    }
+
+    #[test]
+    fn power_parameters_never_show_passwords_in_debug() {
+        let power =
+            PowerParameters::Ipmi(IpmiPower::new("10.0.0.5", "admin", Secret::new("pw-123")));
+        assert!(!format!("{power:?}").contains("pw-123"));
+        let deploy = DeployParams {
+            user_data: Some(Secret::new("#cloud-config\ntoken: abc")),
+            ..DeployParams::default()
+        };
+        assert!(!format!("{deploy:?}").contains("token: abc"));
+    }
+}

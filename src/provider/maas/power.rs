@@ -1,0 +1,167 @@
+//! Power: on, off and the BMC query (API_REFERENCE §5.16; seed 000 §6.2 "powered off
+//! externally").
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::client::MaasClient;
+use super::error::MaasError;
+use super::machines::Machine;
+use super::transport::{Call, Params};
+
+/// A machine's `power_state` (`provisioningserver/enum.py`), keeping unknown values.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub enum PowerState {
+    On,
+    Off,
+    /// The power type cannot be queried, or it has not been queried yet.
+    #[default]
+    Unknown,
+    /// The last query failed (BMC unreachable, wrong credentials).
+    Error,
+    Other(String),
+}
+
+impl PowerState {
+    pub fn as_str(&self) -> &str {
+        match self {
+            PowerState::On => "on",
+            PowerState::Off => "off",
+            PowerState::Unknown => "unknown",
+            PowerState::Error => "error",
+            PowerState::Other(other) => other,
+        }
+    }
+
+    fn parse(text: &str) -> Self {
+        match text {
+            "on" => PowerState::On,
+            "off" => PowerState::Off,
+            "unknown" => PowerState::Unknown,
+            "error" => PowerState::Error,
+            other => PowerState::Other(other.to_owned()),
+        }
+    }
+}
+
+impl fmt::Display for PowerState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for PowerState {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Ok(Option::<String>::deserialize(deserializer)?
+            .map_or(PowerState::Unknown, |text| PowerState::parse(&text)))
+    }
+}
+
+impl Serialize for PowerState {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+/// How `power_off` stops the machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StopMode {
+    /// An ACPI shutdown request (IPMI `soft`).
+    Soft,
+    /// Cut the power (MAAS's default).
+    #[default]
+    Hard,
+}
+
+#[derive(Deserialize)]
+struct PowerStateDocument {
+    state: PowerState,
+}
+
+/// MAAS waits up to 60 s for the BMC on `query_power_state`; give it that and some slack.
+const POWER_QUERY_TIMEOUT: Duration = Duration::from_secs(75);
+
+impl MaasClient {
+    /// `POST machines/{id}/?op=power_on`. For an Allocated machine MAAS treats this as a
+    /// deployment; the lifecycle uses [`MaasClient::deploy`] for that. 409 when the machine has
+    /// no owner (`Can't start node: it hasn't been allocated.`).
+    pub async fn power_on(
+        &self,
+        system_id: &str,
+        comment: Option<&str>,
+    ) -> Result<Machine, MaasError> {
+        let mut params = Params::new();
+        params.opt_text("comment", comment);
+        self.transport()
+            .json(
+                Call::post("power_on", &["machines", system_id])
+                    .op("power_on")
+                    .params(params),
+            )
+            .await
+    }
+
+    /// `POST machines/{id}/?op=power_off`. `None` when MAAS answers `null` (a power type that
+    /// cannot be stopped, like `manual`).
+    pub async fn power_off(
+        &self,
+        system_id: &str,
+        stop_mode: StopMode,
+        comment: Option<&str>,
+    ) -> Result<Option<Machine>, MaasError> {
+        let mut params = Params::new();
+        params.text(
+            "stop_mode",
+            match stop_mode {
+                StopMode::Soft => "soft",
+                StopMode::Hard => "hard",
+            },
+        );
+        params.opt_text("comment", comment);
+        self.transport()
+            .json(
+                Call::post("power_off", &["machines", system_id])
+                    .op("power_off")
+                    .params(params),
+            )
+            .await
+    }
+
+    /// `GET machines/{id}/?op=query_power_state`: asks the BMC now (MAAS waits up to 60 s).
+    pub async fn query_power_state(&self, system_id: &str) -> Result<PowerState, MaasError> {
+        let document: PowerStateDocument = self
+            .transport()
+            .json(
+                Call::get("query_power_state", &["machines", system_id])
+                    .op("query_power_state")
+                    .at_least(POWER_QUERY_TIMEOUT),
+            )
+            .await?;
+        Ok(document.state)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn power_states_parse_and_keep_unknown_values() {
+        let states: Vec<PowerState> =
+            serde_json::from_str(r#"["on", "off", "unknown", "error", "sleeping", null]"#).unwrap();
+        assert_eq!(
+            states,
+            [
+                PowerState::On,
+                PowerState::Off,
+                PowerState::Unknown,
+                PowerState::Error,
+                PowerState::Other("sleeping".into()),
+                PowerState::Unknown
+            ]
+        );
+        assert_eq!(serde_json::to_string(&PowerState::Off).unwrap(), "\"off\"");
+    }
+}

@@ -1,0 +1,599 @@
+//! One MAAS call on the wire (API_REFERENCE §1 "Transport conventions", §2.2): the request as
+//! MAAS expects it, the retry loop, and the classification of what came back.
+//!
+//! * `op` always goes in the query string; parameters go in the query string for GET and in an
+//!   `application/x-www-form-urlencoded` body otherwise (what gomaasapi sends; MAAS reads
+//!   `request.POST`, which JSON bodies would leave empty).
+//! * Multi-valued parameters are repeated (`mac_addresses=a&mac_addresses=b`).
+//! * Booleans are `true`/`false`: MAAS's Django BooleanFields read `"0"` as true.
+//! * Each attempt is signed afresh (new nonce and timestamp), counted and logged.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use reqwest::Method;
+use reqwest::header::{self, HeaderMap, HeaderValue};
+use serde::de::DeserializeOwned;
+use url::Url;
+
+use crate::clock::Clock;
+use crate::secrets::Secret;
+
+use super::auth::{ApiKey, oauth_encode};
+use super::error::{MaasError, TransientCause, bounded};
+use super::metrics::{MaasMetrics, RequestEvent, RequestStatus};
+use super::retry::{Jitter, RetryPolicy, Sleeper};
+
+/// Form parameters of one call, in order. `Debug` shows names only: values may be power
+/// passwords or user_data.
+#[derive(Clone, Default)]
+pub(crate) struct Params {
+    pairs: Vec<(String, String)>,
+}
+
+impl Params {
+    pub(crate) fn new() -> Self {
+        Self::default()
+    }
+
+    pub(crate) fn text(&mut self, name: &str, value: impl Into<String>) -> &mut Self {
+        self.pairs.push((name.to_owned(), value.into()));
+        self
+    }
+
+    pub(crate) fn opt_text(&mut self, name: &str, value: Option<&str>) -> &mut Self {
+        if let Some(value) = value {
+            self.text(name, value);
+        }
+        self
+    }
+
+    /// `true`/`false`, never `1`/`0` (API_REFERENCE §5.10 boolean gotcha).
+    pub(crate) fn flag(&mut self, name: &str, value: bool) -> &mut Self {
+        self.text(name, if value { "true" } else { "false" })
+    }
+
+    pub(crate) fn opt_flag(&mut self, name: &str, value: Option<bool>) -> &mut Self {
+        if let Some(value) = value {
+            self.flag(name, value);
+        }
+        self
+    }
+
+    pub(crate) fn number(&mut self, name: &str, value: impl fmt::Display) -> &mut Self {
+        self.text(name, value.to_string())
+    }
+
+    pub(crate) fn opt_number(&mut self, name: &str, value: Option<impl fmt::Display>) -> &mut Self {
+        if let Some(value) = value {
+            self.number(name, value);
+        }
+        self
+    }
+
+    /// One pair per value: MAAS reads repeated names as a list.
+    pub(crate) fn each<S: AsRef<str>>(
+        &mut self,
+        name: &str,
+        values: impl IntoIterator<Item = S>,
+    ) -> &mut Self {
+        for value in values {
+            self.text(name, value.as_ref());
+        }
+        self
+    }
+
+    /// A comma-separated list in one parameter (MAAS splits `commissioning_scripts`,
+    /// `dns_servers` server-side). Omitted when empty.
+    pub(crate) fn comma_list(&mut self, name: &str, values: &[String]) -> &mut Self {
+        if !values.is_empty() {
+            self.text(name, values.join(","));
+        }
+        self
+    }
+
+    pub(crate) fn secret(&mut self, name: &str, value: &Secret) -> &mut Self {
+        self.text(name, value.expose())
+    }
+
+    fn encode(&self) -> String {
+        url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(&self.pairs)
+            .finish()
+    }
+}
+
+impl fmt::Debug for Params {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.pairs.iter().map(|(name, _)| name))
+            .finish()
+    }
+}
+
+/// A path under the API root from raw segments: each segment percent-encoded, ending in `/`
+/// (every MAAS route ends in `/$`). An empty or dot-only segment (an id like `..`) would change
+/// which resource is addressed, so it is refused.
+fn api_path(operation: &str, segments: &[String]) -> Result<String, MaasError> {
+    let mut path = String::new();
+    for segment in segments {
+        if segment.is_empty() || segment.chars().all(|c| c == '.') {
+            return Err(MaasError::Config {
+                message: format!("{operation}: {segment:?} is not a valid MAAS id"),
+            });
+        }
+        path.push_str(&oauth_encode(segment));
+        path.push('/');
+    }
+    Ok(path)
+}
+
+/// Whether repeating a request could apply it twice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Idempotency {
+    /// GET reads, PUT updates (the same fields set to the same values).
+    Idempotent,
+    /// POST operations (deploy, release, commission, create, link…) and DELETE.
+    NonIdempotent,
+}
+
+/// One call: which operation, where, with what.
+#[derive(Debug)]
+pub(crate) struct Call {
+    pub(crate) operation: &'static str,
+    method: Method,
+    segments: Vec<String>,
+    op: Option<&'static str>,
+    params: Params,
+    /// The response may contain secrets (machine tokens): no body in decode errors.
+    sensitive_response: bool,
+    timeout: Option<Duration>,
+}
+
+impl Call {
+    fn new(operation: &'static str, method: Method, segments: &[&str]) -> Self {
+        Self {
+            operation,
+            method,
+            segments: segments.iter().map(|s| (*s).to_owned()).collect(),
+            op: None,
+            params: Params::new(),
+            sensitive_response: false,
+            timeout: None,
+        }
+    }
+
+    pub(crate) fn get(operation: &'static str, segments: &[&str]) -> Self {
+        Self::new(operation, Method::GET, segments)
+    }
+
+    pub(crate) fn post(operation: &'static str, segments: &[&str]) -> Self {
+        Self::new(operation, Method::POST, segments)
+    }
+
+    pub(crate) fn put(operation: &'static str, segments: &[&str]) -> Self {
+        Self::new(operation, Method::PUT, segments)
+    }
+
+    pub(crate) fn delete(operation: &'static str, segments: &[&str]) -> Self {
+        Self::new(operation, Method::DELETE, segments)
+    }
+
+    pub(crate) fn op(mut self, op: &'static str) -> Self {
+        self.op = Some(op);
+        self
+    }
+
+    pub(crate) fn params(mut self, params: Params) -> Self {
+        self.params = params;
+        self
+    }
+
+    pub(crate) fn sensitive_response(mut self) -> Self {
+        self.sensitive_response = true;
+        self
+    }
+
+    /// A longer timeout than the client's for calls MAAS itself lets run long
+    /// (query_power_state waits up to 60 s for the BMC).
+    pub(crate) fn at_least(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    fn idempotency(&self) -> Idempotency {
+        if self.method == Method::GET || self.method == Method::PUT {
+            Idempotency::Idempotent
+        } else {
+            Idempotency::NonIdempotent
+        }
+    }
+}
+
+/// A successful (2xx) answer.
+pub(crate) struct Reply {
+    pub(crate) body: Bytes,
+}
+
+/// The wire side of a [`super::MaasClient`].
+pub(crate) struct Transport {
+    pub(crate) http: reqwest::Client,
+    pub(crate) api_root: Url,
+    pub(crate) key: ApiKey,
+    pub(crate) timeout: Duration,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) metrics: MaasMetrics,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) jitter: Arc<dyn Jitter>,
+    pub(crate) sleeper: Arc<dyn Sleeper>,
+}
+
+impl Transport {
+    /// Sends `call`, retrying as the policy and the call's idempotency allow.
+    pub(crate) async fn send(&self, call: &Call) -> Result<Reply, MaasError> {
+        let url = self.url(call)?;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let err = match self.attempt(call, &url, attempt).await {
+                Ok(reply) => return Ok(reply),
+                Err(err) => err,
+            };
+            if !should_retry(&self.retry, call.idempotency(), &err, attempt) {
+                return Err(finish(err, attempt, call.idempotency()));
+            }
+            let delay = self
+                .retry
+                .delay(attempt - 1, err.retry_after(), self.jitter.sample());
+            tracing::debug!(
+                target: "metalform::maas",
+                operation = call.operation,
+                attempt,
+                delay_ms = delay.as_millis() as u64,
+                error = %err,
+                "retrying MAAS request"
+            );
+            self.sleeper.sleep(delay).await;
+        }
+    }
+
+    /// Sends `call` and decodes its JSON body (`Option<T>` accepts MAAS's `null`).
+    pub(crate) async fn json<T: DeserializeOwned>(&self, call: Call) -> Result<T, MaasError> {
+        let reply = self.send(&call).await?;
+        serde_json::from_slice(&reply.body).map_err(|err| self.decode_error(&call, &reply, &err))
+    }
+
+    /// Sends `call` and ignores the body (204 for deletes, `OK` for set_boot_disk).
+    pub(crate) async fn unit(&self, call: Call) -> Result<(), MaasError> {
+        self.send(&call).await.map(drop)
+    }
+
+    fn decode_error(&self, call: &Call, reply: &Reply, err: &serde_json::Error) -> MaasError {
+        let (message, body_excerpt) = if call.sensitive_response {
+            // serde's messages quote the offending value, which could be a token secret.
+            (
+                format!(
+                    "{:?} error at line {} column {}",
+                    err.classify(),
+                    err.line(),
+                    err.column()
+                ),
+                None,
+            )
+        } else {
+            let body = String::from_utf8_lossy(&reply.body);
+            let excerpt: String = body.chars().take(200).collect();
+            (
+                self.key.scrub(&err.to_string()),
+                Some(self.key.scrub(&excerpt)),
+            )
+        };
+        MaasError::Decode {
+            operation: call.operation,
+            message,
+            body_excerpt,
+        }
+    }
+
+    fn url(&self, call: &Call) -> Result<Url, MaasError> {
+        let path = api_path(call.operation, &call.segments)?;
+        let mut url = self.api_root.join(&path).map_err(|err| MaasError::Config {
+            message: format!("cannot build the URL for {}: {err}", call.operation),
+        })?;
+        let mut query: Vec<(&str, &str)> = Vec::new();
+        if let Some(op) = call.op {
+            query.push(("op", op));
+        }
+        if call.method == Method::GET {
+            query.extend(
+                call.params
+                    .pairs
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str())),
+            );
+        }
+        if !query.is_empty() {
+            url.query_pairs_mut().extend_pairs(query);
+        }
+        Ok(url)
+    }
+
+    async fn attempt(&self, call: &Call, url: &Url, attempt: u32) -> Result<Reply, MaasError> {
+        let started = tokio::time::Instant::now();
+        let outcome = self.exchange(call, url).await;
+        let status = match &outcome {
+            Ok((status, _, _)) => RequestStatus::Http(*status),
+            Err(err) => transport_status(err),
+        };
+        RequestEvent {
+            operation: call.operation,
+            method: call.method.as_str(),
+            path: url.path(),
+            status,
+            attempt,
+            elapsed: started.elapsed(),
+        }
+        .emit(&self.metrics);
+
+        let (status, headers, body) =
+            outcome.map_err(|err| self.transport_error(call.operation, err))?;
+        if (200..300).contains(&status) {
+            return Ok(Reply { body });
+        }
+        let is_json = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/json"));
+        let text = self.key.scrub(&String::from_utf8_lossy(&body));
+        Err(MaasError::from_status(
+            call.operation,
+            status,
+            self.retry_after(&headers),
+            is_json,
+            &text,
+        ))
+    }
+
+    /// One HTTP exchange: status, headers and the whole body.
+    async fn exchange(
+        &self,
+        call: &Call,
+        url: &Url,
+    ) -> Result<(u16, HeaderMap, Bytes), reqwest::Error> {
+        let nonce = uuid::Uuid::new_v4().simple().to_string();
+        let authorization = self.key.authorization(&nonce, self.clock.now().timestamp());
+        let mut authorization = HeaderValue::from_str(authorization.expose())
+            .expect("the OAuth header is percent-encoded ASCII");
+        authorization.set_sensitive(true);
+
+        let mut request = self
+            .http
+            .request(call.method.clone(), url.clone())
+            .header(header::AUTHORIZATION, authorization)
+            .header(header::ACCEPT, "application/json")
+            .timeout(call.timeout.map_or(self.timeout, |t| t.max(self.timeout)));
+        if call.method != Method::GET {
+            request = request
+                .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+                .body(call.params.encode());
+        }
+        let response = request.send().await?;
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let body = response.bytes().await?;
+        Ok((status, headers, body))
+    }
+
+    fn transport_error(&self, operation: &'static str, err: reqwest::Error) -> MaasError {
+        let cause = match transport_status(&err) {
+            RequestStatus::ConnectError => TransientCause::Connect,
+            RequestStatus::Timeout => TransientCause::Timeout,
+            _ => TransientCause::Transport,
+        };
+        MaasError::Transient {
+            operation,
+            cause,
+            message: bounded(&self.key.scrub(&error_chain(&err.without_url()))),
+            retry_after: None,
+            outcome_unknown: false,
+            attempts: 1,
+        }
+    }
+
+    /// `Retry-After` as delta-seconds (what MAAS sends) or an HTTP date.
+    fn retry_after(&self, headers: &HeaderMap) -> Option<Duration> {
+        let value = headers.get(header::RETRY_AFTER)?.to_str().ok()?.trim();
+        if let Ok(seconds) = value.parse::<u64>() {
+            return Some(Duration::from_secs(seconds));
+        }
+        let at = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+        let wait = at.with_timezone(&chrono::Utc) - self.clock.now();
+        Some(wait.to_std().unwrap_or(Duration::ZERO))
+    }
+}
+
+fn transport_status(err: &reqwest::Error) -> RequestStatus {
+    // A connect timeout is both: the request was never sent, which is what matters.
+    if err.is_connect() {
+        RequestStatus::ConnectError
+    } else if err.is_timeout() {
+        RequestStatus::Timeout
+    } else {
+        RequestStatus::TransportError
+    }
+}
+
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// The retry rule: transient failures only, within the attempt budget, never a
+/// `Retry-After` longer than the policy waits for, and a non-idempotent request only when
+/// MAAS provably did not apply it.
+pub(crate) fn should_retry(
+    policy: &RetryPolicy,
+    idempotency: Idempotency,
+    err: &MaasError,
+    attempts_made: u32,
+) -> bool {
+    if !err.is_retryable() || attempts_made >= policy.max_attempts {
+        return false;
+    }
+    if err
+        .retry_after()
+        .is_some_and(|asked| asked > policy.max_retry_after)
+    {
+        return false;
+    }
+    match idempotency {
+        Idempotency::Idempotent => true,
+        Idempotency::NonIdempotent => err.provably_not_applied(),
+    }
+}
+
+/// The error handed to the caller: how many attempts were made, and whether a non-idempotent
+/// request might have taken effect.
+fn finish(err: MaasError, attempts_made: u32, idempotency: Idempotency) -> MaasError {
+    let not_applied = err.provably_not_applied();
+    match err {
+        MaasError::Transient {
+            operation,
+            cause,
+            message,
+            retry_after,
+            ..
+        } => MaasError::Transient {
+            operation,
+            cause,
+            message,
+            retry_after,
+            outcome_unknown: idempotency == Idempotency::NonIdempotent && !not_applied,
+            attempts: attempts_made,
+        },
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn transient(cause: TransientCause, retry_after: Option<u64>) -> MaasError {
+        MaasError::Transient {
+            operation: "deploy",
+            cause,
+            message: String::new(),
+            retry_after: retry_after.map(Duration::from_secs),
+            outcome_unknown: false,
+            attempts: 1,
+        }
+    }
+
+    #[test]
+    fn non_idempotent_requests_retry_only_when_provably_not_applied() {
+        use Idempotency::*;
+        use TransientCause::*;
+        let p = RetryPolicy::default();
+        let cases = [
+            (transient(Connect, None), true),
+            (transient(Status(503), Some(10)), true),
+            (transient(Status(409), Some(5)), true),
+            (transient(Status(503), None), false),
+            (transient(Status(500), None), false),
+            (transient(Timeout, None), false),
+            (transient(Transport, None), false),
+        ];
+        for (err, post_retries) in cases {
+            assert_eq!(
+                should_retry(&p, NonIdempotent, &err, 1),
+                post_retries,
+                "{err}"
+            );
+            assert!(should_retry(&p, Idempotent, &err, 1), "{err}");
+            let handed_back = finish(err, 1, NonIdempotent);
+            assert_eq!(
+                handed_back.is_outcome_unknown(),
+                !post_retries,
+                "{handed_back}"
+            );
+        }
+    }
+
+    #[test]
+    fn never_retries_definite_answers_or_past_the_budget() {
+        let p = RetryPolicy::default();
+        let conflict = MaasError::Conflict {
+            operation: "deploy",
+            message: String::new(),
+        };
+        assert!(!should_retry(&p, Idempotency::Idempotent, &conflict, 1));
+        let busy = transient(TransientCause::Status(503), Some(10));
+        assert!(should_retry(
+            &p,
+            Idempotency::Idempotent,
+            &busy,
+            p.max_attempts - 1
+        ));
+        assert!(!should_retry(
+            &p,
+            Idempotency::Idempotent,
+            &busy,
+            p.max_attempts
+        ));
+        let too_long = transient(TransientCause::Status(503), Some(3600));
+        assert!(!should_retry(&p, Idempotency::Idempotent, &too_long, 1));
+        assert!(!finish(too_long, 1, Idempotency::NonIdempotent).is_outcome_unknown());
+    }
+
+    #[test]
+    fn params_encode_in_order_with_repeats_and_debug_hides_values() {
+        let mut params = Params::new();
+        params
+            .text("hostname", "gpu 01")
+            .each("mac_addresses", ["aa:bb", "cc:dd"])
+            .flag("enable_ssh", true)
+            .flag("skip_storage", false)
+            .secret("power_parameters_power_pass", &Secret::new("p&ss"));
+        assert_eq!(
+            params.encode(),
+            "hostname=gpu+01&mac_addresses=aa%3Abb&mac_addresses=cc%3Add&enable_ssh=true\
+             &skip_storage=false&power_parameters_power_pass=p%26ss"
+        );
+        let debug = format!("{params:?}");
+        assert!(!debug.contains("p&ss"));
+        assert!(debug.contains("power_parameters_power_pass"));
+    }
+
+    fn path(segments: &[&str]) -> Result<String, MaasError> {
+        let owned: Vec<String> = segments.iter().map(|s| (*s).to_owned()).collect();
+        api_path("read_machine", &owned)
+    }
+
+    #[test]
+    fn paths_encode_segments_and_end_in_a_slash() {
+        assert_eq!(path(&["machines"]).unwrap(), "machines/");
+        assert_eq!(
+            path(&["nodes", "4y3ha3", "blockdevices", "12"]).unwrap(),
+            "nodes/4y3ha3/blockdevices/12/"
+        );
+        assert_eq!(
+            path(&["machines", "../x?y"]).unwrap(),
+            "machines/..%2Fx%3Fy/"
+        );
+        for bad in ["", ".", ".."] {
+            assert_eq!(
+                path(&["machines", bad]).unwrap_err().to_string(),
+                format!("MAAS client configuration: read_machine: {bad:?} is not a valid MAAS id")
+            );
+        }
+    }
+}
