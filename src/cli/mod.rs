@@ -8,6 +8,7 @@ pub mod error;
 pub mod output;
 
 mod completions;
+pub mod sim;
 
 use std::process::ExitCode;
 
@@ -46,6 +47,8 @@ pub struct GlobalArgs {
 pub enum Command {
     /// Print a shell completion script.
     Completions(completions::Args),
+    /// Run the embedded MAAS API 2.0 simulator (docs/simulator.md).
+    Sim(sim::Args),
 }
 
 /// Parse, run, and turn the outcome into an exit code. Errors go to stderr as
@@ -89,6 +92,7 @@ async fn run(cli: Cli) -> Result<Exit, CliError> {
     let _ = &global;
     match command {
         Command::Completions(args) => completions::run(args),
+        Command::Sim(args) => sim::run(args).await,
     }
 }
 

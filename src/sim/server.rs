@@ -293,19 +293,6 @@ async fn handle(
     query: &Params,
     route: Option<api::Route>,
 ) -> Outcome {
-    let Some(route) = route else {
-        return Outcome::error(
-            MaasError::NotFound(format!("Unknown API endpoint: {}.", uri.path())),
-            None,
-        );
-    };
-    let content_type = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok());
-    let form = match transport::parse_body(content_type, body).await {
-        Ok(form) => form,
-        Err(err) => return Outcome::error(MaasError::BadRequest(err.to_string()), None),
-    };
     let host = headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
@@ -322,6 +309,19 @@ async fn handle(
             fault: None,
         };
     }
+    let Some(route) = route else {
+        return Outcome::error(
+            MaasError::NotFound(format!("Unknown API endpoint: {}.", uri.path())),
+            None,
+        );
+    };
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    let form = match transport::parse_body(content_type, body).await {
+        Ok(form) => form,
+        Err(err) => return Outcome::error(MaasError::BadRequest(err.to_string()), None),
+    };
     let op = query
         .get("op")
         .or(form.get("op"))

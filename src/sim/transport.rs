@@ -71,7 +71,12 @@ pub async fn parse_body(content_type: Option<&str>, body: Bytes) -> Result<Param
     if !mime.eq_ignore_ascii_case("multipart/form-data") {
         return Ok(Params::default());
     }
-    if body.is_empty() {
+    // An empty multipart message (python-libmaas sends one for a POST without parameters):
+    // `--B\r\n\r\n--B--`, no part at all, which a strict parser calls incomplete.
+    let has_parts = body
+        .windows(b"content-disposition".len())
+        .any(|w| w.eq_ignore_ascii_case(b"content-disposition"));
+    if !has_parts {
         return Ok(Params::default());
     }
     let boundary =
@@ -128,6 +133,13 @@ mod tests {
         .unwrap();
         assert_eq!(params.get("erase"), Some("true"));
         assert_eq!(params.get("comment"), Some("héllo"));
+        let empty = parse_body(
+            Some("multipart/form-data; boundary=\"===============27==\""),
+            Bytes::from("--===============27==\r\n\r\n--===============27==--"),
+        )
+        .await
+        .unwrap();
+        assert_eq!(empty, Params::default());
     }
 
     #[tokio::test]
