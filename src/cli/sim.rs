@@ -13,7 +13,12 @@ pub struct Args {
     #[arg(long, default_value = "127.0.0.1:5240", value_name = "ADDR")]
     pub listen: SocketAddr,
     /// The admin API key `consumer:token:secret` (default: a fixed development key).
-    #[arg(long, env = "METALFORM_SIM_API_KEY", value_name = "KEY", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "METALFORM_SIM_API_KEY",
+        value_name = "KEY",
+        hide_env_values = true
+    )]
     pub api_key: Option<String>,
     /// Start with N generated GPU machines.
     #[arg(long, value_name = "N", conflicts_with = "from", default_value_t = 10)]
@@ -60,10 +65,15 @@ pub fn config(args: &Args) -> Result<SimConfig, CliError> {
                 ..SimConfig::default()
             };
             let summary = sim::export::load_export(&mut config, &text).map_err(|e| {
-                CliError::user(format!("{}: {e}", path.display()))
-                    .hint("the file must be the JSON array MAAS returns for GET /MAAS/api/2.0/machines/")
+                CliError::user(format!("{}: {e}", path.display())).hint(
+                    "the file must be the JSON array MAAS returns for GET /MAAS/api/2.0/machines/",
+                )
             })?;
-            eprintln!("loaded {} machines from {}", summary.machines, path.display());
+            eprintln!(
+                "loaded {} machines from {}",
+                summary.machines,
+                path.display()
+            );
             for note in summary.approximations {
                 eprintln!("note: {note}");
             }
@@ -128,8 +138,19 @@ mod tests {
     #[test]
     fn flags_build_the_configuration() {
         let w = Wrapper::parse_from([
-            "sim", "--machines", "3", "--unknown", "2", "--state", "new", "--seed", "4",
-            "--time-scale", "60", "--faults", "deploy:status=503",
+            "sim",
+            "--machines",
+            "3",
+            "--unknown",
+            "2",
+            "--state",
+            "new",
+            "--seed",
+            "4",
+            "--time-scale",
+            "60",
+            "--faults",
+            "deploy:status=503",
         ]);
         let c = config(&w.args).unwrap();
         assert_eq!(c.machines.len(), 5);

@@ -156,6 +156,9 @@ pub async fn start(
         addr: listen,
         source,
     })?;
+    // reqwest is built without a default TLS provider; embedders (tests, demo) may not have
+    // installed one yet. Installing twice is harmless.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .build()
