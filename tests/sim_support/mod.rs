@@ -234,3 +234,20 @@ impl Sim {
         .json()
     }
 }
+
+/// `../shared/maas/fixtures` (the repository's sibling `shared/`; a worktree sits one level
+/// deeper, so its grandparent is tried too).
+pub fn fixtures_dir() -> std::path::PathBuf {
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let candidates = [
+        std::env::var_os("METALFORM_SHARED_DIR").map(std::path::PathBuf::from),
+        Some(manifest.join("../shared")),
+        Some(manifest.join("../../shared")),
+    ];
+    candidates
+        .into_iter()
+        .flatten()
+        .map(|shared| shared.join("maas/fixtures"))
+        .find(|dir| dir.join("SOURCES.md").exists())
+        .expect("../shared/maas/fixtures not found (set METALFORM_SHARED_DIR)")
+}
