@@ -41,9 +41,15 @@ async fn deploy_then_release_runs_through_maas_statuses() {
     assert_eq!(d["enable_hw_sync"], true);
     assert_eq!(d["power_state"], "on");
     assert_eq!(d["status_message"], "Deploying");
-    let ip = d["ip_addresses"][0]
+    assert_eq!(
+        d["ip_addresses"],
+        json!([]),
+        "AUTO addresses are claimed post-commit"
+    );
+    let after = sim.machine(&sid).await;
+    let ip = after["ip_addresses"][0]
         .as_str()
-        .expect("AUTO address claimed at deploy");
+        .expect("AUTO address claimed");
     assert!(ip.starts_with("10.176.46."), "{ip}");
     let token1 = sim
         .get(&format!("machines/{sid}/"), &[("op", "get_token")])

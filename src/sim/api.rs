@@ -285,7 +285,9 @@ pub fn execute(world: &mut World, call: &Call) -> Result<Reply, MaasError> {
         }
         ("machine", "deploy") => {
             world.deploy(caller, call.sid(), p, now)?;
-            after(world, caller, call)
+            let reply = after(world, caller, call);
+            world.post_commit(call.sid());
+            reply
         }
         ("machine", "release") => {
             world.release(caller, call.sid(), p, now)?;
@@ -309,7 +311,9 @@ pub fn execute(world: &mut World, call: &Call) -> Result<Reply, MaasError> {
         }
         ("machine", "power_on") => {
             world.power_on(caller, call.sid(), p, now)?;
-            after(world, caller, call)
+            let reply = after(world, caller, call);
+            world.post_commit(call.sid());
+            reply
         }
         ("machine", "power_off") => {
             world.power_off(caller, call.sid(), now)?;

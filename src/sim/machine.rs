@@ -316,7 +316,7 @@ pub fn format_datetime(at: DateTime<Utc>) -> String {
 impl Machine {
     pub fn view(&self, net: &dyn NetworkLookup, gateway: Option<String>) -> MachineView {
         let sid = self.system_id.as_str();
-        let disks: Vec<BlockDeviceView> = self.disks.iter().map(|d| d.view(sid)).collect();
+        let disks: Vec<BlockDeviceView> = self.disks.iter().map(|d| d.generic_view(sid)).collect();
         let physical: Vec<BlockDeviceView> = self.disks.iter().map(|d| d.view(sid)).collect();
         let tested = |s: i32| (s, script_status_name(s));
         let (cs, csn) = tested(self.commissioning_status);

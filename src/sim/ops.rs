@@ -287,7 +287,9 @@ impl World {
         ephemeral: bool,
         now: DateTime<Utc>,
     ) -> Result<(), MaasError> {
-        self.claim_auto_ips(id)?;
+        // AUTO addresses are claimed post-commit (the deploy answer does not show them yet),
+        // but an exhausted subnet still fails the request with MAAS's 503.
+        self.check_auto_ips(id)?;
         self.transition(id, Status::Deploying, now)?;
         let token = self.new_token();
         if let Some(m) = self.machines.get_mut(&id) {
@@ -1271,7 +1273,8 @@ impl World {
                 self.finish_release(id, now);
                 self.transition(id, Status::Allocated, now)?;
                 self.set_owner_token(id, owner.or(Some(user.to_string())));
-                self.start_deployment(id, user, user_data, distro, hw, false, now)
+                self.start_deployment(id, user, user_data, distro, hw, false, now)?;
+                self.claim_auto_ips(id)
             }
             "recommission" => {
                 if status == Status::Deployed {

@@ -76,7 +76,10 @@ pub struct BlockDeviceView {
     pub path: String,
     pub used_size: u64,
     pub partition_table_type: Option<&'static str>,
-    pub firmware_version: String,
+    /// Present on physical-device renderings (`physicalblockdevice_set`, `boot_disk`, the
+    /// block-devices endpoints), absent from the generic `blockdevice_set` (yorc capture).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub firmware_version: Option<String>,
     pub resource_uri: String,
 }
 
@@ -105,6 +108,14 @@ impl BlockDevice {
             0
         } else {
             self.partitions.iter().map(|p| p.size).sum::<u64>() + PARTITION_OVERHEAD
+        }
+    }
+
+    /// The generic rendering of `blockdevice_set` (no firmware_version).
+    pub fn generic_view(&self, system_id: &str) -> BlockDeviceView {
+        BlockDeviceView {
+            firmware_version: None,
+            ..self.view(system_id)
         }
     }
 
@@ -166,7 +177,7 @@ impl BlockDevice {
             path: format!("/dev/disk/by-dname/{}", self.name),
             used_size: used,
             partition_table_type: (!self.partitions.is_empty()).then_some("GPT"),
-            firmware_version: "2.1.0".to_string(),
+            firmware_version: Some("2.1.0".to_string()),
             resource_uri: format!("/MAAS/api/2.0/nodes/{system_id}/blockdevices/{}/", self.id),
         }
     }

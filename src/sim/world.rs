@@ -1311,6 +1311,38 @@ impl World {
         Ok(())
     }
 
+    /// Whether every AUTO link of the machine can get an address (503 otherwise).
+    pub(super) fn check_auto_ips(&self, id: u64) -> Result<(), MaasError> {
+        let Some(m) = self.machines.get(&id) else {
+            return Ok(());
+        };
+        for link in m.interfaces.iter().flat_map(|i| i.links.iter()) {
+            if link.mode != LinkMode::Auto || link.ip.is_some() {
+                continue;
+            }
+            let free = link
+                .subnet_id
+                .and_then(|s| self.subnets.get(&s))
+                .is_none_or(|s| self.free_ip(s).is_some());
+            if !free {
+                return Err(MaasError::Unavailable(format!(
+                    "{}: Unable to allocate static IP due to address exhaustion.",
+                    m.system_id
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Post-commit work of a request that started a deployment: claim AUTO addresses.
+    pub fn post_commit(&mut self, system_id: &str) {
+        if let Some(id) = self.machine_id(system_id)
+            && self.machines[&id].status == Status::Deploying
+        {
+            let _ = self.claim_auto_ips(id);
+        }
+    }
+
     pub(super) fn release_auto_ips(&mut self, id: u64) {
         if let Some(m) = self.machines.get_mut(&id) {
             for link in m.interfaces.iter_mut().flat_map(|i| i.links.iter_mut()) {
