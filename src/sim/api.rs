@@ -285,33 +285,33 @@ pub fn execute(world: &mut World, call: &Call) -> Result<Reply, MaasError> {
         }
         ("machine", "deploy") => {
             world.deploy(caller, call.sid(), p, now)?;
-            let reply = after(world, caller, call);
+            let reply = after(world, call);
             world.post_commit(call.sid());
             reply
         }
         ("machine", "release") => {
             world.release(caller, call.sid(), p, now)?;
-            after(world, caller, call)
+            after(world, call)
         }
         ("machine", "commission") => {
             world.commission(caller, call.sid(), p, now)?;
-            after(world, caller, call)
+            after(world, call)
         }
         ("machine", "abort") => {
             world.abort(caller, call.sid(), now)?;
-            after(world, caller, call)
+            after(world, call)
         }
         ("machine", "mark_broken") => {
             world.mark_broken(caller, call.sid(), p, now)?;
-            after(world, caller, call)
+            after(world, call)
         }
         ("machine", "mark_fixed") => {
             world.mark_fixed(caller, call.sid(), now)?;
-            after(world, caller, call)
+            after(world, call)
         }
         ("machine", "power_on") => {
             world.power_on(caller, call.sid(), p, now)?;
-            let reply = after(world, caller, call);
+            let reply = after(world, call);
             world.post_commit(call.sid());
             reply
         }
@@ -338,7 +338,7 @@ pub fn execute(world: &mut World, call: &Call) -> Result<Reply, MaasError> {
         }
         ("machine", "set_storage_layout") => {
             world.set_storage_layout(caller, call.sid(), p)?;
-            after(world, caller, call)
+            after(world, call)
         }
         ("machine", "lock" | "unlock") => {
             let id = world.node_for(caller, call.sid(), Perm::View)?;
@@ -473,11 +473,10 @@ pub fn execute(world: &mut World, call: &Call) -> Result<Reply, MaasError> {
 }
 
 /// The machine after an operation (visible to the caller by construction).
-fn after(world: &World, caller: &Caller, call: &Call) -> Result<Reply, MaasError> {
+fn after(world: &World, call: &Call) -> Result<Reply, MaasError> {
     let id = world
         .machine_id(call.sid())
         .ok_or_else(MaasError::no_machine)?;
-    let _ = caller;
     Ok(machine_reply(world, id))
 }
 

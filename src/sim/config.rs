@@ -301,6 +301,11 @@ impl SimConfig {
             ..SimConfig::default()
         };
         let total = options.machines + options.unknown;
+        if total > 200 {
+            // A /24 PXE subnet cannot give every machine of a large fleet an address.
+            config.pxe_cidr = "10.176.64.0/18".to_string();
+            config.pxe_gateway = "10.176.64.1".to_string();
+        }
         for index in 0..total {
             let known = index < options.machines;
             let number = index + 1;

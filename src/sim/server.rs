@@ -119,9 +119,61 @@ impl SimHandle {
 
     /// Runs `f` on the simulated region (after running due background work).
     pub fn with_world<T>(&self, f: impl FnOnce(&mut World) -> T) -> T {
-        let result = self.shared.with_world(f);
-        tick(&self.shared);
-        result
+        // Agents of hosts that booted meanwhile are started by the (woken) ticker.
+        self.shared.with_world(f)
+    }
+
+    /// Counters of requests that took effect, per system id (contracts §3 `/counters`).
+    pub fn counters(&self) -> std::collections::BTreeMap<String, super::world::Counters> {
+        self.with_world(|w| w.counters.clone())
+    }
+
+    /// The operation log (contracts §3 `/ops`).
+    pub fn ops(&self) -> Vec<OpRecord> {
+        self.with_world(|w| w.ops.clone())
+    }
+
+    /// The simulated agents' enrollment attempts.
+    pub fn agent_log(&self) -> Vec<super::world::AgentRecord> {
+        self.with_world(|w| w.agent_log.clone())
+    }
+
+    /// Replaces the fault spec (same grammar as `--faults`).
+    pub fn set_faults(&self, spec: &str) -> Result<(), super::faults::FaultSpecError> {
+        let spec = super::faults::FaultSpec::parse(spec, &describe::is_known_action)?;
+        self.with_world(|w| w.replace_faults(spec));
+        Ok(())
+    }
+
+    /// An operator's out-of-band change (contracts §3 `/oob`).
+    pub fn out_of_band(&self, system_id: &str, action: &str) -> Result<(), MaasError> {
+        let now = self.shared.clock.now();
+        self.with_world(|w| {
+            let id = w.machine_id(system_id).ok_or_else(MaasError::no_machine)?;
+            w.out_of_band(id, action, now)
+        })
+    }
+
+    /// The IPMI stand-in (contracts §3 `/bmc/{ip}/power`).
+    pub fn bmc_power(
+        &self,
+        ip: &str,
+        action: &str,
+        pxe_boot: bool,
+    ) -> Result<serde_json::Value, MaasError> {
+        let now = self.shared.clock.now();
+        self.with_world(|w| w.bmc_power(ip, action, pxe_boot, now))
+    }
+
+    /// The SSH stand-in (contracts §3 `/host/files`).
+    pub fn write_host_file(
+        &self,
+        system_id: &str,
+        path: &str,
+        content: &str,
+    ) -> Result<(), MaasError> {
+        let now = self.shared.clock.now();
+        self.with_world(|w| w.write_host_file(system_id, path, content, now))
     }
 
     /// Stops serving.

@@ -150,6 +150,9 @@ pub struct World {
     pub machines: BTreeMap<u64, Machine>,
     by_system_id: HashMap<String, u64>,
     hardware: Vec<Hardware>,
+    /// Hardware index by NIC MAC (lower case) and by BMC IP; the inventory never changes.
+    hardware_by_mac: HashMap<String, usize>,
+    hardware_by_bmc: HashMap<String, usize>,
     pub vlans: BTreeMap<u64, Vlan>,
     pub subnets: BTreeMap<u64, Subnet>,
     pub pxe_subnet: u64,
@@ -248,6 +251,8 @@ impl World {
             machines: BTreeMap::new(),
             by_system_id: HashMap::new(),
             hardware: Vec::new(),
+            hardware_by_mac: HashMap::new(),
+            hardware_by_bmc: HashMap::new(),
             vlans: BTreeMap::from([(
                 5001,
                 Vlan {
@@ -298,6 +303,14 @@ impl World {
                     index,
                     reason: "a machine needs at least one interface (its PXE NIC)".to_string(),
                 });
+            }
+            for nic in &spec.interfaces {
+                world
+                    .hardware_by_mac
+                    .insert(nic.mac.to_ascii_lowercase(), index);
+            }
+            if let Some(ip) = &spec.bmc_ip {
+                world.hardware_by_bmc.insert(ip.clone(), index);
             }
             world.hardware.push(Hardware { spec: spec.clone() });
             if let Some(status) = spec.initial.status() {
@@ -772,21 +785,18 @@ impl World {
 
     /// Index of the hardware entry behind a machine (by PXE MAC, else BMC IP).
     pub(super) fn hardware_of(&self, m: &Machine) -> Option<usize> {
-        let macs: Vec<&str> = m.interfaces.iter().map(|i| i.mac.as_str()).collect();
-        self.hardware
+        m.interfaces
             .iter()
-            .position(|h| {
-                h.spec
-                    .interfaces
-                    .iter()
-                    .any(|n| macs.contains(&n.mac.as_str()))
-            })
-            .or_else(|| {
-                let ip = m.bmc_ip()?;
-                self.hardware
-                    .iter()
-                    .position(|h| h.spec.bmc_ip.as_deref() == Some(ip))
-            })
+            .find_map(|i| self.hardware_by_mac.get(&i.mac).copied())
+            .or_else(|| self.hardware_by_bmc.get(m.bmc_ip()?).copied())
+    }
+
+    /// Every MAC MAAS knows (one pass; for discovery questions).
+    fn known_macs(&self) -> std::collections::HashSet<&str> {
+        self.machines
+            .values()
+            .flat_map(|m| m.interfaces.iter().map(|i| i.mac.as_str()))
+            .collect()
     }
 
     // ----- background work ---------------------------------------------------------------------
@@ -1480,19 +1490,14 @@ impl World {
 
     /// Machines hiding their hardware from MAAS until discovered, by BMC IP.
     pub fn unknown_bmcs(&self) -> Vec<String> {
+        let known = self.known_macs();
         self.hardware
             .iter()
             .filter(|h| {
-                let macs: Vec<String> = h
-                    .spec
+                !h.spec
                     .interfaces
                     .iter()
-                    .map(|n| n.mac.to_ascii_lowercase())
-                    .collect();
-                !self
-                    .machines
-                    .values()
-                    .any(|m| m.interfaces.iter().any(|i| macs.contains(&i.mac)))
+                    .any(|n| known.contains(n.mac.to_ascii_lowercase().as_str()))
             })
             .filter_map(|h| h.spec.bmc_ip.clone())
             .collect()
