@@ -261,7 +261,7 @@ async fn boss_boot_disk_and_flat_layout() {
         .find(|d| d["name"] == "nvme1n1")
         .unwrap()
         .clone();
-    assert_eq!(boss["id_path"].as_str().unwrap().contains("BOSS"), true);
+    assert!(boss["id_path"].as_str().unwrap().contains("BOSS"));
     assert_eq!(nvme["used_for"], "Unused");
 
     let ok = sim

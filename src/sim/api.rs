@@ -708,7 +708,7 @@ fn query_events(world: &World, caller: &Caller, p: &Params) -> Result<Reply, Maa
             .take(limit)
             .collect(),
     };
-    events.sort_by(|a, b| b.id.cmp(&a.id));
+    events.sort_by_key(|e| std::cmp::Reverse(e.id));
     let mut carried: Vec<String> = p
         .pairs()
         .filter(|(k, _)| !matches!(*k, "op" | "limit" | "after" | "before"))

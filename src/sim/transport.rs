@@ -156,7 +156,11 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(j, Params::default());
-        let bad = parse_body(Some("multipart/form-data; boundary=x"), Bytes::from("junk")).await;
+        let bad = parse_body(
+            Some("multipart/form-data; boundary=x"),
+            Bytes::from("--x\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\nno end"),
+        )
+        .await;
         assert!(bad.is_err());
     }
 }
