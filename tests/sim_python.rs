@@ -26,16 +26,28 @@ async fn python_libmaas_drives_the_simulator_through_a_lifecycle() {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/libmaas_lifecycle.py");
     let url = handle.maas_url.clone();
     let key = handle.api_key().expose().to_string();
+    // Bounded: python-libmaas' wait loops poll until a status changes.
     let output = tokio::task::spawn_blocking(move || {
-        Command::new(&python)
+        let mut child = Command::new(&python)
             .arg(&script)
             .arg(&url)
             .arg(&key)
-            .output()
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("python runs");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while child.try_wait().expect("python is waitable").is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        child.wait_with_output().expect("python output")
     })
     .await
-    .unwrap()
-    .expect("python runs");
+    .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(

@@ -158,6 +158,31 @@ mod tests {
         assert_eq!(c.machines[4].initial, InitialState::Unknown);
         assert_eq!(c.time_scale, 60.0);
         assert_eq!(c.seed, 4);
+        let dir = tempfile::tempdir().unwrap();
+        let export = dir.path().join("export.json");
+        std::fs::write(
+            &export,
+            r#"[{"system_id": "abc123", "hostname": "c07u43", "status": 6,
+                 "interface_set": [{"type": "physical", "name": "eno8303", "mac_address": "AA:BB:CC:00:00:01"}],
+                 "physicalblockdevice_set": [{"name": "sda", "model": "Dell BOSS-N1", "size": 480000000000}]}]"#,
+        )
+        .unwrap();
+        let from = Wrapper::parse_from(["sim", "--from", export.to_str().unwrap()]);
+        let c = config(&from.args).unwrap();
+        assert_eq!(c.machines.len(), 1);
+        assert_eq!(c.machines[0].system_id.as_deref(), Some("abc123"));
+        assert_eq!(c.machines[0].initial, InitialState::Deployed);
+        assert_eq!(c.machines[0].interfaces[0].mac, "aa:bb:cc:00:00:01");
+        std::fs::write(&export, "{\"not\": \"machines\"}").unwrap();
+        let err = config(&from.args).unwrap_err();
+        assert!(err.message.ends_with("expected a JSON array of machine objects (the output of GET /MAAS/api/2.0/machines/)"), "{}", err.message);
+        let missing = Wrapper::parse_from(["sim", "--from", "/nonexistent/export.json"]);
+        assert!(
+            config(&missing.args)
+                .unwrap_err()
+                .message
+                .starts_with("cannot read /nonexistent/export.json")
+        );
         let bad = Wrapper::parse_from(["sim", "--state", "sleepy"]);
         let err = config(&bad.args).unwrap_err();
         assert_eq!(err.message, "unknown --state `sleepy`");
