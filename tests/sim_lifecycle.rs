@@ -639,3 +639,41 @@ async fn list_filters_and_events() {
         .expect(400);
     assert_eq!(a.text, "Unrecognised log level: info");
 }
+
+#[tokio::test]
+async fn mark_broken_releases_an_allocation_first() {
+    let sim = Sim::start(fleet(1)).await;
+    let sid = sim.system_ids().await.remove(0);
+    let a = sim
+        .op("machines/", "allocate", &[("system_id", &sid)])
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(a["status_name"], "Allocated");
+    assert_eq!(a["constraints_by_type"], json!({}));
+    let gone = sim
+        .op("machines/", "allocate", &[("system_id", &sid)])
+        .await
+        .expect(409);
+    assert_eq!(
+        gone.text,
+        format!("No machine with system ID {sid} available.")
+    );
+    let b = sim
+        .op(
+            &format!("machines/{sid}/"),
+            "mark_broken",
+            &[("comment", "psu")],
+        )
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(b["status_name"], "Broken");
+    assert_eq!(b["owner"], serde_json::Value::Null);
+    let f = sim
+        .op(&format!("machines/{sid}/"), "mark_fixed", &[])
+        .await
+        .expect(200)
+        .json();
+    assert_eq!(f["status_name"], "Ready");
+}

@@ -470,6 +470,20 @@ impl World {
             .or(p.get("error_description"))
             .unwrap_or("")
             .to_string();
+        let status = self.machines[&id].status;
+        if RELEASABLE.contains(&status) && status != Status::Deployed {
+            // Released first (machines.py mark_broken): the allocation and any deployment in
+            // progress end; a Deployed machine keeps its OS so mark_fixed can return it.
+            self.set_pending(id, None);
+            if let Some(m) = self.machines.get_mut(&id) {
+                m.osystem.clear();
+                m.distro_series.clear();
+                m.user_data = None;
+                m.boot += 1;
+                set_owner(m, None);
+            }
+            self.release_auto_ips(id);
+        }
         self.make_broken(id, &comment, caller.name(), now);
         Ok(())
     }
