@@ -8,6 +8,7 @@ pub mod error;
 pub mod output;
 
 mod completions;
+pub mod sim;
 pub mod status;
 
 use std::process::ExitCode;
@@ -49,6 +50,8 @@ pub enum Command {
     Completions(completions::Args),
     /// Show the node inventory, or one node's lifecycle detail.
     Status(status::Args),
+    /// Run the embedded MAAS API 2.0 simulator (docs/simulator.md).
+    Sim(sim::Args),
 }
 
 /// Parse, run, and turn the outcome into an exit code. Errors go to stderr as
@@ -93,6 +96,7 @@ async fn run(cli: Cli) -> Result<Exit, CliError> {
     match command {
         Command::Completions(args) => completions::run(args),
         Command::Status(args) => status::run(&global, args).await,
+        Command::Sim(args) => sim::run(args).await,
     }
 }
 

@@ -1,0 +1,191 @@
+//! `metalform sim` (DESIGN.md §3, §5): run the embedded MAAS simulator until interrupted.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use crate::sim::{self, FleetOptions, InitialState, SimConfig};
+
+use super::{CliError, Exit};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:5240", value_name = "ADDR")]
+    pub listen: SocketAddr,
+    /// The admin API key `consumer:token:secret` (default: a fixed development key).
+    #[arg(
+        long,
+        env = "METALFORM_SIM_API_KEY",
+        value_name = "KEY",
+        hide_env_values = true
+    )]
+    pub api_key: Option<String>,
+    /// Start with N generated GPU machines.
+    #[arg(long, value_name = "N", conflicts_with = "from", default_value_t = 10)]
+    pub machines: usize,
+    /// State the generated machines start in: ready, new, allocated, deployed, broken,
+    /// failed_commissioning, or unknown (they appear only through PXE discovery).
+    #[arg(long, value_name = "STATE", default_value = "ready")]
+    pub state: String,
+    /// Additional BMCs MAAS does not know (power-cycle them with PXE boot to enlist them).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub unknown: usize,
+    /// Every N-th generated machine has no BOSS/M.2 boot disk (0 = all have one).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub no_boss_every: usize,
+    /// Load a real MAAS machines export (the JSON of GET /MAAS/api/2.0/machines/).
+    #[arg(long, value_name = "EXPORT.json")]
+    pub from: Option<PathBuf>,
+    /// Simulated seconds per real second (MAAS durations are divided by it).
+    #[arg(long, default_value_t = 1.0, value_name = "X")]
+    pub time_scale: f64,
+    /// Fault spec (docs/simulator.md "Faults"), e.g. `deploy:status=503,retry_after=5,rate=0.2`.
+    #[arg(long, default_value = "", value_name = "SPEC")]
+    pub faults: String,
+    /// Seed of every random draw.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub seed: u64,
+}
+
+/// Builds the simulator configuration the flags describe.
+pub fn config(args: &Args) -> Result<SimConfig, CliError> {
+    let initial = InitialState::parse(&args.state).ok_or_else(|| {
+        CliError::argument(format!("unknown --state `{}`", args.state)).hint(
+            "use one of: ready, new, allocated, deployed, broken, failed_commissioning, unknown",
+        )
+    })?;
+    let mut config = match &args.from {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                CliError::user(format!("cannot read {}: {e}", path.display()))
+                    .hint("pass the JSON saved from `maas $PROFILE machines read`")
+            })?;
+            let mut config = SimConfig {
+                seed: args.seed,
+                ..SimConfig::default()
+            };
+            let summary = sim::export::load_export(&mut config, &text).map_err(|e| {
+                CliError::user(format!("{}: {e}", path.display())).hint(
+                    "the file must be the JSON array MAAS returns for GET /MAAS/api/2.0/machines/",
+                )
+            })?;
+            eprintln!(
+                "loaded {} machines from {}",
+                summary.machines,
+                path.display()
+            );
+            for note in summary.approximations {
+                eprintln!("note: {note}");
+            }
+            config
+        }
+        None => SimConfig::generated(
+            args.seed,
+            &FleetOptions {
+                machines: args.machines,
+                initial,
+                no_boss_every: args.no_boss_every,
+                unknown: args.unknown,
+            },
+        ),
+    };
+    if let Some(key) = &args.api_key {
+        config.api_key = key.clone();
+    }
+    config.time_scale = args.time_scale;
+    config.faults = args.faults.clone();
+    Ok(config)
+}
+
+pub async fn run(args: Args) -> Result<Exit, CliError> {
+    let config = config(&args)?;
+    let handle = sim::start_with_clock(
+        config,
+        std::sync::Arc::new(crate::clock::SystemClock),
+        args.listen,
+    )
+    .await
+    .map_err(|e| {
+        let hint = match &e {
+            sim::SimError::Listen { .. } => "choose a free address with --listen 127.0.0.1:PORT",
+            sim::SimError::Config(_) => "see docs/simulator.md for the fault grammar and options",
+            sim::SimError::Http(_) => "this is a bug; please report it",
+        };
+        CliError::user(e.to_string()).hint(hint)
+    })?;
+    // The key is printed on purpose: it is the simulator's own development credential.
+    println!("MAAS URL: {}", handle.maas_url);
+    println!("API key:  {}", handle.api_key().expose());
+    println!("control:  {}/sim/v1/", handle.base_url());
+    tokio::signal::ctrl_c()
+        .await
+        .map_err(|e| CliError::unexpected(format!("cannot wait for Ctrl-C: {e}")))?;
+    handle.shutdown();
+    Ok(Exit::Success)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    #[test]
+    fn flags_build_the_configuration() {
+        let w = Wrapper::parse_from([
+            "sim",
+            "--machines",
+            "3",
+            "--unknown",
+            "2",
+            "--state",
+            "new",
+            "--seed",
+            "4",
+            "--time-scale",
+            "60",
+            "--faults",
+            "deploy:status=503",
+        ]);
+        let c = config(&w.args).unwrap();
+        assert_eq!(c.machines.len(), 5);
+        assert_eq!(c.machines[0].initial, InitialState::New);
+        assert_eq!(c.machines[4].initial, InitialState::Unknown);
+        assert_eq!(c.time_scale, 60.0);
+        assert_eq!(c.seed, 4);
+        let dir = tempfile::tempdir().unwrap();
+        let export = dir.path().join("export.json");
+        std::fs::write(
+            &export,
+            r#"[{"system_id": "abc123", "hostname": "c07u43", "status": 6,
+                 "interface_set": [{"type": "physical", "name": "eno8303", "mac_address": "AA:BB:CC:00:00:01"}],
+                 "physicalblockdevice_set": [{"name": "sda", "model": "Dell BOSS-N1", "size": 480000000000}]}]"#,
+        )
+        .unwrap();
+        let from = Wrapper::parse_from(["sim", "--from", export.to_str().unwrap()]);
+        let c = config(&from.args).unwrap();
+        assert_eq!(c.machines.len(), 1);
+        assert_eq!(c.machines[0].system_id.as_deref(), Some("abc123"));
+        assert_eq!(c.machines[0].initial, InitialState::Deployed);
+        assert_eq!(c.machines[0].interfaces[0].mac, "aa:bb:cc:00:00:01");
+        std::fs::write(&export, "{\"not\": \"machines\"}").unwrap();
+        let err = config(&from.args).unwrap_err();
+        assert!(err.message.ends_with("expected a JSON array of machine objects (the output of GET /MAAS/api/2.0/machines/)"), "{}", err.message);
+        let missing = Wrapper::parse_from(["sim", "--from", "/nonexistent/export.json"]);
+        assert!(
+            config(&missing.args)
+                .unwrap_err()
+                .message
+                .starts_with("cannot read /nonexistent/export.json")
+        );
+        let bad = Wrapper::parse_from(["sim", "--state", "sleepy"]);
+        let err = config(&bad.args).unwrap_err();
+        assert_eq!(err.message, "unknown --state `sleepy`");
+        assert_eq!(err.class.exit_code(), 64);
+    }
+}

@@ -1,0 +1,761 @@
+//! MAAS API 2.0 dispatch (API_REFERENCE.md §1, §5): routing with trailing slashes and the
+//! `op-<name>` suffix, (method, op) signatures, anonymous handlers, and one function per
+//! action that turns the world into MAAS's JSON.
+
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+
+use super::describe::{ActionDef, HANDLERS, HandlerDef};
+use super::events::Level;
+use super::ops::{Perm, normalise_mac};
+use super::reply::{MaasError, Reply};
+use super::status::Status;
+use super::transport::Params;
+use super::world::{Caller, World};
+
+/// A matched route: the handler, its path arguments, and an op given as a path suffix.
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub handler: &'static HandlerDef,
+    pub args: Vec<String>,
+    pub suffix_op: Option<String>,
+}
+
+impl Route {
+    pub fn arg(&self, name: &str) -> &str {
+        self.handler
+            .params
+            .iter()
+            .position(|p| *p == name)
+            .and_then(|i| self.args.get(i))
+            .map_or("", String::as_str)
+    }
+
+    pub fn system_id(&self) -> Option<&str> {
+        self.handler
+            .params
+            .contains(&"system_id")
+            .then(|| self.arg("system_id"))
+    }
+}
+
+fn match_template(template: &str, path: &str) -> Option<Vec<String>> {
+    let t: Vec<&str> = template.split('/').collect();
+    let p: Vec<&str> = path.split('/').collect();
+    // Subnet specifiers may hold a CIDR: `subnets/cidr:10.0.0.0/24/`.
+    if template == "subnets/{id}/" && p.len() >= 3 && p[0] == "subnets" && p.last() == Some(&"") {
+        let id = p[1..p.len() - 1].join("/");
+        let cidr_like = p.len() == 3 || (p.len() == 4 && p[2].chars().all(|c| c.is_ascii_digit()));
+        return (!id.is_empty() && cidr_like).then(|| vec![id]);
+    }
+    if t.len() != p.len() {
+        return None;
+    }
+    let mut args = Vec::new();
+    for (a, b) in t.iter().zip(&p) {
+        if a.starts_with('{') {
+            if b.is_empty() {
+                return None;
+            }
+            args.push(b.to_string());
+        } else if a != b {
+            return None;
+        }
+    }
+    Some(args)
+}
+
+/// Routes a path below `/MAAS/api/2.0/`.
+pub fn route(rest: &str) -> Option<Route> {
+    let find = |path: &str| {
+        HANDLERS
+            .iter()
+            .find_map(|h| match_template(h.path, path).map(|args| (h, args)))
+    };
+    if let Some((handler, args)) = find(rest) {
+        return Some(Route {
+            handler,
+            args,
+            suffix_op: None,
+        });
+    }
+    // `<route>op-<name>` (urls_api.py registers it for every op).
+    let trimmed = rest.strip_suffix('/').unwrap_or(rest);
+    let (base, last) = trimmed
+        .rsplit_once('/')
+        .map_or(("", trimmed), |(b, l)| (b, l));
+    let op = last.strip_prefix("op-")?;
+    let base = if base.is_empty() {
+        String::new()
+    } else {
+        format!("{base}/")
+    };
+    let (handler, args) = find(&base)?;
+    Some(Route {
+        handler,
+        args,
+        suffix_op: Some(op.to_string()),
+    })
+}
+
+/// Chooses the action for (method, op) among what the caller may use.
+pub fn select_action(
+    route: &Route,
+    caller: &Caller,
+    method: &str,
+    op: Option<&str>,
+) -> Result<(&'static str, &'static ActionDef), MaasError> {
+    let (name, actions): (&'static str, &'static [ActionDef]) = match caller {
+        Caller::Anonymous => match route.handler.anon {
+            Some(anon) => anon,
+            None => {
+                return Err(MaasError::Status {
+                    status: 401,
+                    message: "Forbidden".to_string(),
+                    retry_after: None,
+                });
+            }
+        },
+        Caller::Node { .. } => return Err(MaasError::Forbidden(String::new())),
+        Caller::User { .. } => {
+            if route.handler.actions.is_empty() {
+                route.handler.anon.unwrap_or((route.handler.name, &[]))
+            } else {
+                (route.handler.name, route.handler.actions)
+            }
+        }
+    };
+    let mut allowed: Vec<&'static str> = actions.iter().map(|a| a.method).collect();
+    allowed.sort_unstable();
+    allowed.dedup();
+    if !allowed.contains(&method) {
+        return Err(MaasError::MethodNotAllowed(allowed));
+    }
+    actions
+        .iter()
+        .find(|a| a.method == method && a.op == op)
+        .map(|a| (name, a))
+        .ok_or_else(|| {
+            MaasError::BadRequest(format!(
+                "Unrecognised signature: method={method} op={}",
+                op.unwrap_or("None")
+            ))
+        })
+}
+
+/// Everything an action needs.
+pub struct Call<'a> {
+    pub caller: &'a Caller,
+    pub route: &'a Route,
+    pub action: &'a ActionDef,
+    pub query: &'a Params,
+    pub form: &'a Params,
+    pub now: DateTime<Utc>,
+}
+
+impl Call<'_> {
+    /// GET/DELETE read the query string; POST/PUT read the body (op excluded either way).
+    fn params(&self) -> &Params {
+        if matches!(self.action.method, "GET" | "DELETE") {
+            self.query
+        } else {
+            self.form
+        }
+    }
+
+    fn sid(&self) -> &str {
+        self.route.arg("system_id")
+    }
+}
+
+fn machine_json(world: &World, id: u64) -> Value {
+    let gateway = world.pxe_gateway();
+    serde_json::to_value(world.machines[&id].view(world, gateway)).unwrap_or(Value::Null)
+}
+
+fn machine_reply(world: &World, id: u64) -> Reply {
+    let gateway = world.pxe_gateway();
+    Reply::json(&world.machines[&id].view(world, gateway))
+}
+
+/// `GET version/`: `json.dumps`, compact with Python's separators (not piston-indented).
+pub fn version_body(version: &str) -> Vec<u8> {
+    const CAPABILITIES: [&str; 9] = [
+        "networks-management",
+        "static-ipaddresses",
+        "ipv6-deployment-ubuntu",
+        "devices-management",
+        "storage-deployment-ubuntu",
+        "network-deployment-ubuntu",
+        "bridging-interface-ubuntu",
+        "bridging-automatic-ubuntu",
+        "authenticate-api",
+    ];
+    let caps: Vec<String> = CAPABILITIES.iter().map(|c| format!("\"{c}\"")).collect();
+    format!(
+        "{{\"capabilities\": [{}], \"version\": {}, \"subversion\": \"\"}}",
+        caps.join(", "),
+        serde_json::to_string(version).unwrap_or_else(|_| "\"None\"".to_string())
+    )
+    .into_bytes()
+}
+
+/// Runs the action.
+pub fn execute(world: &mut World, call: &Call) -> Result<Reply, MaasError> {
+    let key = (
+        super::describe::short_name(call.route.handler.name),
+        call.action.name,
+    );
+    let p = call.params();
+    let now = call.now;
+    let caller = call.caller;
+    match (key.0.as_str(), key.1) {
+        ("version", "read") => Ok(Reply::Json(version_body(&world.config.maas_version))),
+        ("users", "read") => {
+            let users: Vec<Value> = world
+                .users
+                .iter()
+                .filter(|(name, _, _)| caller.is_admin() || name == caller.name())
+                .map(|(name, _, admin)| user_json(name, *admin))
+                .collect();
+            Ok(Reply::json(&users))
+        }
+        ("users", "whoami") => Ok(Reply::json(&user_json(caller.name(), caller.is_admin()))),
+        ("machines" | "nodes", "read") => list_machines(world, caller, p),
+        ("machines", "create") => {
+            let id = world.create_machine(caller, p, now)?;
+            Ok(machine_reply(world, id))
+        }
+        ("machines", "accept") => {
+            let ids: Vec<String> = p.all("machines").into_iter().map(String::from).collect();
+            let accepted = world.accept(caller, &ids, now)?;
+            let list: Vec<Value> = accepted.iter().map(|id| machine_json(world, *id)).collect();
+            Ok(Reply::json(&list))
+        }
+        ("machines", "accept_all") => {
+            let ids: Vec<String> = world
+                .machines
+                .values()
+                .filter(|m| m.status == Status::New)
+                .map(|m| m.system_id.clone())
+                .collect();
+            let accepted = world.accept(caller, &ids, now)?;
+            let list: Vec<Value> = accepted.iter().map(|id| machine_json(world, *id)).collect();
+            Ok(Reply::json(&list))
+        }
+        ("machines", "allocate") => allocate(world, caller, p, now),
+        ("machines", "power_parameters") => {
+            if !caller.is_admin() {
+                return Err(MaasError::Forbidden(String::new()));
+            }
+            let wanted = p.all("id");
+            let map: serde_json::Map<String, Value> = world
+                .machines
+                .values()
+                .filter(|m| wanted.is_empty() || wanted.contains(&m.system_id.as_str()))
+                .map(|m| (m.system_id.clone(), json!(m.power_parameters)))
+                .collect();
+            Ok(Reply::json(&map))
+        }
+        ("machines" | "nodes", "is_registered") => {
+            let mac = p.get("mac_address").unwrap_or("");
+            let mac = normalise_mac(mac)
+                .ok_or_else(|| MaasError::BadRequest(format!("Invalid MAC address: {mac}")))?;
+            let known = world
+                .machines
+                .values()
+                .any(|m| m.interfaces.iter().any(|i| i.mac == mac));
+            Ok(Reply::json(&known))
+        }
+        ("machines", "is_action_in_progress") => Ok(Reply::json(&false)),
+        ("machine" | "node", "read") => {
+            let id = world.node_for(caller, call.sid(), Perm::View)?;
+            Ok(machine_reply(world, id))
+        }
+        ("machine", "update") => {
+            world.update_machine(caller, call.sid(), p)?;
+            Ok(machine_reply(
+                world,
+                world.node_for(caller, call.sid(), Perm::View)?,
+            ))
+        }
+        ("machine" | "node", "delete") => {
+            world.delete_machine(caller, call.sid())?;
+            Ok(Reply::Deleted)
+        }
+        ("machine", "deploy") => {
+            world.deploy(caller, call.sid(), p, now)?;
+            let reply = after(world, call);
+            world.post_commit(call.sid());
+            reply
+        }
+        ("machine", "release") => {
+            world.release(caller, call.sid(), p, now)?;
+            after(world, call)
+        }
+        ("machine", "commission") => {
+            world.commission(caller, call.sid(), p, now)?;
+            after(world, call)
+        }
+        ("machine", "abort") => {
+            world.abort(caller, call.sid(), now)?;
+            after(world, call)
+        }
+        ("machine", "mark_broken") => {
+            world.mark_broken(caller, call.sid(), p, now)?;
+            after(world, call)
+        }
+        ("machine", "mark_fixed") => {
+            world.mark_fixed(caller, call.sid(), now)?;
+            after(world, call)
+        }
+        ("machine", "power_on") => {
+            world.power_on(caller, call.sid(), p, now)?;
+            let reply = after(world, call);
+            world.post_commit(call.sid());
+            reply
+        }
+        ("machine", "power_off") => {
+            world.power_off(caller, call.sid(), now)?;
+            let id = world.node_for(caller, call.sid(), Perm::View)?;
+            if world.machines[&id].power_type == "manual" {
+                return Ok(Reply::json(&Value::Null));
+            }
+            Ok(machine_reply(world, id))
+        }
+        ("machine" | "node", "query_power_state") => {
+            let id = world.node_for(caller, call.sid(), Perm::View)?;
+            let state = world.machines[&id].power_state;
+            Ok(Reply::json(&json!({"state": state.as_str()})))
+        }
+        ("machine", "power_parameters") => {
+            let id = world.node_for(caller, call.sid(), Perm::AdminRead)?;
+            Ok(Reply::json(&world.machines[&id].power_parameters))
+        }
+        ("machine", "get_token") => {
+            let id = world.node_for(caller, call.sid(), Perm::AdminRead)?;
+            Ok(Reply::json(&world.machines[&id].token))
+        }
+        ("machine", "set_storage_layout") => {
+            world.set_storage_layout(caller, call.sid(), p)?;
+            after(world, call)
+        }
+        ("machine", "lock" | "unlock") => {
+            let id = world.node_for(caller, call.sid(), Perm::View)?;
+            if !caller.is_admin() && world.machines[&id].owner.as_deref() != Some(caller.name()) {
+                return Err(MaasError::Forbidden(String::new()));
+            }
+            let lock = call.action.name == "lock";
+            let m = world
+                .machines
+                .get_mut(&id)
+                .ok_or_else(MaasError::no_machine)?;
+            if lock && m.status != Status::Deployed {
+                return Err(MaasError::field(
+                    "system_id",
+                    "Only deployed machines can be locked.",
+                ));
+            }
+            m.locked = lock;
+            Ok(machine_reply(world, id))
+        }
+        ("machine", "set_workload_annotations") => {
+            let id = world.node_for(caller, call.sid(), Perm::Edit)?;
+            let m = world
+                .machines
+                .get_mut(&id)
+                .ok_or_else(MaasError::no_machine)?;
+            if m.owner.as_deref() != Some(caller.name()) {
+                return Err(MaasError::Conflict(
+                    "Cannot set workload annotation: it hasn't been acquired.".to_string(),
+                ));
+            }
+            for (k, v) in p.pairs() {
+                if v.is_empty() {
+                    m.workload_annotations.remove(k);
+                } else {
+                    m.workload_annotations.insert(k.to_string(), v.to_string());
+                }
+            }
+            Ok(machine_reply(world, id))
+        }
+        ("interfaces", "read") => {
+            let id = world.node_for(caller, call.sid(), Perm::View)?;
+            let m = &world.machines[&id];
+            let list: Vec<_> = m
+                .interfaces
+                .iter()
+                .map(|i| i.view(&m.system_id, world))
+                .collect();
+            Ok(Reply::json(&list))
+        }
+        ("interface", "read") => {
+            let id = world.node_for(caller, call.sid(), Perm::View)?;
+            let index = world.find_interface(id, call.route.arg("id"))?;
+            let m = &world.machines[&id];
+            Ok(Reply::json(&m.interfaces[index].view(&m.system_id, world)))
+        }
+        ("interface", op @ ("link_subnet" | "unlink_subnet")) => {
+            let (id, index) = if op == "link_subnet" {
+                world.link_subnet(caller, call.sid(), call.route.arg("id"), p)?
+            } else {
+                world.unlink_subnet(caller, call.sid(), call.route.arg("id"), p)?
+            };
+            let m = &world.machines[&id];
+            Ok(Reply::json(&m.interfaces[index].view(&m.system_id, world)))
+        }
+        ("blockdevices", "read") => {
+            let id = world.node_for(caller, call.sid(), Perm::View)?;
+            let m = &world.machines[&id];
+            let list: Vec<_> = m.disks.iter().map(|d| d.view(&m.system_id)).collect();
+            Ok(Reply::json(&list))
+        }
+        ("blockdevice", "read") => {
+            let id = world.node_for(caller, call.sid(), Perm::View)?;
+            let disk = world.find_disk(id, call.route.arg("id"))?;
+            let m = &world.machines[&id];
+            let d = m
+                .disks
+                .iter()
+                .find(|d| d.id == disk)
+                .ok_or_else(MaasError::no_machine)?;
+            Ok(Reply::json(&d.view(&m.system_id)))
+        }
+        ("blockdevice", "set_boot_disk") => {
+            world.set_boot_disk(caller, call.sid(), call.route.arg("id"))?;
+            Ok(Reply::AllOk)
+        }
+        ("subnets", "read") => {
+            let list: Vec<_> = world
+                .subnets
+                .values()
+                .filter_map(|s| Some(s.view(world.vlans.get(&s.vlan_id)?)))
+                .collect();
+            Ok(Reply::json(&list))
+        }
+        ("subnets", "create") => {
+            let id = world.create_subnet(caller, p)?;
+            let s = &world.subnets[&id];
+            Ok(Reply::json(&s.view(&world.vlans[&s.vlan_id])))
+        }
+        ("subnet", "read") => {
+            let id = world.find_subnet(call.route.arg("id")).ok_or_else(|| {
+                MaasError::NotFound("No Subnet matches the given query.".to_string())
+            })?;
+            let s = &world.subnets[&id];
+            Ok(Reply::json(&s.view(&world.vlans[&s.vlan_id])))
+        }
+        ("subnet", "delete") => {
+            if !caller.is_admin() {
+                return Err(MaasError::Forbidden(String::new()));
+            }
+            let id = world.find_subnet(call.route.arg("id")).ok_or_else(|| {
+                MaasError::NotFound("No Subnet matches the given query.".to_string())
+            })?;
+            world.subnets.remove(&id);
+            Ok(Reply::Deleted)
+        }
+        ("events", "query") => query_events(world, caller, p),
+        ("zones", "read") => Ok(Reply::json(&json!([{
+            "name": "default", "description": "", "id": 1, "resource_uri": "/MAAS/api/2.0/zones/default/"
+        }]))),
+        ("resourcepools", "read") => Ok(Reply::json(&json!([{
+            "name": "default", "description": "Default pool", "id": 0, "resource_uri": "/MAAS/api/2.0/resourcepool/0/"
+        }]))),
+        ("domains", "read") => Ok(Reply::json(&json!([{
+            "authoritative": true, "ttl": null, "resource_record_count": 0, "name": "maas", "id": 0,
+            "is_default": true, "resource_uri": "/MAAS/api/2.0/domains/0/"
+        }]))),
+        (handler, action) => Err(MaasError::Internal(format!(
+            "simulator has no implementation for {handler}.{action}"
+        ))),
+    }
+}
+
+/// The machine after an operation (visible to the caller by construction).
+fn after(world: &World, call: &Call) -> Result<Reply, MaasError> {
+    let id = world
+        .machine_id(call.sid())
+        .ok_or_else(MaasError::no_machine)?;
+    Ok(machine_reply(world, id))
+}
+
+fn user_json(name: &str, admin: bool) -> Value {
+    json!({
+        "is_superuser": admin,
+        "username": name,
+        "email": format!("{name}@example.invalid"),
+        "is_local": true,
+        "resource_uri": format!("/MAAS/api/2.0/users/{name}/"),
+    })
+}
+
+/// `ReadNodesForm` filters (exact "any of" matches; unknown system ids simply match nothing).
+fn list_machines(world: &World, caller: &Caller, p: &Params) -> Result<Reply, MaasError> {
+    let mut macs = Vec::new();
+    for mac in p.all("mac_address") {
+        macs.push(normalise_mac(mac).ok_or_else(|| {
+            MaasError::field(
+                "mac_address",
+                "Invalid parameter: invalid MAC address format",
+            )
+        })?);
+    }
+    let statuses = |name: &str| -> Result<Vec<Status>, MaasError> {
+        p.all(name)
+            .into_iter()
+            .map(|v| {
+                Status::parse(v)
+                    .filter(|s| s.filter_value() == v)
+                    .ok_or_else(|| {
+                        MaasError::field(
+                            name,
+                            format!(
+                                "Select a valid choice. {v} is not one of the available choices."
+                            ),
+                        )
+                    })
+            })
+            .collect()
+    };
+    let status = statuses("status")?;
+    let not_status = statuses("not_status")?;
+    const SIMPLE: [&str; 12] = [
+        "allocated",
+        "broken",
+        "commissioning",
+        "deployed",
+        "deploying",
+        "failed",
+        "new",
+        "other",
+        "ready",
+        "releasing",
+        "rescue_mode",
+        "testing",
+    ];
+    for name in ["simple_status", "not_simple_status"] {
+        if let Some(bad) = p.all(name).into_iter().find(|v| !SIMPLE.contains(v)) {
+            return Err(MaasError::field(
+                name,
+                format!("Select a valid choice. {bad} is not one of the available choices."),
+            ));
+        }
+    }
+    let any = |name: &str, value: &str| {
+        let wanted = p.all(name);
+        wanted.is_empty() || wanted.contains(&value)
+    };
+    let none = |name: &str, value: &str| !p.all(name).contains(&value);
+    let ids = p.all("id");
+    let system_ids = p.all("system_id");
+    let gateway = world.pxe_gateway();
+    let views: Vec<_> = world
+        .machines
+        .values()
+        .filter(|m| world.can_view(caller, m.id))
+        .filter(|m| ids.is_empty() || ids.contains(&m.system_id.as_str()))
+        .filter(|m| system_ids.is_empty() || system_ids.contains(&m.system_id.as_str()))
+        .filter(|m| none("not_id", &m.system_id))
+        .filter(|m| {
+            any("hostname", &m.hostname) || any("hostname", &format!("{}.maas", m.hostname))
+        })
+        .filter(|m| none("not_hostname", &m.hostname))
+        .filter(|m| macs.is_empty() || m.interfaces.iter().any(|i| macs.contains(&i.mac)))
+        .filter(|m| status.is_empty() || status.contains(&m.status))
+        .filter(|m| !not_status.contains(&m.status))
+        .filter(|m| any("simple_status", m.status.simple()))
+        .filter(|m| none("not_simple_status", m.status.simple()))
+        .filter(|m| any("zone", &m.zone) && none("not_in_zone", &m.zone))
+        .filter(|m| any("pool", &m.pool) && none("not_in_pool", &m.pool))
+        .filter(|m| {
+            any("arch", &m.architecture)
+                || any("arch", m.architecture.split('/').next().unwrap_or(""))
+        })
+        .filter(|m| {
+            any("power_state", m.power_state.as_str())
+                && none("not_power_state", m.power_state.as_str())
+        })
+        .filter(|m| {
+            let owner = m.owner.as_deref().unwrap_or("");
+            any("owner", owner) && none("not_owner", owner)
+        })
+        .filter(|_| any("domain", "maas"))
+        .map(|m| m.view(world, gateway.clone()))
+        .collect();
+    Ok(Reply::json(&views))
+}
+
+/// `POST machines/?op=allocate` (system_id or name, else any Ready machine).
+fn allocate(
+    world: &mut World,
+    caller: &Caller,
+    p: &Params,
+    now: DateTime<Utc>,
+) -> Result<Reply, MaasError> {
+    let wanted_sid = p.get("system_id");
+    let wanted_name = p.get("name");
+    let candidate = world
+        .machines
+        .values()
+        .filter(|m| m.status == Status::Ready && m.owner.is_none())
+        .find(|m| {
+            wanted_sid.is_none_or(|s| s == m.system_id)
+                && wanted_name
+                    .is_none_or(|n| n == m.hostname || n == format!("{}.maas", m.hostname))
+        })
+        .map(|m| m.id);
+    let Some(id) = candidate else {
+        return Err(MaasError::Conflict(match wanted_sid {
+            Some(sid) => format!("No machine with system ID {sid} available."),
+            None => "No machine available.".to_string(),
+        }));
+    };
+    world.transition(id, Status::Allocated, now)?;
+    world.set_owner_token(id, Some(caller.name().to_string()));
+    world.event(
+        id,
+        Level::Debug,
+        "User acquiring node",
+        "",
+        caller.name(),
+        now,
+    );
+    let mut value = machine_json(world, id);
+    if let Value::Object(map) = &mut value {
+        map.insert("constraints_by_type".to_string(), json!({}));
+    }
+    Ok(Reply::json(&value))
+}
+
+/// `GET events/?op=query` (API_REFERENCE.md §5.21).
+fn query_events(world: &World, caller: &Caller, p: &Params) -> Result<Reply, MaasError> {
+    let level = match p.get("level") {
+        None => Level::Info,
+        Some(l) => Level::parse(l)
+            .ok_or_else(|| MaasError::BadRequest(format!("Unrecognised log level: {l}")))?,
+    };
+    let limit = match p.get("limit") {
+        None => 100,
+        Some(l) => {
+            let n: i64 = l
+                .parse()
+                .map_err(|_| MaasError::BadRequest(format!("Invalid limit: {l}")))?;
+            if n > 1000 {
+                return Err(MaasError::BadRequest(format!(
+                    "Requested number of events {n} is greater than limit: 1000"
+                )));
+            }
+            n.max(1) as usize
+        }
+    };
+    let parse_id = |name: &str| -> Result<Option<u64>, MaasError> {
+        p.get(name)
+            .map(|v| {
+                v.parse::<u64>()
+                    .map_err(|_| MaasError::BadRequest(format!("Invalid {name}: {v}")))
+            })
+            .transpose()
+    };
+    let (after, before) = (parse_id("after")?, parse_id("before")?);
+    if after.is_some() && before.is_some() {
+        return Err(MaasError::BadRequest(
+            "There is undetermined behaviour when both `after` and `before` are specified."
+                .to_string(),
+        ));
+    }
+    let hostnames = p.all("hostname");
+    let ids = p.all("id");
+    let zones = p.all("zone");
+    let owners = p.all("owner");
+    let mut macs = Vec::new();
+    for mac in p.all("mac_address") {
+        macs.push(normalise_mac(mac).ok_or_else(|| {
+            MaasError::field(
+                "mac_address",
+                "Invalid parameter: invalid MAC address format",
+            )
+        })?);
+    }
+    let selected = |e: &super::events::Event| {
+        let Some(m) = world.machine(&e.system_id) else {
+            return false; // events of deleted nodes are not returned
+        };
+        world.can_view(caller, m.id)
+            && e.level.selected_by(level)
+            && (hostnames.is_empty() || hostnames.contains(&m.hostname.as_str()))
+            && (ids.is_empty() || ids.contains(&m.system_id.as_str()))
+            && (zones.is_empty() || zones.contains(&m.zone.as_str()))
+            && (owners.is_empty() || owners.contains(&e.username.as_str()))
+            && (macs.is_empty() || m.interfaces.iter().any(|i| macs.contains(&i.mac)))
+    };
+    let mut events: Vec<&super::events::Event> = match after {
+        Some(after) => {
+            let mut oldest: Vec<_> = world
+                .events
+                .iter()
+                .filter(|e| e.id > after && selected(e))
+                .take(limit)
+                .collect();
+            oldest.reverse();
+            oldest
+        }
+        None => world
+            .events
+            .iter()
+            .rev()
+            .filter(|e| before.is_none_or(|b| e.id < b) && selected(e))
+            .take(limit)
+            .collect(),
+    };
+    events.sort_by_key(|e| std::cmp::Reverse(e.id));
+    let mut carried: Vec<String> = p
+        .pairs()
+        .filter(|(k, _)| !matches!(*k, "op" | "limit" | "after" | "before"))
+        .map(|(k, v)| {
+            format!(
+                "{k}={}",
+                url::form_urlencoded::byte_serialize(v.as_bytes()).collect::<String>()
+            )
+        })
+        .collect();
+    carried.insert(0, "op=query".to_string());
+    carried.push(format!("limit={limit}"));
+    let base = format!("/MAAS/api/2.0/events/?{}", carried.join("&"));
+    let newest = events.first().map(|e| e.id).or(after).unwrap_or(0);
+    let oldest = events.last().map(|e| e.id);
+    let older_exists = oldest.is_some_and(|o| world.events.iter().any(|e| e.id < o && selected(e)));
+    let views: Vec<_> = events.iter().map(|e| e.view()).collect();
+    Ok(Reply::json(&json!({
+        "count": views.len(),
+        "events": views,
+        "next_uri": format!("{base}&after={newest}"),
+        "prev_uri": if older_exists { Value::String(format!("{base}&before={}", oldest.unwrap_or(0))) } else { Value::Null },
+    })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_with_trailing_slashes_and_op_suffix() {
+        let r = route("machines/abc123/").unwrap();
+        assert_eq!(r.handler.name, "MachineHandler");
+        assert_eq!(r.system_id(), Some("abc123"));
+        assert!(route("machines/abc123").is_none());
+        let r = route("machines/abc123/op-deploy").unwrap();
+        assert_eq!(r.suffix_op.as_deref(), Some("deploy"));
+        let r = route("machines/op-accept").unwrap();
+        assert_eq!(r.handler.name, "MachinesHandler");
+        let r = route("subnets/cidr:10.0.0.0/24/").unwrap();
+        assert_eq!(r.args, vec!["cidr:10.0.0.0/24"]);
+        let r = route("nodes/x/interfaces/7/").unwrap();
+        assert_eq!(r.handler.name, "InterfaceHandler");
+        assert_eq!(r.arg("id"), "7");
+        assert!(
+            route("machines/x/interfaces/").is_none(),
+            "only nodes/…/interfaces/ is routed"
+        );
+    }
+}
