@@ -8,6 +8,9 @@ pub mod error;
 pub mod output;
 
 mod completions;
+mod diff;
+mod import_csv;
+mod validate;
 
 use std::process::ExitCode;
 
@@ -46,6 +49,12 @@ pub struct GlobalArgs {
 pub enum Command {
     /// Print a shell completion script.
     Completions(completions::Args),
+    /// Check a fleet's manifests and report every problem at FILE:LINE:COL.
+    Validate(validate::Args),
+    /// Show the desired-state change between two revisions of a fleet (for PR review).
+    Diff(diff::Args),
+    /// Convert a header-driven CSV of nodes into a NodeGroup manifest on stdout.
+    ImportCsv(import_csv::Args),
 }
 
 /// Parse, run, and turn the outcome into an exit code. Errors go to stderr as
@@ -89,6 +98,9 @@ async fn run(cli: Cli) -> Result<Exit, CliError> {
     let _ = &global;
     match command {
         Command::Completions(args) => completions::run(args),
+        Command::Validate(args) => validate::run(args),
+        Command::Diff(args) => diff::run(args),
+        Command::ImportCsv(args) => import_csv::run(args),
     }
 }
 
