@@ -218,13 +218,20 @@ pub fn render_text(diff: &FleetDiff) -> String {
     out
 }
 
+#[derive(Serialize)]
+struct JsonSummary {
+    sites: KindSummary,
+    profiles: KindSummary,
+    nodes: KindSummary,
+}
+
 /// The documented JSON shape (docs/diff-json.md).
 #[derive(Serialize)]
 struct JsonDiff<'a> {
     format: &'static str,
     base: &'a crate::model::Revision,
     head: &'a crate::model::Revision,
-    summary: BTreeMap<&'static str, KindSummary>,
+    summary: JsonSummary,
     destructive: usize,
     changes: &'a [EntityChange],
 }
@@ -234,11 +241,14 @@ pub fn render_json(diff: &FleetDiff) -> String {
         format: "metalform.diff/v1",
         base: &diff.base,
         head: &diff.head,
-        summary: diff
-            .summary()
-            .into_iter()
-            .map(|(kind, counts)| (kind.as_str(), counts))
-            .collect(),
+        summary: {
+            let summary = diff.summary();
+            JsonSummary {
+                sites: summary[&EntityKind::Site],
+                profiles: summary[&EntityKind::Profile],
+                nodes: summary[&EntityKind::Node],
+            }
+        },
         destructive: diff.destructive_count(),
         changes: &diff.changes,
     };
@@ -313,11 +323,13 @@ fn word(change: ChangeKind) -> &'static str {
     }
 }
 
-/// Room kept for the closing lines and the note on what was left out.
-const MARKDOWN_RESERVE: usize = 1_000;
+/// Room kept for the note on what was left out: a third of the cap, at most 1000 bytes.
+fn markdown_reserve(max_bytes: usize) -> usize {
+    (max_bytes / 3).min(1_000)
+}
 
 pub fn render_markdown(diff: &FleetDiff, max_bytes: usize) -> String {
-    let budget = max_bytes.saturating_sub(MARKDOWN_RESERVE).max(1);
+    let budget = max_bytes.saturating_sub(markdown_reserve(max_bytes)).max(1);
     let mut out = String::from("### metalform diff\n\n");
     let _ = writeln!(
         out,
@@ -390,18 +402,19 @@ pub fn render_markdown(diff: &FleetDiff, max_bytes: usize) -> String {
             kind.as_str()
         );
         let close = "\n</details>\n\n";
-        if out.len() + open.len() + close.len() > budget {
+        let rows: Vec<String> = changes.iter().map(|c| markdown_row(c)).collect();
+        // Open a section only when at least its first row fits.
+        if out.len() + open.len() + rows[0].len() + close.len() > budget {
             changes.iter().for_each(|c| omit(c));
             continue;
         }
         out.push_str(&open);
-        for change in changes {
-            let rows = markdown_row(change);
+        for (change, rows) in changes.iter().zip(&rows) {
             if out.len() + rows.len() + close.len() > budget {
                 omit(change);
                 continue;
             }
-            out.push_str(&rows);
+            out.push_str(rows);
         }
         out.push_str(close);
     }

@@ -34,7 +34,9 @@ pub fn run(args: Args) -> Result<Exit, CliError> {
     let failed =
         !validation.errors.is_empty() || (args.deny_warnings && !validation.warnings.is_empty());
     let output = match args.format {
-        ReportFormat::Text => render_text(&snapshot, &validation),
+        ReportFormat::Text => {
+            render_text(&args.fleet.display().to_string(), &snapshot, &validation)
+        }
         ReportFormat::Json => render_json(&snapshot, &validation, !failed),
     };
     print!("{output}");
@@ -60,14 +62,14 @@ pub(super) fn source_error(err: SourceError) -> CliError {
 }
 
 /// Diagnostics, then one summary line.
-pub(super) fn render_text(snapshot: &Snapshot, validation: &Validation) -> String {
+fn render_text(fleet: &str, snapshot: &Snapshot, validation: &Validation) -> String {
     let mut out = String::new();
     for diagnostic in validation.errors.iter().chain(&validation.warnings) {
         out.push_str(&diagnostic.to_string());
         out.push('\n');
     }
     let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
-    let subject = format!("fleet `{}` at {}", snapshot.display_root, snapshot.revision);
+    let subject = format!("fleet `{fleet}` at {}", snapshot.revision);
     let warnings = plural(validation.warnings.len(), "warning");
     let summary = match &validation.fleet {
         Some(fleet) => format!(

@@ -75,12 +75,13 @@ pub struct PowerOverrideSpec {
     pub credentials: SecretRefSpec,
 }
 
+/// Exactly one selector (the schema's `minProperties`/`maxProperties: 1`).
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct PowerMatchSpec {
-    pub pxe_mac: Option<String>,
-    pub ipmi_ip: Option<String>,
-    pub hostname: Option<String>,
+pub enum PowerMatchSpec {
+    PxeMac(String),
+    IpmiIp(String),
+    Hostname(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]

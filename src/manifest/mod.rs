@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 pub use diagnostic::{Diagnostic, Severity};
 pub use schema::Kind;
+pub use yaml::SyntaxError;
 
 use crate::model::Fleet;
 use crate::source::{FleetSource, Snapshot, SourceError};
@@ -198,6 +199,16 @@ pub fn load(snapshot: &Snapshot) -> Validation {
         warnings,
         files: snapshot.files.len(),
         documents: documents.len(),
+    }
+}
+
+/// The documents of one manifest file as spanned trees: every document of a YAML stream, or
+/// the one document of a `.toml` file.
+pub fn parse_documents(path: &str, text: &str) -> Result<Vec<Node>, SyntaxError> {
+    if path.ends_with(".toml") {
+        toml::parse(text).map(|doc| vec![doc])
+    } else {
+        yaml::parse(text)
     }
 }
 

@@ -14,8 +14,8 @@ use std::time::Duration;
 use serde_json::Value as Json;
 
 use super::document::{
-    NodeDocument, NodeFieldsSpec, NodeGroupDocument, NodeGroupSpec, ProfileDocument, SecretRefSpec,
-    SiteDocument,
+    NodeDocument, NodeFieldsSpec, NodeGroupDocument, NodeGroupSpec, PowerMatchSpec,
+    ProfileDocument, SecretRefSpec, SiteDocument,
 };
 use super::schema::{self, Kind};
 use super::suggest::did_you_mean;
@@ -502,28 +502,23 @@ impl<'a> Resolver<'a, '_> {
         let mut overrides = Vec::new();
         let mut selectors: HashMap<PowerSelector, usize> = HashMap::new();
         for (i, o) in spec.power.overrides.iter().flatten().enumerate() {
-            let m = &o.selector;
-            let (key, parsed) = if let Some(mac) = &m.pxe_mac {
-                (
+            let (key, parsed) = match &o.selector {
+                PowerMatchSpec::PxeMac(mac) => (
                     "pxeMac",
                     mac.parse::<MacAddr>()
                         .map(PowerSelector::PxeMac)
                         .map_err(|e| ("invalid-mac", e.to_string())),
-                )
-            } else if let Some(ip) = &m.ipmi_ip {
-                (
+                ),
+                PowerMatchSpec::IpmiIp(ip) => (
                     "ipmiIp",
                     ip.parse::<Ipv4Addr>()
                         .map(PowerSelector::IpmiIp)
                         .map_err(|_| ("invalid-ip", format!("`{ip}` is not an IPv4 address"))),
-                )
-            } else if let Some(host) = &m.hostname {
-                (
+                ),
+                PowerMatchSpec::Hostname(host) => (
                     "hostname",
                     Ok(PowerSelector::Hostname(Hostname::new(host.clone()))),
-                )
-            } else {
-                continue;
+                ),
             };
             let path = field_path!["spec", "power", "overrides", i, "match", key];
             match parsed {

@@ -94,6 +94,9 @@ pub struct SchemaFinding {
     pub code: &'static str,
     pub message: String,
     pub hint: Option<String>,
+    /// For `unknown-field`: the known field it probably meant; for `missing-field`: the field
+    /// that is missing. Lets a typo be reported once, as the typo.
+    pub field: Option<String>,
 }
 
 struct Schemas {
@@ -165,6 +168,22 @@ pub fn validate(kind: Kind, document: &Json) -> Vec<SchemaFinding> {
     for error in validator.iter_errors(document) {
         explain(&error, &mut findings);
     }
+    // `ipmiip` written for `ipmiIp` is one mistake: report the unknown field with its
+    // suggestion, not also the "missing" field it was meant to be.
+    let suggested: Vec<(Vec<PathSegment>, String)> = findings
+        .iter()
+        .filter(|f| f.code == "unknown-field")
+        .filter_map(|f| {
+            let parent = f.path[..f.path.len().saturating_sub(1)].to_vec();
+            f.field.clone().map(|field| (parent, field))
+        })
+        .collect();
+    findings.retain(|f| {
+        f.code != "missing-field"
+            || !suggested
+                .iter()
+                .any(|(parent, field)| *parent == f.path && Some(field) == f.field.as_ref())
+    });
     findings
 }
 
@@ -197,6 +216,7 @@ fn explain(error: &ValidationError<'_>, out: &mut Vec<SchemaFinding>) {
         code,
         message,
         hint,
+        field: None,
     };
 
     // A value where a secret reference belongs: say so without ever quoting the value.
@@ -208,7 +228,7 @@ fn explain(error: &ValidationError<'_>, out: &mut Vec<SchemaFinding>) {
                 field.unwrap_or("this field")
             ),
             Some(
-                "store the value in Vault (e.g. `bao kv put kv/maas-sites/dc1/deploy password=...`) and reference it: {vault: kv/maas-sites/dc1/deploy, key: password}"
+                "store the value in Vault (`bao kv put <mount>/<path> <field>=...`) and write {vault: <mount>/<path>, key: <field>} here"
                     .into(),
             ),
         ));
@@ -222,7 +242,8 @@ fn explain(error: &ValidationError<'_>, out: &mut Vec<SchemaFinding>) {
             for name in unexpected {
                 let mut key_path = path.clone();
                 key_path.push(PathSegment::Key(name.clone()));
-                let hint = did_you_mean(name, known.iter().map(String::as_str))
+                let suggestion = did_you_mean(name, known.iter().map(String::as_str));
+                let hint = suggestion
                     .map(|best| format!("did you mean `{best}`?"))
                     .or_else(|| {
                         (!known.is_empty())
@@ -234,6 +255,7 @@ fn explain(error: &ValidationError<'_>, out: &mut Vec<SchemaFinding>) {
                     code: "unknown-field",
                     message: format!("unknown field `{name}`"),
                     hint,
+                    field: suggestion.map(str::to_string),
                 });
             }
         }
@@ -252,6 +274,7 @@ fn explain(error: &ValidationError<'_>, out: &mut Vec<SchemaFinding>) {
                 code: "missing-field",
                 message: format!("missing required field `{name}`"),
                 hint,
+                field: Some(name.to_string()),
             });
         }
         ValidationErrorKind::Type { kind } => {
