@@ -408,7 +408,7 @@ fn check_against_schema(
                     ProblemAt::Line(rows.get(*i).map_or(0, |r| r.line))
                 }
                 [PathSegment::Key(meta), ..] if meta == "metadata" => ProblemAt::Flag("--name"),
-                [_, PathSegment::Key(field), ..] => match field.as_str() {
+                [_, PathSegment::Key(field), ..] => match field.as_ref() {
                     "site" => ProblemAt::Flag("--site"),
                     "profile" => ProblemAt::Flag("--profile"),
                     "sku" => ProblemAt::Flag("--sku"),

@@ -176,17 +176,14 @@ impl Findings {
 pub fn load(snapshot: &Snapshot) -> Validation {
     let mut findings = Findings::default();
     let mut documents = Vec::new();
-    for file in &snapshot.files {
-        let display: Arc<str> = snapshot.display_path(file).into();
-        parse_file(
-            &display,
-            &file.path,
-            &file.bytes,
-            &mut documents,
-            &mut findings,
-        );
+    let mut typed = Vec::new();
+    for part in read_files(snapshot) {
+        let offset = documents.len();
+        documents.extend(part.documents);
+        typed.extend(part.typed.into_iter().map(|(i, t)| (offset + i, t)));
+        findings.diagnostics.extend(part.findings.diagnostics);
     }
-    let fleet = resolve::resolve(&documents, snapshot.revision.clone(), &mut findings);
+    let fleet = resolve::resolve(&documents, &typed, snapshot.revision.clone(), &mut findings);
     let (mut errors, mut warnings): (Vec<_>, Vec<_>) = findings
         .diagnostics
         .into_iter()
@@ -210,6 +207,75 @@ pub fn parse_documents(path: &str, text: &str) -> Result<Vec<Node>, SyntaxError>
     } else {
         yaml::parse(text)
     }
+}
+
+/// The documents of some files, each checked against its schema, with what that found.
+#[derive(Default)]
+struct FilesRead {
+    documents: Vec<ParsedDocument>,
+    /// Index into `documents`, typed form (documents the schema accepted).
+    typed: Vec<(usize, resolve::Typed)>,
+    findings: Findings,
+}
+
+/// Below this many bytes of manifests, threads cost more than they save.
+const PARALLEL_BYTES: usize = 256 * 1024;
+
+/// Parse and schema-check every file. Files are independent, so a large fleet is split into
+/// contiguous runs of files of about equal size, one per core; results keep file order.
+fn read_files(snapshot: &Snapshot) -> Vec<FilesRead> {
+    let total: usize = snapshot.files.iter().map(|f| f.bytes.len()).sum();
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(8);
+    let read = |files: &[crate::source::SourceFile]| {
+        let mut out = FilesRead::default();
+        for file in files {
+            let display: Arc<str> = snapshot.display_path(file).into();
+            let first = out.documents.len();
+            parse_file(
+                &display,
+                &file.path,
+                &file.bytes,
+                &mut out.documents,
+                &mut out.findings,
+            );
+            for i in first..out.documents.len() {
+                if let Some(typed) = resolve::classify(&out.documents[i], &mut out.findings) {
+                    out.typed.push((i, typed));
+                }
+            }
+        }
+        out
+    };
+    if threads < 2 || total < PARALLEL_BYTES {
+        return vec![read(&snapshot.files)];
+    }
+    let mut chunks = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, file) in snapshot.files.iter().enumerate() {
+        bytes += file.bytes.len();
+        if bytes * threads >= total * (chunks.len() + 1) {
+            chunks.push(&snapshot.files[start..=i]);
+            start = i + 1;
+        }
+    }
+    if start < snapshot.files.len() {
+        chunks.push(&snapshot.files[start..]);
+    }
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = chunks
+            .into_iter()
+            .map(|chunk| scope.spawn(move || read(chunk)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    })
 }
 
 fn parse_file(

@@ -32,7 +32,7 @@ use crate::model::{
 };
 
 /// A document the schema accepted, as its typed form.
-enum Typed {
+pub(super) enum Typed {
     Site(SiteDocument),
     Profile(ProfileDocument),
     Node(NodeDocument),
@@ -50,17 +50,14 @@ struct Declared {
     default_profiles: HashMap<String, String>,
 }
 
+/// Resolve the classified documents (`typed`: index into `documents`, typed form).
 pub(super) fn resolve(
     documents: &[ParsedDocument],
+    typed: &[(usize, Typed)],
     revision: Revision,
     findings: &mut Findings,
 ) -> Option<Fleet> {
     let declared = declared_names(documents);
-    let typed: Vec<(usize, Typed)> = documents
-        .iter()
-        .enumerate()
-        .filter_map(|(i, doc)| classify(doc, findings).map(|t| (i, t)))
-        .collect();
     let mut resolver = Resolver {
         documents,
         findings,
@@ -73,24 +70,32 @@ pub(super) fn resolve(
         reported_once: HashSet::new(),
         failed: false,
     };
-    for (i, typed) in &typed {
+    for (i, typed) in typed {
         if let Typed::Site(site) = typed {
             resolver.site(*i, site);
         }
     }
-    for (i, typed) in &typed {
+    for (i, typed) in typed {
         if let Typed::Profile(profile) = typed {
             resolver.profile(*i, profile);
         }
     }
-    for (i, typed) in &typed {
+    for (i, typed) in typed {
         if let Typed::Site(site) = typed {
             resolver.default_profile(*i, site);
         }
     }
-    let mut nodes = NodeChecks::default();
+    let node_count = typed
+        .iter()
+        .map(|(_, t)| match t {
+            Typed::NodeGroup(doc, _) => doc.spec.nodes.len(),
+            Typed::Node(_) => 1,
+            _ => 0,
+        })
+        .sum();
+    let mut nodes = NodeChecks::with_capacity(node_count);
     let mut group_seen: HashMap<String, Provenance> = HashMap::new();
-    for (i, typed) in &typed {
+    for (i, typed) in typed {
         match typed {
             Typed::Node(doc) => {
                 let input = NodeInput {
@@ -114,7 +119,7 @@ pub(super) fn resolve(
         }
     }
     resolver.unused_profiles();
-    resolver.unmatched_overrides(&typed);
+    resolver.unmatched_overrides(typed);
     if resolver.failed {
         return None;
     }
@@ -162,7 +167,7 @@ fn declared_names(documents: &[ParsedDocument]) -> Declared {
 }
 
 /// Pick the document's kind, check it against the kind's schema, and deserialise what passed.
-fn classify(doc: &ParsedDocument, findings: &mut Findings) -> Option<Typed> {
+pub(super) fn classify(doc: &ParsedDocument, findings: &mut Findings) -> Option<Typed> {
     if !matches!(doc.root.value, Value::Map(_)) {
         findings.error(
             doc,
@@ -318,13 +323,28 @@ struct NodeInput<'a> {
     group: Option<(&'a str, &'a NodeGroupSpec)>,
 }
 
-/// What earlier nodes claimed within their site, for the duplicate checks.
+/// What earlier nodes claimed within their site, for the duplicate checks. Keys borrow from
+/// the documents; values index `claimed` (hostname and position of the claiming node), so a
+/// 10,000-node fleet costs a few map inserts per node and no string copies.
 #[derive(Default)]
-struct NodeChecks {
-    hostnames: HashMap<(String, String), Provenance>,
-    bmcs: HashMap<(String, Ipv4Addr), (String, Provenance)>,
-    macs: HashMap<(String, MacAddr), (String, Provenance)>,
-    roce: HashMap<(String, Ipv4Addr), (String, String, Provenance)>,
+struct NodeChecks<'t> {
+    claimed: Vec<(&'t str, Provenance)>,
+    hostnames: HashMap<(&'t str, &'t str), usize>,
+    bmcs: HashMap<(&'t str, Ipv4Addr), usize>,
+    macs: HashMap<(&'t str, MacAddr), usize>,
+    roce: HashMap<(&'t str, Ipv4Addr), (usize, &'t str)>,
+}
+
+impl NodeChecks<'_> {
+    fn with_capacity(nodes: usize) -> Self {
+        NodeChecks {
+            claimed: Vec::with_capacity(nodes),
+            hostnames: HashMap::with_capacity(nodes),
+            bmcs: HashMap::with_capacity(nodes),
+            macs: HashMap::new(),
+            roce: HashMap::with_capacity(nodes * 2),
+        }
+    }
 }
 
 struct Resolver<'a, 'f> {
@@ -347,7 +367,7 @@ fn secret(spec: &SecretRefSpec) -> SecretRef {
     SecretRef::new(spec.vault.clone(), spec.key.as_deref())
 }
 
-fn with(base: &[PathSegment], rest: &[&str]) -> Vec<PathSegment> {
+fn with(base: &[PathSegment], rest: &[&'static str]) -> Vec<PathSegment> {
     let mut path = base.to_vec();
     path.extend(rest.iter().map(|k| PathSegment::from(*k)));
     path
@@ -657,14 +677,15 @@ impl<'a> Resolver<'a, '_> {
         );
         let t = spec.timeouts.as_ref();
         let defaults = Timeouts::defaults();
-        let timeout = |r: &mut Self, key: &str, value: Option<&String>, default: Duration| {
-            r.duration(
-                doc,
-                &field_path!["spec", "timeouts", key],
-                value.map(String::as_str),
-                default,
-            )
-        };
+        let timeout =
+            |r: &mut Self, key: &'static str, value: Option<&String>, default: Duration| {
+                r.duration(
+                    doc,
+                    &field_path!["spec", "timeouts", key],
+                    value.map(String::as_str),
+                    default,
+                )
+            };
         let discovery = timeout(
             self,
             "discovery",
@@ -916,13 +937,13 @@ impl<'a> Resolver<'a, '_> {
         }
     }
 
-    fn group(
+    fn group<'t>(
         &mut self,
         doc: usize,
-        d: &NodeGroupDocument,
+        d: &'t NodeGroupDocument,
         indices: &[usize],
         seen: &mut HashMap<String, Provenance>,
-        nodes: &mut NodeChecks,
+        nodes: &mut NodeChecks<'t>,
     ) {
         let name = &d.metadata.name;
         let name_path = field_path!["metadata", "name"];
@@ -972,7 +993,7 @@ impl<'a> Resolver<'a, '_> {
         }
     }
 
-    fn node(&mut self, input: &NodeInput<'_>, checks: &mut NodeChecks) {
+    fn node<'t>(&mut self, input: &NodeInput<'t>, checks: &mut NodeChecks<'t>) {
         let doc = input.doc;
         let site = input.site;
         let fields = input.fields;
@@ -1042,9 +1063,10 @@ impl<'a> Resolver<'a, '_> {
 
         // Identity within the site.
         let here = self.provenance(doc, &input.base);
-        let key = (site.to_string(), input.hostname.to_string());
-        if let Some(first) = checks.hostnames.get(&key) {
-            let first = first.clone();
+        let this = checks.claimed.len();
+        checks.claimed.push((input.hostname, here.clone()));
+        if let Some(&first) = checks.hostnames.get(&(site, input.hostname)) {
+            let first = &checks.claimed[first].1;
             self.error(
                 doc,
                 &input.hostname_path,
@@ -1057,33 +1079,31 @@ impl<'a> Resolver<'a, '_> {
             );
             ok = false;
         } else {
-            checks.hostnames.insert(key, here.clone());
+            checks.hostnames.insert((site, input.hostname), this);
         }
 
-        let bmc_path = with(&input.base, &["bmc", "ipmiIp"]);
+        let bmc_path = || with(&input.base, &["bmc", "ipmiIp"]);
         let ipmi_ip = match fields.bmc.ipmi_ip.parse::<Ipv4Addr>() {
             Ok(ip) => {
-                if let Some((other, first)) = checks.bmcs.get(&(site.to_string(), ip)).cloned() {
+                if let Some(&first) = checks.bmcs.get(&(site, ip)) {
+                    let (other, first) = &checks.claimed[first];
                     self.error(
                         doc,
-                        &bmc_path,
+                        &bmc_path(),
                         "duplicate-bmc",
                         format!("BMC address {ip} is already used by `{other}` at {first}"),
                         Some("each machine has its own BMC; check for a copy-paste slip".into()),
                     );
                     ok = false;
                 } else {
-                    checks.bmcs.insert(
-                        (site.to_string(), ip),
-                        (input.hostname.to_string(), here.clone()),
-                    );
+                    checks.bmcs.insert((site, ip), this);
                 }
                 Some(ip)
             }
             Err(_) => {
                 self.error(
                     doc,
-                    &bmc_path,
+                    &bmc_path(),
                     "invalid-ip",
                     format!("`{}` is not an IPv4 address", fields.bmc.ipmi_ip),
                     None,
@@ -1092,31 +1112,28 @@ impl<'a> Resolver<'a, '_> {
             }
         };
 
-        let mac_path = with(&input.base, &["pxeMac"]);
+        let mac_path = || with(&input.base, &["pxeMac"]);
         let mut pxe_mac = None;
         if let Some(text) = &fields.pxe_mac {
             match text.parse::<MacAddr>() {
                 Ok(mac) => {
-                    if let Some((other, first)) = checks.macs.get(&(site.to_string(), mac)).cloned()
-                    {
+                    if let Some(&first) = checks.macs.get(&(site, mac)) {
+                        let (other, first) = &checks.claimed[first];
                         self.error(
                             doc,
-                            &mac_path,
+                            &mac_path(),
                             "duplicate-mac",
                             format!("PXE MAC {mac} is already used by `{other}` at {first}"),
                             None,
                         );
                         ok = false;
                     } else {
-                        checks.macs.insert(
-                            (site.to_string(), mac),
-                            (input.hostname.to_string(), here.clone()),
-                        );
+                        checks.macs.insert((site, mac), this);
                     }
                     pxe_mac = Some(mac);
                 }
                 Err(err) => {
-                    self.error(doc, &mac_path, "invalid-mac", err.to_string(), None);
+                    self.error(doc, &mac_path(), "invalid-mac", err.to_string(), None);
                     ok = false;
                 }
             }
@@ -1125,12 +1142,15 @@ impl<'a> Resolver<'a, '_> {
         let mut roce = Vec::new();
         let mut interfaces: HashSet<&str> = HashSet::new();
         for (j, assignment) in fields.roce.iter().flatten().enumerate() {
-            let mut roce_path = input.base.clone();
-            roce_path.extend(field_path!["roce", j]);
+            let roce_path = || {
+                let mut path = input.base.clone();
+                path.extend(field_path!["roce", j]);
+                path
+            };
             if !interfaces.insert(&assignment.interface) {
                 self.error(
                     doc,
-                    &with(&roce_path, &["interface"]),
+                    &with(&roce_path(), &["interface"]),
                     "duplicate-roce-interface",
                     format!("interface `{}` already has a RoCE assignment on this node", assignment.interface),
                     Some("one address per interface (seed 000 §3.3: unique site + hostname + interface)".into()),
@@ -1138,11 +1158,11 @@ impl<'a> Resolver<'a, '_> {
                 ok = false;
                 continue;
             }
-            let address_path = with(&roce_path, &["address"]);
+            let address_path = || with(&roce_path(), &["address"]);
             let address = match assignment.address.parse::<InterfaceAddr>() {
                 Ok(address) => address,
                 Err(err) => {
-                    self.error(doc, &address_path, "invalid-cidr", err.to_string(), None);
+                    self.error(doc, &address_path(), "invalid-cidr", err.to_string(), None);
                     ok = false;
                     continue;
                 }
@@ -1152,7 +1172,7 @@ impl<'a> Resolver<'a, '_> {
             {
                 self.error(
                     doc,
-                    &address_path,
+                    &address_path(),
                     "invalid-cidr",
                     format!(
                         "{address} is the {} address of its subnet, not a host address",
@@ -1167,11 +1187,12 @@ impl<'a> Resolver<'a, '_> {
                 ok = false;
                 continue;
             }
-            let roce_key = (site.to_string(), address.address);
-            if let Some((other, iface, first)) = checks.roce.get(&roce_key).cloned() {
+            let roce_key = (site, address.address);
+            if let Some(&(first, iface)) = checks.roce.get(&roce_key) {
+                let (other, first) = &checks.claimed[first];
                 self.error(
                     doc,
-                    &address_path,
+                    &address_path(),
                     "duplicate-roce-address",
                     format!(
                         "RoCE address {} is already assigned to `{other}` {iface} at {first}",
@@ -1182,14 +1203,7 @@ impl<'a> Resolver<'a, '_> {
                 ok = false;
                 continue;
             }
-            checks.roce.insert(
-                roce_key,
-                (
-                    input.hostname.to_string(),
-                    assignment.interface.clone(),
-                    self.provenance(doc, &address_path),
-                ),
-            );
+            checks.roce.insert(roce_key, (this, &assignment.interface));
             roce.push(RoceAssignment {
                 interface: assignment.interface.clone(),
                 address,

@@ -192,7 +192,7 @@ fn explain(error: &ValidationError<'_>, out: &mut Vec<SchemaFinding>) {
         .instance_path()
         .iter()
         .map(|segment| match segment {
-            jsonschema::paths::LocationSegment::Property(key) => PathSegment::Key(key.to_string()),
+            jsonschema::paths::LocationSegment::Property(key) => PathSegment::from(key.to_string()),
             jsonschema::paths::LocationSegment::Index(i) => PathSegment::Index(i),
         })
         .collect();
@@ -205,7 +205,7 @@ fn explain(error: &ValidationError<'_>, out: &mut Vec<SchemaFinding>) {
         .and_then(|s| s.get("x-expected"))
         .and_then(Json::as_str);
     let field = path.iter().rev().find_map(|s| match s {
-        PathSegment::Key(k) => Some(k.as_str()),
+        PathSegment::Key(k) => Some(k.as_ref()),
         PathSegment::Index(_) => None,
     });
     let instance = error.instance();
@@ -241,7 +241,7 @@ fn explain(error: &ValidationError<'_>, out: &mut Vec<SchemaFinding>) {
             let known = known_properties(subschema);
             for name in unexpected {
                 let mut key_path = path.clone();
-                key_path.push(PathSegment::Key(name.clone()));
+                key_path.push(PathSegment::from(name.clone()));
                 let suggestion = did_you_mean(name, known.iter().map(String::as_str));
                 let hint = suggestion
                     .map(|best| format!("did you mean `{best}`?"))

@@ -4,6 +4,8 @@
 //! value and every mapping key. Validation runs on its JSON form; a JSON instance path from the
 //! schema validator, or a field path from a semantic check, is mapped back to a position here.
 
+use std::borrow::Cow;
+
 use serde_json::{Map, Number, Value as Json};
 
 /// 1-based line and column (columns count characters, not bytes).
@@ -40,13 +42,20 @@ pub struct Entry {
 /// One step of a path into a document: a mapping key or a list index.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PathSegment {
-    Key(String),
+    /// Field names known in advance are borrowed; names from a document are owned.
+    Key(Cow<'static, str>),
     Index(usize),
 }
 
-impl From<&str> for PathSegment {
-    fn from(key: &str) -> Self {
-        PathSegment::Key(key.to_string())
+impl From<&'static str> for PathSegment {
+    fn from(key: &'static str) -> Self {
+        PathSegment::Key(Cow::Borrowed(key))
+    }
+}
+
+impl From<String> for PathSegment {
+    fn from(key: String) -> Self {
+        PathSegment::Key(Cow::Owned(key))
     }
 }
 
@@ -122,7 +131,7 @@ impl Node {
             let next = match (step, &node.value) {
                 (PathSegment::Key(key), Value::Map(entries)) => entries
                     .iter()
-                    .find(|e| &e.key == key)
+                    .find(|e| e.key == *key)
                     .map(|e| (&e.value, Some(e.key_pos))),
                 (PathSegment::Index(i), Value::Seq(items)) => items.get(*i).map(|n| (n, None)),
                 _ => None,

@@ -2,7 +2,11 @@
 //! YAML 1.2 — `yes`, `no`, `on` and `off` are strings, not booleans, and there are no merge
 //! keys. Duplicate keys are an error (the YAML spec requires unique keys).
 
-use saphyr::{LoadableYamlNode, MarkedYaml, Marker, Scalar, YamlData};
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+use saphyr::Scalar;
+use saphyr_parser::{Event, Marker, Parser, ScalarStyle, Span, SpannedEventReceiver, Tag};
 
 use super::tree::{Entry, Node, Pos, Value};
 
@@ -13,17 +17,22 @@ pub struct SyntaxError {
     pub message: String,
 }
 
+/// Nodes an alias may copy in one file, all aliases together: enough for any real manifest,
+/// small enough that nested aliases ("billion laughs") cannot exhaust memory.
+const ALIAS_BUDGET: usize = 100_000;
+
 /// Every non-empty document of a YAML stream.
 pub fn parse(text: &str) -> Result<Vec<Node>, SyntaxError> {
-    let documents = MarkedYaml::load_from_str(text).map_err(|err| SyntaxError {
+    let mut builder = TreeBuilder::default();
+    let result = Parser::new_from_str(text).load(&mut builder, true);
+    if let Some(err) = builder.error {
+        return Err(err);
+    }
+    result.map_err(|err| SyntaxError {
         pos: pos(err.marker()),
         message: err.info().to_string(),
     })?;
-    Ok(documents
-        .iter()
-        .filter(|doc| !matches!(doc.data, YamlData::BadValue | YamlData::Value(Scalar::Null)))
-        .map(convert)
-        .collect())
+    Ok(builder.documents)
 }
 
 fn pos(marker: &Marker) -> Pos {
@@ -33,59 +42,169 @@ fn pos(marker: &Marker) -> Pos {
     }
 }
 
-fn convert(node: &MarkedYaml<'_>) -> Node {
-    let value = match &node.data {
-        YamlData::Value(scalar) => scalar_value(scalar),
-        YamlData::Representation(text, _, _) => Value::Str(text.to_string()),
-        YamlData::Sequence(items) => Value::Seq(items.iter().map(convert).collect()),
-        YamlData::Mapping(entries) => Value::Map(
-            entries
-                .iter()
-                .map(|(key, value)| Entry {
-                    key: key_text(key),
-                    key_pos: pos(&key.span.start),
-                    value: convert(value),
-                })
-                .collect(),
-        ),
-        // A custom tag does not change what the value is for a manifest.
-        YamlData::Tagged(_, inner) => return convert(inner).with_pos(pos(&node.span.start)),
-        YamlData::Alias(_) | YamlData::BadValue => Value::Null,
-    };
-    Node {
-        pos: pos(&node.span.start),
-        value,
+/// A collection being built: its node, anchor, and for a mapping the key waiting for a value.
+enum Frame {
+    Seq {
+        node: Node,
+        anchor: usize,
+    },
+    Map {
+        node: Node,
+        anchor: usize,
+        key: Option<(String, Pos)>,
+    },
+}
+
+/// Builds spanned trees straight from parser events (no intermediate YAML tree), enforcing
+/// unique keys and bounding alias expansion.
+#[derive(Default)]
+struct TreeBuilder {
+    documents: Vec<Node>,
+    stack: Vec<Frame>,
+    anchors: HashMap<usize, Node>,
+    alias_budget_used: usize,
+    error: Option<SyntaxError>,
+}
+
+impl<'input> SpannedEventReceiver<'input> for TreeBuilder {
+    fn on_event(&mut self, event: Event<'input>, span: Span) {
+        if self.error.is_some() {
+            return;
+        }
+        let at = pos(&span.start);
+        match event {
+            Event::StreamStart
+            | Event::StreamEnd
+            | Event::DocumentStart(_)
+            | Event::DocumentEnd
+            | Event::Nothing => {}
+            Event::SequenceStart(anchor, _) => self.stack.push(Frame::Seq {
+                node: Node {
+                    pos: at,
+                    value: Value::Seq(Vec::new()),
+                },
+                anchor,
+            }),
+            Event::MappingStart(anchor, _) => self.stack.push(Frame::Map {
+                node: Node {
+                    pos: at,
+                    value: Value::Map(Vec::new()),
+                },
+                anchor,
+                key: None,
+            }),
+            Event::SequenceEnd | Event::MappingEnd => match self.stack.pop() {
+                Some(Frame::Seq { node, anchor } | Frame::Map { node, anchor, .. }) => {
+                    self.insert(node, anchor)
+                }
+                None => {}
+            },
+            Event::Scalar(text, style, anchor, tag) => {
+                let node = Node {
+                    pos: at,
+                    value: scalar_value(text, style, tag.as_ref()),
+                };
+                self.insert(node, anchor);
+            }
+            Event::Alias(id) => match self.anchors.get(&id) {
+                Some(target) => {
+                    self.alias_budget_used += count_nodes(target);
+                    if self.alias_budget_used > ALIAS_BUDGET {
+                        self.error = Some(SyntaxError {
+                            pos: at,
+                            message: "aliases expand to too many nodes".into(),
+                        });
+                        return;
+                    }
+                    let mut copy = target.clone();
+                    copy.pos = at;
+                    self.insert(copy, 0);
+                }
+                None => {
+                    self.error = Some(SyntaxError {
+                        pos: at,
+                        message: "unknown alias".into(),
+                    });
+                }
+            },
+        }
     }
 }
 
-fn scalar_value(scalar: &Scalar<'_>) -> Value {
-    match scalar {
-        Scalar::Null => Value::Null,
-        Scalar::Boolean(b) => Value::Bool(*b),
-        Scalar::Integer(i) => Value::Int(*i),
-        Scalar::FloatingPoint(f) => Value::Float(f.into_inner()),
-        Scalar::String(s) => Value::Str(s.to_string()),
+impl TreeBuilder {
+    /// Place a finished node: as a document, a list item, a mapping key or a mapping value.
+    fn insert(&mut self, node: Node, anchor: usize) {
+        if anchor > 0 {
+            self.anchors.insert(anchor, node.clone());
+        }
+        match self.stack.last_mut() {
+            None => {
+                // An empty document (only comments, or a bare `---`) is not a manifest.
+                if node.value != Value::Null {
+                    self.documents.push(node);
+                }
+            }
+            Some(Frame::Seq { node: parent, .. }) => {
+                if let Value::Seq(items) = &mut parent.value {
+                    items.push(node);
+                }
+            }
+            Some(Frame::Map {
+                node: parent, key, ..
+            }) => match key.take() {
+                None => *key = Some((key_text(&node), node.pos)),
+                Some((name, key_pos)) => {
+                    if let Value::Map(entries) = &mut parent.value {
+                        if entries.iter().any(|e| e.key == name) {
+                            self.error = Some(SyntaxError {
+                                pos: key_pos,
+                                message: "duplicated key in mapping".into(),
+                            });
+                            return;
+                        }
+                        entries.push(Entry {
+                            key: name,
+                            key_pos,
+                            value: node,
+                        });
+                    }
+                }
+            },
+        }
+    }
+}
+
+/// YAML 1.2 core schema for plain scalars; quoted scalars are strings; `!!str`-style tags apply.
+fn scalar_value(text: Cow<'_, str>, style: ScalarStyle, tag: Option<&Cow<'_, Tag>>) -> Value {
+    match Scalar::parse_from_cow_and_metadata(text.clone(), style, tag) {
+        Some(Scalar::Null) => Value::Null,
+        Some(Scalar::Boolean(b)) => Value::Bool(b),
+        Some(Scalar::Integer(i)) => Value::Int(i),
+        Some(Scalar::FloatingPoint(f)) => Value::Float(f.into_inner()),
+        Some(Scalar::String(s)) => Value::Str(s.into_owned()),
+        // A tag the value does not fit (`!!int abc`): keep the text; the schema names the type.
+        None => Value::Str(text.into_owned()),
     }
 }
 
 /// Mapping keys are field names; a non-string key (`1:`, `true:`) is kept as its text so the
 /// schema reports it as an unknown field.
-fn key_text(key: &MarkedYaml<'_>) -> String {
-    match &key.data {
-        YamlData::Value(Scalar::String(s)) => s.to_string(),
-        YamlData::Value(Scalar::Integer(i)) => i.to_string(),
-        YamlData::Value(Scalar::Boolean(b)) => b.to_string(),
-        YamlData::Value(Scalar::FloatingPoint(f)) => f.to_string(),
-        YamlData::Value(Scalar::Null) => "null".into(),
-        YamlData::Representation(text, _, _) => text.to_string(),
-        _ => "<complex key>".into(),
+fn key_text(key: &Node) -> String {
+    match &key.value {
+        Value::Str(s) => s.clone(),
+        Value::Int(i) => i.to_string(),
+        Value::Bool(b) => b.to_string(),
+        Value::Float(f) => f.to_string(),
+        Value::Null => "null".into(),
+        Value::Seq(_) | Value::Map(_) => "<complex key>".into(),
     }
 }
 
-impl Node {
-    fn with_pos(mut self, pos: Pos) -> Node {
-        self.pos = pos;
-        self
+fn count_nodes(node: &Node) -> usize {
+    1 + match &node.value {
+        Value::Seq(items) => items.iter().map(count_nodes).sum(),
+        Value::Map(entries) => entries.iter().map(|e| 1 + count_nodes(&e.value)).sum(),
+        _ => 0,
     }
 }
 
@@ -108,6 +227,22 @@ mod tests {
         );
         let d = docs[1].get("c").unwrap().entry("d").unwrap();
         assert_eq!((d.key_pos.line, d.key_pos.column), (8, 5));
+    }
+
+    #[test]
+    fn anchors_tags_and_quoting_follow_yaml_1_2() {
+        let docs = parse("a: &x {b: 1}\nc: *x\nd: !!str 8\ne: '8'\nf: null\ng: ~\n").unwrap();
+        assert_eq!(
+            docs[0].to_json(),
+            serde_json::json!({"a": {"b": 1}, "c": {"b": 1}, "d": "8", "e": "8", "f": null, "g": null})
+        );
+        let c = docs[0].entry("c").unwrap();
+        assert_eq!((c.value.pos.line, c.value.pos.column), (2, 4));
+        let bomb = "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\ne: [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\n";
+        assert_eq!(
+            parse(bomb).unwrap_err().message,
+            "aliases expand to too many nodes"
+        );
     }
 
     #[test]
