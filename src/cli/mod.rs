@@ -8,8 +8,11 @@ pub mod error;
 pub mod output;
 
 mod completions;
+mod diff;
+mod import_csv;
 pub mod sim;
 pub mod status;
+mod validate;
 
 use std::process::ExitCode;
 
@@ -52,6 +55,12 @@ pub enum Command {
     Status(status::Args),
     /// Run the embedded MAAS API 2.0 simulator (docs/simulator.md).
     Sim(sim::Args),
+    /// Check a fleet's manifests and report every problem at FILE:LINE:COL.
+    Validate(validate::Args),
+    /// Show the desired-state change between two revisions of a fleet (for PR review).
+    Diff(diff::Args),
+    /// Convert a header-driven CSV of nodes into a NodeGroup manifest on stdout.
+    ImportCsv(import_csv::Args),
 }
 
 /// Parse, run, and turn the outcome into an exit code. Errors go to stderr as
@@ -97,6 +106,9 @@ async fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Completions(args) => completions::run(args),
         Command::Status(args) => status::run(&global, args).await,
         Command::Sim(args) => sim::run(args).await,
+        Command::Validate(args) => validate::run(args),
+        Command::Diff(args) => diff::run(args),
+        Command::ImportCsv(args) => import_csv::run(args),
     }
 }
 

@@ -1,0 +1,86 @@
+//! A node (seed 000 §4.1 onboarding input, §3.3 RoCE assignments, §5 decommission; seed 004
+//! retirement): one machine of a site, from a Node document or one entry of a NodeGroup.
+
+use std::net::Ipv4Addr;
+
+use serde::Serialize;
+
+use super::keyword::keyword_enum;
+use super::{EraseMode, GroupName, InterfaceAddr, MacAddr, NodeId, ProfileName, Provenance, Sku};
+
+keyword_enum!(
+    /// `lifecycle`: the declarative end of a node's life.
+    Lifecycle {
+        /// Onboard and keep converged.
+        Active => "active",
+        /// Out of service for good (seed 004): released and powered off, never handed out
+        /// again. Needs a `retiredReason`.
+        Retired => "retired",
+        /// Full decommission (seed 000 §5.4): released with erase, powered off, removed from
+        /// the inventory.
+        Decommissioned => "decommissioned",
+    }
+);
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Node {
+    /// Site and hostname.
+    pub id: NodeId,
+    /// The resolved profile: the node's own, else its site's default profile.
+    pub profile: ProfileName,
+    pub sku: Sku,
+    pub gpus: u32,
+    pub bmc: Bmc,
+    /// The PXE MAC, when the operator knows it; otherwise MAAS discovery finds it (seed 000
+    /// §4.1: not a normal onboarding input).
+    pub pxe_mac: Option<MacAddr>,
+    /// RoCE phase-2 assignments, ordered by interface (seed 000 §3.3).
+    pub roce: Vec<RoceAssignment>,
+    pub lifecycle: Lifecycle,
+    pub retired_reason: Option<String>,
+    pub reimage: Reimage,
+    pub decommission: Decommission,
+    /// Blocks reimage, decommission and release while true.
+    pub protected: bool,
+    /// The reconciler leaves this node alone while true.
+    pub paused: bool,
+    /// The NodeGroup this node is a member of, if it came from one.
+    pub group: Option<GroupName>,
+    #[serde(skip)]
+    pub provenance: Provenance,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Bmc {
+    /// The BMC address MAAS powers the machine through (`power_address`).
+    pub ipmi_ip: Ipv4Addr,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RoceAssignment {
+    pub interface: String,
+    pub address: InterfaceAddr,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Reimage {
+    /// Bumping this requests one reimage (seed 000 §5.3): a declarative one-shot trigger.
+    pub generation: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Decommission {
+    /// Effective erase mode when this node is released: its own, else its profile's
+    /// `release.erase`.
+    pub erase: EraseMode,
+    /// The node's own `decommission.erase`, if it sets one.
+    pub erase_override: Option<EraseMode>,
+    /// Delete the machine from MAAS at the end of a full decommission (seed 000 §5.4: default
+    /// is to leave it for MAAS-side audit).
+    pub remove_from_maas: bool,
+}

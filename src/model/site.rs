@@ -1,0 +1,161 @@
+//! A site (seed 000 §3.1, §3.2, §3.2.1, §3.6): one MAAS region controller with its connectivity,
+//! secret references, power credentials, network wiring, deploy identity and reconcile policy.
+
+use std::net::Ipv4Addr;
+
+use serde::Serialize;
+
+use super::keyword::keyword_enum;
+use super::{Hostname, MacAddr, ProfileName, Provenance, SecretRef, SiteName};
+
+keyword_enum!(
+    /// `spec.status` (seed 000 §3.5): a disabled site accepts no new onboarding; work in flight
+    /// continues.
+    SiteStatus {
+        Active => "active",
+        Disabled => "disabled",
+    }
+);
+
+keyword_enum!(
+    /// `spec.power.type`: how MAAS (or metalform directly) drives the BMCs of the site.
+    PowerType {
+        Ipmi => "ipmi",
+        Redfish => "redfish",
+    }
+);
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Site {
+    pub name: SiteName,
+    /// The region code the site maps to (`region_code`).
+    pub region: String,
+    pub status: SiteStatus,
+    pub maas: MaasEndpoint,
+    pub power: Power,
+    pub network: SiteNetwork,
+    pub deploy: DeployIdentity,
+    /// The profile nodes of this site get when they name none (seed 000 §3.7 default_profile_id).
+    pub default_profile: Option<ProfileName>,
+    pub reconcile: ReconcilePolicy,
+    #[serde(skip)]
+    pub provenance: Provenance,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MaasEndpoint {
+    /// The MAAS base URL, e.g. `http://10.176.46.1:5240/MAAS` (`api_base_url`).
+    #[serde(serialize_with = "serialize_url")]
+    pub url: url::Url,
+    /// `{token: consumer_key:token_key:token_secret}` in Vault.
+    pub api_key: SecretRef,
+}
+
+fn serialize_url<S: serde::Serializer>(url: &url::Url, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(url.as_str())
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Power {
+    #[serde(rename = "type")]
+    pub kind: PowerType,
+    /// `{user, pass}` in Vault, used unless an override matches.
+    pub default_credentials: SecretRef,
+    /// Exceptions (old BMC firmware, break-glass credentials, staged rotation), in file order.
+    pub overrides: Vec<PowerOverride>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PowerOverride {
+    #[serde(rename = "match")]
+    pub selector: PowerSelector,
+    pub credentials: SecretRef,
+}
+
+/// What a power-credential override matches, exactly one of the three (seed 000 §3.2.1).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum PowerSelector {
+    PxeMac(MacAddr),
+    IpmiIp(Ipv4Addr),
+    Hostname(Hostname),
+}
+
+impl PowerSelector {
+    /// The manifest key of the selector (`pxeMac`, `ipmiIp`, `hostname`).
+    pub fn key(&self) -> &'static str {
+        match self {
+            PowerSelector::PxeMac(_) => "pxeMac",
+            PowerSelector::IpmiIp(_) => "ipmiIp",
+            PowerSelector::Hostname(_) => "hostname",
+        }
+    }
+
+    /// The matched value as text.
+    pub fn value(&self) -> String {
+        match self {
+            PowerSelector::PxeMac(mac) => mac.to_string(),
+            PowerSelector::IpmiIp(ip) => ip.to_string(),
+            PowerSelector::Hostname(host) => host.to_string(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SiteNetwork {
+    /// PXE interface on the MAAS server side (`pxe_iface`, e.g. `ens19`).
+    pub pxe_iface: String,
+    /// VLAN of the PXE network, 1–4094.
+    pub pxe_vlan_vid: u16,
+    /// PXE interface on the node side (`node_pxe_iface`, e.g. `eno8303`).
+    pub node_pxe_iface: String,
+    pub upstream_dns: Vec<Ipv4Addr>,
+}
+
+/// The one standard deploy identity of a site (seed 000 §3.6: site-scoped, not profile-scoped).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeployIdentity {
+    pub user: String,
+    pub password: SecretRef,
+    /// Interface whose address is used to SSH to a deployed node (hardware-sync seed).
+    pub ssh_iface: String,
+}
+
+/// How the reconciler treats nodes that leave git (DESIGN.md §4).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReconcilePolicy {
+    /// When false (the default), a node removed from the manifests is left alone; when true it
+    /// is decommissioned.
+    pub prune: bool,
+}
+
+impl Site {
+    /// The power credentials for a node, in the selection order of seed 000 §3.2.1: an exact
+    /// override by PXE MAC, then by IPMI address, then by hostname, else the site default.
+    pub fn power_credentials_for(
+        &self,
+        hostname: &Hostname,
+        ipmi_ip: Ipv4Addr,
+        pxe_mac: Option<MacAddr>,
+    ) -> &SecretRef {
+        let find = |wanted: &PowerSelector| {
+            self.power
+                .overrides
+                .iter()
+                .find(|o| &o.selector == wanted)
+                .map(|o| &o.credentials)
+        };
+        pxe_mac
+            .and_then(|mac| find(&PowerSelector::PxeMac(mac)))
+            .or_else(|| find(&PowerSelector::IpmiIp(ipmi_ip)))
+            .or_else(|| find(&PowerSelector::Hostname(hostname.clone())))
+            .unwrap_or(&self.power.default_credentials)
+    }
+}

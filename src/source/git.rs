@@ -1,0 +1,154 @@
+//! Reading a fleet at a git revision (DESIGN.md §3 `--rev REV`): blobs come straight from the
+//! object database of the repository that holds the fleet path; nothing is checked out.
+
+use std::path::{Component, Path, PathBuf};
+
+use git2::{ObjectType, Repository, TreeWalkMode, TreeWalkResult};
+
+use super::{Snapshot, SourceError, SourceFile, display_root_of, is_manifest_name, is_walked_dir};
+use crate::model::Revision;
+
+pub(super) fn read(fleet: &Path, rev: &str) -> Result<Snapshot, SourceError> {
+    let absolute = absolute_through_existing(fleet)?;
+    let repo = Repository::discover(nearest_existing(&absolute)).map_err(|_| {
+        SourceError::NotInRepository {
+            path: fleet.to_path_buf(),
+        }
+    })?;
+    let repo_path = repo.path().to_path_buf();
+    let git_err = |err: git2::Error| SourceError::Git {
+        repo: repo_path.clone(),
+        message: err.message().to_string(),
+    };
+    let workdir = repo.workdir().ok_or_else(|| SourceError::BareRepository {
+        repo: repo_path.clone(),
+    })?;
+    let workdir = workdir.canonicalize().map_err(|source| SourceError::Io {
+        path: workdir.to_path_buf(),
+        source,
+    })?;
+    let inside = absolute
+        .strip_prefix(&workdir)
+        .map_err(|_| SourceError::NotInRepository {
+            path: fleet.to_path_buf(),
+        })?;
+    let inside: Vec<String> = inside
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    let inside = inside.join("/");
+
+    let commit = repo
+        .revparse_single(rev)
+        .and_then(|object| object.peel_to_commit())
+        .map_err(|_| SourceError::UnknownRevision {
+            rev: rev.to_string(),
+            repo: workdir.clone(),
+        })?;
+    let root = commit.tree().map_err(git_err)?;
+    let missing = || SourceError::MissingAtRevision {
+        path: if inside.is_empty() {
+            ".".into()
+        } else {
+            inside.clone()
+        },
+        rev: rev.to_string(),
+    };
+
+    let mut files = Vec::new();
+    let display_root;
+    if inside.is_empty() {
+        display_root = display_root_of(fleet);
+        collect_tree(&repo, &root, &mut files).map_err(git_err)?;
+    } else {
+        let entry = root.get_path(Path::new(&inside)).map_err(|_| missing())?;
+        match entry.kind() {
+            Some(ObjectType::Tree) => {
+                display_root = display_root_of(fleet);
+                let tree = repo.find_tree(entry.id()).map_err(git_err)?;
+                collect_tree(&repo, &tree, &mut files).map_err(git_err)?;
+            }
+            Some(ObjectType::Blob) => {
+                display_root = fleet
+                    .parent()
+                    .map(display_root_of)
+                    .unwrap_or_else(|| ".".into());
+                let blob = repo.find_blob(entry.id()).map_err(git_err)?;
+                files.push(SourceFile {
+                    path: entry.name().unwrap_or_default().to_string(),
+                    bytes: blob.content().to_vec(),
+                });
+            }
+            _ => return Err(missing()),
+        }
+    }
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(Snapshot {
+        revision: Revision::Commit {
+            id: commit.id().to_string(),
+        },
+        display_root,
+        files,
+    })
+}
+
+fn collect_tree(
+    repo: &Repository,
+    tree: &git2::Tree<'_>,
+    files: &mut Vec<SourceFile>,
+) -> Result<(), git2::Error> {
+    let mut failure = None;
+    tree.walk(TreeWalkMode::PreOrder, |dir, entry| {
+        let name = entry.name().unwrap_or_default();
+        match entry.kind() {
+            Some(ObjectType::Tree) if !is_walked_dir(name) => TreeWalkResult::Skip,
+            Some(ObjectType::Blob) if is_manifest_name(name) => {
+                match repo.find_blob(entry.id()) {
+                    Ok(blob) => files.push(SourceFile {
+                        path: format!("{dir}{name}"),
+                        bytes: blob.content().to_vec(),
+                    }),
+                    Err(err) => {
+                        failure = Some(err);
+                        return TreeWalkResult::Abort;
+                    }
+                }
+                TreeWalkResult::Ok
+            }
+            _ => TreeWalkResult::Ok,
+        }
+    })?;
+    failure.map_or(Ok(()), Err)
+}
+
+/// The absolute, symlink-resolved form of `path`, even when its last components do not exist on
+/// disk any more (a fleet directory deleted in the work tree can still be read at an old rev).
+fn absolute_through_existing(path: &Path) -> Result<PathBuf, SourceError> {
+    let absolute = std::path::absolute(path).map_err(|source| SourceError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let existing = nearest_existing(&absolute);
+    let canonical = existing.canonicalize().map_err(|source| SourceError::Io {
+        path: existing.to_path_buf(),
+        source,
+    })?;
+    let rest = absolute.strip_prefix(existing).unwrap_or(Path::new(""));
+    let mut result = canonical;
+    for component in rest.components() {
+        match component {
+            Component::ParentDir => {
+                result.pop();
+            }
+            Component::Normal(part) => result.push(part),
+            _ => {}
+        }
+    }
+    Ok(result)
+}
+
+fn nearest_existing(path: &Path) -> &Path {
+    path.ancestors()
+        .find(|p| p.exists())
+        .unwrap_or(Path::new("/"))
+}
