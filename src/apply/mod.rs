@@ -1,2 +1,240 @@
-//! Executor (DESIGN.md §4, seed 000 §4.6–§4.13): runs plan items as durable per-node stage
+//! Executor (DESIGN.md §4, seed 000 §4.4–§4.13): runs plan items as durable per-node stage
 //! journals with retries, failure classes, compensation, leases and per-site concurrency.
+//!
+//! [`Executor::run`] takes work items (onboard a node, resume, rerun or adopt its job, or
+//! continue a job an operator recovered) and runs each on its own task: the node lease first
+//! (`lease`), then the stage loop (`runner`) over the stages of `crate::stages::onboard`.
+//! Nodes of one (site, profile) run at most `concurrency.maxParallel` at a time; one node's
+//! failure never blocks another. [`Executor::compensate`] carries out an operator's cancel or
+//! restart-clean (000 §4.6 "compensation on cancel", §4.9).
+
+mod backoff;
+mod compensate;
+mod lease;
+mod maas;
+pub mod progress;
+mod runner;
+mod temporary_enrollment;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use uuid::Uuid;
+
+pub use compensate::Compensation;
+pub use lease::onboarding_lease_name;
+pub use maas::SiteMaas;
+pub use progress::{
+    MemoryProgress, NoProgress, Progress, ProgressEvent, ProgressStatus, StderrProgress,
+};
+pub use temporary_enrollment::TemporaryEnrollmentServer;
+
+use crate::lifecycle::{FailureClass, JobState};
+pub use crate::stages::onboard::{NodeTarget, StageEnv};
+
+/// How the executor paces itself.
+#[derive(Debug, Clone)]
+pub struct ExecutorOptions {
+    /// Between polls of a waiting stage (MAAS status, hardware sync, enrollment).
+    pub poll_interval: Duration,
+    /// First automatic retry delay; doubles per retry up to `retry_cap` (with jitter).
+    pub retry_base: Duration,
+    pub retry_cap: Duration,
+    /// Node lease lifetime; renewed every third of it. A killed executor's nodes are taken
+    /// over this long after it died.
+    pub lease_ttl: Duration,
+    /// This executor's name in leases (unique per process).
+    pub holder: String,
+    /// Seed of the retry jitter.
+    pub seed: u64,
+    /// Recorded on new jobs.
+    pub plan_id: Option<String>,
+    pub batch_id: Option<String>,
+    /// The audit reason of recovery actions the executor takes for a plan (resume, rerun,
+    /// adopt).
+    pub reason: Option<String>,
+}
+
+impl Default for ExecutorOptions {
+    fn default() -> Self {
+        Self {
+            poll_interval: Duration::from_secs(10),
+            retry_base: Duration::from_secs(2),
+            retry_cap: Duration::from_secs(60),
+            lease_ttl: Duration::from_secs(60),
+            holder: default_holder(),
+            seed: rand::random(),
+            plan_id: None,
+            batch_id: None,
+            reason: None,
+        }
+    }
+}
+
+/// `apply@HOST:PID:RANDOM`: unique per process, readable in `leases`.
+pub fn default_holder() -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "localhost".into());
+    format!(
+        "apply@{host}:{}:{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    )
+}
+
+/// What to do for one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Work {
+    /// Start an onboarding (or continue the node's open, running one).
+    Onboard,
+    /// Continue an open job; a failed one is resumed (an audited recovery action).
+    Resume { job_id: Uuid },
+    /// Re-enter a failed job from the top with status-aware adoption.
+    Rerun { job_id: Uuid },
+    /// Accept a machine that is already deployed; success ends `reconciled`.
+    Adopt {
+        job_id: Option<Uuid>,
+        system_id: String,
+    },
+    /// Run a job an operator already moved (`metalform onboardings resume|retry|…`).
+    Continue { job_id: Uuid },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkItem {
+    pub target: NodeTarget,
+    pub work: Work,
+}
+
+/// Where one node ended up.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum NodeOutcome {
+    /// The job completed (or was reconciled): the node is active.
+    Converged { state: JobState },
+    /// The job failed; its state says whether an automatic path remains.
+    Failed {
+        state: JobState,
+        class: FailureClass,
+        code: String,
+        message: String,
+    },
+    /// Nothing was done (a live executor holds the node, a failed job awaits an operator).
+    Left { reason: String },
+    /// This executor stopped working on the node (lease taken over, store unusable).
+    Aborted { reason: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NodeResult {
+    /// `site/hostname`.
+    pub node: String,
+    pub job_id: Option<Uuid>,
+    #[serde(flatten)]
+    pub outcome: NodeOutcome,
+}
+
+/// Every node's result, ordered by site and hostname.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ApplyReport {
+    pub results: Vec<NodeResult>,
+}
+
+impl ApplyReport {
+    pub fn converged(&self) -> usize {
+        self.count(|o| matches!(o, NodeOutcome::Converged { .. }))
+    }
+
+    pub fn failed(&self) -> usize {
+        self.count(|o| matches!(o, NodeOutcome::Failed { .. }))
+    }
+
+    pub fn not_run(&self) -> usize {
+        self.count(|o| matches!(o, NodeOutcome::Left { .. } | NodeOutcome::Aborted { .. }))
+    }
+
+    fn count(&self, f: impl Fn(&NodeOutcome) -> bool) -> usize {
+        self.results.iter().filter(|r| f(&r.outcome)).count()
+    }
+
+    /// Every node converged.
+    pub fn all_converged(&self) -> bool {
+        self.converged() == self.results.len()
+    }
+
+    pub fn result(&self, node: &str) -> Option<&NodeResult> {
+        self.results.iter().find(|r| r.node == node)
+    }
+}
+
+/// Runs work items; cheap to clone.
+#[derive(Clone)]
+pub struct Executor {
+    shared: Arc<runner::Shared>,
+}
+
+impl Executor {
+    pub fn new(env: StageEnv, options: ExecutorOptions, progress: Arc<dyn Progress>) -> Self {
+        Self {
+            shared: Arc::new(runner::Shared {
+                env,
+                options,
+                progress,
+            }),
+        }
+    }
+
+    pub fn env(&self) -> &StageEnv {
+        &self.shared.env
+    }
+
+    pub fn options(&self) -> &ExecutorOptions {
+        &self.shared.options
+    }
+
+    /// Run every item to a resting state: converged, failed, or left alone.
+    pub async fn run(&self, items: Vec<WorkItem>) -> ApplyReport {
+        self.shared.progress.total(items.len());
+        let mut limits: BTreeMap<(String, String), Arc<tokio::sync::Semaphore>> = BTreeMap::new();
+        let mut tasks = tokio::task::JoinSet::new();
+        for item in items {
+            let key = (
+                item.target.site_name().to_owned(),
+                item.target.profile.name.to_string(),
+            );
+            let parallel = item.target.profile.concurrency.max_parallel.max(1) as usize;
+            let limit = limits
+                .entry(key)
+                .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(parallel)))
+                .clone();
+            let shared = self.shared.clone();
+            tasks.spawn(async move {
+                let _permit = limit.acquire_owned().await;
+                runner::run_item(&shared, item).await
+            });
+        }
+        let mut results = Vec::new();
+        while let Some(joined) = tasks.join_next().await {
+            match joined {
+                Ok(result) => results.push(result),
+                Err(err) => tracing::error!(target: "metalform::apply", "node task failed: {err}"),
+            }
+        }
+        results.sort_by(|a, b| a.node.cmp(&b.node));
+        self.shared.progress.finish();
+        ApplyReport { results }
+    }
+
+    /// Carry out a cancel or restart-clean an operator requested (the job is `compensating`).
+    pub async fn compensate(
+        &self,
+        target: &NodeTarget,
+        job_id: Uuid,
+        kind: Compensation,
+    ) -> NodeResult {
+        compensate::run(&self.shared, target, job_id, kind).await
+    }
+}

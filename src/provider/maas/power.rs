@@ -1,6 +1,7 @@
 //! Power: on, off and the BMC query (API_REFERENCE §5.16; seed 000 §6.2 "powered off
 //! externally").
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
@@ -80,6 +81,14 @@ struct PowerStateDocument {
     state: PowerState,
 }
 
+/// The one field of a machine's power parameters a lookup needs. Deserialising only this keeps
+/// the power passwords of the answer from ever becoming values in memory.
+#[derive(Deserialize)]
+struct PowerAddressOnly {
+    #[serde(default)]
+    power_address: Option<String>,
+}
+
 /// MAAS waits up to 60 s for the BMC on `query_power_state`; give it that and some slack.
 const POWER_QUERY_TIMEOUT: Duration = Duration::from_secs(75);
 
@@ -140,6 +149,24 @@ impl MaasClient {
             )
             .await?;
         Ok(document.state)
+    }
+
+    /// `GET machines/?op=power_parameters` (admin, API_REFERENCE §5.16): every machine's BMC
+    /// address in one request, by system id (seed 000 §4.16 "match by IPMI power_address").
+    /// The answer carries power passwords: it is never logged, and only the address is kept.
+    pub async fn power_addresses(&self) -> Result<BTreeMap<String, Option<String>>, MaasError> {
+        let all: BTreeMap<String, PowerAddressOnly> = self
+            .transport()
+            .json(
+                Call::get("power_parameters", &["machines"])
+                    .op("power_parameters")
+                    .sensitive_response(),
+            )
+            .await?;
+        Ok(all
+            .into_iter()
+            .map(|(system_id, p)| (system_id, p.power_address.filter(|a| !a.is_empty())))
+            .collect())
     }
 }
 

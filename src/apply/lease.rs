@@ -1,0 +1,112 @@
+//! The per-node executor lease (DESIGN.md §4: "a second executor never runs a stage a live
+//! holder owns, and a stale one cannot move a node back").
+//!
+//! The lease is named after the node's site and hostname, because the node record only exists
+//! from `render_cloud_init` on. It is renewed in the background every third of its TTL; every
+//! journal write carries its fence, which the store checks in the write's transaction. A lease
+//! held by a dead executor (killed apply) expires after its TTL and is then taken over, with a
+//! higher fencing generation.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::store::{Fence, Lease, Store, StoreError};
+
+/// The lease name of one node's onboarding executor.
+pub fn onboarding_lease_name(site: &str, hostname: &str) -> String {
+    format!("onboarding:{site}/{hostname}")
+}
+
+/// Why a lease could not be taken.
+#[derive(Debug)]
+pub enum LeaseRefusal {
+    /// Another executor holds it and keeps renewing it.
+    Busy {
+        holder: String,
+        until: String,
+    },
+    Store(StoreError),
+}
+
+/// A held lease with its heartbeat.
+pub struct NodeLease {
+    store: Store,
+    current: Arc<Mutex<Lease>>,
+    heartbeat: tokio::task::JoinHandle<()>,
+}
+
+impl NodeLease {
+    /// Take the lease, waiting up to `wait` for a holder that stopped renewing (its lease
+    /// expires) before giving up on a live one.
+    pub async fn acquire(
+        store: &Store,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<NodeLease, LeaseRefusal> {
+        let chrono_ttl = chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::seconds(60));
+        let started = tokio::time::Instant::now();
+        let mut store_errors = 0;
+        let lease = loop {
+            match store.acquire_lease(name, holder, chrono_ttl).await {
+                Ok(lease) => break lease,
+                Err(StoreError::LeaseHeld {
+                    holder, expires_at, ..
+                }) => {
+                    if started.elapsed() >= wait {
+                        return Err(LeaseRefusal::Busy {
+                            holder,
+                            until: expires_at,
+                        });
+                    }
+                }
+                Err(err) if err.is_transient() && store_errors < 5 => store_errors += 1,
+                Err(err) => return Err(LeaseRefusal::Store(err)),
+            }
+            tokio::time::sleep((ttl / 8).clamp(Duration::from_millis(20), Duration::from_secs(5)))
+                .await;
+        };
+        let current = Arc::new(Mutex::new(lease));
+        let heartbeat = tokio::spawn(heartbeat(store.clone(), current.clone(), ttl, chrono_ttl));
+        Ok(NodeLease {
+            store: store.clone(),
+            current,
+            heartbeat,
+        })
+    }
+
+    /// The fence to pass with every write made under this lease.
+    pub fn fence(&self) -> Fence {
+        self.current.lock().expect("lease lock").fence()
+    }
+
+    /// Stop renewing and give the lease up, so the next executor need not wait for expiry.
+    pub async fn release(self) {
+        self.heartbeat.abort();
+        let lease = self.current.lock().expect("lease lock").clone();
+        let _ = self.store.release_lease(&lease).await;
+    }
+}
+
+async fn heartbeat(
+    store: Store,
+    current: Arc<Mutex<Lease>>,
+    ttl: Duration,
+    chrono_ttl: chrono::Duration,
+) {
+    loop {
+        tokio::time::sleep(ttl / 3).await;
+        let lease = current.lock().expect("lease lock").clone();
+        match store.renew_lease(&lease, chrono_ttl).await {
+            Ok(renewed) => *current.lock().expect("lease lock") = renewed,
+            // Taken over: the next fenced write fails and the executor stops for this node.
+            Err(StoreError::LeaseLost { .. }) => return,
+            Err(err) => tracing::warn!(
+                target: "metalform::apply",
+                lease = %lease.name,
+                "lease renewal failed: {err}"
+            ),
+        }
+    }
+}

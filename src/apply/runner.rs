@@ -1,0 +1,684 @@
+//! One node's executor (seed 000 §4.3–§4.13, DESIGN.md §4): take up the node's onboarding job
+//! under the node lease, then run its stages as a durable journal until the job completes,
+//! fails, or is taken away.
+//!
+//! Every stage attempt writes a `started` event when it begins and a `succeeded`, `skipped` or
+//! `failed` event when it ends, each in the same transaction as the job row (stage, attempt,
+//! state, facts, last observed MAAS state) and fenced by the lease. Between the two, a stage
+//! may wait (polls write nothing) or checkpoint its facts (the deploy intent). A restarted
+//! executor finds the attempt open and continues it; timeouts run from the attempt's start as
+//! the journal recorded it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use rand_chacha::ChaCha8Rng;
+use serde_json::json;
+use uuid::Uuid;
+
+use super::backoff;
+use super::lease::{LeaseRefusal, NodeLease, onboarding_lease_name};
+use super::progress::{Progress, ProgressEvent, ProgressStatus};
+use super::{ExecutorOptions, NodeOutcome, NodeResult, Work, WorkItem};
+use crate::lifecycle::{JobKind, JobState, NodeState, OnboardingStage, Owner, RecoveryAction};
+use crate::stages::onboard::{
+    Checkpoint, Facts, NodeMemory, NodeTarget, StageClock, StageCtx, StageEnv, run_stage,
+};
+use crate::stages::{Next, StageOutcome, retry_budget};
+use crate::store::{
+    EventStatus, Job, JobFailure, JobFilter, JobUpdate, MaasStateUpdate, NewOnboarding,
+    NodeTransition, StageEvent, StoreError,
+};
+
+/// What every node's executor shares.
+pub(super) struct Shared {
+    pub env: StageEnv,
+    pub options: ExecutorOptions,
+    pub progress: Arc<dyn Progress>,
+}
+
+/// Why a node's run stopped early.
+enum Stop {
+    /// The node ended (converged, failed, left alone).
+    Result(NodeOutcome),
+}
+
+impl From<StoreError> for Stop {
+    fn from(err: StoreError) -> Self {
+        Stop::Result(match err {
+            StoreError::LeaseLost { .. } => NodeOutcome::Aborted {
+                reason: "another executor took the node's lease over; it continues the job".into(),
+            },
+            other => NodeOutcome::Aborted {
+                reason: format!("state store: {other}"),
+            },
+        })
+    }
+}
+
+/// One node being worked on.
+struct NodeRun<'a> {
+    shared: &'a Shared,
+    target: &'a NodeTarget,
+    lease: &'a NodeLease,
+    memory: NodeMemory,
+    rng: ChaCha8Rng,
+}
+
+/// Take up one work item and drive it to a resting state.
+pub(super) async fn run_item(shared: &Shared, item: WorkItem) -> NodeResult {
+    let label = item.target.label();
+    let name = onboarding_lease_name(item.target.site_name(), item.target.hostname());
+    let ttl = shared.options.lease_ttl;
+    let lease = match NodeLease::acquire(
+        &shared.env.store,
+        &name,
+        &shared.options.holder,
+        ttl,
+        ttl + ttl / 2,
+    )
+    .await
+    {
+        Ok(lease) => lease,
+        Err(refusal) => {
+            let reason = match refusal {
+                LeaseRefusal::Busy { holder, until } => format!(
+                    "another executor ({holder}) is working on this node (lease until {until})"
+                ),
+                LeaseRefusal::Store(err) => format!("cannot take the node lease: {err}"),
+            };
+            report(shared, &label, "-", ProgressStatus::Left, &reason);
+            return NodeResult {
+                node: label,
+                job_id: item.target.job_id,
+                outcome: NodeOutcome::Left { reason },
+            };
+        }
+    };
+    let mut run = NodeRun {
+        shared,
+        target: &item.target,
+        lease: &lease,
+        memory: NodeMemory::default(),
+        rng: backoff::node_rng(shared.options.seed, &label),
+    };
+    let (job_id, outcome) = run.drive(item.work).await;
+    lease.release().await;
+    let (status, message) = match &outcome {
+        NodeOutcome::Converged { state } => (ProgressStatus::Converged, format!("job {state}")),
+        NodeOutcome::Failed {
+            state,
+            class,
+            code,
+            message,
+        } => (
+            ProgressStatus::Failed,
+            format!("{state} ({class}, {code}): {message}"),
+        ),
+        NodeOutcome::Left { reason } | NodeOutcome::Aborted { reason } => {
+            (ProgressStatus::Left, reason.clone())
+        }
+    };
+    report(shared, &label, "-", status, &message);
+    NodeResult {
+        node: label,
+        job_id,
+        outcome,
+    }
+}
+
+fn report(shared: &Shared, node: &str, stage: &str, status: ProgressStatus, message: &str) {
+    shared.progress.report(ProgressEvent {
+        node: node.to_owned(),
+        stage: stage.to_owned(),
+        status,
+        message: message.to_owned(),
+    });
+}
+
+/// The open onboarding of a site/hostname, if any.
+pub(super) async fn open_onboarding(
+    env: &StageEnv,
+    site: &str,
+    hostname: &str,
+) -> Result<Option<Job>, StoreError> {
+    let jobs = env
+        .store
+        .list_jobs(
+            JobKind::Onboarding,
+            &JobFilter {
+                site: Some(site.to_owned()),
+                open_only: true,
+                ..JobFilter::default()
+            },
+        )
+        .await?;
+    Ok(jobs.into_iter().find(|j| j.hostname == hostname))
+}
+
+impl NodeRun<'_> {
+    fn label(&self) -> String {
+        self.target.label()
+    }
+
+    fn report(&self, stage: &str, status: ProgressStatus, message: &str) {
+        report(self.shared, &self.label(), stage, status, message);
+    }
+
+    fn store(&self) -> &crate::store::Store {
+        &self.shared.env.store
+    }
+
+    async fn drive(&mut self, work: Work) -> (Option<Uuid>, NodeOutcome) {
+        let job = match self.take_up(work).await {
+            Ok(job) => job,
+            Err(Stop::Result(outcome)) => return (self.target.job_id, outcome),
+        };
+        let id = job.id;
+        match self.run_stages(id).await {
+            Ok(outcome) | Err(Stop::Result(outcome)) => (Some(id), outcome),
+        }
+    }
+
+    /// Find or create the job the work item names, and move it to where it can run.
+    async fn take_up(&mut self, work: Work) -> Result<Job, Stop> {
+        let env = &self.shared.env;
+        let actor = &env.actor;
+        let reason = self.shared.options.reason.clone();
+        let left = |reason: String| Stop::Result(NodeOutcome::Left { reason });
+        let job = match work {
+            Work::Onboard => {
+                match open_onboarding(env, self.target.site_name(), self.target.hostname()).await? {
+                    Some(job) if matches!(job.state, JobState::Pending | JobState::Running) => {
+                        self.report(
+                            "-",
+                            ProgressStatus::Begin,
+                            &format!(
+                                "continuing onboarding {} at {} (an earlier run stopped)",
+                                job.id, job.stage
+                            ),
+                        );
+                        job
+                    }
+                    Some(job) => {
+                        return Err(left(format!(
+                            "onboarding {} is {} at {}: recover it with `metalform onboardings`",
+                            job.id, job.state, job.stage
+                        )));
+                    }
+                    None => {
+                        let job = self
+                            .store()
+                            .create_onboarding(&self.new_onboarding())
+                            .await?;
+                        self.report(
+                            "-",
+                            ProgressStatus::Begin,
+                            &format!("onboarding {} created", job.id),
+                        );
+                        job
+                    }
+                }
+            }
+            Work::Resume { job_id } | Work::Rerun { job_id } => {
+                let action = if matches!(work, Work::Rerun { .. }) {
+                    RecoveryAction::Rerun
+                } else {
+                    RecoveryAction::Resume
+                };
+                let job = self.store().job(JobKind::Onboarding, job_id).await?;
+                let job = if job.state.is_failed() {
+                    self.store()
+                        .recover_job(
+                            JobKind::Onboarding,
+                            job_id,
+                            action,
+                            actor,
+                            reason.as_deref(),
+                        )
+                        .await?
+                } else {
+                    job
+                };
+                self.report(
+                    "-",
+                    ProgressStatus::Begin,
+                    &format!("{action} onboarding {} at {}", job.id, job.stage),
+                );
+                job
+            }
+            Work::Adopt { job_id, system_id } => self.take_up_adoption(job_id, &system_id).await?,
+            Work::Continue { job_id } => {
+                let job = self.store().job(JobKind::Onboarding, job_id).await?;
+                self.report(
+                    "-",
+                    ProgressStatus::Begin,
+                    &format!("onboarding {} {} at {}", job.id, job.state, job.stage),
+                );
+                job
+            }
+        };
+        match job.state {
+            JobState::Pending | JobState::Running => Ok(job),
+            other => Err(left(format!(
+                "onboarding {} is {other}; nothing to run",
+                job.id
+            ))),
+        }
+    }
+
+    fn new_onboarding(&self) -> NewOnboarding {
+        let options = &self.shared.options;
+        NewOnboarding {
+            node_id: self.target.node_id,
+            site: self.target.site_name().to_owned(),
+            hostname: self.target.hostname().to_owned(),
+            ipmi_ip: Some(self.target.node.bmc.ipmi_ip.to_string()),
+            pxe_mac: self.target.node.pxe_mac.map(|m| m.to_string()),
+            batch_id: options.batch_id.clone(),
+            requested_by: Some(self.shared.env.actor.name.clone()),
+            plan_id: options.plan_id.clone(),
+        }
+    }
+
+    /// Accept a machine that is already deployed (and enrolled): bind it and let the stages
+    /// check it; success ends `reconciled` (000 §4.9 adopt_observed_state).
+    async fn take_up_adoption(
+        &mut self,
+        job_id: Option<Uuid>,
+        system_id: &str,
+    ) -> Result<Job, Stop> {
+        let env = &self.shared.env;
+        let job = match job_id {
+            Some(id) => self.store().job(JobKind::Onboarding, id).await?,
+            None => {
+                match open_onboarding(env, self.target.site_name(), self.target.hostname()).await? {
+                    Some(job) => job,
+                    None => {
+                        self.store()
+                            .create_onboarding(&self.new_onboarding())
+                            .await?
+                    }
+                }
+            }
+        };
+        if job.state.is_terminal() || job.state == JobState::Compensating {
+            return Err(Stop::Result(NodeOutcome::Left {
+                reason: format!("onboarding {} is {}; nothing to adopt", job.id, job.state),
+            }));
+        }
+        let mut facts = Facts::from_details(&job.stage_details);
+        facts.system_id = Some(system_id.to_owned());
+        facts.matched_by = Some("adopted".into());
+        let node = match job.node_id.or(self.target.node_id) {
+            Some(id) => Some(id),
+            None => self
+                .store()
+                .find_node(self.target.site_name(), self.target.hostname())
+                .await?
+                .map(|n| n.id),
+        };
+        facts.node_id = node;
+        let mut update = JobUpdate::new(if job.state == JobState::Pending {
+            JobState::Running
+        } else {
+            job.state
+        });
+        update.stage_details = Some(facts.to_details());
+        update.maas_system_id = Some(system_id.to_owned());
+        update.node_id = job.node_id.is_none().then_some(node).flatten();
+        update.fence = Some(self.lease.fence());
+        let job = self
+            .store()
+            .advance_job(JobKind::Onboarding, job.id, &update)
+            .await?;
+        let job = if job.adopted {
+            job
+        } else {
+            self.store()
+                .recover_job(
+                    JobKind::Onboarding,
+                    job.id,
+                    RecoveryAction::AdoptObservedState,
+                    &env.actor,
+                    Some(
+                        self.shared
+                            .options
+                            .reason
+                            .as_deref()
+                            .unwrap_or("the plan adopts a machine that is already deployed"),
+                    ),
+                )
+                .await?
+        };
+        self.report(
+            "-",
+            ProgressStatus::Begin,
+            &format!("adopting {system_id} (onboarding {})", job.id),
+        );
+        Ok(job)
+    }
+
+    /// A journal write under the lease. Transient store errors are retried a few times.
+    async fn write(
+        &self,
+        job: &Job,
+        mut update: JobUpdate,
+        facts: &Facts,
+    ) -> Result<Job, StoreError> {
+        update.fence = Some(self.lease.fence());
+        update.stage_details = Some(facts.to_details());
+        if update.observed.is_none() {
+            update.observed = self.memory.observed.clone();
+        }
+        if job.node_id.is_none() {
+            update.node_id = facts.node_id;
+        }
+        if update.maas_system_id.is_none() {
+            update.maas_system_id = facts.system_id.clone();
+        }
+        let mut tries = 0;
+        loop {
+            match self
+                .store()
+                .advance_job(JobKind::Onboarding, job.id, &update)
+                .await
+            {
+                Err(err) if err.is_transient() && tries < 4 => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(50 * (1 << tries))).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn run_stages(&mut self, id: Uuid) -> Result<NodeOutcome, Stop> {
+        let poll = self.shared.options.poll_interval;
+        let mut waiting_reported: Option<(String, i64)> = None;
+        loop {
+            let job = self.store().job(JobKind::Onboarding, id).await?;
+            match job.state {
+                JobState::Pending | JobState::Running => {}
+                // Moved by someone else (an operator's cancel, another executor's failure).
+                other => {
+                    return Ok(NodeOutcome::Left {
+                        reason: format!("onboarding {id} is {other} (changed outside this run)"),
+                    });
+                }
+            }
+            let stage: OnboardingStage = job.stage.parse().map_err(|e| {
+                Stop::Result(NodeOutcome::Aborted {
+                    reason: format!("journal of {id}: {e}"),
+                })
+            })?;
+            let mut facts = Facts::from_details(&job.stage_details);
+            let job = self.begin_attempt(&job, stage, &mut facts).await?;
+            let now = self.shared.env.clock.now();
+            let journal = JournalCheckpoint {
+                store: self.store().clone(),
+                job: job.clone(),
+                fence: self.lease.fence(),
+            };
+            let outcome = {
+                let mut ctx = StageCtx {
+                    env: &self.shared.env,
+                    target: self.target,
+                    job: &job,
+                    facts: &mut facts,
+                    memory: &mut self.memory,
+                    journal: &journal,
+                    now,
+                };
+                run_stage(stage, &mut ctx).await
+            };
+            match outcome {
+                StageOutcome::Wait(wait) => {
+                    let key = (job.stage.clone(), job.attempt);
+                    if waiting_reported.as_ref() != Some(&key) {
+                        self.report(stage.as_str(), ProgressStatus::Waiting, &wait.reason);
+                        waiting_reported = Some(key);
+                    }
+                    self.memory.last_wait = Some(wait.reason);
+                    tokio::time::sleep(wait.poll.unwrap_or(poll)).await;
+                }
+                StageOutcome::Done(done) => {
+                    self.memory.last_wait = None;
+                    let status = if done.skipped {
+                        EventStatus::Skipped
+                    } else {
+                        EventStatus::Succeeded
+                    };
+                    let event = StageEvent {
+                        stage: stage.as_str().into(),
+                        attempt: job.attempt,
+                        status,
+                        message: Some(done.message.clone()),
+                        details: done.details.clone(),
+                    };
+                    facts.clock = None;
+                    facts.retries = 0;
+                    let next = match done.next {
+                        Next::Normal => stage.next(),
+                        Next::Jump(to) => Some(to),
+                        Next::Complete => None,
+                    };
+                    self.report(
+                        stage.as_str(),
+                        if done.skipped {
+                            ProgressStatus::Skipped
+                        } else {
+                            ProgressStatus::Succeeded
+                        },
+                        &done.message,
+                    );
+                    match next {
+                        Some(next) => {
+                            let mut update = JobUpdate::new(JobState::Running);
+                            update.stage = Some(next.as_str().into());
+                            update.attempt = Some(0);
+                            update.event = Some(event);
+                            self.write(&job, update, &facts).await?;
+                        }
+                        None => return self.complete(&job, event, &facts).await,
+                    }
+                }
+                StageOutcome::Failed(failure) => {
+                    let budget = retry_budget(stage, failure.class);
+                    let retries_left = failure.retry == crate::stages::Retry::Budget
+                        && budget.is_none_or(|max| facts.retries < max);
+                    if let Some(clock) = facts.clock.as_mut() {
+                        clock.open = false;
+                    }
+                    if retries_left {
+                        facts.retries += 1;
+                        let delay = backoff::delay(
+                            facts.retries,
+                            self.shared.options.retry_base,
+                            self.shared.options.retry_cap,
+                            &mut self.rng,
+                        );
+                        let message = format!(
+                            "{} ({}); retry {}{} in {:.1}s",
+                            failure.message,
+                            failure.class,
+                            facts.retries,
+                            budget.map(|b| format!(" of {b}")).unwrap_or_default(),
+                            delay.as_secs_f64()
+                        );
+                        let mut update = JobUpdate::new(JobState::Running);
+                        update.event = Some(StageEvent {
+                            stage: stage.as_str().into(),
+                            attempt: job.attempt,
+                            status: EventStatus::Failed,
+                            message: Some(message.clone()),
+                            details: json!({
+                                "class": failure.class,
+                                "code": failure.code,
+                                "details": failure.details,
+                                "retry_in_secs": delay.as_secs_f64(),
+                            }),
+                        });
+                        self.write(&job, update, &facts).await?;
+                        self.report(stage.as_str(), ProgressStatus::Retrying, &message);
+                        tokio::time::sleep(delay).await;
+                        continue;
+                    }
+                    let state = failure.final_state();
+                    let mut update = JobUpdate::new(state);
+                    update.failure = Some(JobFailure {
+                        class: failure.class,
+                        code: failure.code.clone(),
+                        message: failure.message.clone(),
+                        details: failure.details.clone(),
+                    });
+                    update.event = Some(StageEvent {
+                        stage: stage.as_str().into(),
+                        attempt: job.attempt,
+                        status: EventStatus::Failed,
+                        message: Some(failure.message.clone()),
+                        details: json!({"class": failure.class, "code": failure.code, "details": failure.details}),
+                    });
+                    self.write(&job, update, &facts).await?;
+                    self.report(
+                        stage.as_str(),
+                        ProgressStatus::Failed,
+                        &format!("{} ({}, {})", failure.message, failure.class, failure.code),
+                    );
+                    return Ok(NodeOutcome::Failed {
+                        state,
+                        class: failure.class,
+                        code: failure.code,
+                        message: failure.message,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Open a stage attempt in the journal, unless one is open already (a restarted executor
+    /// continues it). An attempt or stage moved by an operator starts a new clock.
+    async fn begin_attempt(
+        &mut self,
+        job: &Job,
+        stage: OnboardingStage,
+        facts: &mut Facts,
+    ) -> Result<Job, Stop> {
+        let now = self.shared.env.clock.now();
+        let (attempt, started_at, resumed) = match &facts.clock {
+            Some(clock) if clock.stage == job.stage && clock.attempt == job.attempt => {
+                if clock.open {
+                    // After a crash: the attempt goes on, and so does its deadline.
+                    return Ok(job.clone());
+                }
+                (job.attempt + 1, clock.started_at, false)
+            }
+            Some(_) => {
+                // An operator moved the job (retry, resume, rerun): fresh budgets and deadline.
+                facts.retries = 0;
+                facts.enrollment.token_refreshes = 0;
+                if stage == OnboardingStage::first() {
+                    facts.datasource_retries = 0;
+                }
+                (job.attempt.max(1), now, true)
+            }
+            None => (job.attempt + 1, now, false),
+        };
+        facts.clock = Some(StageClock {
+            stage: job.stage.clone(),
+            attempt,
+            started_at,
+            open: true,
+        });
+        let mut update = JobUpdate::new(JobState::Running);
+        update.attempt = Some(attempt);
+        update.event = Some(StageEvent {
+            stage: job.stage.clone(),
+            attempt,
+            status: EventStatus::Started,
+            message: resumed.then(|| "after an operator's recovery action".to_owned()),
+            details: json!({}),
+        });
+        let updated = self.write(job, update, facts).await?;
+        self.report(
+            stage.as_str(),
+            ProgressStatus::Started,
+            &if attempt > 1 {
+                format!("attempt {attempt}")
+            } else {
+                String::new()
+            },
+        );
+        Ok(updated)
+    }
+
+    /// The last stage is done: the job completes (or is reconciled, when it was adopted) and
+    /// the node becomes active, in one transaction (001 §3.3).
+    async fn complete(
+        &mut self,
+        job: &Job,
+        event: StageEvent,
+        facts: &Facts,
+    ) -> Result<NodeOutcome, Stop> {
+        let state = JobState::on_success(job.adopted);
+        let env = &self.shared.env;
+        let mut update = JobUpdate::new(state);
+        update.event = Some(event);
+        let mut transition = NodeTransition::new(
+            NodeState::Active,
+            Owner::OnboardingWorkflow,
+            env.actor.clone(),
+        );
+        transition.reason = Some(format!("onboarding {} {state}", job.id));
+        transition.fence = Some(self.lease.fence());
+        update.node_transition = Some(transition);
+        let done = self.write(job, update, facts).await?;
+        if let (Some(node), Some(system_id), Some(observed)) = (
+            done.node_id,
+            facts.system_id.clone(),
+            self.memory.observed.clone(),
+        ) {
+            // The runtime MAAS binding of an active node (000 §6.5); a failure here does not
+            // undo the onboarding, the reconciler records it again.
+            let _ = env
+                .store
+                .upsert_maas_state(&MaasStateUpdate {
+                    node_id: node,
+                    site: self.target.site_name().to_owned(),
+                    maas_system_id: system_id,
+                    status: observed.status,
+                    power_state: observed.power_state,
+                    ips: observed.ips,
+                    drift: None,
+                })
+                .await;
+        }
+        Ok(NodeOutcome::Converged { state })
+    }
+}
+
+/// The stages' mid-stage checkpoint: the same fenced journal write, facts only.
+struct JournalCheckpoint {
+    store: crate::store::Store,
+    job: Job,
+    fence: crate::store::Fence,
+}
+
+impl Checkpoint for JournalCheckpoint {
+    fn checkpoint<'a>(&'a self, facts: &'a Facts) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let mut update = JobUpdate::new(JobState::Running);
+            update.stage_details = Some(facts.to_details());
+            update.fence = Some(self.fence.clone());
+            if self.job.node_id.is_none() {
+                update.node_id = facts.node_id;
+            }
+            update.maas_system_id = facts.system_id.clone();
+            self.store
+                .advance_job(JobKind::Onboarding, self.job.id, &update)
+                .await
+                .map(|_| ())
+        })
+    }
+}

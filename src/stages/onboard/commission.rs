@@ -1,0 +1,223 @@
+//! `commission_node` and `wait_for_ready` (seed 000 §4.3 CommissionNode "status-aware",
+//! WaitForMaasStatus(Ready); §4.6 "If Failed: log MAAS error details, mark failed_commission.
+//! If timeout: mark failed_commission_timeout"; §4.10 refresh before deciding).
+
+use serde_json::json;
+
+use super::{StageCtx, power_credentials};
+use crate::lifecycle::{FailureClass, OnboardingStage, PolicyTimeout};
+use crate::provider::maas::{
+    CommissionParams, EventLevel, EventsQuery, IpmiPower, Machine, MachineStatus, PowerParameters,
+    UpdateMachineParams,
+};
+use crate::stages::{StageFailure, StageOutcome, bounded};
+
+/// Where a machine already past commissioning belongs in this job, if anywhere (status-aware
+/// adoption, 000 §4.9 rerun). `None`: keep going with the current stage.
+pub(super) fn adopt_advanced(
+    ctx: &StageCtx<'_>,
+    machine: &Machine,
+) -> Option<Result<StageOutcome, StageFailure>> {
+    use MachineStatus as S;
+    let ours = ctx.owns_deployment();
+    let jump = |to: OnboardingStage, why: &str| {
+        Some(Ok(StageOutcome::jump(
+            to,
+            format!("{} is {}: {why}", machine.system_id, machine.status_label()),
+            json!({"status": machine.status_label()}),
+        )))
+    };
+    match machine.status {
+        S::Deploying | S::Deployed if ours => {
+            jump(OnboardingStage::WaitForDeployed, "this job's deployment")
+        }
+        S::FailedDeployment if ours => jump(
+            OnboardingStage::ClassifyDeployFailure,
+            "this job's deployment failed",
+        ),
+        S::Deploying | S::Deployed | S::FailedDeployment => Some(Err(StageFailure::ambiguity(
+            "machine_deployed_elsewhere",
+            format!(
+                "{} is {} but this onboarding never deployed it (owner: {})",
+                machine.system_id,
+                machine.status_label(),
+                machine.owner.as_deref().unwrap_or("none")
+            ),
+        )
+        .details(json!({
+            "system_id": machine.system_id,
+            "hint": "adopt it (metalform onboardings adopt) if it is this node, or release it in MAAS, then rerun",
+        })))),
+        S::Allocated if ctx.facts.deploy.is_some() => jump(
+            OnboardingStage::DeployViaMaas,
+            "allocated by this job's deploy, which did not start",
+        ),
+        _ => None,
+    }
+}
+
+/// The recent error events of a machine, bounded, for diagnostics (000 §4.12 "upstream
+/// diagnostic snippet").
+pub(super) async fn error_snippet(ctx: &StageCtx<'_>, machine: &Machine) -> Vec<String> {
+    let Ok(maas) = ctx.maas().await else {
+        return Vec::new();
+    };
+    match maas
+        .query_events(&EventsQuery::machine(
+            machine.system_id.clone(),
+            EventLevel::Error,
+            5,
+        ))
+        .await
+    {
+        Ok(page) => page
+            .events
+            .iter()
+            .map(|e| bounded(&format!("{}: {}", e.event_type, e.description), 300))
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Name the machine and give MAAS the BMC login (000 §4.3 step 3).
+async fn set_identity(ctx: &mut StageCtx<'_>, machine: &Machine) -> Result<(), StageFailure> {
+    let power = power_credentials(ctx).await?;
+    let maas = ctx.maas().await?;
+    let update = UpdateMachineParams {
+        hostname: (machine.hostname != ctx.target.hostname())
+            .then(|| ctx.target.hostname().to_owned()),
+        power: Some(PowerParameters::Ipmi(IpmiPower::new(
+            ctx.target.node.bmc.ipmi_ip.to_string(),
+            power.user.clone(),
+            power.pass.clone(),
+        ))),
+        ..UpdateMachineParams::default()
+    };
+    maas.update_machine(&machine.system_id, &update)
+        .await
+        .map_err(|e| StageFailure::maas(&e))?;
+    Ok(())
+}
+
+pub(super) async fn ensure_commissioning_started(
+    ctx: &mut StageCtx<'_>,
+) -> Result<StageOutcome, StageFailure> {
+    use MachineStatus as S;
+    let machine = ctx.machine().await?;
+    if let Some(adopted) = adopt_advanced(ctx, &machine) {
+        return adopted;
+    }
+    let maas = ctx.maas().await?;
+    let sid = machine.system_id.clone();
+    match machine.status {
+        S::New => {
+            set_identity(ctx, &machine).await?;
+            maas.accept(&[&sid])
+                .await
+                .map_err(|e| StageFailure::maas(&e))?;
+            Ok(StageOutcome::done(
+                format!("{sid} accepted; commissioning"),
+                json!({"action": "accept"}),
+            ))
+        }
+        S::Commissioning | S::Testing => Ok(StageOutcome::skipped(format!(
+            "{sid} is already {}",
+            machine.status_label()
+        ))),
+        S::Ready => {
+            set_identity(ctx, &machine).await?;
+            Ok(StageOutcome::skipped(format!(
+                "{sid} is already Ready (commissioned)"
+            )))
+        }
+        S::FailedCommissioning | S::Broken => {
+            set_identity(ctx, &machine).await?;
+            maas.commission(
+                &sid,
+                &CommissionParams {
+                    enable_ssh: Some(true),
+                    skip_bmc_config: Some(true),
+                    ..CommissionParams::default()
+                },
+            )
+            .await
+            .map_err(|e| StageFailure::maas(&e))?;
+            Ok(StageOutcome::done(
+                format!("{sid} was {}; commissioning again", machine.status_label()),
+                json!({"action": "commission", "from": machine.status_label()}),
+            ))
+        }
+        // MAAS is still releasing it (a datasource retry, an operator's release): soon Ready.
+        S::Releasing | S::DiskErasing => Ok(StageOutcome::wait(format!(
+            "{sid} is {}",
+            machine.status_label()
+        ))),
+        _ => Err(unexpected(&machine, "commission")),
+    }
+}
+
+pub(super) fn unexpected(machine: &Machine, what: &str) -> StageFailure {
+    StageFailure::ambiguity(
+        "unexpected_maas_status",
+        format!(
+            "{} is {}, which this onboarding cannot {what} from",
+            machine.system_id,
+            machine.status_label()
+        ),
+    )
+    .details(json!({"system_id": machine.system_id, "status": machine.status_label()}))
+}
+
+pub(super) async fn ensure_ready(ctx: &mut StageCtx<'_>) -> Result<StageOutcome, StageFailure> {
+    use MachineStatus as S;
+    let machine = ctx.machine().await?;
+    if let Some(adopted) = adopt_advanced(ctx, &machine) {
+        return adopted;
+    }
+    match machine.status {
+        S::Ready => Ok(StageOutcome::done(
+            format!("{} is Ready", machine.system_id),
+            json!({"status": "Ready"}),
+        )),
+        S::FailedCommissioning | S::FailedTesting | S::Broken => {
+            let events = error_snippet(ctx, &machine).await;
+            let reason = machine
+                .error_description
+                .clone()
+                .filter(|d| !d.is_empty())
+                .or_else(|| machine.status_message.clone())
+                .unwrap_or_default();
+            Err(StageFailure::new(
+                FailureClass::HardwareMismatch,
+                "failed_commission",
+                format!(
+                    "commissioning of {} ended {}: {}",
+                    machine.system_id,
+                    machine.status_label(),
+                    bounded(&reason, 300)
+                ),
+            )
+            .details(json!({"system_id": machine.system_id, "maas_events": events}))
+            .never_retry())
+        }
+        S::New | S::Commissioning | S::Testing | S::Releasing | S::DiskErasing => {
+            if let Some(limit) = ctx.timed_out(PolicyTimeout::Commission) {
+                return Err(StageFailure::timeout(
+                    PolicyTimeout::Commission,
+                    limit,
+                    &format!(
+                        "{} did not become Ready (still {})",
+                        machine.system_id,
+                        machine.status_label()
+                    ),
+                ));
+            }
+            Ok(StageOutcome::wait(format!(
+                "{} is {}",
+                machine.system_id,
+                machine.status_label()
+            )))
+        }
+        _ => Err(unexpected(&machine, "wait for Ready")),
+    }
+}

@@ -1,0 +1,434 @@
+//! Deployment (seed 000 §4.3 DeployViaMaas, WaitForDeployed, ClassifyDeployFailure,
+//! RecoverForDatasourceRetry; §4.6 retries and compensation; §4.10 "never issue deploy again
+//! without checking if machine already advanced/faulted"; §4.13 refresh before every
+//! destructive step).
+//!
+//! Deploy is never issued twice for one round: the intent is written to the journal before the
+//! call; a restarted executor (or an answer that leaves the outcome unknown) re-reads the
+//! machine — Deploying/Deployed means MAAS received it, Ready/Allocated that it did not.
+
+use regex::Regex;
+use serde_json::json;
+
+use super::commission::{adopt_advanced, error_snippet, unexpected};
+use super::{DeployFacts, DeployFailureFacts, StageCtx};
+use crate::lifecycle::{FailureClass, JobState, OnboardingStage, PolicyTimeout};
+use crate::provider::maas::{
+    DeployParams, EventLevel, EventsQuery, MaasError, Machine, MachineStatus, ReleaseParams,
+};
+use crate::stages::{Retry, StageFailure, StageOutcome, bounded};
+
+/// MAAS's name for a custom image: GPUaaS images are uploaded as `custom/<name>`; profile
+/// authors may leave the namespace out (000 §3.6).
+pub(crate) fn maas_distro_series(profile_value: &str) -> String {
+    if profile_value.starts_with("gpuaas-") {
+        format!("custom/{profile_value}")
+    } else {
+        profile_value.to_owned()
+    }
+}
+
+fn mark_received(ctx: &mut StageCtx<'_>) {
+    if let Some(deploy) = ctx.facts.deploy.as_mut() {
+        deploy.received = true;
+    }
+}
+
+pub(super) async fn ensure_deploy_issued(
+    ctx: &mut StageCtx<'_>,
+) -> Result<StageOutcome, StageFailure> {
+    use MachineStatus as S;
+    let machine = ctx.machine().await?;
+    let sid = machine.system_id.clone();
+    match ctx.facts.deploy.clone() {
+        Some(intent) => match machine.status {
+            S::Deploying | S::Deployed => {
+                mark_received(ctx);
+                return Ok(StageOutcome::done(
+                    format!(
+                        "deploy (round {}) was received by MAAS: {sid} is {}",
+                        intent.round,
+                        machine.status_label()
+                    ),
+                    json!({"round": intent.round, "adopted": true}),
+                ));
+            }
+            S::FailedDeployment => {
+                mark_received(ctx);
+                return Ok(StageOutcome::jump(
+                    OnboardingStage::ClassifyDeployFailure,
+                    format!("deploy (round {}) failed in MAAS", intent.round),
+                    json!({"round": intent.round}),
+                ));
+            }
+            S::Ready | S::Allocated if intent.received => {
+                return Err(StageFailure::ambiguity(
+                    "deployment_undone",
+                    format!(
+                        "{sid} was deploying for this job and is {} now: released out of band?",
+                        machine.status_label()
+                    ),
+                ));
+            }
+            // Not received: the deploy may be issued (again) for this round.
+            S::Ready | S::Allocated => {}
+            _ => return Err(unexpected(&machine, "deploy")),
+        },
+        None => {
+            if let Some(adopted) = adopt_advanced(ctx, &machine) {
+                return adopted;
+            }
+            if !matches!(machine.status, S::Ready | S::Allocated) {
+                return Err(unexpected(&machine, "deploy"));
+            }
+        }
+    }
+    let Some(user_data) = ctx.memory.user_data.clone() else {
+        // The payload (with its token) lived in a process that is gone: render a fresh one.
+        ctx.facts.deploy = None;
+        return Ok(StageOutcome::jump(
+            OnboardingStage::RenderCloudInit,
+            "no rendered payload in memory (executor restarted before deploying): rendering again with a fresh token",
+            json!({}),
+        ));
+    };
+    let distro_series = maas_distro_series(&ctx.target.profile.image.distro_series);
+    let round = ctx
+        .facts
+        .deploy
+        .as_ref()
+        .map(|d| d.round)
+        .unwrap_or(ctx.facts.deploy_rounds + 1);
+    ctx.facts.deploy = Some(DeployFacts {
+        round,
+        intent_at: ctx.now,
+        received: false,
+        distro_series: distro_series.clone(),
+    });
+    ctx.facts.deploy_rounds = round;
+    // The intent is durable before MAAS hears of the deploy.
+    ctx.checkpoint().await?;
+    let maas = ctx.maas().await?;
+    let params = DeployParams {
+        user_data: Some(user_data),
+        distro_series: Some(distro_series.clone()),
+        enable_hw_sync: Some(ctx.target.profile.hardware_sync.required),
+        comment: Some(format!("metalform onboarding {}", ctx.job.id)),
+        ..DeployParams::default()
+    };
+    match maas.deploy(&sid, &params).await {
+        Ok(machine) => {
+            ctx.observe(&machine);
+            mark_received(ctx);
+            // The payload is in MAAS now; drop our copy of the token.
+            ctx.memory.user_data = None;
+            Ok(StageOutcome::done(
+                format!("deploy of {distro_series} issued to {sid} (round {round})"),
+                json!({"round": round, "distro_series": distro_series}),
+            ))
+        }
+        Err(err) if err.is_outcome_unknown() => {
+            // MAAS may have applied it: look before anything else.
+            let machine = ctx.machine().await?;
+            if matches!(machine.status, S::Deploying | S::Deployed) {
+                mark_received(ctx);
+                ctx.memory.user_data = None;
+                return Ok(StageOutcome::done(
+                    format!(
+                        "deploy outcome was unknown; {sid} is {}",
+                        machine.status_label()
+                    ),
+                    json!({"round": round, "outcome_unknown": true}),
+                ));
+            }
+            Err(StageFailure::maas(&err))
+        }
+        Err(err @ MaasError::Conflict { .. }) => {
+            // Re-read on the retry: a concurrent change may have moved the machine on.
+            let mut failure = StageFailure::maas(&err);
+            failure.retry = Retry::Budget;
+            Err(failure)
+        }
+        Err(err) => Err(StageFailure::maas(&err)),
+    }
+}
+
+/// The deployed addresses, the SSH interface's first.
+pub(super) fn deploy_address(ctx: &StageCtx<'_>, machine: &Machine) -> Option<String> {
+    machine
+        .interface_named(&ctx.target.site.deploy.ssh_iface)
+        .and_then(|i| i.links.iter().find_map(|l| l.ip_address.clone()))
+        .or_else(|| machine.ip_addresses.first().cloned())
+}
+
+pub(super) async fn ensure_deployed(ctx: &mut StageCtx<'_>) -> Result<StageOutcome, StageFailure> {
+    use MachineStatus as S;
+    let machine = ctx.machine().await?;
+    let sid = machine.system_id.clone();
+    match machine.status {
+        S::Deployed => {
+            ctx.facts.deploy_ips = machine.ip_addresses.clone();
+            if let (Some(node), Some(address)) = (ctx.facts.node_id, deploy_address(ctx, &machine))
+            {
+                ctx.env
+                    .store
+                    .set_host(node, &address, &ctx.env.actor)
+                    .await
+                    .map_err(|e| StageFailure::store(&e))?;
+            }
+            Ok(StageOutcome::done(
+                format!("{sid} Deployed ({})", machine.ip_addresses.join(", ")),
+                json!({"ips": machine.ip_addresses}),
+            ))
+        }
+        S::Deploying => {
+            if let Some(limit) = ctx.timed_out(PolicyTimeout::Deploy) {
+                // 000 §4.6 WaitForDeployed: compensate by releasing back to Ready.
+                let released = release(ctx, &machine).await;
+                return Err(StageFailure::timeout(
+                    PolicyTimeout::Deploy,
+                    limit,
+                    &format!("{sid} did not finish deploying"),
+                )
+                .details(json!({"system_id": sid, "released_to_ready": released.is_ok()})));
+            }
+            Ok(StageOutcome::wait(format!("{sid} is Deploying")))
+        }
+        S::FailedDeployment => Ok(StageOutcome::jump(
+            OnboardingStage::ClassifyDeployFailure,
+            format!("{sid} ended in Failed deployment"),
+            json!({}),
+        )),
+        S::Allocated if !ctx.owns_deployment() => Ok(StageOutcome::jump(
+            OnboardingStage::DeployViaMaas,
+            format!("{sid} is Allocated: the deploy did not start"),
+            json!({}),
+        )),
+        _ => Err(StageFailure::ambiguity(
+            "deployment_undone",
+            format!(
+                "{sid} was deploying for this job and is {} now (changed out of band)",
+                machine.status_label()
+            ),
+        )
+        .details(json!({"system_id": sid, "status": machine.status_label()}))),
+    }
+}
+
+/// Release the machine back to Ready (the deploy compensation of 000 §4.6); the round is over.
+async fn release(ctx: &mut StageCtx<'_>, machine: &Machine) -> Result<(), StageFailure> {
+    let maas = ctx.maas().await?;
+    maas.release(
+        &machine.system_id,
+        &ReleaseParams {
+            comment: Some(format!("metalform onboarding {}: compensation", ctx.job.id)),
+            ..ReleaseParams::default()
+        },
+    )
+    .await
+    .map_err(|e| StageFailure::maas(&e))?;
+    ctx.facts.deploy = None;
+    Ok(())
+}
+
+/// Datasource / cloud-init class failures (000 §4.3 ClassifyDeployFailure).
+fn datasource_like(text: &str) -> bool {
+    static PATTERN: std::sync::OnceLock<Regex> = std::sync::OnceLock::new();
+    PATTERN
+        .get_or_init(|| {
+            Regex::new(r"(?i)datasource|cloud-init|cloud_init|cloudinit|modules:final")
+                .expect("valid pattern")
+        })
+        .is_match(text)
+}
+
+pub(super) async fn ensure_deploy_failure_classified(
+    ctx: &mut StageCtx<'_>,
+) -> Result<StageOutcome, StageFailure> {
+    let machine = ctx.machine().await?;
+    let sid = machine.system_id.clone();
+    match machine.status {
+        MachineStatus::FailedDeployment => {}
+        MachineStatus::Deployed | MachineStatus::Deploying => {
+            return Ok(StageOutcome::jump(
+                OnboardingStage::WaitForDeployed,
+                format!("{sid} is {} after all", machine.status_label()),
+                json!({}),
+            ));
+        }
+        _ => return Err(unexpected(&machine, "classify a deploy failure")),
+    }
+    let maas = ctx.maas().await?;
+    // Best effort: without the events, the failure is generic (000 §4.6).
+    let events = maas
+        .query_events(&EventsQuery::machine(sid.clone(), EventLevel::Info, 50))
+        .await
+        .ok();
+    let evidence = events.as_ref().and_then(|page| {
+        page.events
+            .iter()
+            .map(|e| format!("{}: {}", e.event_type, e.description))
+            .find(|text| datasource_like(text))
+    });
+    let class = if evidence.is_some() {
+        "datasource_like"
+    } else {
+        "generic"
+    };
+    ctx.facts.deploy_failure = Some(DeployFailureFacts {
+        class: class.to_owned(),
+        evidence: evidence.as_deref().map(|e| bounded(e, 300)),
+    });
+    let policy = &ctx.target.profile.deploy;
+    let retries_left = policy.retry_on_datasource_failure
+        && ctx.facts.datasource_retries < policy.max_retry_attempts;
+    if evidence.is_some() && retries_left {
+        return Ok(StageOutcome::jump(
+            OnboardingStage::RecoverForDatasourceRetry,
+            format!(
+                "datasource/cloud-init failure; bounded redeploy {} of {}",
+                ctx.facts.datasource_retries + 1,
+                policy.max_retry_attempts
+            ),
+            json!({"class": class, "evidence": evidence}),
+        ));
+    }
+    let snippet = error_snippet(ctx, &machine).await;
+    let released = release(ctx, &machine).await.is_ok();
+    let (code, state, message) = match (class, events.is_some()) {
+        ("datasource_like", _) => (
+            "datasource_failure_repeated",
+            JobState::FailedManualIntervention,
+            format!(
+                "{sid}: datasource/cloud-init failure again after {} bounded redeploy(s)",
+                ctx.facts.datasource_retries
+            ),
+        ),
+        (_, true) => (
+            "deploy_failed",
+            JobState::FailedRetryable,
+            format!("{sid}: deployment failed (not a datasource/cloud-init failure)"),
+        ),
+        (_, false) => (
+            "deploy_failed_unclassified",
+            JobState::FailedRetryable,
+            format!("{sid}: deployment failed and its MAAS events could not be read"),
+        ),
+    };
+    Err(StageFailure::new(
+        FailureClass::DeployCloudInitFailure,
+        code,
+        format!(
+            "{message}; {}",
+            if released {
+                "released back to Ready"
+            } else {
+                "the release back to Ready failed"
+            }
+        ),
+    )
+    .details(json!({
+        "system_id": sid,
+        "class": class,
+        "evidence": evidence,
+        "maas_events": snippet,
+        "released_to_ready": released,
+    }))
+    .never_retry()
+    .state(if released {
+        state
+    } else {
+        JobState::FailedManualIntervention
+    }))
+}
+
+pub(super) async fn ensure_recovered_for_redeploy(
+    ctx: &mut StageCtx<'_>,
+) -> Result<StageOutcome, StageFailure> {
+    use MachineStatus as S;
+    let machine = ctx.machine().await?;
+    let sid = machine.system_id.clone();
+    let maas = ctx.maas().await?;
+    let recovery_failed = |what: &str, err: &MaasError| {
+        let mut failure = StageFailure::maas(err);
+        failure.class = FailureClass::DeployCloudInitFailure;
+        failure.code = "datasource_recovery_failed".into();
+        failure.message = format!("{what} {sid} for the redeploy failed: {err}");
+        failure.retry = Retry::Budget;
+        failure.state = Some(JobState::FailedManualIntervention);
+        failure
+    };
+    match machine.status {
+        S::Deploying => {
+            maas.abort(&sid, Some("metalform: datasource retry"))
+                .await
+                .map_err(|e| recovery_failed("aborting", &e))?;
+            Ok(StageOutcome::wait(format!("{sid}: deployment aborted")))
+        }
+        S::Deployed | S::FailedDeployment | S::Allocated => {
+            maas.release(
+                &sid,
+                &ReleaseParams {
+                    comment: Some("metalform: datasource retry".into()),
+                    ..ReleaseParams::default()
+                },
+            )
+            .await
+            .map_err(|e| recovery_failed("releasing", &e))?;
+            Ok(StageOutcome::wait(format!("{sid}: releasing to Ready")))
+        }
+        S::Releasing | S::DiskErasing => {
+            if let Some(limit) = ctx.timed_out(PolicyTimeout::Deploy) {
+                return Err(StageFailure::timeout(
+                    PolicyTimeout::Deploy,
+                    limit,
+                    &format!("{sid} did not get back to Ready for the redeploy"),
+                )
+                .state(JobState::FailedManualIntervention));
+            }
+            Ok(StageOutcome::wait(format!(
+                "{sid} is {}",
+                machine.status_label()
+            )))
+        }
+        S::Ready => {
+            ctx.facts.datasource_retries += 1;
+            ctx.facts.deploy = None;
+            ctx.facts.deploy_failure = None;
+            Ok(StageOutcome::jump(
+                OnboardingStage::ConfigureStorage,
+                format!(
+                    "{sid} is Ready; re-entering the deploy flow (redeploy {} of {})",
+                    ctx.facts.datasource_retries, ctx.target.profile.deploy.max_retry_attempts
+                ),
+                json!({"datasource_retries": ctx.facts.datasource_retries}),
+            ))
+        }
+        _ => Err(StageFailure::new(
+            FailureClass::DeployCloudInitFailure,
+            "datasource_recovery_failed",
+            format!(
+                "{sid} is {}: it cannot be brought back to Ready for the redeploy",
+                machine.status_label()
+            ),
+        )
+        .state(JobState::FailedManualIntervention)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn datasource_failures_are_recognised() {
+        assert!(datasource_like(
+            "Node installation failure: cloud-init: DataSourceNotFound: no datasource found"
+        ));
+        assert!(!datasource_like(
+            "Node installation failure: curtin: installation failed"
+        ));
+        assert_eq!(maas_distro_series("gpuaas-rocm6"), "custom/gpuaas-rocm6");
+        assert_eq!(maas_distro_series("ubuntu/noble"), "ubuntu/noble");
+    }
+}

@@ -1,0 +1,152 @@
+//! The onboarding journal's facts (seed 000 §4.5 "persistent state per onboarding", §4.12
+//! stage-specific details): what earlier stages learned and did, stored as the job's
+//! `stage_details` on every journal write so a restarted executor continues from them.
+//!
+//! Nothing secret goes here: references and digests only, never a token or the payload.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Facts {
+    /// The MAAS machine this job works on (`maas_system_id`).
+    pub system_id: Option<String>,
+    /// How it was found: `plan`, `hostname`, `power_address`, `pxe_mac`, `created`,
+    /// `discovered`, `auto_claimed`.
+    pub matched_by: Option<String>,
+    /// The secret reference of the BMC login used (never the value).
+    pub power_credentials: Option<String>,
+    pub discovery: Option<DiscoveryFacts>,
+    /// The boot disk chosen by `configure_storage` (`boss_disk_id`).
+    pub boss_disk_id: Option<i64>,
+    pub roce_applied: Option<u32>,
+    /// The node record (`gpuaas_node_id`).
+    pub node_id: Option<Uuid>,
+    pub cloud_init: Option<CloudInitFacts>,
+    /// The deploy of the current round: written *before* the MAAS call, so a restarted
+    /// executor knows a deploy may have been sent and re-reads the machine instead.
+    pub deploy: Option<DeployFacts>,
+    /// Deploys issued so far (datasource retries start a new round).
+    pub deploy_rounds: u32,
+    pub datasource_retries: u32,
+    pub deploy_failure: Option<DeployFailureFacts>,
+    /// `deploy_ip_addresses`.
+    pub deploy_ips: Vec<String>,
+    pub hw_sync: Option<HwSyncFacts>,
+    pub enrollment: EnrollmentFacts,
+    /// Non-fatal problems (RoCE links that could not be applied, interval drift).
+    pub warnings: Vec<String>,
+    /// When the current stage attempt began (timeouts are measured from here, so a restarted
+    /// executor continues the same deadline).
+    pub clock: Option<StageClock>,
+    /// Automatic retries of the current stage so far.
+    pub retries: u32,
+}
+
+/// PXE discovery started by this job (000 §4.16).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DiscoveryFacts {
+    pub started_at: DateTime<Utc>,
+    /// `New` machines that existed before the PXE boot: not discovered by this run.
+    pub new_before: Vec<String>,
+    pub power_cycled: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CloudInitFacts {
+    /// Digest of the rendered payload (the payload itself lives only in memory: it holds a
+    /// token).
+    pub digest: String,
+    pub rendered_at: DateTime<Utc>,
+    pub token_expires_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeployFacts {
+    pub round: u32,
+    pub intent_at: DateTime<Utc>,
+    /// MAAS acknowledged the deploy (or a re-read showed it was received).
+    pub received: bool,
+    pub distro_series: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeployFailureFacts {
+    /// `datasource_like` or `generic` (000 §4.3 ClassifyDeployFailure).
+    pub class: String,
+    pub evidence: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HwSyncFacts {
+    pub ssh_address: String,
+    pub pushed_at: DateTime<Utc>,
+    /// MAAS's `last_sync` when the credentials were pushed: a later one proves a fresh cycle
+    /// (compared with MAAS's own clock, so clock skew does not matter).
+    pub last_sync_at_push: Option<DateTime<Utc>>,
+    pub reseeds: u32,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct EnrollmentFacts {
+    /// Enrollment-token refreshes (000 §4.6: "Max 2 attempts").
+    pub token_refreshes: u32,
+    pub enrolled_at: Option<DateTime<Utc>>,
+}
+
+/// The stage attempt the journal is in.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageClock {
+    pub stage: String,
+    pub attempt: i64,
+    pub started_at: DateTime<Utc>,
+    /// The attempt is under way (a `started` event was written and no end yet).
+    pub open: bool,
+}
+
+impl Facts {
+    /// Read from a job's `stage_details`; an empty or foreign document starts afresh.
+    pub fn from_details(details: &serde_json::Value) -> Facts {
+        serde_json::from_value(details.clone()).unwrap_or_default()
+    }
+
+    pub fn to_details(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or_default()
+    }
+
+    pub fn warn(&mut self, warning: impl Into<String>) {
+        let warning = warning.into();
+        if !self.warnings.contains(&warning) {
+            self.warnings.push(warning);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn facts_round_trip_and_tolerate_foreign_documents() {
+        let mut facts = Facts {
+            system_id: Some("abc123".into()),
+            deploy_rounds: 1,
+            ..Facts::default()
+        };
+        facts.warn("x");
+        facts.warn("x");
+        assert_eq!(facts.warnings.len(), 1);
+        assert_eq!(Facts::from_details(&facts.to_details()), facts);
+        assert_eq!(
+            Facts::from_details(&serde_json::json!({"something": "else"})),
+            Facts::default()
+        );
+        assert_eq!(
+            Facts::from_details(&serde_json::json!([1])),
+            Facts::default()
+        );
+    }
+}

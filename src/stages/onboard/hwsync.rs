@@ -1,0 +1,228 @@
+//! Hardware sync as a required invariant (seed 000 §9.1; §4.3 EnsureHardwareSyncConfigured,
+//! WaitForHardwareSyncHealthy; §4.6: retry until the timeout with periodic re-seed, never
+//! release from MAAS, never mark the node active while unhealthy).
+//!
+//! Configuring pushes `/etc/maas/maas-machine-creds.yml` (the machine's MAAS token) to the
+//! deployed host — the one SSH step before the node agent exists — and restarts the sync units.
+//! Healthy means MAAS reports `enable_hw_sync`, `last_sync` and `next_sync`, the sync is within
+//! 1.5 intervals (MAAS's own rule), and `last_sync` moved past its value at the push: a fresh
+//! cycle with the pushed credentials, judged on MAAS's clock alone.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::deploy::deploy_address;
+use super::{HwSyncFacts, StageCtx};
+use crate::lifecycle::{FailureClass, OnboardingStage, PolicyTimeout};
+use crate::provider::host::HostTarget;
+use crate::provider::maas::{Machine, MachineStatus};
+use crate::secrets::Secret;
+use crate::stages::{StageFailure, StageOutcome};
+
+/// Where MAAS's hardware-sync service reads its credentials on the host (000 §9.1).
+pub const MAAS_CREDS_PATH: &str = "/etc/maas/maas-machine-creds.yml";
+/// The units the push restarts (000 §9.1 step 5).
+pub const SYNC_UNITS: &[&str] = &["maas-agent.service", "maas_hardware_sync.timer"];
+
+/// The machine, which must still be Deployed (released or deleted out of band is ambiguity).
+async fn deployed_machine(ctx: &mut StageCtx<'_>) -> Result<Machine, StageFailure> {
+    let machine = ctx.machine().await?;
+    if machine.status != MachineStatus::Deployed {
+        return Err(StageFailure::ambiguity(
+            "machine_left_deployed",
+            format!(
+                "{} is {} while its hardware sync was being set up (changed out of band)",
+                machine.system_id,
+                machine.status_label()
+            ),
+        ));
+    }
+    Ok(machine)
+}
+
+/// Push the machine's token to the host and restart the sync units. `Err` is why it could not
+/// be done yet (retried until the seed timeout).
+async fn push_credentials(
+    ctx: &mut StageCtx<'_>,
+    machine: &Machine,
+) -> Result<HwSyncFacts, String> {
+    let maas = ctx.maas().await.map_err(|f| f.message)?;
+    let token = maas
+        .get_token(&machine.system_id)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("MAAS has no machine token for {} yet", machine.system_id))?;
+    let address = deploy_address(ctx, machine).ok_or_else(|| {
+        format!(
+            "{} reports no deployed address (interface {} or any other)",
+            machine.system_id, ctx.target.site.deploy.ssh_iface
+        )
+    })?;
+    let host = HostTarget {
+        system_id: machine.system_id.clone(),
+        hostname: ctx.target.hostname().to_owned(),
+        address: address.clone(),
+        user: ctx.target.site.deploy.user.clone(),
+    };
+    let maas_url = ctx
+        .target
+        .site
+        .maas
+        .url
+        .as_str()
+        .trim_end_matches('/')
+        .to_owned();
+    let creds = Secret::new(format!(
+        "maas_url: {maas_url}\nsystem_id: {}\nconsumer_key: {}\ntoken_key: {}\ntoken_secret: {}\n",
+        machine.system_id,
+        token.consumer_key,
+        token.token_key,
+        token.token_secret.expose()
+    ));
+    ctx.peers()
+        .host
+        .write_file(&host, MAAS_CREDS_PATH, &creds, 0o600)
+        .await
+        .map_err(|e| e.to_string())?;
+    ctx.peers()
+        .host
+        .restart_units(&host, SYNC_UNITS)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(HwSyncFacts {
+        ssh_address: address,
+        pushed_at: ctx.now,
+        last_sync_at_push: machine.last_sync,
+        reseeds: ctx.facts.hw_sync.as_ref().map(|h| h.reseeds).unwrap_or(0),
+    })
+}
+
+pub(super) async fn ensure_hardware_sync_configured(
+    ctx: &mut StageCtx<'_>,
+) -> Result<StageOutcome, StageFailure> {
+    if !ctx.target.profile.hardware_sync.required {
+        return Ok(StageOutcome::skipped(
+            "hardware sync not required by the profile",
+        ));
+    }
+    if let Some(limit) = ctx.timed_out(PolicyTimeout::HwSyncSeed) {
+        let last = ctx.memory.last_wait.clone().unwrap_or_default();
+        return Err(StageFailure::timeout(
+            PolicyTimeout::HwSyncSeed,
+            limit,
+            &format!("hardware-sync credentials were not seeded ({last})"),
+        )
+        .details(json!({"last_problem": last, "hint": "MAAS was left alone: the machine stays deployed for investigation"})));
+    }
+    let machine = match ctx.machine().await? {
+        m if m.status == MachineStatus::Deploying => {
+            return Ok(StageOutcome::jump(
+                OnboardingStage::WaitForDeployed,
+                format!("{} is still Deploying", m.system_id),
+                json!({}),
+            ));
+        }
+        _ => deployed_machine(ctx).await?,
+    };
+    if !machine.hardware_sync().enabled {
+        return Err(StageFailure::new(
+            FailureClass::HardwareSyncFailure,
+            "hw_sync_disabled",
+            format!(
+                "{} was deployed without hardware sync (enable_hw_sync=false); it must be redeployed with it",
+                machine.system_id
+            ),
+        )
+        .never_retry());
+    }
+    match push_credentials(ctx, &machine).await {
+        Ok(facts) => {
+            let address = facts.ssh_address.clone();
+            ctx.facts.hw_sync = Some(facts);
+            Ok(StageOutcome::done(
+                format!("hardware-sync credentials pushed to {address}; sync units restarted"),
+                json!({"ssh_address": address, "sync_interval": machine.sync_interval}),
+            ))
+        }
+        Err(why) => Ok(StageOutcome::wait(why)),
+    }
+}
+
+pub(super) async fn ensure_hardware_sync_healthy(
+    ctx: &mut StageCtx<'_>,
+) -> Result<StageOutcome, StageFailure> {
+    if !ctx.target.profile.hardware_sync.required {
+        return Ok(StageOutcome::skipped(
+            "hardware sync not required by the profile",
+        ));
+    }
+    let machine = deployed_machine(ctx).await?;
+    let sync = machine.hardware_sync();
+    let health = sync.health(ctx.now);
+    let pushed = ctx.facts.hw_sync.clone();
+    let fresh = match (
+        pushed.as_ref().and_then(|p| p.last_sync_at_push),
+        sync.last_sync,
+    ) {
+        (Some(before), Some(now)) => now > before,
+        (None, Some(_)) => true,
+        (_, None) => false,
+    };
+    let details = json!({
+        "enable_hw_sync": sync.enabled,
+        "last_sync": sync.last_sync,
+        "next_sync": sync.next_sync,
+        "sync_interval": sync.sync_interval,
+    });
+    if sync.enabled && health.is_healthy() && sync.next_sync.is_some() && fresh {
+        return Ok(StageOutcome::done(
+            format!(
+                "hardware sync healthy (last sync {})",
+                sync.last_sync
+                    .map(|t| t.format("%H:%M:%S").to_string())
+                    .unwrap_or_default()
+            ),
+            details,
+        ));
+    }
+    if let Some(limit) = ctx.timed_out(PolicyTimeout::HwSyncHealth) {
+        return Err(StageFailure::timeout(
+            PolicyTimeout::HwSyncHealth,
+            limit,
+            &format!(
+                "MAAS never saw a healthy hardware sync from {} ({:?})",
+                machine.system_id, health
+            ),
+        )
+        .details(json!({
+            "sync": details,
+            "reseeds": pushed.as_ref().map(|p| p.reseeds),
+            "hint": "MAAS was left alone and the node is not active; check maas-agent and the sync timer on the host",
+        })));
+    }
+    // Re-seed now and then while waiting (000 §4.6): the timer may have lost its credentials.
+    let interval = Duration::from_secs(sync.sync_interval.unwrap_or(900).max(1))
+        .max(ctx.env.poll_interval * 5);
+    let due = pushed
+        .as_ref()
+        .is_none_or(|p| (ctx.now - p.pushed_at).to_std().unwrap_or_default() > interval);
+    if due {
+        match push_credentials(ctx, &machine).await {
+            Ok(mut facts) => {
+                facts.reseeds += 1;
+                // Keep the baseline of the first push: any later sync proves the credentials.
+                facts.last_sync_at_push = pushed
+                    .as_ref()
+                    .and_then(|p| p.last_sync_at_push)
+                    .or(facts.last_sync_at_push);
+                ctx.facts.hw_sync = Some(facts);
+                ctx.checkpoint().await?;
+            }
+            Err(why) => return Ok(StageOutcome::wait(format!("re-seed failed: {why}"))),
+        }
+    }
+    Ok(StageOutcome::wait(format!(
+        "waiting for a fresh, healthy hardware sync ({health:?})"
+    )))
+}

@@ -1,0 +1,171 @@
+//! `render_cloud_init` (seed 000 §4.3 CreateGPUaaSNodeAndRenderCloudInit, §4.6 "Duplicate:
+//! recover existing node_id", §4.10 "recover existing node row if already created", §9).
+//!
+//! The node record is created `enrolling` (or the existing one recovered), a fresh enrollment
+//! token is issued with the profile's TTL, and the first-boot payload is rendered. The payload
+//! carries the token, so it lives only in the executor's memory: the journal keeps its digest.
+//! A restarted executor that has not deployed yet renders again with a new token (tokens of
+//! payloads that were never delivered are expired first).
+
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use super::commission::adopt_advanced;
+use super::{CloudInitFacts, StageCtx};
+use crate::lifecycle::{NodeState, Provider};
+use crate::provider::maas::MachineStatus;
+use crate::secrets::{Secret, SecretRef};
+use crate::stages::{StageFailure, StageOutcome};
+use crate::store::{NewNode, StoreError};
+
+pub(super) async fn ensure_node_and_payload(
+    ctx: &mut StageCtx<'_>,
+) -> Result<StageOutcome, StageFailure> {
+    let machine = ctx.machine().await?;
+    if let Some(adopted) = adopt_advanced(ctx, &machine) {
+        return adopted;
+    }
+    if !matches!(
+        machine.status,
+        MachineStatus::Ready | MachineStatus::Allocated
+    ) {
+        return Err(super::commission::unexpected(
+            &machine,
+            "render a deployment for",
+        ));
+    }
+    let node = ensure_node_record(ctx).await?;
+    let store = &ctx.env.store;
+    // Payloads rendered before were never delivered (no deploy reached MAAS in this round):
+    // their tokens must not work any more.
+    store
+        .extend_enrollment_tokens(node, chrono::Duration::zero())
+        .await
+        .map_err(|e| StageFailure::store(&e))?;
+    let ttl = chrono::Duration::from_std(ctx.target.profile.enrollment.token_ttl)
+        .unwrap_or(chrono::Duration::hours(2));
+    let (token, expires_at) = store
+        .issue_enrollment_token(node, Some(&ctx.job.id.to_string()), ttl)
+        .await
+        .map_err(|e| StageFailure::store(&e))?;
+    let deploy = &ctx.target.site.deploy;
+    let password = ctx
+        .env
+        .secrets
+        .get(&SecretRef::new(
+            deploy.password.path.clone(),
+            deploy.password.key.as_deref(),
+        ))
+        .await
+        .map_err(|e| StageFailure::secret(&e))?;
+    let user_data = temporary_render_payload(&PayloadInput {
+        hostname: ctx.target.hostname(),
+        system_id: &machine.system_id,
+        enroll_url: &ctx.env.enroll_url,
+        enroll_token: &token,
+        deploy_user: &deploy.user,
+        deploy_password: &password,
+    });
+    let digest = hex::encode(Sha256::digest(user_data.expose().as_bytes()));
+    ctx.memory.user_data = Some(user_data);
+    ctx.facts.cloud_init = Some(CloudInitFacts {
+        digest: digest.clone(),
+        rendered_at: ctx.now,
+        token_expires_at: expires_at,
+    });
+    Ok(StageOutcome::done(
+        format!(
+            "node {node} enrolling; payload {} rendered, token valid until {}",
+            &digest[..12],
+            expires_at.format("%Y-%m-%d %H:%M:%SZ")
+        ),
+        json!({"node_id": node, "digest": digest, "token_expires_at": expires_at}),
+    ))
+}
+
+/// The node record of this onboarding: the one the journal or the plan knows, an existing
+/// `enrolling` record of the same site/hostname, or a new one.
+async fn ensure_node_record(ctx: &mut StageCtx<'_>) -> Result<uuid::Uuid, StageFailure> {
+    let store = &ctx.env.store;
+    let known = ctx.job.node_id.or(ctx.facts.node_id).or(ctx.target.node_id);
+    let existing = match known {
+        Some(id) => Some(store.node(id).await.map_err(|e| StageFailure::store(&e))?),
+        None => store
+            .find_node(ctx.target.site_name(), ctx.target.hostname())
+            .await
+            .map_err(|e| StageFailure::store(&e))?,
+    };
+    let node = match existing {
+        Some(node) if node.status == NodeState::Enrolling => node,
+        Some(node) => {
+            return Err(StageFailure::ambiguity(
+                "node_record_conflict",
+                format!(
+                    "node record {} of {} is {}, not enrolling: another lifecycle owns it",
+                    node.id,
+                    ctx.target.label(),
+                    node.status
+                ),
+            ));
+        }
+        None => {
+            let new = NewNode {
+                site: ctx.target.site_name().to_owned(),
+                hostname: ctx.target.hostname().to_owned(),
+                provider: Provider::Maas,
+                status: NodeState::Enrolling,
+                sku: Some(ctx.target.node.sku.to_string()),
+                gpus: Some(i64::from(ctx.target.node.gpus)),
+                ipmi_ip: Some(ctx.target.node.bmc.ipmi_ip.to_string()),
+            };
+            match store.create_node(&new, &ctx.env.actor).await {
+                Ok(node) => node,
+                // Created concurrently (or by a run that died before binding it): recover it.
+                Err(StoreError::DuplicateNode { .. }) => store
+                    .find_node(ctx.target.site_name(), ctx.target.hostname())
+                    .await
+                    .map_err(|e| StageFailure::store(&e))?
+                    .ok_or_else(|| {
+                        StageFailure::ambiguity("node_record_conflict", "node record vanished")
+                    })?,
+                Err(err) => return Err(StageFailure::store(&err)),
+            }
+        }
+    };
+    ctx.facts.node_id = Some(node.id);
+    Ok(node.id)
+}
+
+/// What the temporary payload needs.
+pub struct PayloadInput<'a> {
+    pub hostname: &'a str,
+    pub system_id: &'a str,
+    pub enroll_url: &'a str,
+    pub enroll_token: &'a Secret,
+    pub deploy_user: &'a str,
+    pub deploy_password: &'a Secret,
+}
+
+/// TEMPORARY until the cloud-init renderer (src/cloudinit, issue 5 part C) is merged: the
+/// smallest `#cloud-config` that carries the agent enrollment file of docs/contracts.md §4
+/// and the deploy user. Deleted at the merge.
+pub fn temporary_render_payload(input: &PayloadInput<'_>) -> Secret {
+    let env = format!(
+        "METALFORM_ENROLL_URL={}\nMETALFORM_ENROLL_TOKEN={}\nMETALFORM_NODE={}\nMETALFORM_SYSTEM_ID={}\n",
+        input.enroll_url,
+        input.enroll_token.expose(),
+        input.hostname,
+        input.system_id
+    );
+    let indent = |text: &str| {
+        text.lines()
+            .map(|l| format!("      {l}\n"))
+            .collect::<String>()
+    };
+    Secret::new(format!(
+        "#cloud-config\nusers:\n  - name: {user}\n    lock_passwd: false\n    plain_text_passwd: {password}\n    sudo: ALL=(ALL) NOPASSWD:ALL\n    shell: /bin/bash\nwrite_files:\n  - path: /etc/metalform/agent.env\n    permissions: '0600'\n    content: |\n{env}",
+        user = input.deploy_user,
+        password = serde_json::to_string(input.deploy_password.expose()).unwrap_or_default(),
+        env = indent(&env),
+    ))
+}

@@ -1,0 +1,378 @@
+//! A test bed for the executor and the CLI: simulated MAAS sites (one simulator each, on a
+//! high time scale), a fleet written as real manifests pointing at them, dev secrets, a SQLite
+//! store, the enrollment endpoint, and an executor with short poll intervals.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use metalform::apply::{
+    Executor, ExecutorOptions, MemoryProgress, NodeTarget, SiteMaas, StageEnv,
+    TemporaryEnrollmentServer, Work, WorkItem,
+};
+use metalform::clock::SystemClock;
+use metalform::lifecycle::JobKind;
+use metalform::model::Fleet;
+use metalform::provider::bmc::SimBmc;
+use metalform::provider::host::SimHost;
+use metalform::provider::maas::{MaasClientOptions, MaasMetrics, RetryPolicy};
+use metalform::secrets::{FileStore, SecretStore};
+use metalform::sim::{self, FleetOptions, InitialState, SimConfig, SimHandle};
+use metalform::source::FleetSource;
+use metalform::stages::onboard::{Peers, SitePeers};
+use metalform::store::{Actor, Job, JobFilter, Store};
+
+/// Simulated seconds per real second: commissioning takes ~0.5 s, a deployment ~1 s.
+pub const TIME_SCALE: f64 = 600.0;
+
+/// One site: its name and the simulated machines behind it.
+pub struct SiteSetup {
+    pub name: String,
+    pub config: SimConfig,
+    /// Hostnames (index into config.machines) the fleet declares; `None`: all machines.
+    pub declared: Option<Vec<usize>>,
+}
+
+impl SiteSetup {
+    /// `n` Ready machines known to MAAS (`gpu00001…`), `unknown` more that MAAS discovers.
+    pub fn generated(name: &str, seed: u64, n: usize, unknown: usize) -> SiteSetup {
+        let mut config = SimConfig::generated(
+            seed,
+            &FleetOptions {
+                machines: n,
+                initial: InitialState::Ready,
+                no_boss_every: 0,
+                unknown,
+            },
+        );
+        config.time_scale = TIME_SCALE;
+        config.timings.jitter = 0.1;
+        SiteSetup {
+            name: name.into(),
+            config,
+            declared: None,
+        }
+    }
+
+    pub fn faults(mut self, spec: &str) -> Self {
+        self.config.faults = spec.to_owned();
+        self
+    }
+}
+
+/// The bed's knobs.
+pub struct Setup {
+    pub sites: Vec<SiteSetup>,
+    /// YAML lines added under the profile's `spec:` (indented by the caller's 2 spaces).
+    pub profile_spec: String,
+    pub max_parallel: u32,
+}
+
+impl Setup {
+    pub fn one_site(site: SiteSetup) -> Setup {
+        Setup {
+            sites: vec![site],
+            profile_spec: String::new(),
+            max_parallel: 10,
+        }
+    }
+
+    pub fn profile(mut self, yaml: &str) -> Self {
+        self.profile_spec = yaml.to_owned();
+        self
+    }
+}
+
+/// The hostname the fleet gives machine `index` of a site: MAAS's for known machines,
+/// `new{index}` for the ones MAAS discovers.
+pub fn hostname_of(config: &SimConfig, index: usize) -> String {
+    config.machines[index]
+        .hostname
+        .clone()
+        .unwrap_or_else(|| format!("new{:05}", index + 1))
+}
+
+pub struct Bed {
+    pub dir: tempfile::TempDir,
+    pub sims: Vec<(String, SimHandle)>,
+    pub fleet_dir: PathBuf,
+    pub secrets_path: PathBuf,
+    pub state_url: String,
+    pub store: Store,
+    pub secrets: Arc<dyn SecretStore>,
+    pub enroll: TemporaryEnrollmentServer,
+    pub fleet: Fleet,
+    pub metrics: MaasMetrics,
+    pub progress: Arc<MemoryProgress>,
+}
+
+/// The profile every bed uses, plus the test's additions.
+fn profile_yaml(site: &str, max_parallel: u32, extra: &str) -> String {
+    format!(
+        "apiVersion: metalform/v1
+kind: Profile
+metadata: {{name: {site}-gpu, site: {site}}}
+spec:
+  storage: {{dataDisks: skip}}
+  concurrency: {{maxParallel: {max_parallel}}}
+  enrollment: {{tokenTtl: 2h}}
+{extra}"
+    )
+}
+
+pub fn write_fleet(dir: &Path, setup: &Setup, sims: &[(String, SimHandle)]) {
+    for sub in ["sites", "profiles", "nodes"] {
+        std::fs::create_dir_all(dir.join(sub)).unwrap();
+    }
+    for (site, (name, sim)) in setup.sites.iter().zip(sims) {
+        assert_eq!(&site.name, name);
+        std::fs::write(
+            dir.join(format!("sites/{name}.yaml")),
+            format!(
+                "apiVersion: metalform/v1
+kind: Site
+metadata: {{name: {name}}}
+spec:
+  region: test-1
+  maas:
+    url: {url}
+    apiKey: {{vault: kv/{name}/api-token, key: token}}
+  power:
+    defaultCredentials: {{vault: kv/{name}/power/default}}
+  network: {{pxeIface: ens19, pxeVlanVid: 46, nodePxeIface: eno8303}}
+  deploy:
+    password: {{vault: kv/{name}/deploy, key: password}}
+  defaultProfile: {name}-gpu
+",
+                url = sim.maas_url.trim_end_matches('/'),
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join(format!("profiles/{name}.yaml")),
+            profile_yaml(name, setup.max_parallel, &setup.profile_spec),
+        )
+        .unwrap();
+        let indices: Vec<usize> = site
+            .declared
+            .clone()
+            .unwrap_or_else(|| (0..site.config.machines.len()).collect());
+        let mut nodes = String::new();
+        for i in indices {
+            let spec = &site.config.machines[i];
+            nodes.push_str(&format!(
+                "    - {{hostname: {}, bmc: {{ipmiIp: {}}}, roce: [{{interface: enp28s0np0, address: 172.30.{}.{}/31}}]}}\n",
+                hostname_of(&site.config, i),
+                spec.bmc_ip.as_deref().unwrap(),
+                i / 120,
+                (i % 120) * 2 + 1,
+            ));
+        }
+        std::fs::write(
+            dir.join(format!("nodes/{name}.yaml")),
+            format!(
+                "apiVersion: metalform/v1
+kind: NodeGroup
+metadata: {{name: {name}-rack}}
+spec:
+  site: {name}
+  sku: mi300x.192g.8gpu
+  gpus: 8
+  nodes:
+{nodes}"
+            ),
+        )
+        .unwrap();
+    }
+}
+
+pub fn write_secrets(path: &Path, sims: &[(String, SimHandle)]) {
+    let mut doc = serde_json::Map::new();
+    for (name, sim) in sims {
+        doc.insert(
+            format!("kv/{name}/api-token"),
+            serde_json::json!({"token": sim.api_key().expose()}),
+        );
+        doc.insert(
+            format!("kv/{name}/power/default"),
+            serde_json::json!({"user": "root", "pass": "calvin"}),
+        );
+        doc.insert(
+            format!("kv/{name}/deploy"),
+            serde_json::json!({"password": "deploy-pass"}),
+        );
+    }
+    std::fs::write(path, serde_json::Value::Object(doc).to_string()).unwrap();
+}
+
+impl Bed {
+    pub async fn start(setup: Setup) -> Bed {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sims = Vec::new();
+        for site in &setup.sites {
+            let handle = sim::start(site.config.clone())
+                .await
+                .expect("simulator starts");
+            sims.push((site.name.clone(), handle));
+        }
+        let fleet_dir = dir.path().join("fleet");
+        write_fleet(&fleet_dir, &setup, &sims);
+        let secrets_path = dir.path().join("secrets.json");
+        write_secrets(&secrets_path, &sims);
+        let state_url = format!("sqlite://{}", dir.path().join("state.db").display());
+        let store = Store::open(&state_url, Arc::new(SystemClock))
+            .await
+            .unwrap();
+        let secrets: Arc<dyn SecretStore> = Arc::new(FileStore::new(&secrets_path));
+        let fleet = metalform::manifest::load_fleet(&FleetSource::new(&fleet_dir, None))
+            .unwrap_or_else(|e| panic!("test fleet is valid: {e:?}"))
+            .fleet;
+        let enroll =
+            TemporaryEnrollmentServer::start(store.clone(), "127.0.0.1:0".parse().unwrap(), None)
+                .await
+                .unwrap();
+        Bed {
+            dir,
+            sims,
+            fleet_dir,
+            secrets_path,
+            state_url,
+            store,
+            secrets,
+            enroll,
+            fleet,
+            metrics: MaasMetrics::new(),
+            progress: Arc::new(MemoryProgress::default()),
+        }
+    }
+
+    pub fn sim(&self, site: &str) -> &SimHandle {
+        &self.sims.iter().find(|(n, _)| n == site).unwrap().1
+    }
+
+    /// Test pacing: fast polls and retries, short leases.
+    pub fn options() -> ExecutorOptions {
+        ExecutorOptions {
+            poll_interval: Duration::from_millis(40),
+            retry_base: Duration::from_millis(50),
+            retry_cap: Duration::from_millis(400),
+            lease_ttl: Duration::from_secs(3),
+            seed: 7,
+            ..ExecutorOptions::default()
+        }
+    }
+
+    pub fn env(&self) -> StageEnv {
+        // One simulator per site; BMC and host stand-ins go to the site's simulator.
+        let peers_of = |sim: &SimHandle| {
+            let control = url::Url::parse(&sim.base_url()).unwrap();
+            SitePeers {
+                bmc: Arc::new(SimBmc::new(&control)),
+                host: Arc::new(SimHost::new(&control)),
+            }
+        };
+        let peers = Peers {
+            default: peers_of(&self.sims[0].1),
+            per_site: self
+                .sims
+                .iter()
+                .map(|(name, sim)| (name.clone(), peers_of(sim)))
+                .collect(),
+        };
+        let options = MaasClientOptions {
+            metrics: self.metrics.clone(),
+            retry: RetryPolicy {
+                base_delay: Duration::from_millis(50),
+                max_delay: Duration::from_millis(500),
+                ..RetryPolicy::default()
+            },
+            ..MaasClientOptions::default()
+        };
+        StageEnv {
+            store: self.store.clone(),
+            secrets: self.secrets.clone(),
+            maas: Arc::new(SiteMaas::new(self.secrets.clone(), options)),
+            peers,
+            clock: Arc::new(SystemClock),
+            enroll_url: self.enroll.enroll_url(),
+            actor: Actor::system("metalform-test"),
+            poll_interval: Bed::options().poll_interval,
+        }
+    }
+
+    pub fn executor(&self) -> Executor {
+        Executor::new(self.env(), Bed::options(), self.progress.clone())
+    }
+
+    pub fn target(&self, site: &str, hostname: &str) -> NodeTarget {
+        let node = self
+            .fleet
+            .nodes
+            .values()
+            .find(|n| n.id.site.as_str() == site && n.id.hostname.as_str() == hostname)
+            .unwrap_or_else(|| panic!("{site}/{hostname} is in the fleet"));
+        NodeTarget::from_fleet(&self.fleet, node).unwrap()
+    }
+
+    /// Onboard every node of the fleet.
+    pub fn onboard_all(&self) -> Vec<WorkItem> {
+        self.fleet
+            .nodes
+            .values()
+            .map(|node| WorkItem {
+                target: NodeTarget::from_fleet(&self.fleet, node).unwrap(),
+                work: Work::Onboard,
+            })
+            .collect()
+    }
+
+    pub fn onboard(&self, site: &str, hostname: &str) -> WorkItem {
+        WorkItem {
+            target: self.target(site, hostname),
+            work: Work::Onboard,
+        }
+    }
+
+    pub async fn jobs(&self) -> Vec<Job> {
+        self.store
+            .list_jobs(JobKind::Onboarding, &JobFilter::default())
+            .await
+            .unwrap()
+    }
+
+    pub async fn job_of(&self, site: &str, hostname: &str) -> Job {
+        self.jobs()
+            .await
+            .into_iter()
+            .find(|j| j.site == site && j.hostname == hostname)
+            .unwrap_or_else(|| panic!("{site}/{hostname} has a job"))
+    }
+
+    /// Deploy requests that took effect, per hostname, for one site.
+    pub fn deploys(&self, site: &str) -> std::collections::BTreeMap<String, u64> {
+        let sim = self.sim(site);
+        let counters = sim.counters();
+        sim.with_world(|w| {
+            w.machines
+                .values()
+                .map(|m| {
+                    (
+                        m.hostname.clone(),
+                        counters.get(&m.system_id).map(|c| c.deploy).unwrap_or(0),
+                    )
+                })
+                .collect()
+        })
+    }
+
+    pub fn progress_lines(&self) -> Vec<String> {
+        self.progress
+            .events
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|e| format!("{} {} {} {}", e.node, e.stage, e.status.label(), e.message))
+            .collect()
+    }
+}
