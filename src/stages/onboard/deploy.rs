@@ -99,16 +99,22 @@ pub(super) async fn ensure_deploy_issued(
         .as_ref()
         .map(|d| d.round)
         .unwrap_or(ctx.facts.deploy_rounds + 1);
+    let maas = ctx.maas().await?;
+    let events_after = maas
+        .query_events(&EventsQuery::machine(sid.clone(), EventLevel::Debug, 1))
+        .await
+        .map_err(|e| StageFailure::maas(&e))?
+        .newest_id();
     ctx.facts.deploy = Some(DeployFacts {
         round,
         intent_at: ctx.now,
         received: false,
         distro_series: distro_series.clone(),
+        events_after,
     });
     ctx.facts.deploy_rounds = round;
     // The intent is durable before MAAS hears of the deploy.
     ctx.checkpoint().await?;
-    let maas = ctx.maas().await?;
     let params = DeployParams {
         user_data: Some(user_data),
         distro_series: Some(distro_series.clone()),
@@ -259,11 +265,13 @@ pub(super) async fn ensure_deploy_failure_classified(
         _ => return Err(unexpected(&machine, "classify a deploy failure")),
     }
     let maas = ctx.maas().await?;
-    // Best effort: without the events, the failure is generic (000 §4.6).
-    let events = maas
-        .query_events(&EventsQuery::machine(sid.clone(), EventLevel::Info, 50))
-        .await
-        .ok();
+    // Best effort: without the events, the failure is generic (000 §4.6). Only this round's
+    // events count.
+    let query = EventsQuery {
+        after: ctx.facts.deploy.as_ref().and_then(|d| d.events_after),
+        ..EventsQuery::machine(sid.clone(), EventLevel::Info, 100)
+    };
+    let events = maas.query_events(&query).await.ok();
     let evidence = events.as_ref().and_then(|page| {
         page.events
             .iter()

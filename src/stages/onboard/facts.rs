@@ -70,6 +70,9 @@ pub struct DeployFacts {
     /// MAAS acknowledged the deploy (or a re-read showed it was received).
     pub received: bool,
     pub distro_series: String,
+    /// The machine's newest MAAS event before this deploy: classification reads only what
+    /// happened after it (an earlier round's failure must not colour this one).
+    pub events_after: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

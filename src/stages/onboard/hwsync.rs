@@ -186,13 +186,27 @@ pub(super) async fn ensure_hardware_sync_healthy(
             details,
         ));
     }
+    let problem = if !sync.enabled {
+        "MAAS reports enable_hw_sync=false".to_owned()
+    } else if !fresh {
+        format!(
+            "no sync since the credentials were pushed (last sync {})",
+            sync.last_sync
+                .map(|t| t.to_rfc3339())
+                .unwrap_or_else(|| "never".into())
+        )
+    } else if sync.next_sync.is_none() {
+        "MAAS reports no next_sync".to_owned()
+    } else {
+        format!("the sync is unhealthy ({health:?})")
+    };
     if let Some(limit) = ctx.timed_out(PolicyTimeout::HwSyncHealth) {
         return Err(StageFailure::timeout(
             PolicyTimeout::HwSyncHealth,
             limit,
             &format!(
-                "MAAS never saw a healthy hardware sync from {} ({:?})",
-                machine.system_id, health
+                "MAAS never saw a healthy hardware sync from {}: {problem},",
+                machine.system_id
             ),
         )
         .details(json!({
@@ -223,6 +237,6 @@ pub(super) async fn ensure_hardware_sync_healthy(
         }
     }
     Ok(StageOutcome::wait(format!(
-        "waiting for a fresh, healthy hardware sync ({health:?})"
+        "waiting for a fresh, healthy hardware sync: {problem}"
     )))
 }
