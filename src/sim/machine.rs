@@ -54,6 +54,9 @@ pub enum Pending {
     TestingDone { back_to: Status },
     /// The installed OS fetches its user_data (or installation fails).
     DeploymentDone,
+    /// A deployment that cannot proceed (its AUTO addresses could not be claimed) reaches
+    /// MAAS's deployment timeout.
+    DeploymentTimedOut,
     /// The power-off of a release is observed.
     ReleaseDone,
     /// wipe-disks finishes.

@@ -273,7 +273,8 @@ impl World {
             m.hwe_kernel = Some(kernel.to_string());
         }
         self.counter(system_id, Counter::Deploy);
-        Ok(())
+        // Post-commit: an exhausted subnet is MAAS's 503, after the deployment took effect.
+        self.check_auto_ips(id)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -287,9 +288,6 @@ impl World {
         ephemeral: bool,
         now: DateTime<Utc>,
     ) -> Result<(), MaasError> {
-        // AUTO addresses are claimed post-commit (the deploy answer does not show them yet),
-        // but an exhausted subnet still fails the request with MAAS's 503.
-        self.check_auto_ips(id)?;
         self.transition(id, Status::Deploying, now)?;
         let token = self.new_token();
         if let Some(m) = self.machines.get_mut(&id) {
@@ -317,8 +315,21 @@ impl World {
         self.event(id, Level::Debug, "User starting deployment", "", user, now);
         self.event(id, Level::Info, "Deploying", "", user, now);
         self.power(id, PowerState::On, now);
-        let d = self.sim_duration(self.config.timings.deploying_secs);
-        self.set_pending(id, Some((Pending::DeploymentDone, now + d)));
+        // AUTO addresses are claimed post-commit (§5.12): the deploy answer does not show them
+        // yet, and when the subnet is exhausted the caller gets a 503 *after* the status moved
+        // to Deploying. Such a deployment cannot finish; it fails when MAAS's deployment
+        // timeout (2 × node_timeout since 3.5) expires.
+        let work = if self.check_auto_ips(id).is_ok() {
+            let d = self.sim_duration(self.config.timings.deploying_secs);
+            (Pending::DeploymentDone, now + d)
+        } else {
+            let timeout = 2.0 * self.config.timings.node_timeout_secs;
+            (
+                Pending::DeploymentTimedOut,
+                now + super::world::scaled(timeout, self.time_scale),
+            )
+        };
+        self.set_pending(id, Some(work));
         Ok(())
     }
 
@@ -566,9 +577,11 @@ impl World {
                 now,
             )?;
             self.counter(system_id, Counter::Deploy);
-        } else {
-            self.power(id, PowerState::On, now);
+            self.counter(system_id, Counter::PowerOn);
+            // Post-commit, as for deploy: exhaustion is a 503 after the status changed.
+            return self.check_auto_ips(id);
         }
+        self.power(id, PowerState::On, now);
         self.counter(system_id, Counter::PowerOn);
         Ok(())
     }

@@ -909,6 +909,13 @@ impl World {
                 }
             }
             Pending::DeploymentDone => self.end_deployment(id, now),
+            Pending::DeploymentTimedOut => self.fail(
+                id,
+                "Failed deployment",
+                "Deployment timed out: the machine's AUTO addresses could not be allocated \
+                 (simulated address exhaustion).",
+                now,
+            ),
             Pending::ReleaseDone => self.finish_release(id, now),
             Pending::EraseDone => {
                 if m.has_scenario(Scenario::EraseFails) {
