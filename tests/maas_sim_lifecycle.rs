@@ -288,3 +288,98 @@ async fn discovered_to_deployed_to_released_through_the_client() {
     );
     assert_eq!(maas.metrics().get("deploy", RequestStatus::Http(200)), 1);
 }
+
+/// ClassifyDeployFailure + RecoverForDatasourceRetry (seed 000 §4.3) through the client: the
+/// first deployment fails with cloud-init's "no datasource" events, the machine is released
+/// and the second deployment succeeds.
+#[tokio::test]
+async fn a_datasource_failure_is_classified_from_events_and_recovered() {
+    let mut config = site(1);
+    config.faults = "datasource_failure".to_string();
+    let sim = Sim::start(config).await;
+    let maas = admin(&sim);
+    let sid = nth(&maas, 0).await;
+    maas.deploy(&sid, &DeployParams::default()).await.unwrap();
+    let failed = wait_for(&sim, &maas, &sid, MachineStatus::FailedDeployment, 60, 1200).await;
+    assert!(failed.status.is_failed());
+    assert_eq!(
+        failed.error_description.as_deref(),
+        Some("Installation failed (refer to the installation log for more information).")
+    );
+    let errors = maas
+        .query_events(&EventsQuery::machine(&sid, EventLevel::Error, 20))
+        .await
+        .unwrap();
+    assert!(errors.events.iter().all(|e| e.level >= EventLevel::Error));
+    let install = errors
+        .events
+        .iter()
+        .find(|e| e.event_type == "Node installation failure")
+        .expect("the installation failure event");
+    assert!(
+        install.description.contains("DataSourceNotFound"),
+        "{install:?}"
+    );
+    assert!(
+        errors
+            .events
+            .iter()
+            .any(|e| e.event_type == "Marking node failed")
+    );
+
+    // Recover: release back to Ready, deploy once more.
+    maas.release(&sid, &ReleaseParams::default()).await.unwrap();
+    wait_for(&sim, &maas, &sid, MachineStatus::Ready, 5, 60).await;
+    maas.deploy(&sid, &DeployParams::default()).await.unwrap();
+    wait_for(&sim, &maas, &sid, MachineStatus::Deployed, 60, 1200).await;
+    assert_eq!(sim.counters(&sid).await["deploy"], 2);
+}
+
+/// EnsureHardwareSyncConfigured / WaitForHardwareSyncHealthy (seed 000 §9.1): with the sync
+/// timer stopped (`hwsync_stale`), the computed health turns Stale after 1.5 intervals; writing
+/// the machine's current token to the host (the credential reseed) makes it healthy again.
+#[tokio::test]
+async fn stale_hardware_sync_is_detected_and_healed_by_a_reseed() {
+    let mut config = site(1);
+    config.faults = "hwsync_stale".to_string();
+    let sim = Sim::start(config).await;
+    let maas = admin(&sim);
+    let sid = nth(&maas, 0).await;
+    let params = DeployParams {
+        enable_hw_sync: Some(true),
+        ..DeployParams::default()
+    };
+    maas.deploy(&sid, &params).await.unwrap();
+    let deployed = wait_for(&sim, &maas, &sid, MachineStatus::Deployed, 60, 1200).await;
+    let last = deployed.last_sync.unwrap();
+    assert!(deployed.hardware_sync().is_healthy(now(&sim)));
+
+    sim.advance(1400);
+    let machine = maas.read_machine(&sid).await.unwrap();
+    assert_eq!(machine.last_sync, Some(last), "no sync since deployment");
+    match machine.hardware_sync().health(now(&sim)) {
+        SyncHealth::Stale {
+            deadline,
+            overdue_by,
+        } => {
+            assert_eq!(deadline, last + chrono::Duration::seconds(1350));
+            assert_eq!(overdue_by, now(&sim) - deadline);
+        }
+        other => panic!("expected Stale, got {other:?}"),
+    }
+
+    // Reseed /etc/maas/maas-machine-creds.yml with the machine's current token.
+    let token = maas.get_token(&sid).await.unwrap().unwrap();
+    let creds = format!(
+        "consumer_key: {}\ntoken_key: {}\ntoken_secret: {}\n",
+        token.consumer_key,
+        token.token_key,
+        token.token_secret.expose()
+    );
+    sim.handle
+        .write_host_file(&sid, "/etc/maas/maas-machine-creds.yml", &creds)
+        .unwrap();
+    let healed = maas.read_machine(&sid).await.unwrap();
+    assert_eq!(healed.last_sync, Some(now(&sim)));
+    assert!(healed.hardware_sync().is_healthy(now(&sim)));
+}
