@@ -1,60 +1,31 @@
 //! MAAS client benchmark: list N machines through `MaasClient::list_machines` (issue 3,
-//! "listing 2,000 machines"). Prints figures; asserts nothing about time.
+//! "listing 2,000 machines from the simulator through the client"). Prints figures; asserts
+//! nothing about time.
 //!
-//! Without arguments it serves N copies of a real machine capture
-//! (tests/fixtures/maas/yorc__all_test_data__machineDeployed.json, distinct system_ids and
-//! hostnames) from a loopback HTTP server, so the figure is the client's own cost: transport,
-//! OAuth signing and decoding MAAS's JSON into typed machines. Pointed at a MAAS (or the
-//! simulator) it measures that MAAS instead:
+//! Two targets, both on loopback:
+//! * `sim` — metalform's embedded MAAS simulator with N generated machines: the whole path a
+//!   reconcile pays (simulator rendering MAAS's JSON, HTTP, OAuth, the client decoding it into
+//!   typed machines);
+//! * `stand-in` — a bare HTTP server serving N copies of a real machine capture
+//!   (tests/fixtures/maas/yorc__all_test_data__machineDeployed.json), so the figure is the
+//!   client's own cost.
+//!
+//! Pointed at a MAAS with `METALFORM_BENCH_MAAS_URL` and `METALFORM_BENCH_MAAS_KEY`, it
+//! measures that MAAS instead.
 //!
 //! ```sh
-//! cargo bench --bench maas_client                       # 2,000 machines, 10 runs
-//! cargo bench --bench maas_client -- --machines 10000 --runs 5
-//! METALFORM_BENCH_MAAS_URL=http://127.0.0.1:5240/MAAS METALFORM_BENCH_MAAS_KEY=ck:tk:ts \
+//! cargo bench --bench maas_client                          # both targets, 2,000 machines
+//! cargo bench --bench maas_client -- --against sim --machines 10000 --runs 5
+//! METALFORM_BENCH_MAAS_URL=http://10.0.0.1:5240/MAAS METALFORM_BENCH_MAAS_KEY=ck:tk:ts \
 //!     cargo bench --bench maas_client
 //! ```
 
-use std::time::{Duration, Instant};
+mod support;
 
 use metalform::provider::maas::{MaasClient, MaasClientOptions, MachineFilter};
 use metalform::secrets::Secret;
-
-struct Args {
-    machines: usize,
-    runs: usize,
-}
-
-fn parse_args() -> Args {
-    // `cargo bench` passes `--bench`; `cargo test --all-targets` runs this binary without it,
-    // and then a small smoke run keeps the benchmark working without costing the test suite.
-    let benchmarking = std::env::args().any(|arg| arg == "--bench");
-    let mut args = if benchmarking {
-        Args {
-            machines: 2000,
-            runs: 10,
-        }
-    } else {
-        Args {
-            machines: 20,
-            runs: 1,
-        }
-    };
-    let mut iter = std::env::args().skip(1);
-    while let Some(arg) = iter.next() {
-        let mut value = |name: &str| -> usize {
-            iter.next()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or_else(|| panic!("{name} needs a number"))
-        };
-        match arg.as_str() {
-            "--machines" => args.machines = value("--machines"),
-            "--runs" => args.runs = value("--runs"),
-            // --bench, or a name filter: nothing to do.
-            _ => {}
-        }
-    }
-    args
-}
+use metalform::sim::{self, FleetOptions, InitialState, SimConfig};
+use support::{Args, Samples, ms, timed};
 
 /// A JSON array of `n` machines derived from one real capture.
 fn machines_document(n: usize) -> String {
@@ -74,14 +45,10 @@ fn machines_document(n: usize) -> String {
         })
         .collect();
     // MAAS (piston) pretty-prints with indent=4; so does this stand-in.
-    let mut out = Vec::new();
-    let formatter = serde_json::ser::PrettyFormatter::with_indent(b"    ");
-    let mut serializer = serde_json::Serializer::with_formatter(&mut out, formatter);
-    serde::Serialize::serialize(&machines, &mut serializer).expect("serialise");
-    String::from_utf8(out).expect("utf-8")
+    String::from_utf8(sim::reply::to_piston_json(&machines)).expect("utf-8")
 }
 
-async fn local_maas(body: String) -> String {
+async fn stand_in(body: String) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -94,60 +61,101 @@ async fn local_maas(body: String) -> String {
     format!("http://{addr}/MAAS")
 }
 
-#[tokio::main]
-async fn main() {
-    let args = parse_args();
-    let (base_url, key, source) = match std::env::var("METALFORM_BENCH_MAAS_URL") {
-        Ok(url) => {
-            let key = std::env::var("METALFORM_BENCH_MAAS_KEY")
-                .expect("METALFORM_BENCH_MAAS_KEY (consumer:token:secret) with the URL");
-            (url.clone(), key, url)
-        }
-        Err(_) => {
-            let document = machines_document(args.machines);
-            let size = document.len();
-            let url = local_maas(document).await;
-            (
-                url,
-                "bench:bench:bench".to_owned(),
-                format!(
-                    "loopback stand-in serving {} machines ({:.1} MB of JSON)",
-                    args.machines,
-                    size as f64 / 1e6
-                ),
-            )
-        }
-    };
-    let client =
-        MaasClient::new(&base_url, Secret::new(key), MaasClientOptions::default()).expect("client");
-
-    println!("maas_client list_machines — {source}");
-    let mut times: Vec<Duration> = Vec::with_capacity(args.runs);
-    let mut listed = 0;
-    let expected = std::env::var("METALFORM_BENCH_MAAS_URL")
-        .is_err()
-        .then_some(args.machines);
-    for _ in 0..args.runs {
-        let started = Instant::now();
-        let machines = client
+/// Lists every machine `runs` times after one warm-up call and prints the figures.
+async fn measure(label: &str, client: &MaasClient, runs: usize, expected: Option<usize>) {
+    let list = || async {
+        client
             .list_machines(&MachineFilter::all())
             .await
-            .expect("list_machines");
-        times.push(started.elapsed());
-        listed = machines.len();
-        if let Some(expected) = expected {
-            assert_eq!(listed, expected, "every served machine is listed");
-        }
+            .expect("list_machines")
+            .len()
+    };
+    let (first, _) = timed(list()).await;
+    let (samples, listed) = Samples::measure(runs, list).await;
+    if let Some(expected) = expected {
+        assert_eq!(listed, expected, "every machine is listed");
     }
-    times.sort();
-    let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!(
-        "  machines per list: {listed}\n  runs: {}\n  min {:.1} ms, median {:.1} ms, max {:.1} ms\n  \
-         requests counted: {}",
-        times.len(),
-        ms(times[0]),
-        ms(times[times.len() / 2]),
-        ms(times[times.len() - 1]),
+        "{label}: {listed} machines per list | first call {:.1} ms | {} | {:.0} machines/s (median) | {} requests",
+        ms(first),
+        samples.summary(),
+        listed as f64 / samples.median().as_secs_f64(),
         client.metrics().total(),
     );
+}
+
+#[tokio::main]
+async fn main() {
+    let args = Args::parse((2000, 10), (20, 1));
+    if let Ok(url) = std::env::var("METALFORM_BENCH_MAAS_URL") {
+        let key = std::env::var("METALFORM_BENCH_MAAS_KEY")
+            .expect("METALFORM_BENCH_MAAS_KEY (consumer:token:secret) with the URL");
+        let client =
+            MaasClient::new(&url, Secret::new(key), MaasClientOptions::default()).expect("client");
+        measure(
+            &format!("maas_client list_machines — {url}"),
+            &client,
+            args.runs,
+            None,
+        )
+        .await;
+        return;
+    }
+    let against = args.against.as_deref().unwrap_or("both");
+    if matches!(against, "sim" | "both") {
+        let config = SimConfig::generated(
+            1,
+            &FleetOptions {
+                machines: args.machines,
+                initial: InitialState::Ready,
+                no_boss_every: 0,
+                unknown: 0,
+            },
+        );
+        let (startup, handle) = timed(sim::start(config)).await;
+        let handle = handle.expect("simulator starts");
+        let client = MaasClient::new(
+            &handle.maas_url,
+            handle.api_key().clone(),
+            MaasClientOptions::default(),
+        )
+        .expect("client");
+        println!(
+            "simulator with {} Ready machines started in {:.1} ms",
+            args.machines,
+            ms(startup)
+        );
+        measure(
+            "maas_client list_machines — embedded simulator",
+            &client,
+            args.runs,
+            Some(args.machines),
+        )
+        .await;
+        handle.shutdown();
+    }
+    if matches!(against, "stand-in" | "both") {
+        let document = machines_document(args.machines);
+        let size = document.len();
+        let url = stand_in(document).await;
+        let client = MaasClient::new(
+            &url,
+            Secret::new("bench:bench:bench"),
+            MaasClientOptions::default(),
+        )
+        .expect("client");
+        measure(
+            &format!(
+                "maas_client list_machines — loopback stand-in ({:.1} MB of captured JSON)",
+                size as f64 / 1e6
+            ),
+            &client,
+            args.runs,
+            Some(args.machines),
+        )
+        .await;
+    }
+    if !matches!(against, "sim" | "stand-in" | "both") {
+        panic!("--against takes sim, stand-in or both, not {against:?}");
+    }
 }

@@ -144,7 +144,9 @@ pub fn authenticate(
             "Signature method {method} not supported by the simulator; use PLAINTEXT."
         )));
     }
-    if p["oauth_signature"] != format!("&{secret}") {
+    // piston's PLAINTEXT check (§2.3): `escape(consumer_secret) + "&" + escape(token_secret)`
+    // against the header value after one unescape, so the secret arrives percent-encoded.
+    if p["oauth_signature"] != format!("&{}", escape(&secret)) {
         return Err(unauthorized("Invalid signature."));
     }
     let nonce_key = (consumer.clone(), token.clone(), p["oauth_nonce"].clone());
@@ -163,15 +165,31 @@ pub fn authenticate(
     Ok(caller)
 }
 
-/// Builds a PLAINTEXT `Authorization` header (tests and the benchmark sign with it).
+/// piston's `escape`: Python's `urllib.parse.quote(s, safe="~")`, i.e. every byte but
+/// ALPHA / DIGIT / `_` `.` `-` `~` percent-encoded (the RFC 5849 §3.6 set).
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'.' | b'-' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// Builds a PLAINTEXT `Authorization` header as oauthlib does (tests and the benchmark sign
+/// with it): the signature `&escape(secret)`, every header value escaped again.
 pub fn sign_header(api_key: &str, nonce: &str, timestamp: i64) -> String {
     let mut parts = api_key.splitn(3, ':');
-    let consumer = parts.next().unwrap_or("");
-    let token = parts.next().unwrap_or("");
-    let secret = parts.next().unwrap_or("");
+    let consumer = escape(parts.next().unwrap_or(""));
+    let token = escape(parts.next().unwrap_or(""));
+    let signature = escape(&format!("&{}", escape(parts.next().unwrap_or(""))));
+    let nonce = escape(nonce);
     format!(
         "OAuth realm=\"\", oauth_consumer_key=\"{consumer}\", oauth_token=\"{token}\", \
-         oauth_signature_method=\"PLAINTEXT\", oauth_signature=\"%26{secret}\", \
+         oauth_signature_method=\"PLAINTEXT\", oauth_signature=\"{signature}\", \
          oauth_timestamp=\"{timestamp}\", oauth_nonce=\"{nonce}\", oauth_version=\"1.0\""
     )
 }
@@ -188,5 +206,14 @@ mod tests {
         assert_eq!(p["oauth_consumer_key"], "ck");
         assert!(!p.contains_key("realm"));
         assert!(oauth_params(None, &Params::default(), &Params::default()).is_none());
+        // Reserved characters of the secret are escaped inside the signature and again in the
+        // header: one unescape leaves `&` + escape(secret), what piston compares with.
+        let header = sign_header("ck:tk:s+c/r=t~", "n2", 1000);
+        assert!(
+            header.contains("oauth_signature=\"%26s%252Bc%252Fr%253Dt~\""),
+            "{header}"
+        );
+        let p = oauth_params(Some(&header), &Params::default(), &Params::default()).unwrap();
+        assert_eq!(p["oauth_signature"], "&s%2Bc%2Fr%3Dt~");
     }
 }

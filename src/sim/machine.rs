@@ -54,6 +54,9 @@ pub enum Pending {
     TestingDone { back_to: Status },
     /// The installed OS fetches its user_data (or installation fails).
     DeploymentDone,
+    /// A deployment that cannot proceed (its AUTO addresses could not be claimed) reaches
+    /// MAAS's deployment timeout.
+    DeploymentTimedOut,
     /// The power-off of a release is observed.
     ReleaseDone,
     /// wipe-disks finishes.
@@ -99,6 +102,9 @@ pub struct Machine {
     pub interfaces: Vec<Interface>,
     pub disks: Vec<BlockDevice>,
     pub boot_disk_id: Option<u64>,
+    /// The link chosen with `link_subnet default_gateway=true` (`gateway_link_ipv4`); ignored
+    /// once that link is gone, as MAAS's foreign key is nulled with it.
+    pub gateway_link: Option<u64>,
     pub token: Option<NodeToken>,
     pub commissioning_status: i32,
     pub testing_status: i32,
@@ -347,6 +353,21 @@ impl Machine {
                 .iter()
                 .find(|l| l.mode == super::network::LinkMode::Auto)
         });
+        // The chosen gateway link, if it still exists and its subnet has a gateway; otherwise
+        // MAAS's own pick (the boot interface's AUTO link on the PXE subnet).
+        let chosen = self.gateway_link.and_then(|link_id| {
+            let link = self
+                .interfaces
+                .iter()
+                .flat_map(|i| i.links.iter())
+                .find(|l| l.id == link_id)?;
+            let gateway = net.subnet(link.subnet_id?)?.gateway_ip?;
+            Some((gateway.to_string(), link_id))
+        });
+        let (gateway_ip, gateway_link) = match chosen {
+            Some((ip, link)) => (Some(ip), Some(link)),
+            None => (gateway.filter(|_| auto_link.is_some()), None),
+        };
         MachineView {
             system_id: self.system_id.clone(),
             hostname: self.hostname.clone(),
@@ -439,8 +460,8 @@ impl Machine {
             virtualmachine_id: None,
             default_gateways: DefaultGateways {
                 ipv4: GatewayView {
-                    gateway_ip: gateway.filter(|_| auto_link.is_some()),
-                    link_id: None,
+                    gateway_ip,
+                    link_id: gateway_link,
                 },
                 ipv6: GatewayView {
                     gateway_ip: None,

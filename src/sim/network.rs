@@ -189,6 +189,16 @@ impl LinkMode {
         })
     }
 
+    /// `INTERFACE_LINK_TYPE_CHOICES`' display name (form error texts).
+    pub fn label(self) -> &'static str {
+        match self {
+            LinkMode::Auto => "Auto IP",
+            LinkMode::Dhcp => "DHCP",
+            LinkMode::Static => "Static IP",
+            LinkMode::LinkUp => "Link up",
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             LinkMode::Auto => "auto",

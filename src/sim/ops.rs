@@ -26,6 +26,97 @@ pub enum Perm {
     AdminRead,
 }
 
+/// The one zone, resource pool and DNS domain of the simulated region (what `zones/`,
+/// `resourcepools/` and `domains/` list); machine forms name them (the domain also by id).
+const ZONES: [&str; 1] = ["default"];
+const POOLS: [&str; 1] = ["default"];
+const DOMAINS: [&str; 2] = ["maas", "0"];
+
+/// `zone`, `pool` and `domain` of a machine form (§5.6–§5.7): model choices by name, refused
+/// with Django's choice error when no such object exists. Returns the zone and pool to apply.
+fn placement(p: &Params) -> Result<(Option<String>, Option<String>), MaasError> {
+    let choice = |field: &str, known: &[&str]| -> Result<Option<String>, MaasError> {
+        match p.get(field).filter(|v| !v.is_empty()) {
+            None => Ok(None),
+            Some(v) if known.contains(&v) => Ok(Some(v.to_string())),
+            Some(_) => Err(MaasError::field(
+                field,
+                "Select a valid choice. That choice is not one of the available choices.",
+            )),
+        }
+    };
+    let zone = choice("zone", &ZONES)?;
+    let pool = choice("pool", &POOLS)?;
+    choice("domain", &DOMAINS)?;
+    Ok((zone, pool))
+}
+
+/// `boot_size` / `root_size` of a storage layout (§5.17).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct FlatSizes {
+    /// A separate `/boot` partition on the boot disk (none when absent or zero).
+    pub boot: Option<LayoutSize>,
+    /// The root partition (default: the rest of its disk).
+    pub root: Option<LayoutSize>,
+}
+
+/// A layout size: bytes, or a percentage of the disk the partition goes on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum LayoutSize {
+    Bytes(u64),
+    Percent(f64),
+}
+
+impl LayoutSize {
+    pub fn of(self, disk_size: u64) -> u64 {
+        match self {
+            LayoutSize::Bytes(bytes) => bytes,
+            LayoutSize::Percent(percent) => (disk_size as f64 * percent / 100.0) as u64,
+        }
+    }
+}
+
+/// MAAS's size syntax: bytes, a K/M/G/T/P suffix (decimal multiples, optional `B`), or `NN%`.
+fn layout_size(p: &Params, field: &str) -> Result<Option<LayoutSize>, MaasError> {
+    let Some(text) = p.get(field).map(str::trim).filter(|t| !t.is_empty()) else {
+        return Ok(None);
+    };
+    let invalid = || {
+        MaasError::field(
+            field,
+            format!("'{text}' is not a size: bytes, a K/M/G/T/P suffix, or a percentage."),
+        )
+    };
+    if let Some(percent) = text.strip_suffix('%') {
+        let value: f64 = percent.trim().parse().map_err(|_| invalid())?;
+        if !(value > 0.0 && value <= 100.0) {
+            return Err(invalid());
+        }
+        return Ok(Some(LayoutSize::Percent(value)));
+    }
+    let digits = text.trim_end_matches(['B', 'b']);
+    let (number, multiplier) = match digits.chars().last() {
+        Some(c) if c.is_ascii_digit() => (digits, 1u64),
+        Some(c) => {
+            let power = match c.to_ascii_uppercase() {
+                'K' => 1,
+                'M' => 2,
+                'G' => 3,
+                'T' => 4,
+                'P' => 5,
+                _ => return Err(invalid()),
+            };
+            (&digits[..digits.len() - 1], 1000u64.pow(power))
+        }
+        None => return Err(invalid()),
+    };
+    let value: u64 = number.trim().parse().map_err(|_| invalid())?;
+    value
+        .checked_mul(multiplier)
+        .map(|bytes| Some(LayoutSize::Bytes(bytes)))
+        .ok_or_else(invalid)
+}
+
 /// Hosts and OS the simulated region can deploy.
 fn resolve_distro(value: &str) -> Option<(&'static str, &'static str)> {
     let wanted = value.strip_prefix("ubuntu/").unwrap_or(value);
@@ -273,7 +364,8 @@ impl World {
             m.hwe_kernel = Some(kernel.to_string());
         }
         self.counter(system_id, Counter::Deploy);
-        Ok(())
+        // Post-commit: an exhausted subnet is MAAS's 503, after the deployment took effect.
+        self.check_auto_ips(id)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -287,9 +379,6 @@ impl World {
         ephemeral: bool,
         now: DateTime<Utc>,
     ) -> Result<(), MaasError> {
-        // AUTO addresses are claimed post-commit (the deploy answer does not show them yet),
-        // but an exhausted subnet still fails the request with MAAS's 503.
-        self.check_auto_ips(id)?;
         self.transition(id, Status::Deploying, now)?;
         let token = self.new_token();
         if let Some(m) = self.machines.get_mut(&id) {
@@ -317,8 +406,21 @@ impl World {
         self.event(id, Level::Debug, "User starting deployment", "", user, now);
         self.event(id, Level::Info, "Deploying", "", user, now);
         self.power(id, PowerState::On, now);
-        let d = self.sim_duration(self.config.timings.deploying_secs);
-        self.set_pending(id, Some((Pending::DeploymentDone, now + d)));
+        // AUTO addresses are claimed post-commit (§5.12): the deploy answer does not show them
+        // yet, and when the subnet is exhausted the caller gets a 503 *after* the status moved
+        // to Deploying. Such a deployment cannot finish; it fails when MAAS's deployment
+        // timeout (2 × node_timeout since 3.5) expires.
+        let work = if self.check_auto_ips(id).is_ok() {
+            let d = self.sim_duration(self.config.timings.deploying_secs);
+            (Pending::DeploymentDone, now + d)
+        } else {
+            let timeout = 2.0 * self.config.timings.node_timeout_secs;
+            (
+                Pending::DeploymentTimedOut,
+                now + super::world::scaled(timeout, self.time_scale),
+            )
+        };
+        self.set_pending(id, Some(work));
         Ok(())
     }
 
@@ -566,9 +668,11 @@ impl World {
                 now,
             )?;
             self.counter(system_id, Counter::Deploy);
-        } else {
-            self.power(id, PowerState::On, now);
+            self.counter(system_id, Counter::PowerOn);
+            // Post-commit, as for deploy: exhaustion is a 503 after the status changed.
+            return self.check_auto_ips(id);
         }
+        self.power(id, PowerState::On, now);
         self.counter(system_id, Counter::PowerOn);
         Ok(())
     }
@@ -640,8 +744,12 @@ impl World {
                     })?,
             ),
         };
+        let sizes = FlatSizes {
+            boot: layout_size(p, "boot_size")?,
+            root: layout_size(p, "root_size")?,
+        };
         match layout {
-            "flat" => self.apply_flat_layout(id, root),
+            "flat" => self.apply_flat_layout(id, root, sizes),
             "blank" => {
                 if let Some(m) = self.machines.get_mut(&id) {
                     for d in &mut m.disks {
@@ -789,6 +897,27 @@ impl World {
                 "Cannot configure interface to link up (with no IP address) while other links are already configured. Specify force=True to override this behavior and delete all links.",
             ));
         }
+        // default_gateway (Django BooleanField): AUTO/STATIC only, on a subnet with a gateway.
+        let default_gateway = django_bool(p.get("default_gateway"));
+        if default_gateway {
+            if !matches!(mode, LinkMode::Auto | LinkMode::Static) {
+                return Err(MaasError::field(
+                    "default_gateway",
+                    format!("Cannot use in mode '{}'.", mode.label()),
+                ));
+            }
+            if let Some(s) = subnet.map(|id| &self.subnets[&id])
+                && s.gateway_ip.is_none()
+            {
+                return Err(MaasError::field(
+                    "default_gateway",
+                    format!(
+                        "Cannot set as default gateway because subnet {} doesn't provide a gateway IP address.",
+                        s.name
+                    ),
+                ));
+            }
+        }
         if mode == LinkMode::Dhcp && interface.links.iter().any(|l| l.mode == LinkMode::Dhcp) {
             return Err(MaasError::field(
                 "mode",
@@ -826,6 +955,9 @@ impl World {
         });
         if let Some(vlan) = vlan {
             interface.vlan_id = Some(vlan);
+        }
+        if default_gateway {
+            m.gateway_link = Some(link_id);
         }
         Ok((id, index))
     }
@@ -929,7 +1061,17 @@ impl World {
                         "Select a valid choice. That choice is not one of the available choices.",
                     )
                 })?,
-            None => 5001,
+            None => self.vlan_of_fabric(p)?,
+        };
+        // RDNS_MODE_CHOICES: 0 disabled, 1 enabled, 2 RFC 2317 (the default).
+        let rdns_mode = match p.get("rdns_mode").filter(|v| !v.is_empty()) {
+            None => 2,
+            Some(v) => v.parse::<u8>().ok().filter(|m| *m <= 2).ok_or_else(|| {
+                MaasError::field(
+                    "rdns_mode",
+                    format!("Select a valid choice. {v} is not one of the available choices."),
+                )
+            })?,
         };
         let gateway_ip = match p.get("gateway_ip").filter(|g| !g.is_empty()) {
             Some(g) => {
@@ -983,10 +1125,52 @@ impl World {
                     p.get("active_discovery"),
                     false,
                 )?,
-                rdns_mode: 2,
+                rdns_mode,
             },
         );
         Ok(id)
+    }
+
+    /// A subnet's VLAN from `fabric` (id, default fabric 0) and `vid` (default the untagged
+    /// VLAN 0), used when `vlan` is not given (§5.20).
+    fn vlan_of_fabric(&self, p: &Params) -> Result<u64, MaasError> {
+        let fabric = match p.get("fabric").filter(|f| !f.is_empty()) {
+            None => None,
+            Some(f) => Some(
+                f.parse::<u64>()
+                    .ok()
+                    .filter(|f| self.vlans.values().any(|v| v.fabric_id == *f))
+                    .ok_or_else(|| {
+                        MaasError::field(
+                            "fabric",
+                            "Select a valid choice. That choice is not one of the available choices.",
+                        )
+                    })?,
+            ),
+        };
+        let vid = match p.get("vid").filter(|v| !v.is_empty()) {
+            None => 0,
+            Some(v) => v
+                .parse::<u16>()
+                .ok()
+                .filter(|v| *v <= 4094)
+                .ok_or_else(|| {
+                    MaasError::field("vid", format!("VID {v} is not in the range 0-4094."))
+                })?,
+        };
+        self.vlans
+            .values()
+            .find(|v| v.fabric_id == fabric.unwrap_or(0) && v.vid == vid)
+            .map(|v| v.id)
+            .ok_or_else(|| {
+                MaasError::field(
+                    "vid",
+                    match fabric {
+                        Some(f) => format!("No VLAN with vid {vid} in fabric fabric-{f}."),
+                        None => format!("No VLAN with vid {vid} in default fabric."),
+                    },
+                )
+            })
     }
 
     // ----- create / update / delete ------------------------------------------------------------
@@ -1090,6 +1274,7 @@ impl World {
                 "IP address: This field is required.",
             ));
         }
+        let (zone, pool) = placement(p)?;
         let hostname = match p.get("hostname").filter(|h| !h.is_empty()) {
             Some(h) => {
                 if self.machines.values().any(|m| m.hostname == h) {
@@ -1109,6 +1294,12 @@ impl World {
         m.power_type = power_type;
         m.power_parameters = power;
         m.description = p.get("description").unwrap_or("").to_string();
+        if let Some(zone) = zone {
+            m.zone = zone;
+        }
+        if let Some(pool) = pool {
+            m.pool = pool;
+        }
         m.hardware_disks.clear();
         for (index, mac) in macs.iter().enumerate() {
             m.interfaces.push(Interface {
@@ -1195,6 +1386,7 @@ impl World {
                 format!("Select a valid choice. {pt} is not one of the available choices."),
             ));
         }
+        let (zone, pool) = placement(p)?;
         let m = self
             .machines
             .get_mut(&id)
@@ -1219,11 +1411,11 @@ impl World {
                     .insert(name.to_string(), value.to_string());
             }
         }
-        if let Some(zone) = p.get("zone").filter(|z| !z.is_empty()) {
-            m.zone = zone.to_string();
+        if let Some(zone) = zone {
+            m.zone = zone;
         }
-        if let Some(pool) = p.get("pool").filter(|z| !z.is_empty()) {
-            m.pool = pool.to_string();
+        if let Some(pool) = pool {
+            m.pool = pool;
         }
         if let Some(arch) = p.get("architecture").filter(|a| !a.is_empty()) {
             m.architecture = arch.to_string();

@@ -612,6 +612,7 @@ impl World {
             interfaces: Vec::new(),
             disks: Vec::new(),
             boot_disk_id: None,
+            gateway_link: None,
             token: None,
             commissioning_status: -1,
             testing_status: -1,
@@ -909,6 +910,13 @@ impl World {
                 }
             }
             Pending::DeploymentDone => self.end_deployment(id, now),
+            Pending::DeploymentTimedOut => self.fail(
+                id,
+                "Failed deployment",
+                "Deployment timed out: the machine's AUTO addresses could not be allocated \
+                 (simulated address exhaustion).",
+                now,
+            ),
             Pending::ReleaseDone => self.finish_release(id, now),
             Pending::EraseDone => {
                 if m.has_scenario(Scenario::EraseFails) {
@@ -1433,14 +1441,17 @@ impl World {
         self.event(id, Level::Info, "Released", "", "unknown", now);
     }
 
-    /// Flat layout: EFI on the boot disk, root ext4 on `root` (or the boot disk).
+    /// Flat layout: EFI (and `/boot` with a `boot_size`) on the boot disk, root ext4 on
+    /// `root` (or the boot disk), `root_size` or the rest of that disk. Sizes that do not fit
+    /// are MAAS's `Failed to configure storage layout 'flat': …`.
     pub(super) fn apply_flat_layout(
         &mut self,
         id: u64,
         root: Option<u64>,
+        sizes: super::ops::FlatSizes,
     ) -> Result<(), MaasError> {
-        let uuids: Vec<String> = (0..4).map(|_| self.uuid()).collect();
-        let (efi_id, root_id) = (self.id(), self.id());
+        let uuids: Vec<String> = (0..6).map(|_| self.uuid()).collect();
+        let (efi_id, boot_id, root_id) = (self.id(), self.id(), self.id());
         let m = self
             .machines
             .get_mut(&id)
@@ -1454,13 +1465,12 @@ impl World {
                 )
             })?;
         let root = root.unwrap_or(boot);
-        for disk in &mut m.disks {
-            disk.partitions.clear();
-        }
         let overhead = 8 * 1024 * 1024;
-        for disk in &mut m.disks {
+        let mut layout: Vec<(u64, Vec<Partition>)> = Vec::new();
+        for disk in &m.disks {
+            let mut partitions = Vec::new();
             if disk.id == boot {
-                disk.partitions.push(Partition {
+                partitions.push(Partition {
                     id: efi_id,
                     uuid: uuids[0].clone(),
                     size: EFI_SIZE,
@@ -1470,20 +1480,48 @@ impl World {
                     mount_point: "/boot/efi",
                     fs_uuid: uuids[1].clone(),
                 });
+                if let Some(size) = sizes.boot.map(|s| s.of(disk.size)).filter(|s| *s > 0) {
+                    partitions.push(Partition {
+                        id: boot_id,
+                        uuid: uuids[2].clone(),
+                        size,
+                        bootable: true,
+                        fstype: "ext4",
+                        label: "boot",
+                        mount_point: "/boot",
+                        fs_uuid: uuids[3].clone(),
+                    });
+                }
             }
             if disk.id == root {
-                let used: u64 = disk.partitions.iter().map(|p| p.size).sum();
-                disk.partitions.push(Partition {
+                let used: u64 = partitions.iter().map(|p| p.size).sum();
+                let available = disk.size.saturating_sub(used + overhead);
+                let size = sizes.root.map_or(available, |s| s.of(disk.size));
+                partitions.push(Partition {
                     id: root_id,
-                    uuid: uuids[2].clone(),
-                    size: disk.size.saturating_sub(used + overhead),
+                    uuid: uuids[4].clone(),
+                    size,
                     bootable: false,
                     fstype: "ext4",
                     label: "root",
                     mount_point: "/",
-                    fs_uuid: uuids[3].clone(),
+                    fs_uuid: uuids[5].clone(),
                 });
             }
+            let needed: u64 = partitions.iter().map(|p| p.size).sum::<u64>()
+                + if partitions.is_empty() { 0 } else { overhead };
+            if needed > disk.size {
+                return Err(MaasError::BadRequest(format!(
+                    "Failed to configure storage layout 'flat': the partitions need {needed} bytes, \
+                     {} has {}.",
+                    disk.name, disk.size
+                )));
+            }
+            layout.push((disk.id, partitions));
+        }
+        for (disk, (disk_id, partitions)) in m.disks.iter_mut().zip(layout) {
+            debug_assert_eq!(disk.id, disk_id);
+            disk.partitions = partitions;
         }
         Ok(())
     }

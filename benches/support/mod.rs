@@ -1,0 +1,106 @@
+//! What the benchmarks share: argument handling (a full run under `cargo bench`, a small smoke
+//! run under `cargo test --all-targets` so the benchmarks cannot rot) and the timing summary
+//! they print. Figures only: nothing here asserts anything about time.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+/// The benchmark's command line: `[--bench] [--machines N] [--runs R] [--against WHAT]`.
+#[derive(Debug, Clone)]
+pub struct Args {
+    /// `cargo bench` passes `--bench`; `cargo test --all-targets` runs the binary without it.
+    pub benchmarking: bool,
+    pub machines: usize,
+    pub runs: usize,
+    /// What to measure, when the benchmark has several targets.
+    pub against: Option<String>,
+}
+
+impl Args {
+    /// Parses the arguments; `full` is (machines, runs) under `cargo bench`, `smoke` otherwise.
+    pub fn parse(full: (usize, usize), smoke: (usize, usize)) -> Args {
+        let benchmarking = std::env::args().any(|arg| arg == "--bench");
+        let (machines, runs) = if benchmarking { full } else { smoke };
+        let mut args = Args {
+            benchmarking,
+            machines,
+            runs,
+            against: None,
+        };
+        let mut iter = std::env::args().skip(1);
+        while let Some(arg) = iter.next() {
+            let mut value = |name: &str| -> String {
+                iter.next()
+                    .unwrap_or_else(|| panic!("{name} needs a value"))
+            };
+            let number = |name: &str, text: String| -> usize {
+                text.parse()
+                    .unwrap_or_else(|_| panic!("{name} needs a number, not {text:?}"))
+            };
+            match arg.as_str() {
+                "--machines" => args.machines = number("--machines", value("--machines")),
+                "--runs" => args.runs = number("--runs", value("--runs")).max(1),
+                "--against" => args.against = Some(value("--against")),
+                // --bench, or a name filter: nothing to do.
+                _ => {}
+            }
+        }
+        args
+    }
+}
+
+/// Durations of repeated runs of one measurement.
+#[derive(Debug, Default, Clone)]
+pub struct Samples(Vec<Duration>);
+
+impl Samples {
+    /// Times `runs` calls of `run` (sequentially).
+    pub async fn measure<F, Fut, T>(runs: usize, mut run: F) -> (Samples, T)
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let mut samples = Samples::default();
+        let mut last = None;
+        for _ in 0..runs.max(1) {
+            let started = Instant::now();
+            let value = run().await;
+            samples.0.push(started.elapsed());
+            last = Some(value);
+        }
+        (samples, last.expect("at least one run"))
+    }
+
+    /// `min …, median …, p95 …, max … ms (R runs)`.
+    pub fn summary(&self) -> String {
+        let mut sorted = self.0.clone();
+        sorted.sort();
+        let at = |q: f64| sorted[((sorted.len() - 1) as f64 * q).round() as usize];
+        format!(
+            "min {:.1} ms, median {:.1} ms, p95 {:.1} ms, max {:.1} ms ({} runs)",
+            ms(at(0.0)),
+            ms(at(0.5)),
+            ms(at(0.95)),
+            ms(at(1.0)),
+            sorted.len()
+        )
+    }
+
+    pub fn median(&self) -> Duration {
+        let mut sorted = self.0.clone();
+        sorted.sort();
+        sorted[(sorted.len() - 1) / 2]
+    }
+}
+
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// `(elapsed, value)` of one timed call.
+pub async fn timed<T>(future: impl Future<Output = T>) -> (Duration, T) {
+    let started = Instant::now();
+    let value = future.await;
+    (started.elapsed(), value)
+}
