@@ -7,9 +7,11 @@
 pub mod error;
 pub mod output;
 
+mod apply;
 mod completions;
 mod diff;
 mod import_csv;
+mod onboardings;
 pub mod sim;
 pub mod status;
 mod validate;
@@ -61,6 +63,10 @@ pub enum Command {
     Diff(diff::Args),
     /// Convert a header-driven CSV of nodes into a NodeGroup manifest on stdout.
     ImportCsv(import_csv::Args),
+    /// Apply the fleet's plan: onboard nodes as durable, resumable stage journals.
+    Apply(apply::Args),
+    /// Onboarding jobs: list, show, and the operator recovery actions.
+    Onboardings(onboardings::Args),
 }
 
 /// Parse, run, and turn the outcome into an exit code. Errors go to stderr as
@@ -109,6 +115,8 @@ async fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Validate(args) => validate::run(args),
         Command::Diff(args) => diff::run(args),
         Command::ImportCsv(args) => import_csv::run(args),
+        Command::Apply(args) => apply::run(&global, args).await,
+        Command::Onboardings(args) => onboardings::run(&global, args).await,
     }
 }
 

@@ -376,3 +376,39 @@ impl Bed {
             .collect()
     }
 }
+
+/// A free loopback port (bound and released: the caller binds it again soon).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Bed {
+    /// `metalform SUBCOMMAND …` against this bed: its store, secrets, simulators (BMC and
+    /// host stand-ins) and an enrollment endpoint on `agent_port`, with test pacing.
+    pub fn cli(&self, args: &[&str], agent_port: u16) -> std::process::Command {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_metalform"));
+        command.args(args);
+        let sims: Vec<String> = self
+            .sims
+            .iter()
+            .map(|(name, sim)| format!("{name}={}", sim.base_url()))
+            .collect();
+        command
+            .arg("--fleet")
+            .arg(&self.fleet_dir)
+            .args(["--state", &self.state_url])
+            .arg("--secrets")
+            .arg(format!("file://{}", self.secrets_path.display()))
+            .args(["--sim-control", &sims.join(",")])
+            .args(["--agent-listen", &format!("127.0.0.1:{agent_port}")])
+            .args(["--poll-interval", "40ms", "--lease-ttl", "2s", "--retry-base", "50ms"])
+            .env_remove("METALFORM_STATE")
+            .env_remove("METALFORM_SECRETS")
+            .env("NO_COLOR", "1");
+        command
+    }
+}
