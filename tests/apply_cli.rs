@@ -19,28 +19,54 @@ async fn apply_onboards_the_fleet_and_a_second_apply_has_nothing_to_do() {
         stderr.contains("error: refusing to apply without confirmation: stdin is not a terminal\nhint: review the plan above and pass --auto-approve"),
         "{stderr}"
     );
-    assert!(bed.jobs().await.is_empty(), "a refused apply changes nothing");
+    assert!(
+        bed.jobs().await.is_empty(),
+        "a refused apply changes nothing"
+    );
 
-    let out = bed.cli(&["apply", "--auto-approve"], port).output().unwrap();
+    let out = bed
+        .cli(&["apply", "--auto-approve"], port)
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert!(stdout.contains("+ dc1/gpu00001  not onboarded yet"), "{stdout}");
-    assert!(stdout.contains("Plan: 4 to apply, 0 unchanged, 0 blocked."), "{stdout}");
-    assert!(stdout.contains("Apply: 4 converged, 0 failed, 0 not run."), "{stdout}");
+    assert!(
+        stdout.contains("+ dc1/gpu00001  not onboarded yet"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("Plan: 4 to apply, 0 unchanged, 0 blocked."),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("Apply: 4 converged, 0 failed, 0 not run."),
+        "{stdout}"
+    );
     // A line per stage transition on stderr.
     assert!(
-        stderr.lines().any(|l| l.contains("dc1/new00004") && l.contains("create_or_find_in_maas") && l.contains("found")),
+        stderr.lines().any(|l| l.contains("dc1/new00004")
+            && l.contains("create_or_find_in_maas")
+            && l.contains("found")),
         "{stderr}"
     );
     for job in bed.jobs().await {
         assert_eq!(job.state, JobState::Completed);
-        assert_eq!(bed.store.node(job.node_id.unwrap()).await.unwrap().status, NodeState::Active);
+        assert_eq!(
+            bed.store.node(job.node_id.unwrap()).await.unwrap().status,
+            NodeState::Active
+        );
     }
 
-    let again = bed.cli(&["apply", "--auto-approve"], port).output().unwrap();
+    let again = bed
+        .cli(&["apply", "--auto-approve"], port)
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&again.stdout);
     assert!(again.status.success(), "{stdout}");
-    assert!(stdout.contains("Plan: 0 to apply, 4 unchanged, 0 blocked.\nNo changes."), "{stdout}");
+    assert!(
+        stdout.contains("Plan: 0 to apply, 4 unchanged, 0 blocked.\nNo changes."),
+        "{stdout}"
+    );
     assert!(bed.deploys("dc1").values().all(|d| *d == 1));
 }

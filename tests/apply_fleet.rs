@@ -23,14 +23,21 @@ async fn fifty_nodes_over_two_sites_converge_and_a_second_apply_is_empty() {
             SiteSetup::generated("dc2", 52, 23, 2),
         ],
         profile_spec: String::new(),
+        site_spec: String::new(),
         max_parallel: 10,
     };
     let bed = Bed::start(setup).await;
     let port = free_port();
-    let out = bed.cli(&["apply", "--auto-approve"], port).output().unwrap();
+    let out = bed
+        .cli(&["apply", "--auto-approve"], port)
+        .output()
+        .unwrap();
     let text = stdout_of(&out);
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("Apply: 50 converged, 0 failed, 0 not run."), "{text}");
+    assert!(
+        text.contains("Apply: 50 converged, 0 failed, 0 not run."),
+        "{text}"
+    );
 
     let nodes = bed.store.list_nodes(&NodeFilter::default()).await.unwrap();
     assert_eq!(nodes.len(), 50);
@@ -44,10 +51,16 @@ async fn fifty_nodes_over_two_sites_converge_and_a_second_apply_is_empty() {
         assert!(deploys.values().all(|d| *d == 1), "{site}: {deploys:?}");
     }
 
-    let again = bed.cli(&["apply", "--auto-approve"], port).output().unwrap();
+    let again = bed
+        .cli(&["apply", "--auto-approve"], port)
+        .output()
+        .unwrap();
     let text = stdout_of(&again);
     assert!(again.status.success(), "{text}");
-    assert!(text.contains("Plan: 0 to apply, 50 unchanged, 0 blocked.\nNo changes."), "{text}");
+    assert!(
+        text.contains("Plan: 0 to apply, 50 unchanged, 0 blocked.\nNo changes."),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -60,11 +73,22 @@ async fn ten_percent_transient_maas_faults_still_converge_with_no_failed_node() 
     );
     let bed = Bed::start(Setup::one_site(site)).await;
     let port = free_port();
-    let out = bed.cli(&["apply", "--auto-approve"], port).output().unwrap();
+    let out = bed
+        .cli(&["apply", "--auto-approve"], port)
+        .output()
+        .unwrap();
     let text = stdout_of(&out);
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("Apply: 12 converged, 0 failed, 0 not run."), "{text}");
-    assert!(bed.jobs().await.iter().all(|j| j.state == JobState::Completed));
+    assert!(
+        text.contains("Apply: 12 converged, 0 failed, 0 not run."),
+        "{text}"
+    );
+    assert!(
+        bed.jobs()
+            .await
+            .iter()
+            .all(|j| j.state == JobState::Completed)
+    );
     assert!(bed.deploys("dc1").values().all(|d| *d == 1));
     // The faults did fire, and some stages were retried.
     let faulted = bed

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::apply::{
-    ApplyReport, Executor, ExecutorOptions, NodeOutcome, NodeTarget, Progress, SiteMaas,
-    StageEnv, StderrProgress, TemporaryEnrollmentServer, Work, WorkItem,
+    ApplyReport, Executor, ExecutorOptions, NodeOutcome, NodeTarget, Progress, SiteMaas, StageEnv,
+    StderrProgress, TemporaryEnrollmentServer, Work, WorkItem,
 };
 use crate::clock::SystemClock;
 use crate::lifecycle::{JobKind, JobState, NodeState};
@@ -128,8 +128,9 @@ fn sim_peers(entries: &[String]) -> Result<Option<Peers>, CliError> {
             None => (None, entry.trim()),
         };
         let url = url::Url::parse(url).map_err(|e| {
-            CliError::argument(format!("--sim-control `{entry}`: {e}"))
-                .hint("pass the simulator's base URL, e.g. http://127.0.0.1:5240, optionally as SITE=URL")
+            CliError::argument(format!("--sim-control `{entry}`: {e}")).hint(
+                "pass the simulator's base URL, e.g. http://127.0.0.1:5240, optionally as SITE=URL",
+            )
         })?;
         let peers = SitePeers {
             bmc: Arc::new(SimBmc::new(&url)),
@@ -154,17 +155,19 @@ pub(super) fn load_fleet(exec: &ExecArgs) -> Result<Fleet, CliError> {
     match crate::manifest::load_fleet(&source) {
         Ok(loaded) => Ok(loaded.fleet),
         Err(crate::manifest::LoadError::Source(err)) => Err(super::validate::source_error(err)),
-        Err(err @ crate::manifest::LoadError::Invalid { .. }) => Err(CliError::user(
-            err.to_string(),
-        )
-        .hint(format!(
-            "run `metalform validate --fleet {}` for every problem",
-            exec.fleet.display()
-        ))),
+        Err(err @ crate::manifest::LoadError::Invalid { .. }) => {
+            Err(CliError::user(err.to_string()).hint(format!(
+                "run `metalform validate --fleet {}` for every problem",
+                exec.fleet.display()
+            )))
+        }
     }
 }
 
-pub(super) async fn open_store(global: &GlobalArgs, fleet_dir: &std::path::Path) -> Result<Store, CliError> {
+pub(super) async fn open_store(
+    global: &GlobalArgs,
+    fleet_dir: &std::path::Path,
+) -> Result<Store, CliError> {
     let url = match &global.state {
         Some(url) => url.clone(),
         None => {
@@ -348,7 +351,10 @@ async fn temporary_plan_items(fleet: &Fleet, store: &Store) -> Result<Vec<Planne
             .find_node(node.id.site.as_str(), node.id.hostname.as_str())
             .await
             .map_err(store_error)?;
-        if record.as_ref().is_some_and(|r| r.status == NodeState::Active) {
+        if record
+            .as_ref()
+            .is_some_and(|r| r.status == NodeState::Active)
+        {
             planned.push(skip("active"));
             continue;
         }
@@ -460,7 +466,9 @@ pub(super) fn render_report(report: &ApplyReport) -> String {
             vec![
                 r.node.clone(),
                 result,
-                r.job_id.map(|j| j.to_string()).unwrap_or_else(|| "-".into()),
+                r.job_id
+                    .map(|j| j.to_string())
+                    .unwrap_or_else(|| "-".into()),
                 detail,
             ]
         })

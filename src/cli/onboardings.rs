@@ -170,7 +170,10 @@ async fn list_jobs(store: &Store, args: &ListArgs) -> Result<Exit, CliError> {
         .map_err(store_error)?;
     match args.format {
         ReportFormat::Json => {
-            println!("{}", serde_json::to_string_pretty(&json!({"onboardings": jobs})).expect("JSON"));
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&json!({"onboardings": jobs})).expect("JSON")
+            );
         }
         ReportFormat::Text => {
             let rows: Vec<Vec<String>> = jobs
@@ -190,7 +193,10 @@ async fn list_jobs(store: &Store, args: &ListArgs) -> Result<Exit, CliError> {
                 .collect();
             print!(
                 "{}",
-                table(&["SITE", "HOSTNAME", "STATE", "STAGE", "FAILURE", "JOB"], &rows)
+                table(
+                    &["SITE", "HOSTNAME", "STATE", "STAGE", "FAILURE", "JOB"],
+                    &rows
+                )
             );
             println!("\n{} onboarding(s)", jobs.len());
         }
@@ -208,8 +214,7 @@ async fn show_job(store: &Store, args: &ShowArgs) -> Result<Exit, CliError> {
         ReportFormat::Json => {
             println!(
                 "{}",
-                serde_json::to_string_pretty(&json!({"job": job, "events": events}))
-                    .expect("JSON")
+                serde_json::to_string_pretty(&json!({"job": job, "events": events})).expect("JSON")
             );
         }
         ReportFormat::Text => print!("{}", render_job(&job, &events)),
@@ -307,15 +312,21 @@ fn render_job(job: &Job, events: &[crate::store::StageEventRow]) -> String {
     out
 }
 
-async fn act(global: &GlobalArgs, args: ActionArgs, action: RecoveryAction) -> Result<Exit, CliError> {
+async fn act(
+    global: &GlobalArgs,
+    args: ActionArgs,
+    action: RecoveryAction,
+) -> Result<Exit, CliError> {
     let reason = args
         .reason
         .as_deref()
         .map(str::trim)
         .filter(|r| !r.is_empty())
         .ok_or_else(|| {
-            CliError::argument(format!("{action} needs --reason: every recovery action is audited"))
-                .hint("say why, e.g. --reason \"BOSS card replaced (ticket HW-2291)\"")
+            CliError::argument(format!(
+                "{action} needs --reason: every recovery action is audited"
+            ))
+            .hint("say why, e.g. --reason \"BOSS card replaced (ticket HW-2291)\"")
         })?
         .to_owned();
     let actor = operator(args.exec.actor.as_deref());
@@ -433,7 +444,9 @@ fn recovery_error(err: crate::store::StoreError) -> CliError {
     let conflict = err.is_conflict();
     let cli = store_error(err);
     if conflict {
-        cli.hint("`metalform onboardings show JOB` shows the job's state and the recommended action")
+        cli.hint(
+            "`metalform onboardings show JOB` shows the job's state and the recommended action",
+        )
     } else {
         cli
     }

@@ -66,6 +66,8 @@ pub struct Setup {
     pub sites: Vec<SiteSetup>,
     /// YAML lines added under the profile's `spec:` (indented by the caller's 2 spaces).
     pub profile_spec: String,
+    /// YAML lines added at the end of every site's `spec:` (2-space indented).
+    pub site_spec: String,
     pub max_parallel: u32,
 }
 
@@ -74,12 +76,18 @@ impl Setup {
         Setup {
             sites: vec![site],
             profile_spec: String::new(),
+            site_spec: String::new(),
             max_parallel: 10,
         }
     }
 
     pub fn profile(mut self, yaml: &str) -> Self {
         self.profile_spec = yaml.to_owned();
+        self
+    }
+
+    pub fn site(mut self, yaml: &str) -> Self {
+        self.site_spec = yaml.to_owned();
         self
     }
 }
@@ -144,8 +152,9 @@ spec:
   deploy:
     password: {{vault: kv/{name}/deploy, key: password}}
   defaultProfile: {name}-gpu
-",
+{extra}",
                 url = sim.maas_url.trim_end_matches('/'),
+                extra = setup.site_spec,
             ),
         )
         .unwrap();
@@ -387,6 +396,35 @@ pub fn free_port() -> u16 {
 }
 
 impl Bed {
+    /// Edit a file of the fleet (a manifest change an operator commits).
+    pub fn edit_fleet(&self, file: &str, from: &str, to: &str) {
+        let path = self.fleet_dir.join(file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains(from), "{file} has no `{from}`:\n{text}");
+        std::fs::write(&path, text.replacen(from, to, 1)).unwrap();
+    }
+
+    /// Add or replace one secret in the dev secret file.
+    pub fn put_secret(&self, path: &str, value: serde_json::Value) {
+        let text = std::fs::read_to_string(&self.secrets_path).unwrap();
+        let mut doc: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(&text).unwrap();
+        doc.insert(path.to_owned(), value);
+        std::fs::write(
+            &self.secrets_path,
+            serde_json::Value::Object(doc).to_string(),
+        )
+        .unwrap();
+    }
+
+    /// The audit rows of one job.
+    pub async fn audit_of(&self, job: uuid::Uuid) -> Vec<metalform::store::AuditRecord> {
+        self.store
+            .audit_log("onboarding", &job.to_string())
+            .await
+            .unwrap()
+    }
+
     /// `metalform SUBCOMMAND …` against this bed: its store, secrets, simulators (BMC and
     /// host stand-ins) and an enrollment endpoint on `agent_port`, with test pacing.
     pub fn cli(&self, args: &[&str], agent_port: u16) -> std::process::Command {
@@ -405,7 +443,14 @@ impl Bed {
             .arg(format!("file://{}", self.secrets_path.display()))
             .args(["--sim-control", &sims.join(",")])
             .args(["--agent-listen", &format!("127.0.0.1:{agent_port}")])
-            .args(["--poll-interval", "40ms", "--lease-ttl", "2s", "--retry-base", "50ms"])
+            .args([
+                "--poll-interval",
+                "40ms",
+                "--lease-ttl",
+                "2s",
+                "--retry-base",
+                "50ms",
+            ])
             .env_remove("METALFORM_STATE")
             .env_remove("METALFORM_SECRETS")
             .env("NO_COLOR", "1");

@@ -1,0 +1,505 @@
+//! The operator recovery commands of seed 000 §4.9 as processes: each does what the seed
+//! says, and each is audited with actor, role, reason, prior state and expected target.
+
+mod onboard_support;
+
+use std::time::Duration;
+
+use metalform::lifecycle::{FailureClass, JobKind, JobState, NodeState};
+use metalform::sim::AgentBehaviour;
+use metalform::sim::status::Status;
+use metalform::store::{AuditRecord, Job};
+use onboard_support::{Bed, Setup, SiteSetup, free_port};
+
+fn text(out: &std::process::Output) -> String {
+    format!(
+        "{}\n--- stderr ---\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+async fn one_job(bed: &Bed) -> Job {
+    let jobs = bed.jobs().await;
+    assert_eq!(jobs.len(), 1, "{jobs:#?}");
+    jobs.into_iter().next().unwrap()
+}
+
+fn audited<'a>(audit: &'a [AuditRecord], action: &str) -> &'a AuditRecord {
+    audit
+        .iter()
+        .find(|a| a.action == action)
+        .unwrap_or_else(|| panic!("no {action} in {audit:#?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_fixing_a_missing_power_secret_and_mark_manual_in_between() {
+    let bed = Bed::start(Setup::one_site(SiteSetup::generated("dc1", 31, 1, 0))).await;
+    bed.edit_fleet(
+        "sites/dc1.yaml",
+        "    defaultCredentials: {vault: kv/dc1/power/default}\n",
+        "    defaultCredentials: {vault: kv/dc1/power/default}\n    overrides:\n      - match: {hostname: gpu00001}\n        credentials: {vault: kv/dc1/power/special}\n",
+    );
+    let port = free_port();
+    let out = bed
+        .cli(&["apply", "--auto-approve"], port)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let job = one_job(&bed).await;
+    assert_eq!(job.state, JobState::FailedRetryable);
+    assert_eq!(job.stage, "resolve_power_credentials");
+    assert_eq!(job.failure_class, Some(FailureClass::InputConfigError));
+    assert_eq!(job.error_code.as_deref(), Some("secret_unusable"));
+
+    // Every action needs a reason.
+    let out = bed
+        .cli(&["onboardings", "retry", "gpu00001"], port)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "error: retry_stage needs --reason: every recovery action is audited\nhint: say why, e.g. --reason \"BOSS card replaced (ticket HW-2291)\"\n"
+    );
+
+    let out = bed
+        .cli(
+            &[
+                "onboardings",
+                "mark-manual",
+                "gpu00001",
+                "--reason",
+                "checking the override",
+                "--as",
+                "alice",
+            ],
+            port,
+        )
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        one_job(&bed).await.state,
+        JobState::FailedManualIntervention
+    );
+
+    bed.put_secret(
+        "kv/dc1/power/special",
+        serde_json::json!({"user": "admin", "pass": "old-firmware"}),
+    );
+    let out = bed
+        .cli(
+            &[
+                "onboardings",
+                "retry",
+                "gpu00001",
+                "--reason",
+                "override secret written",
+                "--as",
+                "alice",
+            ],
+            port,
+        )
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let job = one_job(&bed).await;
+    assert_eq!(job.state, JobState::Completed);
+
+    let audit = bed.audit_of(job.id).await;
+    let manual = audited(&audit, "onboarding.mark_manual_intervention_required");
+    assert_eq!(
+        (
+            manual.actor.as_str(),
+            manual.role.as_str(),
+            manual.reason.as_deref()
+        ),
+        ("alice", "admin", Some("checking the override"))
+    );
+    assert_eq!(
+        manual.prior_state.as_deref(),
+        Some("failed_retryable at resolve_power_credentials#1")
+    );
+    assert_eq!(
+        manual.expected_target.as_deref(),
+        Some("failed_manual_intervention")
+    );
+    let retry = audited(&audit, "onboarding.retry_stage");
+    assert_eq!(retry.reason.as_deref(), Some("override secret written"));
+    assert_eq!(
+        retry.prior_state.as_deref(),
+        Some("failed_manual_intervention at resolve_power_credentials#1")
+    );
+    assert_eq!(retry.expected_target.as_deref(), Some("running"));
+    assert_eq!(retry.correlation_ids["job_id"], job.id.to_string());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_after_fixing_the_maas_api_key() {
+    let bed = Bed::start(Setup::one_site(SiteSetup::generated("dc1", 32, 2, 0))).await;
+    let key = bed.sim("dc1").api_key().expose().to_owned();
+    bed.put_secret("kv/dc1/api-token", serde_json::json!({"tokn": key}));
+    let port = free_port();
+    let out = bed
+        .cli(&["apply", "--auto-approve"], port)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let jobs = bed.jobs().await;
+    assert_eq!(jobs.len(), 2);
+    for job in &jobs {
+        assert_eq!(job.state, JobState::FailedRetryable, "{job:#?}");
+        assert_eq!(job.stage, "load_site_config");
+        assert_eq!(job.error_code.as_deref(), Some("secret_unusable"));
+        assert!(
+            job.error_message
+                .as_deref()
+                .unwrap()
+                .contains("has no field `token`")
+        );
+        assert!(
+            !job.error_message.as_deref().unwrap().contains(&key),
+            "no secret in errors"
+        );
+    }
+    bed.put_secret("kv/dc1/api-token", serde_json::json!({"token": key}));
+    for host in ["gpu00001", "gpu00002"] {
+        let out = bed
+            .cli(
+                &["onboardings", "resume", host, "--reason", "API key fixed"],
+                port,
+            )
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("completed"));
+    }
+    for job in bed.jobs().await {
+        assert_eq!(job.state, JobState::Completed);
+        let audit = bed.audit_of(job.id).await;
+        let resume = audited(&audit, "onboarding.resume");
+        assert_eq!(resume.reason.as_deref(), Some("API key fixed"));
+        assert_eq!(
+            resume.prior_state.as_deref(),
+            Some("failed_retryable at load_site_config#1")
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rerun_adopts_what_exists_after_the_profile_is_fixed() {
+    let mut site = SiteSetup::generated("dc1", 33, 1, 0);
+    site.config.machines[0]
+        .disks
+        .retain(|d| !d.model.contains("BOSS"));
+    let bed = Bed::start(Setup::one_site(site)).await;
+    let port = free_port();
+    let out = bed
+        .cli(&["apply", "--auto-approve"], port)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let job = one_job(&bed).await;
+    assert_eq!(
+        (job.state, job.error_code.as_deref()),
+        (
+            JobState::FailedManualIntervention,
+            Some("boot_disk_not_found")
+        )
+    );
+
+    // The operator decides the first NVMe disk is the boot disk of this machine.
+    bed.edit_fleet(
+        "profiles/dc1.yaml",
+        "storage: {dataDisks: skip}",
+        "storage: {dataDisks: skip, bootDisk: {match: \"^nvme0n1$\"}}",
+    );
+    let out = bed
+        .cli(
+            &[
+                "onboardings",
+                "rerun",
+                &job.id.to_string(),
+                "--reason",
+                "boot disk is nvme0n1 here",
+            ],
+            port,
+        )
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let job = one_job(&bed).await;
+    assert_eq!(job.state, JobState::Completed);
+    // The rerun started from the top and adopted the bound machine and its Ready state.
+    let events = bed
+        .store
+        .job_events(JobKind::Onboarding, job.id, 500)
+        .await
+        .unwrap();
+    let after_rerun: Vec<_> = events
+        .iter()
+        .skip_while(|e| {
+            !(e.stage == "load_site_config"
+                && e.attempt == 1
+                && e.message.as_deref() == Some("after an operator's recovery action"))
+        })
+        .collect();
+    let status_of = |stage: &str| {
+        after_rerun
+            .iter()
+            .filter(|e| e.stage == stage && e.status != "started")
+            .map(|e| e.status.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(status_of("create_or_find_in_maas"), ["skipped"]);
+    assert_eq!(status_of("commission_node"), ["skipped"]);
+    assert_eq!(status_of("configure_storage"), ["succeeded"]);
+    let sid = job.maas_system_id.clone().unwrap();
+    let counters = bed.sim("dc1").counters()[&sid].clone();
+    assert_eq!((counters.commission, counters.deploy), (0, 1));
+    let audit = bed.audit_of(job.id).await;
+    assert_eq!(
+        audited(&audit, "onboarding.rerun").prior_state.as_deref(),
+        Some("failed_manual_intervention at configure_storage#1")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_clean_resets_progress_and_starts_again() {
+    let site = SiteSetup::generated("dc1", 34, 1, 0).faults("datasource_failure:machines=gpu00001");
+    let bed = Bed::start(
+        Setup::one_site(site)
+            .profile("  deploy: {retryOnDatasourceFailure: true, maxRetryAttempts: 0}\n"),
+    )
+    .await;
+    let port = free_port();
+    let out = bed
+        .cli(&["apply", "--auto-approve"], port)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let job = one_job(&bed).await;
+    assert_eq!(
+        job.error_code.as_deref(),
+        Some("datasource_failure_repeated")
+    );
+    assert_eq!(job.state, JobState::FailedManualIntervention);
+
+    let out = bed
+        .cli(
+            &[
+                "onboardings",
+                "restart-clean",
+                "gpu00001",
+                "--reason",
+                "installer mirror fixed",
+            ],
+            port,
+        )
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let job = one_job(&bed).await;
+    assert_eq!(job.state, JobState::Completed);
+    let events = bed
+        .store
+        .job_events(JobKind::Onboarding, job.id, 500)
+        .await
+        .unwrap();
+    assert!(
+        events.iter().any(|e| e.status == "compensated"
+            && e.message
+                .as_deref()
+                .is_some_and(|m| m.contains("enrollment token(s) expired"))),
+        "{events:#?}"
+    );
+    assert_eq!(
+        bed.deploys("dc1")["gpu00001"],
+        2,
+        "a failed deploy, then the clean one"
+    );
+    let audit = bed.audit_of(job.id).await;
+    let restart = audited(&audit, "onboarding.restart_clean");
+    assert_eq!(restart.expected_target.as_deref(), Some("compensating"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_releases_a_deploying_machine_but_leaves_a_deployed_host_alone() {
+    let mut site = SiteSetup::generated("dc1", 35, 2, 0).faults("hwsync_never:machines=gpu00002");
+    site.config.time_scale = 100.0;
+    // gpu00001 commissions first, so it is still deploying when gpu00002 has failed.
+    site.config.machines[0].initial = metalform::sim::InitialState::New;
+    let bed = Bed::start(Setup::one_site(site).profile("  timeouts: {hwSyncHealth: 1s}\n")).await;
+    let port = free_port();
+    let mut apply = bed
+        .cli(&["apply", "--auto-approve"], port)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Kill the apply while gpu00001 deploys, after gpu00002 failed its hardware sync.
+    let mut ready = false;
+    for _ in 0..2000 {
+        let jobs = bed.jobs().await;
+        let at = |host: &str| {
+            jobs.iter()
+                .find(|j| j.hostname == host)
+                .map(|j| (j.state, j.stage.clone()))
+        };
+        if at("gpu00001") == Some((JobState::Running, "wait_for_deployed".into()))
+            && at("gpu00002").is_some_and(|(s, _)| s == JobState::FailedManualIntervention)
+        {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    apply.kill().unwrap();
+    apply.wait().unwrap();
+    assert!(ready, "{:#?}", bed.jobs().await);
+
+    for host in ["gpu00001", "gpu00002"] {
+        let out = bed
+            .cli(
+                &[
+                    "onboardings",
+                    "cancel",
+                    host,
+                    "--reason",
+                    "rack is being recabled",
+                ],
+                port,
+            )
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{host}: {}", text(&out));
+    }
+    let sim = bed.sim("dc1");
+    let counters = sim.counters();
+    for job in bed.jobs().await {
+        assert_eq!(job.state, JobState::Cancelled, "{job:#?}");
+        let machine = sim
+            .with_world(|w| w.find_machine(&job.hostname).cloned())
+            .unwrap();
+        let released = counters[&machine.system_id].release;
+        let events = bed
+            .store
+            .job_events(JobKind::Onboarding, job.id, 500)
+            .await
+            .unwrap();
+        let compensated = events.iter().find(|e| e.status == "compensated").unwrap();
+        let expiry = bed
+            .store
+            .enrollment_token_expiry(job.node_id.unwrap())
+            .await
+            .unwrap();
+        assert!(
+            expiry.is_none_or(|t| t <= chrono::Utc::now()),
+            "tokens no longer valid"
+        );
+        let audit = bed.audit_of(job.id).await;
+        assert_eq!(
+            audited(&audit, "onboarding.cancel").reason.as_deref(),
+            Some("rack is being recabled")
+        );
+        match job.hostname.as_str() {
+            // Deploying: released back to Ready (000 §4.6 DeployViaMaas/WaitForDeployed).
+            "gpu00001" => {
+                assert_eq!(released, 1);
+                assert!(
+                    compensated
+                        .message
+                        .as_deref()
+                        .unwrap()
+                        .contains("released back to Ready")
+                );
+                assert!(matches!(machine.status, Status::Releasing | Status::Ready));
+            }
+            // Post-deploy: the OS runs; MAAS is left alone.
+            _ => {
+                assert_eq!(released, 0);
+                assert_eq!(machine.status, Status::Deployed);
+            }
+        }
+        let node = bed.store.node(job.node_id.unwrap()).await.unwrap();
+        assert_eq!(node.status, NodeState::Enrolling, "never made active");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adopt_accepts_a_late_enrollment() {
+    let mut site = SiteSetup::generated("dc1", 36, 1, 0);
+    site.config.machines[0].agent = AgentBehaviour::Late { delay_secs: 3000.0 };
+    let bed = Bed::start(Setup::one_site(site).profile("  timeouts: {enrollment: 400ms}\n")).await;
+    let port = free_port();
+    let out = bed
+        .cli(&["apply", "--auto-approve"], port)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let job = one_job(&bed).await;
+    assert_eq!(job.error_code.as_deref(), Some("failed_enrollment"));
+    assert_eq!(job.state, JobState::FailedManualIntervention);
+    let node = job.node_id.unwrap();
+
+    // The agent enrolls after the job gave up, with the token its host carries, while an
+    // enrollment endpoint serves the same URL (later, the daemon).
+    let server = metalform::apply::TemporaryEnrollmentServer::start(
+        bed.store.clone(),
+        format!("127.0.0.1:{port}").parse().unwrap(),
+        None,
+    )
+    .await
+    .unwrap();
+    let mut enrolled = false;
+    for _ in 0..1500 {
+        if bed
+            .store
+            .node(node)
+            .await
+            .unwrap()
+            .last_agent_contact_at
+            .is_some()
+        {
+            enrolled = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    server.shutdown().await;
+    assert!(
+        enrolled,
+        "the late agent enrolled: {:#?}",
+        bed.sim("dc1").agent_log()
+    );
+    assert_eq!(
+        bed.store.node(node).await.unwrap().status,
+        NodeState::Enrolling
+    );
+
+    let out = bed
+        .cli(
+            &[
+                "onboardings",
+                "adopt",
+                "gpu00001",
+                "--reason",
+                "agent came up late",
+            ],
+            port,
+        )
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let job = one_job(&bed).await;
+    assert_eq!(job.state, JobState::Reconciled);
+    assert_eq!(
+        bed.store.node(node).await.unwrap().status,
+        NodeState::Active
+    );
+    let audit = bed.audit_of(job.id).await;
+    let adopt = audited(&audit, "onboarding.adopt_observed_state");
+    assert_eq!(adopt.expected_target.as_deref(), Some("running"));
+    assert_eq!(bed.deploys("dc1")["gpu00001"], 1);
+}
