@@ -347,13 +347,12 @@ async fn show_secrets_reads_the_deploy_password_from_openbao() {
         "secret/maas-sites/dc1/deploy-{}",
         uuid::Uuid::new_v4().simple()
     );
-    for file in ["sites/dc1.yaml"] {
-        let target = fleet.join(file);
-        let text = std::fs::read_to_string(&target)
-            .unwrap()
-            .replace("secret/maas-sites/dc1/deploy", &path);
-        std::fs::write(&target, text).unwrap();
-    }
+    // A fresh path per run: the dev server outlives one test run.
+    let site = fleet.join("sites/dc1.yaml");
+    let text = std::fs::read_to_string(&site)
+        .unwrap()
+        .replace("secret/maas-sites/dc1/deploy", &path);
+    std::fs::write(&site, text).unwrap();
     let vault = metalform::secrets::VaultStore::new(&addr, Secret::new(token.clone())).unwrap();
     metalform::secrets::SecretStore::write(
         &vault,
