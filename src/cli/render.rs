@@ -149,16 +149,19 @@ async fn cloud_init(global: &GlobalArgs, args: CloudInitArgs) -> Result<Exit, Cl
             );
         }
     }
-    let placeholders: Vec<&str> = [
-        (input.system_id == SYSTEM_ID_PLACEHOLDER).then_some("the system id (--system-id)"),
-        (input.agent.enroll_url == ENROLL_URL_PLACEHOLDER)
-            .then_some("the enrollment URL (--agent-url)"),
-        args.show_secrets
-            .then_some("the enrollment token (issued once, at deploy)"),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
+    let placeholders: Vec<&str> = rendered
+        .placeholders
+        .iter()
+        .filter_map(|field| match *field {
+            "system_id" => Some("the system id (--system-id)"),
+            "agent.enroll_url" => Some("the enrollment URL (--agent-url)"),
+            // Redacted anyway unless the secrets are shown.
+            "agent.enroll_token" if args.show_secrets => {
+                Some("the enrollment token (issued once, at deploy)")
+            }
+            _ => None,
+        })
+        .collect();
     if !placeholders.is_empty() {
         eprintln!("note: placeholders stand for {}", placeholders.join(", "));
     }

@@ -222,6 +222,10 @@ pub struct Rendered {
     pub digest: String,
     /// The layers in order, included or not, with their versions.
     pub layers: Vec<LayerSummary>,
+    /// The fields holding a `<placeholder>` instead of a value (`system_id`,
+    /// `agent.enroll_url`, `agent.enroll_token`): a preview, never fit to deploy. The executor
+    /// refuses to deploy a payload where this is not empty.
+    pub placeholders: Vec<&'static str>,
 }
 
 /// One layer of a rendered payload, for journals, diagnostics and `render cloud-init`.
@@ -257,10 +261,20 @@ pub fn render(input: &CloudInitInput) -> Result<Rendered, CloudInitError> {
     input.check()?;
     let (redacted, layers) = compose(input, Reveal::Redacted);
     let (user_data, _) = compose(input, Reveal::Secrets);
+    let placeholders = [
+        ("system_id", input.system_id.as_str()),
+        ("agent.enroll_url", input.agent.enroll_url.as_str()),
+        ("agent.enroll_token", input.agent.enroll_token.expose()),
+    ]
+    .into_iter()
+    .filter(|(_, value)| is_placeholder(value))
+    .map(|(field, _)| field)
+    .collect();
     Ok(Rendered {
         user_data: Secret::new(user_data),
         digest: digest(&redacted),
         layers,
+        placeholders,
     })
 }
 
@@ -418,6 +432,17 @@ pub(crate) mod tests {
         assert!(!redacted.contains("$6$"));
         assert!(redacted.contains("METALFORM_ENROLL_TOKEN=\"<redacted>\""));
         assert_eq!(a.digest, digest(&redacted));
+    }
+
+    #[test]
+    fn placeholders_are_listed_so_a_preview_is_never_deployed() {
+        assert!(render(&input()).unwrap().placeholders.is_empty());
+        let mut preview = input();
+        preview.system_id = "<system-id>".into();
+        preview.hw_sync.system_id = "<system-id>".into();
+        preview.agent.enroll_token = Secret::new("<enrollment-token>");
+        let rendered = render(&preview).unwrap();
+        assert_eq!(rendered.placeholders, ["system_id", "agent.enroll_token"]);
     }
 
     #[test]
