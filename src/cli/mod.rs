@@ -10,6 +10,7 @@ pub mod output;
 mod completions;
 mod diff;
 mod import_csv;
+mod render;
 pub mod sim;
 pub mod status;
 mod validate;
@@ -61,6 +62,8 @@ pub enum Command {
     Diff(diff::Args),
     /// Convert a header-driven CSV of nodes into a NodeGroup manifest on stdout.
     ImportCsv(import_csv::Args),
+    /// Print what metalform would send: `render cloud-init NODE` (docs/cloud-init.md).
+    Render(render::Args),
 }
 
 /// Parse, run, and turn the outcome into an exit code. Errors go to stderr as
@@ -109,6 +112,7 @@ async fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Validate(args) => validate::run(args),
         Command::Diff(args) => diff::run(args),
         Command::ImportCsv(args) => import_csv::run(args),
+        Command::Render(args) => render::run(&global, args).await,
     }
 }
 
