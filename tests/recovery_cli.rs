@@ -445,7 +445,7 @@ async fn adopt_accepts_a_late_enrollment() {
 
     // The agent enrolls after the job gave up, with the token its host carries, while an
     // enrollment endpoint serves the same URL (later, the daemon).
-    let server = metalform::apply::TemporaryEnrollmentServer::start(
+    let server = metalform::agent::EnrollmentServer::start(
         bed.store.clone(),
         format!("127.0.0.1:{port}").parse().unwrap(),
         None,
@@ -454,14 +454,8 @@ async fn adopt_accepts_a_late_enrollment() {
     .unwrap();
     let mut enrolled = false;
     for _ in 0..1500 {
-        if bed
-            .store
-            .node(node)
-            .await
-            .unwrap()
-            .last_agent_contact_at
-            .is_some()
-        {
+        if let Some(enrollment) = bed.store.agent_enrollment(node).await.unwrap() {
+            assert!(enrollment.is_late(), "{enrollment:#?}");
             enrolled = true;
             break;
         }

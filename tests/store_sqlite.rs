@@ -25,7 +25,10 @@ async fn default_url_lives_under_the_fleet() {
     );
     let store = Store::open(&url, Arc::new(SystemClock)).await.unwrap();
     assert!(fleet.path().join(".metalform/state.db").exists());
-    assert_eq!(store.schema_versions().await.unwrap(), vec![1]);
+    assert_eq!(
+        store.schema_versions().await.unwrap(),
+        (1..=metalform::store::SCHEMA_VERSION).collect::<Vec<_>>()
+    );
 }
 
 #[tokio::test]
@@ -117,6 +120,9 @@ async fn a_store_from_a_newer_metalform_is_refused() {
     let err = Store::open(&url, Arc::new(SystemClock)).await.unwrap_err();
     assert_eq!(
         err.to_string(),
-        "the state store has schema version 99, newer than this metalform (1)"
+        format!(
+            "the state store has schema version 99, newer than this metalform ({})",
+            metalform::store::SCHEMA_VERSION
+        )
     );
 }

@@ -1,2 +1,102 @@
-//! Node-agent protocol, server side (seed 000 §4.3 WaitForAgentEnrollment, §5.6, seed 001 §8):
-//! enrollment tokens and the typed task queue with leases.
+//! Node-agent protocol, server side (seed 000 §4.3 WaitForAgentEnrollment, §4.6, §5.6; seed 001
+//! §3.3, §8; docs/contracts.md §5): the enrollment endpoint deployed hosts call with the
+//! single-use token their cloud-init payload carries.
+//!
+//! [`router`] is the HTTP surface (`POST /agent/v1/enroll`), mounted by `apply` through
+//! [`EnrollmentServer`] while it runs and by the daemon (issue 6) next to its other routes.
+//! The store does the work in one transaction (`Store::enroll_agent`); this module checks the
+//! request's shape and size and answers with the typed JSON errors of the contract. Enrollment
+//! is recorded, never turned into `active` here: the onboarding stage does that after its
+//! health checks. docs/agent-protocol.md is the protocol reference.
+
+mod enroll;
+mod server;
+
+use url::Url;
+
+pub use enroll::{EnrollRequestBody, EnrollResponse, ErrorBody, MAX_BODY_BYTES};
+pub use server::{AgentError, EnrollmentServer};
+
+use crate::store::Store;
+
+/// The enrollment path below the public base URL.
+pub const ENROLL_PATH: &str = "agent/v1/enroll";
+/// The task API path below the public base URL (served by the daemon, issue 6).
+pub const TASKS_PATH: &str = "agent/v1/tasks";
+/// How often an enrolled agent is told to poll (each poll is a heartbeat).
+pub const HEARTBEAT_INTERVAL_SECONDS: u64 = 30;
+
+/// What the endpoint needs: the store and the base URL agents reach metalform at.
+#[derive(Debug, Clone)]
+pub struct AgentState {
+    store: Store,
+    base: Url,
+}
+
+impl AgentState {
+    /// `public_base` is the URL deployed hosts use to reach this server (e.g.
+    /// `http://10.176.46.5:8740/`); enrollment and task URLs are made from it.
+    pub fn new(store: Store, public_base: Url) -> Self {
+        Self {
+            store,
+            base: with_trailing_slash(public_base),
+        }
+    }
+
+    pub fn enroll_url(&self) -> String {
+        join(&self.base, ENROLL_PATH)
+    }
+
+    pub fn tasks_url(&self) -> String {
+        join(&self.base, TASKS_PATH)
+    }
+}
+
+/// The enrollment URL for a public base URL (what cloud-init carries).
+pub fn enroll_url(public_base: &Url) -> String {
+    join(&with_trailing_slash(public_base.clone()), ENROLL_PATH)
+}
+
+/// The routes of the agent API.
+pub fn router(state: AgentState) -> axum::Router {
+    enroll::routes().with_state(state)
+}
+
+/// A base whose path ends in `/`, so joining keeps any prefix (`http://h/metalform/`).
+fn with_trailing_slash(mut url: Url) -> Url {
+    if !url.path().ends_with('/') {
+        let path = format!("{}/", url.path());
+        url.set_path(&path);
+    }
+    url.set_query(None);
+    url.set_fragment(None);
+    url
+}
+
+fn join(base: &Url, path: &str) -> String {
+    base.join(path)
+        .map(String::from)
+        .unwrap_or_else(|_| format!("{base}{path}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_keep_the_base_path() {
+        let url = |s: &str| enroll_url(&Url::parse(s).unwrap());
+        assert_eq!(
+            url("http://10.0.0.5:8740"),
+            "http://10.0.0.5:8740/agent/v1/enroll"
+        );
+        assert_eq!(
+            url("http://10.0.0.5:8740/"),
+            "http://10.0.0.5:8740/agent/v1/enroll"
+        );
+        assert_eq!(
+            url("https://ctl.example/metalform?x=1"),
+            "https://ctl.example/metalform/agent/v1/enroll"
+        );
+    }
+}

@@ -14,7 +14,6 @@ mod lease;
 mod maas;
 pub mod progress;
 mod runner;
-mod temporary_enrollment;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -29,7 +28,6 @@ pub use maas::SiteMaas;
 pub use progress::{
     MemoryProgress, NoProgress, Progress, ProgressEvent, ProgressStatus, StderrProgress,
 };
-pub use temporary_enrollment::TemporaryEnrollmentServer;
 
 use crate::lifecycle::{FailureClass, JobState};
 pub use crate::stages::onboard::{NodeTarget, StageEnv};

@@ -12,9 +12,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::agent::EnrollmentServer;
 use crate::apply::{
     ApplyReport, Executor, ExecutorOptions, NodeOutcome, NodeTarget, Progress, SiteMaas, StageEnv,
-    StderrProgress, TemporaryEnrollmentServer, Work, WorkItem,
+    StderrProgress, Work, WorkItem,
 };
 use crate::clock::SystemClock;
 use crate::lifecycle::{JobKind, JobState, NodeState};
@@ -112,7 +113,7 @@ pub(super) struct Runtime {
     pub store: Store,
     pub executor: Executor,
     pub maas: Arc<SiteMaas>,
-    enrollment: TemporaryEnrollmentServer,
+    enrollment: EnrollmentServer,
 }
 
 /// `[SITE=]URL` entries into per-site simulator peers.
@@ -218,7 +219,7 @@ impl Runtime {
             ),
         };
         let public_url = match (&exec.agent_url, exec.sim_control.is_empty()) {
-            (Some(url), _) => Some(url.to_string()),
+            (Some(url), _) => Some(url.clone()),
             (None, false) => None,
             (None, true) => {
                 return Err(CliError::user(
@@ -228,16 +229,9 @@ impl Runtime {
             }
         };
         let store = open_store(global, &exec.fleet).await?;
-        let enrollment =
-            TemporaryEnrollmentServer::start(store.clone(), exec.agent_listen, public_url)
-                .await
-                .map_err(|e| {
-                    CliError::user(format!(
-                        "cannot serve the enrollment endpoint on {}: {e}",
-                        exec.agent_listen
-                    ))
-                    .hint("choose a free address with --agent-listen ADDR")
-                })?;
+        let enrollment = EnrollmentServer::start(store.clone(), exec.agent_listen, public_url)
+            .await
+            .map_err(|e| CliError::user(e.to_string()).hint(e.hint()))?;
         let maas = Arc::new(SiteMaas::new(secrets.clone(), MaasClientOptions::default()));
         let env = StageEnv {
             store: store.clone(),

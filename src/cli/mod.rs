@@ -12,6 +12,7 @@ mod completions;
 mod diff;
 mod import_csv;
 mod onboardings;
+mod render;
 pub mod sim;
 pub mod status;
 mod validate;
@@ -67,6 +68,8 @@ pub enum Command {
     Apply(apply::Args),
     /// Onboarding jobs: list, show, and the operator recovery actions.
     Onboardings(onboardings::Args),
+    /// Print what metalform would send: `render cloud-init NODE` (docs/cloud-init.md).
+    Render(render::Args),
 }
 
 /// Parse, run, and turn the outcome into an exit code. Errors go to stderr as
@@ -117,6 +120,7 @@ async fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::ImportCsv(args) => import_csv::run(args),
         Command::Apply(args) => apply::run(&global, args).await,
         Command::Onboardings(args) => onboardings::run(&global, args).await,
+        Command::Render(args) => render::run(&global, args).await,
     }
 }
 

@@ -13,14 +13,21 @@ struct Migration {
 }
 
 /// Every migration, oldest first. Never edit a released one: add the next.
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "init",
-    sql: include_str!("migrations/0001_init.sql"),
-}];
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "init",
+        sql: include_str!("migrations/0001_init.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "agents",
+        sql: include_str!("migrations/0002_agents.sql"),
+    },
+];
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Arbitrary constant naming metalform's migration lock among other advisory locks.
 const PG_MIGRATION_LOCK: i64 = 0x6d65_7461_6c66_6f72; // "metalfor"

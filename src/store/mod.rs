@@ -8,6 +8,7 @@
 //! refused with a typed [`StoreError`] and leaves the store as it was. Time comes from the
 //! injected [`Clock`], never from the database.
 
+mod agents;
 pub(crate) mod db;
 mod jobs;
 mod leases;
@@ -26,6 +27,10 @@ use chrono::{DateTime, Utc};
 use crate::clock::Clock;
 use crate::lifecycle::{IronicError, JobStateError, RecoveryError, TransitionError, UnknownName};
 
+pub use agents::{
+    AgentEnrollment, AgentIdentity, ENROLLABLE_STATES, ENROLLMENT_REPLAY_WINDOW, EnrollError,
+    Enrolled, EnrollmentRequest,
+};
 pub use db::Backend;
 pub use jobs::{
     EventStatus, Job, JobFailure, JobFilter, JobSpec, JobUpdate, NewDecommission, NewOnboarding,

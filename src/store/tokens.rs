@@ -32,6 +32,13 @@ pub struct TokenClaim {
     pub onboarding_id: Option<String>,
 }
 
+/// A new 256-bit random token, URL-safe base64 (enrollment and agent tokens).
+pub(crate) fn random_token() -> Secret {
+    let mut raw = [0u8; 32];
+    rand::rng().fill_bytes(&mut raw);
+    Secret::new(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw))
+}
+
 /// SHA-256 hex of a token: the only form the store keeps.
 pub fn token_hash(token: &Secret) -> String {
     hex::encode(Sha256::digest(token.expose().as_bytes()))
@@ -46,9 +53,7 @@ impl Store {
         onboarding_id: Option<&str>,
         ttl: Duration,
     ) -> Result<(Secret, DateTime<Utc>), StoreError> {
-        let mut raw = [0u8; 32];
-        rand::rng().fill_bytes(&mut raw);
-        let token = Secret::new(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw));
+        let token = random_token();
         let now = self.now();
         let expires_at = now + ttl;
         let mut tx = self.pool.write().await?;

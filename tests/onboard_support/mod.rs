@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use metalform::agent::EnrollmentServer;
 use metalform::apply::{
-    Executor, ExecutorOptions, MemoryProgress, NodeTarget, SiteMaas, StageEnv,
-    TemporaryEnrollmentServer, Work, WorkItem,
+    Executor, ExecutorOptions, MemoryProgress, NodeTarget, SiteMaas, StageEnv, Work, WorkItem,
 };
 use metalform::clock::SystemClock;
 use metalform::lifecycle::JobKind;
@@ -109,7 +109,7 @@ pub struct Bed {
     pub state_url: String,
     pub store: Store,
     pub secrets: Arc<dyn SecretStore>,
-    pub enroll: TemporaryEnrollmentServer,
+    pub enroll: EnrollmentServer,
     pub fleet: Fleet,
     pub metrics: MaasMetrics,
     pub progress: Arc<MemoryProgress>,
@@ -237,10 +237,9 @@ impl Bed {
         let fleet = metalform::manifest::load_fleet(&FleetSource::new(&fleet_dir, None))
             .unwrap_or_else(|e| panic!("test fleet is valid: {e:?}"))
             .fleet;
-        let enroll =
-            TemporaryEnrollmentServer::start(store.clone(), "127.0.0.1:0".parse().unwrap(), None)
-                .await
-                .unwrap();
+        let enroll = EnrollmentServer::start(store.clone(), "127.0.0.1:0".parse().unwrap(), None)
+            .await
+            .unwrap();
         Bed {
             dir,
             sims,

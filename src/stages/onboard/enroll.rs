@@ -25,10 +25,6 @@ pub(super) async fn ensure_agent_enrolled(
         )
     })?;
     let store = &ctx.env.store;
-    let node = store
-        .node(node_id)
-        .await
-        .map_err(|e| StageFailure::store(&e))?;
     let machine = ctx.machine().await?;
     if machine.status != MachineStatus::Deployed {
         return Err(StageFailure::ambiguity(
@@ -40,7 +36,21 @@ pub(super) async fn ensure_agent_enrolled(
             ),
         ));
     }
-    if let Some(enrolled_at) = node.last_agent_contact_at {
+    let enrollment = store
+        .agent_enrollment(node_id)
+        .await
+        .map_err(|e| StageFailure::store(&e))?;
+    // This machine's agent, since this round's deploy (an earlier round's enrollment does not
+    // count for a redeployed host).
+    let enrollment = enrollment.filter(|e| {
+        e.system_id == machine.system_id
+            && ctx
+                .facts
+                .deploy
+                .as_ref()
+                .is_none_or(|d| e.enrolled_at >= d.intent_at)
+    });
+    if let Some(enrolled_at) = enrollment.as_ref().map(|e| e.enrolled_at) {
         // Health checks before the node is schedulable.
         if ctx.target.profile.hardware_sync.required && !machine.hardware_sync().is_healthy(ctx.now)
         {

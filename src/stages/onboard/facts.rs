@@ -21,6 +21,8 @@ pub struct Facts {
     pub discovery: Option<DiscoveryFacts>,
     /// The boot disk chosen by `configure_storage` (`boss_disk_id`).
     pub boss_disk_id: Option<i64>,
+    /// Its `id_path`, which the data-disk layer leaves alone.
+    pub boss_disk_path: Option<String>,
     pub roce_applied: Option<u32>,
     /// The node record (`gpuaas_node_id`).
     pub node_id: Option<Uuid>,

@@ -14,16 +14,15 @@ use serde_json::json;
 
 use super::deploy::deploy_address;
 use super::{HwSyncFacts, StageCtx};
+use crate::cloudinit::{HwSyncLayer, MAAS_CREDS_PATH, hw_sync_credentials};
 use crate::lifecycle::{FailureClass, OnboardingStage, PolicyTimeout};
 use crate::provider::host::HostTarget;
 use crate::provider::maas::{Machine, MachineStatus};
-use crate::secrets::Secret;
 use crate::stages::{StageFailure, StageOutcome};
 
-/// Where MAAS's hardware-sync service reads its credentials on the host (000 §9.1).
-pub const MAAS_CREDS_PATH: &str = "/etc/maas/maas-machine-creds.yml";
-/// The units the push restarts (000 §9.1 step 5).
-pub const SYNC_UNITS: &[&str] = &["maas-agent.service", "maas_hardware_sync.timer"];
+/// The units the push restarts (000 §9.1 step 5): the hardware-sync timer and service the
+/// first-boot payload's layer c installs (`crate::cloudinit`).
+pub const SYNC_UNITS: &[&str] = &["metalform-hw-sync.timer", "metalform-hw-sync.service"];
 
 /// The machine, which must still be Deployed (released or deleted out of band is ambiguity).
 async fn deployed_machine(ctx: &mut StageCtx<'_>) -> Result<Machine, StageFailure> {
@@ -65,21 +64,19 @@ async fn push_credentials(
         address: address.clone(),
         user: ctx.target.site.deploy.user.clone(),
     };
-    let maas_url = ctx
-        .target
-        .site
-        .maas
-        .url
-        .as_str()
-        .trim_end_matches('/')
-        .to_owned();
-    let creds = Secret::new(format!(
-        "maas_url: {maas_url}\nsystem_id: {}\nconsumer_key: {}\ntoken_key: {}\ntoken_secret: {}\n",
-        machine.system_id,
-        token.consumer_key,
-        token.token_key,
-        token.token_secret.expose()
-    ));
+    let layer = HwSyncLayer {
+        maas_url: ctx
+            .target
+            .site
+            .maas
+            .url
+            .as_str()
+            .trim_end_matches('/')
+            .to_owned(),
+        system_id: machine.system_id.clone(),
+        interval: ctx.target.profile.hardware_sync.interval,
+    };
+    let creds = hw_sync_credentials(&layer, &token);
     ctx.peers()
         .host
         .write_file(&host, MAAS_CREDS_PATH, &creds, 0o600)

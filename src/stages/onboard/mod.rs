@@ -36,7 +36,6 @@ pub use facts::{
     CloudInitFacts, DeployFacts, DeployFailureFacts, DiscoveryFacts, EnrollmentFacts, Facts,
     HwSyncFacts, StageClock,
 };
-pub use render::temporary_render_payload;
 pub use target::NodeTarget;
 
 use super::{StageFailure, StageOutcome};

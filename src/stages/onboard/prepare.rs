@@ -83,6 +83,7 @@ pub(super) async fn ensure_storage_configured(
     });
     let boot_set = machine.boot_disk.as_ref().is_some_and(|b| b.id == disk.id);
     ctx.facts.boss_disk_id = Some(disk.id);
+    ctx.facts.boss_disk_path = disk.id_path.clone();
     let details = json!({"boss_disk_id": disk.id, "name": disk.name, "model": disk.model});
     if boot_set && root_in_place {
         return Ok(StageOutcome::Done(crate::stages::StageDone {

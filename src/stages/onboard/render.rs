@@ -8,13 +8,13 @@
 //! payloads that were never delivered are expired first).
 
 use serde_json::json;
-use sha2::{Digest, Sha256};
 
 use super::commission::adopt_advanced;
 use super::{CloudInitFacts, StageCtx};
-use crate::lifecycle::{NodeState, Provider};
+use crate::cloudinit::{self, CloudInitInput, NodeRuntime};
+use crate::lifecycle::{FailureClass, NodeState, Provider};
 use crate::provider::maas::MachineStatus;
-use crate::secrets::{Secret, SecretRef};
+use crate::secrets::SecretRef;
 use crate::stages::{StageFailure, StageOutcome};
 use crate::store::{NewNode, StoreError};
 
@@ -58,16 +58,46 @@ pub(super) async fn ensure_node_and_payload(
         ))
         .await
         .map_err(|e| StageFailure::secret(&e))?;
-    let user_data = temporary_render_payload(&PayloadInput {
-        hostname: ctx.target.hostname(),
-        system_id: &machine.system_id,
-        enroll_url: &ctx.env.enroll_url,
-        enroll_token: &token,
-        deploy_user: &deploy.user,
-        deploy_password: &password,
-    });
-    let digest = hex::encode(Sha256::digest(user_data.expose().as_bytes()));
-    ctx.memory.user_data = Some(user_data);
+    let input = CloudInitInput::for_node(
+        &ctx.target.site,
+        &ctx.target.profile,
+        &ctx.target.node,
+        NodeRuntime {
+            system_id: machine.system_id.clone(),
+            enroll_url: ctx.env.enroll_url.clone(),
+            enroll_token: token,
+            deploy_password: password,
+            boot_disk_hint: ctx.facts.boss_disk_path.clone(),
+            agent_package_url: None,
+            ca_bundle: None,
+        },
+    );
+    let rendered = cloudinit::render(&input).map_err(|e| {
+        StageFailure::new(
+            FailureClass::InputConfigError,
+            "cloud_init_invalid",
+            e.to_string(),
+        )
+    })?;
+    if !rendered.placeholders.is_empty() {
+        // A preview carries placeholders; deploying it would strand the host.
+        return Err(StageFailure::new(
+            FailureClass::InputConfigError,
+            "cloud_init_placeholder",
+            format!(
+                "the payload still has placeholders in {}",
+                rendered.placeholders.join(", ")
+            ),
+        ));
+    }
+    let digest = rendered.digest.clone();
+    let layers: Vec<String> = rendered
+        .layers
+        .iter()
+        .filter(|l| l.included)
+        .map(|l| format!("{}:{}", l.name, l.version))
+        .collect();
+    ctx.memory.user_data = Some(rendered.user_data);
     ctx.facts.cloud_init = Some(CloudInitFacts {
         digest: digest.clone(),
         rendered_at: ctx.now,
@@ -75,11 +105,15 @@ pub(super) async fn ensure_node_and_payload(
     });
     Ok(StageOutcome::done(
         format!(
-            "node {node} enrolling; payload {} rendered, token valid until {}",
-            &digest[..12],
+            "node {node} enrolling; payload {} rendered ({} layers), token valid until {}",
+            digest
+                .trim_start_matches("sha256:")
+                .get(..12)
+                .unwrap_or(&digest),
+            layers.len(),
             expires_at.format("%Y-%m-%d %H:%M:%SZ")
         ),
-        json!({"node_id": node, "digest": digest, "token_expires_at": expires_at}),
+        json!({"node_id": node, "digest": digest, "layers": layers, "token_expires_at": expires_at}),
     ))
 }
 
@@ -134,38 +168,4 @@ async fn ensure_node_record(ctx: &mut StageCtx<'_>) -> Result<uuid::Uuid, StageF
     };
     ctx.facts.node_id = Some(node.id);
     Ok(node.id)
-}
-
-/// What the temporary payload needs.
-pub struct PayloadInput<'a> {
-    pub hostname: &'a str,
-    pub system_id: &'a str,
-    pub enroll_url: &'a str,
-    pub enroll_token: &'a Secret,
-    pub deploy_user: &'a str,
-    pub deploy_password: &'a Secret,
-}
-
-/// TEMPORARY until the cloud-init renderer (src/cloudinit, issue 5 part C) is merged: the
-/// smallest `#cloud-config` that carries the agent enrollment file of docs/contracts.md §4
-/// and the deploy user. Deleted at the merge.
-pub fn temporary_render_payload(input: &PayloadInput<'_>) -> Secret {
-    let env = format!(
-        "METALFORM_ENROLL_URL={}\nMETALFORM_ENROLL_TOKEN={}\nMETALFORM_NODE={}\nMETALFORM_SYSTEM_ID={}\n",
-        input.enroll_url,
-        input.enroll_token.expose(),
-        input.hostname,
-        input.system_id
-    );
-    let indent = |text: &str| {
-        text.lines()
-            .map(|l| format!("      {l}\n"))
-            .collect::<String>()
-    };
-    Secret::new(format!(
-        "#cloud-config\nusers:\n  - name: {user}\n    lock_passwd: false\n    plain_text_passwd: {password}\n    sudo: ALL=(ALL) NOPASSWD:ALL\n    shell: /bin/bash\nwrite_files:\n  - path: /etc/metalform/agent.env\n    permissions: '0600'\n    content: |\n{env}",
-        user = input.deploy_user,
-        password = serde_json::to_string(input.deploy_password.expose()).unwrap_or_default(),
-        env = indent(&env),
-    ))
 }

@@ -1,0 +1,67 @@
+//! The deploy user's password as a SHA-512 crypt hash (`$6$salt$hash`, what `chpasswd -e` and
+//! cloud-init's `passwd` take), never in plain text (seed 000 §9 "deploy user/pass").
+//!
+//! The salt is derived from the node's identity rather than drawn at random, so one node's
+//! payload is identical byte for byte across renders while two nodes sharing a site password
+//! still get different hashes.
+
+use sha2::{Digest, Sha256};
+
+use super::CloudInitInput;
+use crate::secrets::Secret;
+
+/// crypt(3)'s base64 alphabet.
+const CRYPT_ALPHABET: &[u8] = b"./0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+/// SHA-crypt uses at most 16 salt characters.
+const SALT_LEN: usize = 16;
+
+/// A 16-character salt from the node's hostname, system id and user name.
+pub fn salt_for(input: &CloudInitInput) -> String {
+    let digest = Sha256::new()
+        .chain_update(b"metalform deploy-user salt v1\0")
+        .chain_update(input.hostname.as_bytes())
+        .chain_update(b"\0")
+        .chain_update(input.system_id.as_bytes())
+        .chain_update(b"\0")
+        .chain_update(input.deploy_user.name.as_bytes())
+        .finalize();
+    digest[..SALT_LEN]
+        .iter()
+        .map(|b| CRYPT_ALPHABET[usize::from(b & 0x3f)] as char)
+        .collect()
+}
+
+/// `$6$<salt>$<hash>` with the default 5,000 rounds. The hash is itself sensitive (it can be
+/// attacked offline), so it travels as a [`Secret`].
+pub fn sha512_crypt(password: &Secret, salt: &str) -> Secret {
+    let params = sha_crypt::Sha512Params::default();
+    let hash = sha_crypt::sha512_crypt_b64(password.expose().as_bytes(), salt.as_bytes(), &params)
+        .expect("SHA-512 crypt with default rounds cannot fail");
+    Secret::new(format!("$6${salt}${hash}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matches_the_reference_vectors_of_the_sha_crypt_specification() {
+        // Ulrich Drepper's "Unix crypt using SHA-256 and SHA-512", test vectors 1 and 2
+        // (default rounds).
+        assert_eq!(
+            sha512_crypt(&Secret::new("Hello world!"), "saltstring").expose(),
+            "$6$saltstring$svn8UoSVapNtMuq1ukKS4tPQd8iKwSMHWjl/O817G3uBnIFNjnQJuesI68u4OTLiBFdcbYEdFCoEOfaS35inz1"
+        );
+    }
+
+    #[test]
+    fn salts_use_the_crypt_alphabet_and_differ_per_node() {
+        let mut a = crate::cloudinit::tests::input();
+        let salt_a = salt_for(&a);
+        assert_eq!(salt_a.len(), SALT_LEN);
+        assert!(salt_a.bytes().all(|b| CRYPT_ALPHABET.contains(&b)));
+        assert_eq!(salt_for(&a), salt_a, "deterministic");
+        a.hostname = "c07u44".into();
+        assert_ne!(salt_for(&a), salt_a);
+    }
+}

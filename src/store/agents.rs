@@ -1,0 +1,474 @@
+//! Node-agent enrollment (docs/contracts.md §5; seed 000 §4.3 WaitForAgentEnrollment, §4.6;
+//! seed 001 §3.3): the single-use enrollment token is consumed, the enrollment is recorded on
+//! the node (for the onboarding stage and the planner to read), the agent's contact time is
+//! set, and an agent token is issued and stored as SHA-256 only — all in one transaction, so a
+//! refused enrollment changes nothing.
+//!
+//! Enrollment does not make the node `active`: the onboarding's `wait_for_agent_enrollment`
+//! does, after its health checks (001 §3.3). An enrollment that arrives after the onboarding
+//! gave up (a late agent with a still-valid token) is accepted and recorded with the job's
+//! state at that moment, so a later plan can adopt the node.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Duration, Utc};
+use serde::Serialize;
+use serde_json::json;
+use uuid::Uuid;
+
+use super::db::{Row, Tx, params};
+use super::nodes::{lock_node, read_node};
+use super::records::{Actor, AuditEntry, Role, read_maas_state, write_audit};
+use super::tokens::{random_token, token_hash};
+use super::{
+    Store, StoreError, TokenError, bump_serial, format_time, parse_json, parse_name, parse_time,
+    parse_uuid,
+};
+use crate::lifecycle::{JobState, NodeState};
+use crate::secrets::Secret;
+
+/// How long after a successful enrollment the same agent may present the same token again and
+/// get a new agent token, when the first answer was lost on the way (the agent then retries
+/// with what it has). Only while the first agent token was never used.
+pub const ENROLLMENT_REPLAY_WINDOW: Duration = Duration::minutes(10);
+
+/// The node states an agent may enroll in: a node being onboarded (or bootstrapped by hand),
+/// or one taken out of scheduling for a reimage.
+pub const ENROLLABLE_STATES: &[NodeState] = &[
+    NodeState::BootstrapIssued,
+    NodeState::Enrolling,
+    NodeState::Quarantined,
+];
+
+/// What an agent sends (docs/contracts.md §5), already size-checked by the endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnrollmentRequest {
+    pub token: Secret,
+    pub hostname: String,
+    pub system_id: String,
+    pub agent_version: String,
+    /// The peer address the request came from, if known.
+    pub remote_addr: Option<String>,
+    /// First-boot layer outcomes the bootstrap reports (`site-bundle: ok|failed`, …).
+    pub layers: BTreeMap<String, String>,
+}
+
+/// A recorded enrollment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AgentEnrollment {
+    pub id: i64,
+    pub node_id: Uuid,
+    /// The onboarding the token was issued for.
+    pub onboarding_id: Option<String>,
+    /// That onboarding's state when the agent enrolled.
+    pub onboarding_state: Option<JobState>,
+    pub hostname: String,
+    pub system_id: String,
+    pub agent_version: String,
+    pub remote_addr: Option<String>,
+    pub layers: BTreeMap<String, String>,
+    pub enrolled_at: DateTime<Utc>,
+}
+
+impl AgentEnrollment {
+    /// The agent came after its onboarding stopped waiting (failed, cancelled or finished): a
+    /// plan can adopt the node instead of redeploying it.
+    pub fn is_late(&self) -> bool {
+        self.onboarding_state
+            .is_some_and(|s| !matches!(s, JobState::Pending | JobState::Running))
+    }
+}
+
+/// An accepted enrollment and the agent token to hand back (once).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Enrolled {
+    pub enrollment: AgentEnrollment,
+    pub agent_token: Secret,
+    /// The same agent presented the same token again within [`ENROLLMENT_REPLAY_WINDOW`]
+    /// (its first answer was lost): a new agent token replaced the unused first one.
+    pub replayed: bool,
+}
+
+/// Who an agent token belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AgentIdentity {
+    pub node_id: Uuid,
+    pub enrollment_id: i64,
+}
+
+/// Why an enrollment was refused; nothing was changed.
+#[derive(Debug, thiserror::Error)]
+pub enum EnrollError {
+    /// Unknown, expired or already used (HTTP 401).
+    #[error(transparent)]
+    InvalidToken(TokenError),
+    /// The node is in a state that does not take enrollments (HTTP 409).
+    #[error("node {hostname} is {status}: it is not waiting for an agent enrollment")]
+    NotWaiting { hostname: String, status: NodeState },
+    /// The token was issued for another machine (HTTP 409).
+    #[error("the token was issued for {field} `{expected}`, but `{found}` presented it")]
+    WrongMachine {
+        field: &'static str,
+        expected: String,
+        found: String,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+fn enrollment_from_row(row: &Row) -> Result<AgentEnrollment, StoreError> {
+    let layers: BTreeMap<String, String> =
+        serde_json::from_value(parse_json(&row.text("layers")?)?)
+            .map_err(|e| StoreError::Corrupt(format!("agent_enrollments.layers: {e}")))?;
+    Ok(AgentEnrollment {
+        id: row.int("id")?,
+        node_id: parse_uuid(&row.text("node_id")?)?,
+        onboarding_id: row.opt_text("onboarding_id")?,
+        onboarding_state: row
+            .opt_text("onboarding_state")?
+            .map(|s| parse_name(&s))
+            .transpose()?,
+        hostname: row.text("hostname")?,
+        system_id: row.text("system_id")?,
+        agent_version: row.text("agent_version")?,
+        remote_addr: row.opt_text("remote_addr")?,
+        layers,
+        enrolled_at: parse_time(&row.text("enrolled_at")?)?,
+    })
+}
+
+async fn read_enrollment(tx: &mut Tx, id: i64) -> Result<AgentEnrollment, StoreError> {
+    let row = tx
+        .fetch_one(
+            "SELECT * FROM agent_enrollments WHERE id = $1",
+            &params![id],
+        )
+        .await?;
+    enrollment_from_row(&row)
+}
+
+/// The token row, if any: (node, onboarding, expires_at, used_at).
+struct TokenRow {
+    node_id: Uuid,
+    onboarding_id: Option<String>,
+    expires_at: String,
+    used_at: Option<String>,
+}
+
+async fn read_token(tx: &mut Tx, hash: &str) -> Result<Option<TokenRow>, StoreError> {
+    tx.fetch_optional(
+        "SELECT node_id, onboarding_id, expires_at, used_at FROM enrollment_tokens
+         WHERE token_hash = $1",
+        &params![hash],
+    )
+    .await?
+    .map(|row| {
+        Ok(TokenRow {
+            node_id: parse_uuid(&row.text("node_id")?)?,
+            onboarding_id: row.opt_text("onboarding_id")?,
+            expires_at: row.text("expires_at")?,
+            used_at: row.opt_text("used_at")?,
+        })
+    })
+    .transpose()
+}
+
+/// The enrollment a replay of `hash` would repeat: the token's enrollment by the same machine
+/// within the window, whose agent token was never used.
+async fn replayable(
+    tx: &mut Tx,
+    hash: &str,
+    request: &EnrollmentRequest,
+    now: DateTime<Utc>,
+) -> Result<Option<AgentEnrollment>, StoreError> {
+    let Some(row) = tx
+        .fetch_optional(
+            "SELECT * FROM agent_enrollments WHERE token_hash = $1 ORDER BY id DESC LIMIT 1",
+            &params![hash],
+        )
+        .await?
+    else {
+        return Ok(None);
+    };
+    let enrollment = enrollment_from_row(&row)?;
+    let same_machine = enrollment.hostname.eq_ignore_ascii_case(&request.hostname)
+        && enrollment.system_id == request.system_id;
+    if !same_machine || now - enrollment.enrolled_at > ENROLLMENT_REPLAY_WINDOW {
+        return Ok(None);
+    }
+    let used = tx
+        .fetch_optional(
+            "SELECT token_hash FROM agent_credentials
+             WHERE enrollment_id = $1 AND last_used_at IS NOT NULL",
+            &params![enrollment.id],
+        )
+        .await?;
+    Ok(used.is_none().then_some(enrollment))
+}
+
+impl Store {
+    /// Enroll an agent (docs/contracts.md §5). See the module doc.
+    pub async fn enroll_agent(&self, request: &EnrollmentRequest) -> Result<Enrolled, EnrollError> {
+        let hash = token_hash(&request.token);
+        let now = self.now();
+        let at = format_time(now);
+        let mut tx = self.pool.write().await?;
+        let Some(token) = read_token(&mut tx, &hash).await? else {
+            return Err(EnrollError::InvalidToken(TokenError::Unknown));
+        };
+        // Serialise with every other write to this node, then read the token again under it.
+        lock_node(&mut tx, token.node_id).await?;
+        let token = read_token(&mut tx, &hash)
+            .await?
+            .ok_or(EnrollError::InvalidToken(TokenError::Unknown))?;
+        let replay = match &token.used_at {
+            None if token.expires_at <= at => {
+                return Err(EnrollError::InvalidToken(TokenError::Expired {
+                    expired_at: token.expires_at,
+                }));
+            }
+            None => None,
+            Some(_) => Some(
+                replayable(&mut tx, &hash, request, now)
+                    .await?
+                    .ok_or(EnrollError::InvalidToken(TokenError::AlreadyUsed))?,
+            ),
+        };
+        let node = read_node(&mut tx, token.node_id).await?;
+        if !ENROLLABLE_STATES.contains(&node.status) {
+            return Err(EnrollError::NotWaiting {
+                hostname: node.hostname,
+                status: node.status,
+            });
+        }
+        if !node.hostname.eq_ignore_ascii_case(&request.hostname) {
+            return Err(EnrollError::WrongMachine {
+                field: "hostname",
+                expected: node.hostname,
+                found: request.hostname.clone(),
+            });
+        }
+        let onboarding = match &token.onboarding_id {
+            Some(id) => tx
+                .fetch_optional(
+                    "SELECT status, maas_system_id FROM onboardings WHERE id = $1",
+                    &params![id.clone()],
+                )
+                .await?
+                .map(|row| -> Result<_, StoreError> {
+                    Ok((
+                        parse_name::<JobState>(&row.text("status")?)?,
+                        row.opt_text("maas_system_id")?,
+                    ))
+                })
+                .transpose()?,
+            None => None,
+        };
+        let known_system_id = match read_maas_state(&mut tx, node.id).await? {
+            Some(maas) => Some(maas.maas_system_id),
+            None => onboarding.as_ref().and_then(|(_, sid)| sid.clone()),
+        };
+        if let Some(expected) = known_system_id
+            && expected != request.system_id
+        {
+            return Err(EnrollError::WrongMachine {
+                field: "MAAS system id",
+                expected,
+                found: request.system_id.clone(),
+            });
+        }
+
+        let enrollment_id = match &replay {
+            Some(previous) => previous.id,
+            None => {
+                let consumed = tx
+                    .execute(
+                        "UPDATE enrollment_tokens SET used_at = $1
+                         WHERE token_hash = $2 AND used_at IS NULL AND expires_at > $1",
+                        &params![at.clone(), hash.clone()],
+                    )
+                    .await?;
+                if consumed != 1 {
+                    return Err(EnrollError::InvalidToken(TokenError::AlreadyUsed));
+                }
+                let layers = serde_json::to_string(&request.layers)
+                    .map_err(|e| StoreError::Invalid(format!("enrollment layers: {e}")))?;
+                tx.fetch_one(
+                    "INSERT INTO agent_enrollments (node_id, token_hash, onboarding_id,
+                        onboarding_state, hostname, system_id, agent_version, remote_addr, layers,
+                        enrolled_at)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id",
+                    &params![
+                        node.id.to_string(),
+                        hash.clone(),
+                        token.onboarding_id.clone(),
+                        onboarding.as_ref().map(|(s, _)| s.as_str()),
+                        request.hostname.clone(),
+                        request.system_id.clone(),
+                        request.agent_version.clone(),
+                        request.remote_addr.clone(),
+                        layers,
+                        at.clone(),
+                    ],
+                )
+                .await?
+                .int("id")?
+            }
+        };
+        // One live agent identity per node: a new enrollment (or a replay) supersedes the rest.
+        tx.execute(
+            "UPDATE agent_credentials SET revoked_at = $1 WHERE node_id = $2 AND revoked_at IS NULL",
+            &params![at.clone(), node.id.to_string()],
+        )
+        .await?;
+        let agent_token = random_token();
+        tx.execute(
+            "INSERT INTO agent_credentials (token_hash, node_id, enrollment_id, created_at)
+             VALUES ($1, $2, $3, $4)",
+            &params![
+                token_hash(&agent_token),
+                node.id.to_string(),
+                enrollment_id,
+                at.clone()
+            ],
+        )
+        .await?;
+        tx.execute(
+            "UPDATE nodes SET last_agent_contact_at = $1 WHERE id = $2",
+            &params![at.clone(), node.id.to_string()],
+        )
+        .await?;
+        let enrollment = read_enrollment(&mut tx, enrollment_id).await?;
+        write_audit(
+            &mut tx,
+            now,
+            &AuditEntry {
+                actor: Actor {
+                    name: format!("agent:{}", request.hostname),
+                    role: Role::Agent,
+                },
+                reason: None,
+                action: if replay.is_some() {
+                    "node.agent_enrollment_replayed".into()
+                } else {
+                    "node.agent_enrolled".into()
+                },
+                subject_kind: "node".into(),
+                subject_id: node.id.to_string(),
+                prior_state: Some(node.status.as_str().into()),
+                expected_target: Some(node.status.as_str().into()),
+                correlation_ids: json!({
+                    "onboarding_id": enrollment.onboarding_id,
+                    "enrollment_id": enrollment.id,
+                }),
+                details: json!({
+                    "system_id": enrollment.system_id,
+                    "agent_version": enrollment.agent_version,
+                    "remote_addr": enrollment.remote_addr,
+                    "onboarding_state": enrollment.onboarding_state.map(|s| s.as_str()),
+                    "late": enrollment.is_late(),
+                    "layers": enrollment.layers,
+                }),
+            },
+        )
+        .await?;
+        bump_serial(&mut tx).await?;
+        tx.commit().await?;
+        Ok(Enrolled {
+            enrollment,
+            agent_token,
+            replayed: replay.is_some(),
+        })
+    }
+
+    /// The node's latest enrollment, if its agent ever enrolled (what
+    /// `wait_for_agent_enrollment` polls).
+    pub async fn agent_enrollment(
+        &self,
+        node: Uuid,
+    ) -> Result<Option<AgentEnrollment>, StoreError> {
+        let mut tx = self.pool.read().await?;
+        tx.fetch_optional(
+            "SELECT * FROM agent_enrollments WHERE node_id = $1 ORDER BY id DESC LIMIT 1",
+            &params![node.to_string()],
+        )
+        .await?
+        .as_ref()
+        .map(enrollment_from_row)
+        .transpose()
+    }
+
+    /// The latest enrollment of every node (of one site), ordered by node id: one query, for
+    /// snapshots.
+    pub async fn agent_enrollments(
+        &self,
+        site: Option<&str>,
+    ) -> Result<Vec<AgentEnrollment>, StoreError> {
+        let mut tx = self.pool.read().await?;
+        let rows = match site {
+            Some(site) => {
+                tx.fetch_all(
+                    "SELECT e.* FROM agent_enrollments e JOIN nodes n ON n.id = e.node_id
+                     WHERE n.site = $1 ORDER BY e.node_id, e.id DESC",
+                    &params![site],
+                )
+                .await?
+            }
+            None => {
+                tx.fetch_all(
+                    "SELECT * FROM agent_enrollments ORDER BY node_id, id DESC",
+                    &[],
+                )
+                .await?
+            }
+        };
+        let mut latest: Vec<AgentEnrollment> = Vec::new();
+        for row in &rows {
+            let enrollment = enrollment_from_row(row)?;
+            if latest
+                .last()
+                .is_none_or(|l| l.node_id != enrollment.node_id)
+            {
+                latest.push(enrollment);
+            }
+        }
+        Ok(latest)
+    }
+
+    /// Check an agent's bearer token (the task API, issue 6): its node and enrollment when it
+    /// is current, `None` when unknown or revoked. Records the use as agent contact.
+    pub async fn authenticate_agent(
+        &self,
+        token: &Secret,
+    ) -> Result<Option<AgentIdentity>, StoreError> {
+        let hash = token_hash(token);
+        let at = format_time(self.now());
+        let mut tx = self.pool.write().await?;
+        let Some(row) = tx
+            .fetch_optional(
+                "SELECT node_id, enrollment_id FROM agent_credentials
+                 WHERE token_hash = $1 AND revoked_at IS NULL",
+                &params![hash.clone()],
+            )
+            .await?
+        else {
+            return Ok(None);
+        };
+        let identity = AgentIdentity {
+            node_id: parse_uuid(&row.text("node_id")?)?,
+            enrollment_id: row.int("enrollment_id")?,
+        };
+        tx.execute(
+            "UPDATE agent_credentials SET last_used_at = $1 WHERE token_hash = $2",
+            &params![at.clone(), hash],
+        )
+        .await?;
+        tx.execute(
+            "UPDATE nodes SET last_agent_contact_at = $1 WHERE id = $2",
+            &params![at, identity.node_id.to_string()],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(Some(identity))
+    }
+}
