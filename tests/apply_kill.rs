@@ -126,11 +126,7 @@ async fn trial(number: u64, at: KillAt) -> BTreeSet<&'static str> {
         deploys.values().all(|d| *d == 1),
         "trial {number} (killed {at:?}): deploys {deploys:?}"
     );
-    eprintln!(
-        "trial {number:2}: killed {} in {:?}, converged after {runs} applies",
-        format!("{at:?}"),
-        open_stages
-    );
+    eprintln!("trial {number:2}: killed {at:?} in {open_stages:?}, converged after {runs} applies");
     phases(&open_stages)
 }
 

@@ -531,7 +531,7 @@ impl NodeRun<'_> {
                         class: failure.class,
                         code: failure.code.clone(),
                         message: failure.message.clone(),
-                        details: failure.details.clone(),
+                        details: (*failure.details).clone(),
                     });
                     update.event = Some(StageEvent {
                         stage: stage.as_str().into(),

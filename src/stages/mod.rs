@@ -68,7 +68,8 @@ pub struct StageFailure {
     /// Stable code for the job row (`boot_disk_not_found`, `failed_enrollment`, …).
     pub code: String,
     pub message: String,
-    pub details: Value,
+    /// Boxed: failures travel in `Result`s, which should stay small.
+    pub details: Box<Value>,
     pub retry: Retry,
     /// The job state when no retry is left; `None`: the class's default (`FailureClass::handling`).
     pub state: Option<JobState>,
@@ -80,7 +81,7 @@ impl StageFailure {
             class,
             code: code.into(),
             message: message.into(),
-            details: json!({}),
+            details: Box::new(json!({})),
             retry: if class.handling().retry == crate::lifecycle::RetryPolicy::Bounded {
                 Retry::Budget
             } else {
@@ -91,7 +92,7 @@ impl StageFailure {
     }
 
     pub fn details(mut self, details: Value) -> Self {
-        self.details = details;
+        self.details = Box::new(details);
         self
     }
 
@@ -116,7 +117,7 @@ impl StageFailure {
                 timeout.as_str().replace('_', " "),
                 crate::model::duration::format(after)
             ),
-            details: json!({"timeout": timeout.as_str(), "after_secs": after.as_secs()}),
+            details: Box::new(json!({"timeout": timeout.as_str(), "after_secs": after.as_secs()})),
             retry: Retry::Never,
             state: Some(outcome.state),
         }
