@@ -401,20 +401,36 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
     result
 }
 
-async fn apply(runtime: &Runtime, args: &Args) -> Result<Exit, CliError> {
+/// What applying now would do, as shown to the operator.
+pub(super) struct PlanView {
+    pub items: Vec<WorkItem>,
+    /// One line per item that is not unchanged, then a summary line.
+    pub text: String,
+}
+
+/// Plan against the store now.
+pub(super) async fn plan_now(runtime: &Runtime) -> Result<PlanView, CliError> {
     let planned = temporary_plan_items(&runtime.fleet, &runtime.store).await?;
     let changes = planned.iter().filter(|p| p.item.is_some()).count();
-    let mut out = String::new();
+    let mut text = String::new();
     for p in planned.iter().filter(|p| p.symbol != '=') {
-        out.push_str(&format!("{} {}  {}\n", p.symbol, p.node, p.reason));
+        text.push_str(&format!("{} {}  {}\n", p.symbol, p.node, p.reason));
     }
-    out.push_str(&format!(
+    text.push_str(&format!(
         "\nPlan: {changes} to apply, {} unchanged, {} blocked.\n",
         planned.iter().filter(|p| p.symbol == '=').count(),
         planned.iter().filter(|p| p.symbol == '!').count(),
     ));
-    print!("{out}");
-    if changes == 0 {
+    Ok(PlanView {
+        items: planned.into_iter().filter_map(|p| p.item).collect(),
+        text,
+    })
+}
+
+async fn apply(runtime: &Runtime, args: &Args) -> Result<Exit, CliError> {
+    let plan = plan_now(runtime).await?;
+    print!("{}", plan.text);
+    if plan.items.is_empty() {
         println!("No changes.");
         return Ok(Exit::Success);
     }
@@ -430,8 +446,7 @@ async fn apply(runtime: &Runtime, args: &Args) -> Result<Exit, CliError> {
             return Ok(Exit::Success);
         }
     }
-    let items: Vec<WorkItem> = planned.into_iter().filter_map(|p| p.item).collect();
-    let report = runtime.executor.run(items).await;
+    let report = runtime.executor.run(plan.items).await;
     print!("{}", render_report(&report));
     eprintln!(
         "{} MAAS request(s) made by this apply",
