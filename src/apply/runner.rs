@@ -208,6 +208,19 @@ impl NodeRun<'_> {
                         )));
                     }
                     None => {
+                        // Another executor (a second apply, a daemon replica) may have finished
+                        // the node while this one waited for the lease: nothing to onboard then.
+                        if let Some(node) = self
+                            .store()
+                            .find_node(self.target.site_name(), self.target.hostname())
+                            .await?
+                            .filter(|n| n.status != NodeState::Enrolling)
+                        {
+                            return Err(left(format!(
+                                "node {} is {}: nothing to onboard",
+                                node.id, node.status
+                            )));
+                        }
                         let job = self
                             .store()
                             .create_onboarding(&self.new_onboarding())

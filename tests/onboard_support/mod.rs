@@ -3,16 +3,18 @@
 //! store, the enrollment endpoint, and an executor with short poll intervals.
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use metalform::agent::EnrollmentServer;
 use metalform::apply::{
-    Executor, ExecutorOptions, MemoryProgress, NodeTarget, SiteMaas, StageEnv, Work, WorkItem,
+    Executor, ExecutorOptions, MemoryProgress, NodeOutcome, NodeTarget, SiteMaas, StageEnv, Work,
+    WorkItem,
 };
 use metalform::clock::SystemClock;
-use metalform::lifecycle::JobKind;
+use metalform::lifecycle::{JobKind, JobState};
 use metalform::model::Fleet;
 use metalform::provider::bmc::SimBmc;
 use metalform::provider::host::SimHost;
@@ -217,6 +219,11 @@ pub fn write_secrets(path: &Path, sims: &[(String, SimHandle)]) {
 
 impl Bed {
     pub async fn start(setup: Setup) -> Bed {
+        Bed::start_with_state(setup, None).await
+    }
+
+    /// A bed whose store is `state_url` (e.g. PostgreSQL) instead of a SQLite file.
+    pub async fn start_with_state(setup: Setup, state_url: Option<String>) -> Bed {
         let dir = tempfile::tempdir().unwrap();
         let mut sims = Vec::new();
         for site in &setup.sites {
@@ -229,7 +236,8 @@ impl Bed {
         write_fleet(&fleet_dir, &setup, &sims);
         let secrets_path = dir.path().join("secrets.json");
         write_secrets(&secrets_path, &sims);
-        let state_url = format!("sqlite://{}", dir.path().join("state.db").display());
+        let state_url = state_url
+            .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("state.db").display()));
         let store = Store::open(&state_url, Arc::new(SystemClock))
             .await
             .unwrap();
@@ -455,4 +463,47 @@ impl Bed {
             .env("NO_COLOR", "1");
         command
     }
+}
+
+/// Two executors (two applies, or two daemon replicas) given the same nodes at once.
+pub async fn race_two_executors(bed: &Bed) {
+    let executor = |holder: &str, seed: u64| {
+        Executor::new(
+            bed.env(),
+            ExecutorOptions {
+                holder: holder.into(),
+                seed,
+                lease_ttl: Duration::from_secs(2),
+                ..Bed::options()
+            },
+            bed.progress.clone(),
+        )
+    };
+    let a = executor("apply@a:1:aaaa", 1);
+    let b = executor("apply@b:2:bbbb", 2);
+    let (ra, rb) = tokio::join!(a.run(bed.onboard_all()), b.run(bed.onboard_all()));
+    let mut converged: BTreeMap<String, usize> = BTreeMap::new();
+    for result in ra.results.iter().chain(rb.results.iter()) {
+        match &result.outcome {
+            NodeOutcome::Converged { .. } => {
+                *converged.entry(result.node.clone()).or_default() += 1
+            }
+            NodeOutcome::Left { .. } => {}
+            other => panic!("{}: {other:?}", result.node),
+        }
+    }
+    let nodes = bed.fleet.nodes.len();
+    assert_eq!(
+        converged.len(),
+        nodes,
+        "every node converged: {converged:?}"
+    );
+    assert!(
+        converged.values().all(|n| *n == 1),
+        "each node by exactly one executor: {converged:?}"
+    );
+    let jobs = bed.jobs().await;
+    assert_eq!(jobs.len(), nodes, "one job per node");
+    assert!(jobs.iter().all(|j| j.state == JobState::Completed));
+    assert!(bed.deploys("dc1").values().all(|d| *d == 1));
 }
