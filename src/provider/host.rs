@@ -78,6 +78,8 @@ pub struct SshHost {
     /// Extra `-o` options, e.g. `StrictHostKeyChecking=accept-new`.
     pub options: Vec<String>,
     pub timeout: Duration,
+    /// Prefix privileged commands with `sudo` (the site's deploy user is not root).
+    pub sudo: bool,
 }
 
 impl Default for SshHost {
@@ -88,6 +90,7 @@ impl Default for SshHost {
             port: None,
             options: vec!["StrictHostKeyChecking=accept-new".into()],
             timeout: Duration::from_secs(60),
+            sudo: true,
         }
     }
 }
@@ -99,6 +102,14 @@ fn shell_quote(text: &str) -> String {
 }
 
 impl SshHost {
+    fn privileged(&self, command: &str) -> String {
+        if self.sudo {
+            format!("sudo {command}")
+        } else {
+            command.to_owned()
+        }
+    }
+
     /// The argument vector for one remote command.
     pub fn args(&self, host: &HostTarget, remote: &str) -> Vec<String> {
         let mut args = vec![
@@ -196,10 +207,12 @@ impl HostAccess for SshHost {
         mode: u32,
     ) -> BoxFuture<'a, Result<(), HostError>> {
         Box::pin(async move {
-            let remote = format!(
-                "sudo install -D -m {mode:04o} -o root -g root /dev/stdin {}",
+            // Root-owned through sudo; a root login owns what it writes anyway.
+            let owner = if self.sudo { " -o root -g root" } else { "" };
+            let remote = self.privileged(&format!(
+                "install -D -m {mode:04o}{owner} /dev/stdin {}",
                 shell_quote(path)
-            );
+            ));
             self.run(host, &remote, &format!("write {path}"), Some(content))
                 .await
         })
