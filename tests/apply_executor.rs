@@ -3,7 +3,9 @@
 
 mod onboard_support;
 
-use metalform::apply::{NodeOutcome, ProgressStatus, onboarding_lease_name};
+use metalform::apply::{NodeOutcome, ProgressStatus, Work, WorkItem, onboarding_lease_name};
+use metalform::lifecycle::{JobKind, JobState, RecoveryAction};
+use metalform::store::Actor;
 use onboard_support::{Bed, Setup, SiteSetup};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -68,4 +70,62 @@ async fn a_node_whose_lease_another_executor_holds_is_left_alone() {
 async fn two_executors_racing_over_the_same_nodes_onboard_each_once() {
     let bed = Bed::start(Setup::one_site(SiteSetup::generated("dc1", 43, 5, 1))).await;
     onboard_support::race_two_executors(&bed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_interrupted_cancel_is_finished_by_resume() {
+    let mut site = SiteSetup::generated("dc1", 44, 1, 0);
+    site.config.time_scale = 100.0;
+    let bed = Bed::start(Setup::one_site(site)).await;
+    let executor = bed.executor();
+    let items = bed.onboard_all();
+    let run = tokio::spawn(async move { executor.run(items).await });
+    let mut deploying = None;
+    for _ in 0..2000 {
+        if let Some(job) = bed
+            .jobs()
+            .await
+            .into_iter()
+            .find(|j| j.stage == "wait_for_deployed")
+        {
+            deploying = Some(job);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    // The executor dies; an operator's cancel is recorded but its compensation never ran.
+    run.abort();
+    let job = deploying.expect("the job reached wait_for_deployed");
+    let cancelled = bed
+        .store
+        .recover_job(
+            JobKind::Onboarding,
+            job.id,
+            RecoveryAction::Cancel,
+            &Actor::admin("alice"),
+            Some("wrong rack"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(cancelled.state, JobState::Compensating);
+
+    let report = bed
+        .executor()
+        .run(vec![WorkItem {
+            target: bed.target("dc1", "gpu00001"),
+            work: Work::Resume { job_id: job.id },
+        }])
+        .await;
+    assert!(
+        matches!(report.results[0].outcome, NodeOutcome::Left { .. }),
+        "{report:#?}"
+    );
+    let job = bed.store.job(JobKind::Onboarding, job.id).await.unwrap();
+    assert_eq!(job.state, JobState::Cancelled);
+    let sid = job.maas_system_id.unwrap();
+    assert_eq!(
+        bed.sim("dc1").counters()[&sid].release,
+        1,
+        "released back to Ready"
+    );
 }

@@ -96,7 +96,7 @@ async fn compensate(
     result
 }
 
-async fn compensate_under_lease(
+pub(super) async fn compensate_under_lease(
     shared: &Shared,
     target: &NodeTarget,
     job_id: Uuid,
@@ -207,6 +207,23 @@ async fn compensate_under_lease(
     Ok(NodeOutcome::Left {
         reason: format!("onboarding {job_id} {}: {message}", done.state),
     })
+}
+
+/// The compensation a `compensating` job owes: the last cancel or restart-clean in its audit
+/// trail.
+pub(super) async fn requested(
+    store: &crate::store::Store,
+    job_id: Uuid,
+) -> Result<Option<Compensation>, StoreError> {
+    let audit = store.audit_log("onboarding", &job_id.to_string()).await?;
+    Ok(audit
+        .iter()
+        .rev()
+        .find_map(|entry| match entry.action.as_str() {
+            "onboarding.cancel" => Some(Compensation::Cancel),
+            "onboarding.restart_clean" => Some(Compensation::RestartClean),
+            _ => None,
+        }))
 }
 
 /// Release a machine this job deployed back to Ready. `Ok(None)`: nothing to release.

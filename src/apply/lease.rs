@@ -89,6 +89,14 @@ impl NodeLease {
     }
 }
 
+impl Drop for NodeLease {
+    /// A lease dropped without `release` (a panic, an aborted task) stops being renewed and
+    /// expires after its TTL, as a killed process's would.
+    fn drop(&mut self) {
+        self.heartbeat.abort();
+    }
+}
+
 async fn heartbeat(
     store: Store,
     current: Arc<Mutex<Lease>>,

@@ -18,6 +18,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::backoff;
+use super::compensate::{self, Compensation};
 use super::lease::{LeaseRefusal, NodeLease, onboarding_lease_name};
 use super::progress::{Progress, ProgressEvent, ProgressStatus};
 use super::{ExecutorOptions, NodeOutcome, NodeResult, Work, WorkItem};
@@ -241,7 +242,10 @@ impl NodeRun<'_> {
                     RecoveryAction::Resume
                 };
                 let job = self.store().job(JobKind::Onboarding, job_id).await?;
-                let job = if job.state.is_failed() {
+                let job = if job.state == JobState::Compensating {
+                    // An operator's cancel or restart-clean whose executor stopped: finish it.
+                    self.finish_compensation(&job).await?
+                } else if job.state.is_failed() {
                     self.store()
                         .recover_job(
                             JobKind::Onboarding,
@@ -278,6 +282,34 @@ impl NodeRun<'_> {
                 "onboarding {} is {other}; nothing to run",
                 job.id
             ))),
+        }
+    }
+
+    /// Complete an interrupted compensation (the one the job's last recovery action asked
+    /// for). A cancel ends the node's run; a restart-clean leaves the job pending, to run.
+    async fn finish_compensation(&mut self, job: &Job) -> Result<Job, Stop> {
+        let Some(kind) = compensate::requested(self.store(), job.id).await? else {
+            return Err(Stop::Result(NodeOutcome::Left {
+                reason: format!(
+                    "onboarding {} is compensating, but no cancel or restart-clean was recorded",
+                    job.id
+                ),
+            }));
+        };
+        self.report(
+            &job.stage,
+            ProgressStatus::Begin,
+            &format!(
+                "finishing the interrupted {kind:?} of onboarding {}",
+                job.id
+            ),
+        );
+        let outcome =
+            compensate::compensate_under_lease(self.shared, self.target, job.id, kind, self.lease)
+                .await?;
+        match kind {
+            Compensation::Cancel => Err(Stop::Result(outcome)),
+            Compensation::RestartClean => Ok(self.store().job(JobKind::Onboarding, job.id).await?),
         }
     }
 

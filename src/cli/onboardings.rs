@@ -364,6 +364,28 @@ async fn act(
     let result = async {
         let job = find_job(&runtime.store, &args.job, args.site.as_deref()).await?;
         let target = runtime.target(&job.site, &job.hostname)?;
+        if action == RecoveryAction::Resume && job.state == JobState::Compensating {
+            // A cancel or restart-clean whose run stopped: resuming finishes it (it was
+            // audited when it was requested).
+            let report = runtime
+                .executor
+                .run(vec![WorkItem {
+                    target,
+                    work: Work::Resume { job_id: job.id },
+                }])
+                .await;
+            print!("{}", render_report(&report));
+            let done = runtime
+                .store
+                .job(JobKind::Onboarding, job.id)
+                .await
+                .map_err(store_error)?;
+            return if done.state == JobState::Cancelled {
+                Ok(Exit::Success)
+            } else {
+                finish(&report)
+            };
+        }
         let moved = runtime
             .store
             .recover_job(JobKind::Onboarding, job.id, action, &actor, Some(&reason))
