@@ -209,6 +209,37 @@ async fn rerun_adopts_what_exists_after_the_profile_is_fixed() {
         )
     );
 
+    // What the operator sees first.
+    let out = bed.cli_store(&["onboardings", "list", "--open"]).output().unwrap();
+    let listing = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        listing.starts_with("SITE  HOSTNAME  STATE                       STAGE                FAILURE            JOB\n"),
+        "{listing}"
+    );
+    assert!(listing.contains("dc1   gpu00001  failed_manual_intervention  configure_storage#1  hardware_mismatch"), "{listing}");
+    assert!(listing.ends_with("\n1 onboarding(s)\n"), "{listing}");
+    let out = bed.cli_store(&["onboardings", "show", "gpu00001"]).output().unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    for line in [
+        "state          failed_manual_intervention\n",
+        "stage          configure_storage (attempt 1)\n",
+        "failure class  hardware_mismatch\n",
+        "error          boot_disk_not_found: no block device of ",
+        "last maas      Ready (power off)",
+        "next action    the hardware does not match the profile (configure_storage): fix the machine or the profile (e.g. storage.bootDisk.match), then rerun\n",
+        "configure_storage#1  failed  no block device",
+    ] {
+        assert!(shown.contains(line), "missing {line:?} in\n{shown}");
+    }
+    let out = bed
+        .cli_store(&["onboardings", "show", "gpu00001", "--format", "json"])
+        .output()
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["job"]["failure_class"], "hardware_mismatch");
+    assert!(doc["events"].as_array().unwrap().len() >= 12);
+
     // The operator decides the first NVMe disk is the boot disk of this machine.
     bed.edit_fleet(
         "profiles/dc1.yaml",

@@ -59,9 +59,9 @@ pub struct ListArgs {
     pub fleet: std::path::PathBuf,
     #[arg(long, value_name = "SITE")]
     pub site: Option<String>,
-    /// Only jobs in this state.
+    /// Only jobs in this job state (pending, running, failed_retryable, …).
     #[arg(long, value_name = "STATE")]
-    pub state: Option<JobState>,
+    pub job_state: Option<JobState>,
     /// Only jobs that are not finished (pending, running, failed, compensating).
     #[arg(long)]
     pub open: bool,
@@ -161,7 +161,7 @@ async fn list_jobs(store: &Store, args: &ListArgs) -> Result<Exit, CliError> {
             JobKind::Onboarding,
             &JobFilter {
                 site: args.site.clone(),
-                state: args.state,
+                state: args.job_state,
                 open_only: args.open,
                 ..JobFilter::default()
             },

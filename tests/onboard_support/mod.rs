@@ -432,6 +432,17 @@ impl Bed {
             .unwrap()
     }
 
+    /// `metalform SUBCOMMAND …` reading this bed's store only (list, show, status).
+    pub fn cli_store(&self, args: &[&str]) -> std::process::Command {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_metalform"));
+        command
+            .args(args)
+            .args(["--state", &self.state_url])
+            .env_remove("METALFORM_STATE")
+            .env("NO_COLOR", "1");
+        command
+    }
+
     /// `metalform SUBCOMMAND …` against this bed: its store, secrets, simulators (BMC and
     /// host stand-ins) and an enrollment endpoint on `agent_port`, with test pacing.
     pub fn cli(&self, args: &[&str], agent_port: u16) -> std::process::Command {
