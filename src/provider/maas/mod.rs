@@ -52,7 +52,8 @@ pub use interfaces::{
 };
 pub use machines::{
     CommissionParams, CreateMachineParams, DeployParams, EraseMode, IpmiPower, Machine,
-    MachineFilter, Node, PowerParameters, ReleaseParams, UpdateMachineParams,
+    MachineFilter, MachinePowerParameters, Node, PowerParameters, ReleaseParams,
+    UpdateMachineParams,
 };
 pub use metrics::{MaasMetrics, RequestStatus};
 pub use power::{PowerState, StopMode};
