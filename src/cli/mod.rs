@@ -10,6 +10,8 @@ pub mod output;
 mod completions;
 mod diff;
 mod import_csv;
+mod observe;
+mod plan;
 pub mod sim;
 pub mod status;
 mod validate;
@@ -61,6 +63,10 @@ pub enum Command {
     Diff(diff::Args),
     /// Convert a header-driven CSV of nodes into a NodeGroup manifest on stdout.
     ImportCsv(import_csv::Args),
+    /// Observe the sites' MAAS, the inventory and the jobs; print the snapshot as JSON.
+    Observe(observe::Args),
+    /// Plan what apply would do, and why (docs/plan.md).
+    Plan(plan::Args),
 }
 
 /// Parse, run, and turn the outcome into an exit code. Errors go to stderr as
@@ -109,6 +115,8 @@ async fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Validate(args) => validate::run(args),
         Command::Diff(args) => diff::run(args),
         Command::ImportCsv(args) => import_csv::run(args),
+        Command::Observe(args) => observe::run(&global, args).await,
+        Command::Plan(args) => plan::run(&global, args).await,
     }
 }
 

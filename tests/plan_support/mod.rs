@@ -191,6 +191,74 @@ impl World {
     }
 }
 
+/// A site of a generated test world: its name, where its MAAS is, the API key its secret
+/// holds (none: no secret), and (hostname, BMC) of its nodes.
+pub struct SiteSpec {
+    pub name: &'static str,
+    pub url: String,
+    pub key: Option<String>,
+    pub nodes: Vec<(String, String)>,
+}
+
+/// The nodes a fleet declares for the known machines of a simulator config.
+pub fn nodes_of(config: &metalform::sim::SimConfig) -> Vec<(String, String)> {
+    config
+        .machines
+        .iter()
+        .filter_map(|m| Some((m.hostname.clone()?, m.bmc_ip.clone()?)))
+        .collect()
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+/// Write a fleet (`DIR/fleet`) with one site, profile and node group per spec, and a dev
+/// secrets file (`DIR/secrets.json`) with their MAAS API keys. Returns both paths.
+pub fn write_world(dir: &Path, sites: &[SiteSpec]) -> (PathBuf, PathBuf) {
+    let root = dir.join("fleet");
+    let mut secrets: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    for site in sites {
+        let s = site.name;
+        write(
+            &root.join(format!("sites/{s}.yaml")),
+            &format!(
+                "apiVersion: metalform/v1\nkind: Site\nmetadata: {{name: {s}}}\nspec:\n  region: r-{s}\n  \
+                 maas: {{url: \"{url}\", apiKey: {{vault: kv/maas/{s}, key: token}}}}\n  \
+                 power: {{defaultCredentials: {{vault: kv/power/{s}}}}}\n  \
+                 network: {{pxeIface: ens19, pxeVlanVid: 46, nodePxeIface: eno8303}}\n  \
+                 deploy: {{password: {{vault: kv/deploy/{s}, key: password}}}}\n  defaultProfile: {s}-gpu\n",
+                url = site.url
+            ),
+        );
+        write(
+            &root.join(format!("profiles/{s}.yaml")),
+            &format!(
+                "apiVersion: metalform/v1\nkind: Profile\nmetadata: {{name: {s}-gpu, site: {s}}}\nspec:\n  storage: {{dataDisks: skip}}\n"
+            ),
+        );
+        let mut group = format!(
+            "apiVersion: metalform/v1\nkind: NodeGroup\nmetadata: {{name: rack-{s}}}\nspec:\n  site: {s}\n  sku: mi300x.192g.8gpu\n  gpus: 8\n  nodes:\n"
+        );
+        for (hostname, bmc) in &site.nodes {
+            group.push_str(&format!(
+                "    - {{hostname: {hostname}, bmc: {{ipmiIp: {bmc}}}}}\n"
+            ));
+        }
+        write(&root.join(format!("nodes/{s}.yaml")), &group);
+        if let Some(key) = &site.key {
+            secrets.insert(
+                format!("kv/maas/{s}"),
+                BTreeMap::from([("token".to_owned(), key.clone())]),
+            );
+        }
+    }
+    let secrets_path = dir.join("secrets.json");
+    std::fs::write(&secrets_path, serde_json::to_string(&secrets).unwrap()).unwrap();
+    (root, secrets_path)
+}
+
 /// Compare `actual` with the golden file `name`, or rewrite it under `UPDATE_GOLDEN=1`.
 pub fn golden(name: &str, actual: &str) {
     let path = golden_dir().join(name);
