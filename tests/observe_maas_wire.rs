@@ -93,3 +93,75 @@ async fn a_non_admin_key_is_forbidden() {
     assert!(matches!(err, MaasError::Forbidden { .. }), "{err:?}");
     assert!(err.hint().contains("must be a MAAS admin"));
 }
+
+/// Every machine object in the real MAAS captures (tests/fixtures/maas), wherever it sits in
+/// its file.
+fn captured_machines() -> Vec<(String, serde_json::Value)> {
+    fn walk(origin: &str, value: &serde_json::Value, out: &mut Vec<(String, serde_json::Value)>) {
+        match value {
+            serde_json::Value::Object(map) => {
+                let machine_like = ["system_id", "hostname", "status", "interface_set"]
+                    .iter()
+                    .all(|k| map.contains_key(*k))
+                    && map.get("node_type").is_none_or(|t| t == 0);
+                if machine_like {
+                    out.push((origin.to_owned(), value.clone()));
+                } else {
+                    for (key, child) in map {
+                        walk(&format!("{origin}/{key}"), child, out);
+                    }
+                }
+            }
+            serde_json::Value::Array(items) => {
+                for (i, child) in items.iter().enumerate() {
+                    walk(&format!("{origin}[{i}]"), child, out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/maas");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".json") || n.ends_with(".json-fragment"))
+        .collect();
+    names.sort();
+    let mut out = Vec::new();
+    for name in names {
+        let text = fixture(&name);
+        let text = if name.ends_with("-fragment") {
+            format!("[{text}]")
+        } else {
+            text
+        };
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        walk(&name, &value, &mut out);
+    }
+    out
+}
+
+#[test]
+fn machine_summaries_agree_with_full_machines_on_every_real_capture() {
+    use metalform::provider::maas::{Machine, MachineSummary};
+    let machines = captured_machines();
+    assert!(machines.len() >= 30, "found {}", machines.len());
+    for (origin, value) in &machines {
+        let full: Machine =
+            serde_json::from_value(value.clone()).unwrap_or_else(|e| panic!("{origin}: {e}"));
+        let summary: MachineSummary =
+            serde_json::from_value(value.clone()).unwrap_or_else(|e| panic!("{origin}: {e}"));
+        assert_eq!(summary.system_id, full.system_id, "{origin}");
+        assert_eq!(summary.hostname, full.hostname, "{origin}");
+        assert_eq!(summary.status, full.status, "{origin}");
+        assert_eq!(summary.status_label(), full.status_label(), "{origin}");
+        assert_eq!(summary.owner, full.owner, "{origin}");
+        assert_eq!(summary.power_state, full.power_state, "{origin}");
+        assert_eq!(summary.ip_addresses, full.ip_addresses, "{origin}");
+        assert!(summary.mac_addresses().eq(full.mac_addresses()), "{origin}");
+        assert_eq!(summary.enable_hw_sync, full.enable_hw_sync, "{origin}");
+        assert_eq!(summary.last_sync, full.last_sync, "{origin}");
+        assert_eq!(summary.next_sync, full.next_sync, "{origin}");
+        assert_eq!(summary.sync_interval, full.sync_interval, "{origin}");
+    }
+}

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::lifecycle::JobKind;
 use crate::model::{Fleet, Site, SiteName};
-use crate::provider::maas::{MaasClient, Machine, MachineFilter, MachinePowerParameters};
+use crate::provider::maas::{MaasClient, MachineFilter, MachinePowerParameters, MachineSummary};
 use crate::secrets::SecretStore;
 use crate::store::{JobFilter, NodeFilter, Store, StoreError};
 
@@ -149,7 +149,7 @@ async fn observe_site(
     let all = MachineFilter::all();
     let (version, machines, power) = tokio::join!(
         client.version(),
-        client.list_machines(&all),
+        client.list_machine_summaries(&all),
         client.power_parameters(&[]),
     );
     let unreadable =
@@ -183,7 +183,7 @@ fn api_url(client: &MaasClient) -> String {
     client.api_root().to_string()
 }
 
-fn observed_machine(m: &Machine, power: Option<&MachinePowerParameters>) -> ObservedMachine {
+fn observed_machine(m: &MachineSummary, power: Option<&MachinePowerParameters>) -> ObservedMachine {
     let mut macs: Vec<String> = m.mac_addresses().map(str::to_ascii_lowercase).collect();
     macs.sort();
     macs.dedup();

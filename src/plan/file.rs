@@ -8,7 +8,7 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use super::planner::content_id;
+use super::document::content_id;
 use super::types::{PLAN_FORMAT, Plan};
 
 #[derive(Debug, thiserror::Error)]

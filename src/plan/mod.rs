@@ -10,8 +10,10 @@
 //! | `guard` | the mass-destruction guard |
 //! | `fresh` | [`check_fresh`]: what moved since a plan was made |
 //! | `render` | text, JSON and markdown |
+//! | `document` | the plan's JSON document (sites and profiles written once) |
 //! | `file` | [`save`] and [`load`] of plan files (the only I/O here) |
 
+mod document;
 mod file;
 mod fresh;
 mod guard;

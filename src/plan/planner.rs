@@ -20,7 +20,7 @@ use crate::lifecycle::recommend;
 use crate::lifecycle::{FailureClass, JobKind, JobState, MaasStatus, NodeState, RecoveryAction};
 use crate::model::{Fleet, Lifecycle, Node, NodeId, Profile, Provenance, Site, SiteStatus};
 use crate::observe::{
-    InventoryNode, ObservedJob, ObservedMachine, SiteFilter, SiteObservation, Snapshot, hash_json,
+    InventoryNode, ObservedJob, ObservedMachine, SiteFilter, SiteObservation, Snapshot,
 };
 
 use super::fresh::revision_id;
@@ -58,20 +58,8 @@ pub fn plan(fleet: &Fleet, snapshot: &Snapshot, options: &PlanOptions) -> Plan {
         sites,
         items,
     };
-    plan.id = content_id(&plan);
+    plan.id = super::document::content_id(&plan);
     plan
-}
-
-/// `sha256:` of the plan with an empty id.
-pub(super) fn content_id(plan: &Plan) -> String {
-    if plan.id.is_empty() {
-        hash_json(plan)
-    } else {
-        hash_json(&Plan {
-            id: String::new(),
-            ..plan.clone()
-        })
-    }
 }
 
 /// The inventory and jobs of the snapshot, indexed by (site, hostname).

@@ -14,7 +14,9 @@ use crate::model::{Node, NodeId, Profile, SecretRef, Site, SiteName};
 /// The plan format this metalform writes and reads.
 pub const PLAN_FORMAT: u32 = 1;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Serialised as the plan document of docs/plan.md (`document.rs`): targets name their site
+/// and profile, which are written once under `resolved`.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
     /// [`PLAN_FORMAT`].
     pub format: u32,

@@ -169,6 +169,63 @@ impl Machine {
     }
 }
 
+/// The part of a machine a reconciler's periodic observation needs (seed 000 §6.3
+/// FetchMaasMachines: `system_id, hostname, status_name, power_state, ip_addresses`, plus owner,
+/// MACs and hardware-sync fields), read from the same `GET machines/` answer as [`Machine`].
+/// Every other field — interfaces' links and VLANs, block devices, partitions — is skipped
+/// while parsing instead of built: a site of thousands of machines answers with hundreds of
+/// megabytes, and observation must stay cheap. Null-tolerant like [`Machine`].
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct MachineSummary {
+    pub system_id: String,
+    pub hostname: String,
+    pub status: MachineStatus,
+    #[serde(default, deserialize_with = "null_default")]
+    pub status_name: String,
+    #[serde(default)]
+    pub owner: Option<String>,
+    #[serde(default)]
+    pub power_state: PowerState,
+    #[serde(default, deserialize_with = "null_default")]
+    pub ip_addresses: Vec<String>,
+    /// Only each interface's MAC is read.
+    #[serde(default, deserialize_with = "null_default")]
+    pub interface_set: Vec<InterfaceMac>,
+    #[serde(default)]
+    pub enable_hw_sync: Option<bool>,
+    #[serde(default, deserialize_with = "opt_datetime")]
+    pub last_sync: Option<DateTime<Utc>>,
+    #[serde(default, deserialize_with = "opt_datetime")]
+    pub next_sync: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub sync_interval: Option<u64>,
+}
+
+/// An interface of a [`MachineSummary`]: its MAC only.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct InterfaceMac {
+    #[serde(default)]
+    pub mac_address: Option<String>,
+}
+
+impl MachineSummary {
+    /// MAAS's status name, or this client's name for the code.
+    pub fn status_label(&self) -> String {
+        if self.status_name.is_empty() {
+            self.status.to_string()
+        } else {
+            self.status_name.clone()
+        }
+    }
+
+    /// MAC addresses of the machine's interfaces.
+    pub fn mac_addresses(&self) -> impl Iterator<Item = &str> {
+        self.interface_set
+            .iter()
+            .filter_map(|interface| interface.mac_address.as_deref())
+    }
+}
+
 /// Any node (`GET nodes/{id}/`): machine, device or controller. Controllers and devices have
 /// no `status`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -621,6 +678,17 @@ impl MaasClient {
                 )
             })
             .collect())
+    }
+
+    /// `GET machines/` with filters, read as [`MachineSummary`]s: the same request as
+    /// [`MaasClient::list_machines`] (counted as `list_machines`), parsed for observation only.
+    pub async fn list_machine_summaries(
+        &self,
+        filter: &MachineFilter,
+    ) -> Result<Vec<MachineSummary>, MaasError> {
+        self.transport()
+            .json(Call::get("list_machines", &["machines"]).params(filter.params()))
+            .await
     }
 
     /// `GET machines/{id}/`. 404 `NotFound` when it does not exist.
