@@ -28,7 +28,7 @@ use metalform::manifest;
 use metalform::model::Fleet;
 use metalform::observe::{self, MaasClients, SiteFilter};
 use metalform::plan::{self, PlanOptions, render};
-use metalform::provider::maas::{MaasClientOptions, MaasMetrics};
+use metalform::provider::maas::{MaasClientOptions, MaasMetrics, MachineSummary};
 use metalform::secrets::{FileStore, SecretStore};
 use metalform::sim::{self, FleetOptions, InitialState, SimConfig, SimHandle};
 use metalform::source::FleetSource;
@@ -94,7 +94,7 @@ static SIM_RUNTIME: std::sync::LazyLock<tokio::runtime::Runtime> = std::sync::La
 
 /// What the simulated regions alone take to serve every site's machines list at once (render
 /// and send, no parsing): the part of observe that a real MAAS does on its own hardware.
-async fn serving_floor(regions: &BTreeMap<String, SimHandle>) -> (Duration, usize) {
+async fn serving_floor(regions: &BTreeMap<String, SimHandle>) -> (Duration, Vec<bytes::Bytes>) {
     let http = reqwest::Client::new();
     let start = Instant::now();
     let bodies = futures::future::join_all(regions.values().enumerate().map(|(i, region)| {
@@ -112,11 +112,11 @@ async fn serving_floor(regions: &BTreeMap<String, SimHandle>) -> (Duration, usiz
                 .await
                 .expect("the simulator answers");
             assert_eq!(response.status(), 200);
-            response.bytes().await.expect("a body").len()
+            response.bytes().await.expect("a body")
         }
     }))
     .await;
-    (start.elapsed(), bodies.iter().sum())
+    (start.elapsed(), bodies)
 }
 
 fn list_calls(region: &SimHandle) -> usize {
@@ -249,17 +249,29 @@ async fn run(shape: large_fleet::Shape, runs: usize) {
         per_site.join(", ")
     );
 
-    let mut floors = Vec::new();
+    let (mut floors, mut parses) = (Vec::new(), Vec::new());
     let mut bytes = 0;
     for _ in 0..runs {
-        let (floor, size) = serving_floor(&regions).await;
+        let (floor, bodies) = serving_floor(&regions).await;
         floors.push(floor);
-        bytes = size;
+        bytes = bodies.iter().map(|b| b.len()).sum::<usize>();
+        // The client's share of the same lists: reading them as machine summaries, one thread.
+        let start = Instant::now();
+        for body in &bodies {
+            let machines: Vec<MachineSummary> =
+                serde_json::from_slice(body).expect("a machines list");
+            assert!(!machines.is_empty());
+        }
+        parses.push(start.elapsed());
     }
     println!(
         "simulated MAAS alone, all sites' lists at once (render + send, no parsing; {:.0} MB): {}",
         bytes as f64 / 1e6,
         stats(floors)
+    );
+    println!(
+        "reading those lists as machine summaries (one thread):                   {}",
+        stats(parses)
     );
 
     let start = Instant::now();

@@ -116,6 +116,18 @@ fn a_saved_plan_loads_back_and_an_edited_one_is_refused() {
         "{err}"
     );
 
+    // A target naming a site the document does not resolve.
+    let mut doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    doc["resolved"]["sites"] = serde_json::json!({});
+    std::fs::write(&path, serde_json::to_string_pretty(&doc).unwrap()).unwrap();
+    let err = plan::load(&path).unwrap_err().to_string();
+    assert!(
+        err.contains(
+            "not a metalform plan: the target of dc1/n01 names site `dc1`, which `resolved` lacks"
+        ),
+        "{err}"
+    );
+
     let missing = dir.path().join("nope.json");
     assert!(
         plan::load(&missing)

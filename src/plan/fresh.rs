@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 
 use crate::model::Revision;
-use crate::observe::{SiteFilter, Snapshot};
+use crate::observe::Snapshot;
 
 use super::types::Plan;
 
@@ -132,8 +132,7 @@ pub fn check_fresh(
             current: fleet_revision.to_owned(),
         });
     }
-    let planned = SiteFilter::Only(plan.site_names().cloned().collect());
-    let now = snapshot.fingerprint_parts_of(&planned);
+    let now = snapshot.fingerprint_parts_of(&plan.site_filter());
     let parts: BTreeSet<&String> = plan.snapshot_parts.keys().chain(now.keys()).collect();
     for part in parts {
         match (plan.snapshot_parts.get(part), now.get(part)) {

@@ -171,3 +171,117 @@ pub(super) fn match_site<'a>(
     let unmanaged = machines.len() - claimed.len();
     (outcome, unmanaged)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Bmc, Decommission, EraseMode, Lifecycle, ProfileName, Reimage, Sku};
+    use crate::observe::ObservedStatus;
+
+    fn node(hostname: &str, bmc: &str, pxe_mac: Option<&str>) -> Node {
+        Node {
+            id: NodeId::new("dc1", hostname),
+            profile: ProfileName::new("p"),
+            sku: Sku::new("sku"),
+            gpus: 8,
+            bmc: Bmc {
+                ipmi_ip: bmc.parse().unwrap(),
+            },
+            pxe_mac: pxe_mac.map(|m| m.parse().unwrap()),
+            roce: vec![],
+            lifecycle: Lifecycle::Active,
+            retired_reason: None,
+            reimage: Reimage { generation: 0 },
+            decommission: Decommission {
+                erase: EraseMode::Quick,
+                erase_override: None,
+                remove_from_maas: false,
+            },
+            protected: false,
+            paused: false,
+            group: None,
+            provenance: Default::default(),
+        }
+    }
+
+    fn machine(
+        system_id: &str,
+        hostname: &str,
+        bmc: Option<&str>,
+        macs: &[&str],
+    ) -> ObservedMachine {
+        ObservedMachine {
+            system_id: system_id.into(),
+            hostname: hostname.into(),
+            status: ObservedStatus {
+                code: 4,
+                name: "Ready".into(),
+            },
+            power_state: "off".into(),
+            power_address: bmc.map(str::to_owned),
+            macs: macs.iter().map(|m| (*m).to_owned()).collect(),
+            ip_addresses: vec![],
+            owner: None,
+            enable_hw_sync: None,
+            last_sync: None,
+            next_sync: None,
+            sync_interval: None,
+        }
+    }
+
+    fn one<'a>(m: &'a Match<'a>) -> (&'a str, &'a [MatchKey]) {
+        match m {
+            Match::One { machine, keys } => (&machine.system_id, keys),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn matches_by_hostname_bmc_and_pxe_mac() {
+        let machines = vec![
+            machine("a", "N01", Some(" 10.0.0.1 "), &[]),
+            machine("b", "enlisted-7", None, &["3c:ec:ef:00:00:02"]),
+            machine("c", "spare", Some("10.0.0.9"), &[]),
+        ];
+        let nodes = [
+            node("n01", "10.0.0.1", None),
+            node("n02", "10.0.0.2", Some("3C:EC:EF:00:00:02")),
+            node("n03", "10.0.0.3", None),
+        ];
+        let refs: Vec<&Node> = nodes.iter().collect();
+        let (matches, unmanaged) = match_site(&machines, &refs, &HashMap::new());
+        assert_eq!(
+            one(&matches[&nodes[0].id]),
+            ("a", &[MatchKey::Hostname, MatchKey::BmcAddress][..]),
+            "hostnames compare case-insensitively, BMC addresses as IPs"
+        );
+        assert_eq!(one(&matches[&nodes[1].id]), ("b", &[MatchKey::PxeMac][..]));
+        assert_eq!(matches[&nodes[2].id], Match::None);
+        assert_eq!(unmanaged, 1, "spare");
+    }
+
+    #[test]
+    fn an_open_job_names_its_machine_and_others_cannot_take_it() {
+        let machines = vec![
+            machine("a", "n01", Some("10.0.0.1"), &[]),
+            machine("b", "n02", Some("10.0.0.2"), &[]),
+        ];
+        // n01's job is bound to b (the machine was renamed in MAAS); n02 matches b by name.
+        let nodes = [node("n01", "10.0.0.1", None), node("n02", "10.0.0.2", None)];
+        let refs: Vec<&Node> = nodes.iter().collect();
+        let bound = HashMap::from([(&nodes[0].id, "b")]);
+        let (matches, unmanaged) = match_site(&machines, &refs, &bound);
+        assert_eq!(one(&matches[&nodes[0].id]), ("b", &[MatchKey::Job][..]));
+        match &matches[&nodes[1].id] {
+            Match::Ambiguous(candidates) => {
+                assert_eq!(candidates.len(), 1);
+                assert_eq!(candidates[0].system_id, "b");
+                assert!(candidates[0].matched_by.contains(&MatchKey::AlsoMatches {
+                    node: nodes[0].id.clone()
+                }));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(unmanaged, 1, "a: its BMC is n01's, but n01's job holds b");
+    }
+}

@@ -395,7 +395,7 @@ fn job_decision(f: &Facts<'_>, job: &ObservedJob) -> Decision {
         }
         JobState::Running => {
             return resume(format!(
-                "onboarding {id} stopped at {} while running (an apply was interrupted): resume there{gone}",
+                "onboarding {id} was left running at {} (an apply stopped, or is still at work): resume there{gone}",
                 job.stage
             ));
         }

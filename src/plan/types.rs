@@ -51,6 +51,11 @@ impl Plan {
         self.sites.iter().map(|s| &s.site)
     }
 
+    /// The sites to observe again before applying the plan ([`super::check_fresh`]).
+    pub fn site_filter(&self) -> crate::observe::SiteFilter {
+        crate::observe::SiteFilter::Only(self.site_names().cloned().collect())
+    }
+
     /// Items whose action runs in the executor, in plan order.
     pub fn changes(&self) -> impl Iterator<Item = &PlanItem> {
         self.items.iter().filter(|i| i.action.is_change())
