@@ -10,6 +10,8 @@ pub mod output;
 mod completions;
 mod diff;
 mod import_csv;
+mod observe;
+mod plan;
 mod render;
 pub mod sim;
 pub mod status;
@@ -64,6 +66,10 @@ pub enum Command {
     ImportCsv(import_csv::Args),
     /// Print what metalform would send: `render cloud-init NODE` (docs/cloud-init.md).
     Render(render::Args),
+    /// Observe the sites' MAAS, the inventory and the jobs; print the snapshot as JSON.
+    Observe(observe::Args),
+    /// Plan what apply would do, and why (docs/plan.md).
+    Plan(plan::Args),
 }
 
 /// Parse, run, and turn the outcome into an exit code. Errors go to stderr as
@@ -113,6 +119,8 @@ async fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Diff(args) => diff::run(args),
         Command::ImportCsv(args) => import_csv::run(args),
         Command::Render(args) => render::run(&global, args).await,
+        Command::Observe(args) => observe::run(&global, args).await,
+        Command::Plan(args) => plan::run(&global, args).await,
     }
 }
 
