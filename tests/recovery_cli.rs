@@ -210,16 +210,27 @@ async fn rerun_adopts_what_exists_after_the_profile_is_fixed() {
     );
 
     // What the operator sees first.
-    let out = bed.cli_store(&["onboardings", "list", "--open"]).output().unwrap();
+    let out = bed
+        .cli_store(&["onboardings", "list", "--open"])
+        .output()
+        .unwrap();
     let listing = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", text(&out));
     assert!(
         listing.starts_with("SITE  HOSTNAME  STATE                       STAGE                FAILURE            JOB\n"),
         "{listing}"
     );
-    assert!(listing.contains("dc1   gpu00001  failed_manual_intervention  configure_storage#1  hardware_mismatch"), "{listing}");
+    assert!(
+        listing.contains(
+            "dc1   gpu00001  failed_manual_intervention  configure_storage#1  hardware_mismatch"
+        ),
+        "{listing}"
+    );
     assert!(listing.ends_with("\n1 onboarding(s)\n"), "{listing}");
-    let out = bed.cli_store(&["onboardings", "show", "gpu00001"]).output().unwrap();
+    let out = bed
+        .cli_store(&["onboardings", "show", "gpu00001"])
+        .output()
+        .unwrap();
     let shown = String::from_utf8_lossy(&out.stdout);
     for line in [
         "state          failed_manual_intervention\n",

@@ -12,7 +12,9 @@ mod completions;
 mod demo;
 mod diff;
 mod import_csv;
+mod observe;
 mod onboardings;
+mod plan;
 mod render;
 pub mod sim;
 pub mod status;
@@ -73,6 +75,10 @@ pub enum Command {
     Demo(demo::Args),
     /// Print what metalform would send: `render cloud-init NODE` (docs/cloud-init.md).
     Render(render::Args),
+    /// Observe the sites' MAAS, the inventory and the jobs; print the snapshot as JSON.
+    Observe(observe::Args),
+    /// Plan what apply would do, and why (docs/plan.md).
+    Plan(plan::Args),
 }
 
 /// Parse, run, and turn the outcome into an exit code. Errors go to stderr as
@@ -125,6 +131,8 @@ async fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Onboardings(args) => onboardings::run(&global, args).await,
         Command::Demo(args) => demo::run(&global, args).await,
         Command::Render(args) => render::run(&global, args).await,
+        Command::Observe(args) => observe::run(&global, args).await,
+        Command::Plan(args) => plan::run(&global, args).await,
     }
 }
 

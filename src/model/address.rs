@@ -5,7 +5,7 @@ use std::fmt;
 use std::net::Ipv4Addr;
 use std::str::FromStr;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A 48-bit MAC address, written `aa:bb:cc:dd:ee:ff` (dashes accepted on input), shown lowercase.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -54,6 +54,23 @@ impl Serialize for MacAddr {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_str(self)
     }
+}
+
+impl<'de> Deserialize<'de> for MacAddr {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        from_text(deserializer)
+    }
+}
+
+/// Read a value from its text form (plan files carry model values as they print).
+fn from_text<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: FromStr,
+    T::Err: fmt::Display,
+{
+    let text = std::borrow::Cow::<str>::deserialize(deserializer)?;
+    text.parse().map_err(serde::de::Error::custom)
 }
 
 /// An IPv4 address on an interface together with its prefix length, e.g. `172.30.9.61/31`.
@@ -122,6 +139,12 @@ impl Serialize for InterfaceAddr {
     }
 }
 
+impl<'de> Deserialize<'de> for InterfaceAddr {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        from_text(deserializer)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,6 +153,11 @@ mod tests {
     fn mac_addresses_parse_and_normalise() {
         let mac: MacAddr = "3C:EC:EF:12:34:5A".parse().unwrap();
         assert_eq!(mac.to_string(), "3c:ec:ef:12:34:5a");
+        assert_eq!(
+            serde_json::from_value::<MacAddr>(serde_json::json!("3c:ec:ef:12:34:5a")).unwrap(),
+            mac
+        );
+        assert!(serde_json::from_value::<MacAddr>(serde_json::json!("3c:ec")).is_err());
         assert_eq!("3c-ec-ef-12-34-5a".parse::<MacAddr>().unwrap(), mac);
         for bad in [
             "3c:ec:ef:12:34",
@@ -147,6 +175,10 @@ mod tests {
         let addr: InterfaceAddr = "172.30.9.61/31".parse().unwrap();
         assert_eq!(addr.to_string(), "172.30.9.61/31");
         assert_eq!(addr.network().to_string(), "172.30.9.60/31");
+        assert_eq!(
+            serde_json::from_value::<InterfaceAddr>(serde_json::to_value(addr).unwrap()).unwrap(),
+            addr
+        );
         assert_eq!(
             "10.0.0.1/33"
                 .parse::<InterfaceAddr>()

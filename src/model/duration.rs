@@ -97,6 +97,15 @@ pub fn serialize<S: serde::Serializer>(value: &Duration, serializer: S) -> Resul
     serializer.serialize_str(&format(*value))
 }
 
+/// `#[serde(deserialize_with = "duration::deserialize")]`: the text [`serialize`] writes (plan
+/// files carry model values).
+pub fn deserialize<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Duration, D::Error> {
+    let text = <std::borrow::Cow<'de, str> as serde::Deserialize>::deserialize(deserializer)?;
+    parse(&text).map_err(serde::de::Error::custom)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,12 +5,12 @@
 use std::borrow::Borrow;
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 macro_rules! name_type {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
         #[serde(transparent)]
         pub struct $name(String);
 
@@ -94,6 +94,21 @@ impl Serialize for NodeId {
     }
 }
 
+/// Read back from `site/hostname` (site names never contain `/`).
+impl<'de> Deserialize<'de> for NodeId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = std::borrow::Cow::<str>::deserialize(deserializer)?;
+        match text.split_once('/') {
+            Some((site, hostname)) if !site.is_empty() && !hostname.is_empty() => {
+                Ok(NodeId::new(site, hostname))
+            }
+            _ => Err(serde::de::Error::custom(format!(
+                "`{text}` is not a node id: expected site/hostname"
+            ))),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,5 +127,9 @@ mod tests {
             serde_json::to_string(&ids[0]).unwrap(),
             "\"dc1/a02\"".to_string()
         );
+        let back: NodeId = serde_json::from_str("\"dc1/a02\"").unwrap();
+        assert_eq!(back, ids[0]);
+        assert!(serde_json::from_str::<NodeId>("\"dc1\"").is_err());
+        assert!(serde_json::from_str::<NodeId>("\"/a02\"").is_err());
     }
 }

@@ -3,7 +3,7 @@
 
 use std::net::Ipv4Addr;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::keyword::keyword_enum;
 use super::{EraseMode, GroupName, InterfaceAddr, MacAddr, NodeId, ProfileName, Provenance, Sku};
@@ -22,7 +22,7 @@ keyword_enum!(
     }
 );
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Node {
     /// Site and hostname.
@@ -51,28 +51,28 @@ pub struct Node {
     pub provenance: Provenance,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Bmc {
     /// The BMC address MAAS powers the machine through (`power_address`).
     pub ipmi_ip: Ipv4Addr,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RoceAssignment {
     pub interface: String,
     pub address: InterfaceAddr,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Reimage {
     /// Bumping this requests one reimage (seed 000 §5.3): a declarative one-shot trigger.
     pub generation: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Decommission {
     /// Effective erase mode when this node is released: its own, else its profile's

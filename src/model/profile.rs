@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::keyword::keyword_enum;
 use super::{ProfileName, Provenance, SiteName, duration};
@@ -37,7 +37,7 @@ keyword_enum!(
     }
 );
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Profile {
     pub name: ProfileName,
@@ -63,7 +63,7 @@ pub struct Profile {
     pub provenance: Provenance,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Image {
     /// e.g. `ubuntu/noble`, or a custom image name (the MAAS client adds `custom/`).
@@ -72,7 +72,7 @@ pub struct Image {
     pub architecture: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Storage {
     pub boot_disk: BootDiskMatch,
@@ -126,24 +126,40 @@ impl Serialize for BootDiskMatch {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+impl<'de> Deserialize<'de> for BootDiskMatch {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Shape {
+            #[serde(rename = "match")]
+            pattern: String,
+        }
+        let shape = Shape::deserialize(deserializer)?;
+        BootDiskMatch::new(&shape.pattern).map_err(serde::de::Error::custom)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RocePolicy {
     /// Apply RoCE phase-2 assignments (`enable_phase2_roce`, default true).
     pub enabled: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HardwareSync {
     /// `require_hw_sync`, default true (seed 000 §9.1: a required invariant in v1).
     pub required: bool,
     /// `hardware_sync_interval`, default 15m.
-    #[serde(serialize_with = "duration::serialize")]
+    #[serde(
+        serialize_with = "duration::serialize",
+        deserialize_with = "duration::deserialize"
+    )]
     pub interval: Duration,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Discovery {
     /// Claim the sole `New` machine when nothing stronger matches (seed 000 §4.16); default
@@ -151,7 +167,7 @@ pub struct Discovery {
     pub auto_claim_single_new_machine: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DeployPolicy {
     /// Allow a bounded redeploy after a datasource/cloud-init class failure (default true).
@@ -160,7 +176,7 @@ pub struct DeployPolicy {
     pub max_retry_attempts: u32,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReleasePolicy {
     /// Erase mode when a node of this profile is released (reimage, decommission); a node may
@@ -170,7 +186,7 @@ pub struct ReleasePolicy {
     pub fallback_no_erase: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Preflight {
     /// Fail when the node PXE interface has no valid subnet link (`strict_pxe_preflight`,
@@ -178,37 +194,58 @@ pub struct Preflight {
     pub strict_pxe: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Concurrency {
     /// Nodes of this profile worked on at once per site (`batch_max_parallel`, default 10).
     pub max_parallel: u32,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Enrollment {
     /// Lifetime of a node's enrollment token (`enrollment_token_ttl_seconds`, default 2h). Must
     /// outlast deploy plus first boot.
-    #[serde(serialize_with = "duration::serialize")]
+    #[serde(
+        serialize_with = "duration::serialize",
+        deserialize_with = "duration::deserialize"
+    )]
     pub token_ttl: Duration,
 }
 
 /// Policy timeouts of seed 000 §4.14, each mapped by the executor to a failure class.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Timeouts {
-    #[serde(serialize_with = "duration::serialize")]
+    #[serde(
+        serialize_with = "duration::serialize",
+        deserialize_with = "duration::deserialize"
+    )]
     pub discovery: Duration,
-    #[serde(serialize_with = "duration::serialize")]
+    #[serde(
+        serialize_with = "duration::serialize",
+        deserialize_with = "duration::deserialize"
+    )]
     pub commission: Duration,
-    #[serde(serialize_with = "duration::serialize")]
+    #[serde(
+        serialize_with = "duration::serialize",
+        deserialize_with = "duration::deserialize"
+    )]
     pub deploy: Duration,
-    #[serde(serialize_with = "duration::serialize")]
+    #[serde(
+        serialize_with = "duration::serialize",
+        deserialize_with = "duration::deserialize"
+    )]
     pub hw_sync_seed: Duration,
-    #[serde(serialize_with = "duration::serialize")]
+    #[serde(
+        serialize_with = "duration::serialize",
+        deserialize_with = "duration::deserialize"
+    )]
     pub hw_sync_health: Duration,
-    #[serde(serialize_with = "duration::serialize")]
+    #[serde(
+        serialize_with = "duration::serialize",
+        deserialize_with = "duration::deserialize"
+    )]
     pub enrollment: Duration,
 }
 
@@ -227,7 +264,7 @@ impl Timeouts {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CloudInit {
     /// The infra-owned, versioned site bootstrap bundle delivered before metalform's own
@@ -235,7 +272,7 @@ pub struct CloudInit {
     pub site_bundle: Option<SiteBundle>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SiteBundle {
     #[serde(rename = "ref")]
@@ -245,7 +282,7 @@ pub struct SiteBundle {
 
 /// Effective network values for nodes of a profile (seed 000 §3.6: pxe_iface, node_pxe_iface and
 /// pxe_vlan_vid are site defaults with profile-level overrides).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ProfileNetwork {
     pub pxe_iface: String,
@@ -253,7 +290,7 @@ pub struct ProfileNetwork {
     pub pxe_vlan_vid: u16,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NetworkOverrides {
     pub pxe_iface: Option<String>,

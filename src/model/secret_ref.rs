@@ -3,12 +3,12 @@
 
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// `{vault: <mount>/<path>, key: <field>}` from a manifest. The first path segment is the KV v2
 /// mount (`kv/maas-sites/dc1/api-token` = mount `kv`, path `maas-sites/dc1/api-token`). Without
 /// `key` the reference names the whole secret (power credentials `{user, pass}`).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct SecretRef {
     pub path: String,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -3,7 +3,7 @@
 
 use std::net::Ipv4Addr;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::keyword::keyword_enum;
 use super::{Hostname, MacAddr, ProfileName, Provenance, SecretRef, SiteName};
@@ -25,7 +25,7 @@ keyword_enum!(
     }
 );
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Site {
     pub name: SiteName,
@@ -43,11 +43,11 @@ pub struct Site {
     pub provenance: Provenance,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MaasEndpoint {
     /// The MAAS base URL, e.g. `http://10.176.46.1:5240/MAAS` (`api_base_url`).
-    #[serde(serialize_with = "serialize_url")]
+    #[serde(serialize_with = "serialize_url", deserialize_with = "deserialize_url")]
     pub url: url::Url,
     /// `{token: consumer_key:token_key:token_secret}` in Vault.
     pub api_key: SecretRef,
@@ -57,7 +57,14 @@ fn serialize_url<S: serde::Serializer>(url: &url::Url, serializer: S) -> Result<
     serializer.serialize_str(url.as_str())
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+fn deserialize_url<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<url::Url, D::Error> {
+    let text = std::borrow::Cow::<str>::deserialize(deserializer)?;
+    url::Url::parse(&text).map_err(serde::de::Error::custom)
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Power {
     #[serde(rename = "type")]
@@ -68,7 +75,7 @@ pub struct Power {
     pub overrides: Vec<PowerOverride>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PowerOverride {
     #[serde(rename = "match")]
@@ -77,7 +84,7 @@ pub struct PowerOverride {
 }
 
 /// What a power-credential override matches, exactly one of the three (seed 000 §3.2.1).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum PowerSelector {
     PxeMac(MacAddr),
@@ -105,7 +112,7 @@ impl PowerSelector {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SiteNetwork {
     /// PXE interface on the MAAS server side (`pxe_iface`, e.g. `ens19`).
@@ -118,7 +125,7 @@ pub struct SiteNetwork {
 }
 
 /// The one standard deploy identity of a site (seed 000 §3.6: site-scoped, not profile-scoped).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DeployIdentity {
     pub user: String,
@@ -128,7 +135,7 @@ pub struct DeployIdentity {
 }
 
 /// How the reconciler treats nodes that leave git (DESIGN.md §4).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReconcilePolicy {
     /// When false (the default), a node removed from the manifests is left alone; when true it

@@ -1,2 +1,31 @@
-//! Pure planner (DESIGN.md §4): (model, observed, store view) -> Plan + reasons; rendering;
-//! plan files.
+//! Plans (DESIGN.md §4; seed 000 §4.3–§4.16, §3.5, §6.4; seed 001 §4.3, §6.2): the pure planner
+//! — (model, observed snapshot with the store's view) → [`Plan`] with a reason per item —, its
+//! renderings, plan files and staleness checks.
+//!
+//! | file | what |
+//! |---|---|
+//! | `types` | [`Plan`], [`PlanItem`], [`Action`], [`BlockCause`], [`NodeTarget`] |
+//! | `planner` | [`plan`]: pure, deterministic |
+//! | `matching` | which MAAS machine is which node (000 §4.16, fail closed) |
+//! | `guard` | the mass-destruction guard |
+//! | `fresh` | [`check_fresh`]: what moved since a plan was made |
+//! | `render` | text, JSON and markdown |
+//! | `document` | the plan's JSON document (sites and profiles written once) |
+//! | `file` | [`save`] and [`load`] of plan files (the only I/O here) |
+
+mod document;
+mod file;
+mod fresh;
+mod guard;
+mod matching;
+mod planner;
+pub mod render;
+mod types;
+
+pub use file::{PlanFileError, from_json, load, save, to_json};
+pub use fresh::{Moved, StalePlan, check_fresh, describe_revision, revision_id, short_id};
+pub use planner::plan;
+pub use types::{
+    Action, BlockCause, Candidate, MatchKey, NodeTarget, PLAN_FORMAT, PauseSource, Plan, PlanItem,
+    PlanOptions, SitePlan, Summary,
+};

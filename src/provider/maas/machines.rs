@@ -169,6 +169,63 @@ impl Machine {
     }
 }
 
+/// The part of a machine a reconciler's periodic observation needs (seed 000 §6.3
+/// FetchMaasMachines: `system_id, hostname, status_name, power_state, ip_addresses`, plus owner,
+/// MACs and hardware-sync fields), read from the same `GET machines/` answer as [`Machine`].
+/// Every other field — interfaces' links and VLANs, block devices, partitions — is skipped
+/// while parsing instead of built: a site of thousands of machines answers with hundreds of
+/// megabytes, and observation must stay cheap. Null-tolerant like [`Machine`].
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct MachineSummary {
+    pub system_id: String,
+    pub hostname: String,
+    pub status: MachineStatus,
+    #[serde(default, deserialize_with = "null_default")]
+    pub status_name: String,
+    #[serde(default)]
+    pub owner: Option<String>,
+    #[serde(default)]
+    pub power_state: PowerState,
+    #[serde(default, deserialize_with = "null_default")]
+    pub ip_addresses: Vec<String>,
+    /// Only each interface's MAC is read.
+    #[serde(default, deserialize_with = "null_default")]
+    pub interface_set: Vec<InterfaceMac>,
+    #[serde(default)]
+    pub enable_hw_sync: Option<bool>,
+    #[serde(default, deserialize_with = "opt_datetime")]
+    pub last_sync: Option<DateTime<Utc>>,
+    #[serde(default, deserialize_with = "opt_datetime")]
+    pub next_sync: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub sync_interval: Option<u64>,
+}
+
+/// An interface of a [`MachineSummary`]: its MAC only.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct InterfaceMac {
+    #[serde(default)]
+    pub mac_address: Option<String>,
+}
+
+impl MachineSummary {
+    /// MAAS's status name, or this client's name for the code.
+    pub fn status_label(&self) -> String {
+        if self.status_name.is_empty() {
+            self.status.to_string()
+        } else {
+            self.status_name.clone()
+        }
+    }
+
+    /// MAC addresses of the machine's interfaces.
+    pub fn mac_addresses(&self) -> impl Iterator<Item = &str> {
+        self.interface_set
+            .iter()
+            .filter_map(|interface| interface.mac_address.as_deref())
+    }
+}
+
 /// Any node (`GET nodes/{id}/`): machine, device or controller. Controllers and devices have
 /// no `status`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -547,6 +604,37 @@ impl ReleaseParams {
     }
 }
 
+/// One machine's power parameters as `GET machines/?op=power_parameters` returns them: the BMC
+/// address in the clear (discovery matches machines on it, seed 000 §4.16), every other value
+/// (user, password, k_g…) as a [`Secret`], since the dict carries BMC passwords.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MachinePowerParameters {
+    /// `power_address` (IPMI: the BMC's IP or hostname); `None` when the driver has none
+    /// (`manual`) or it is empty.
+    pub power_address: Option<String>,
+    /// Every other parameter by name; non-string values as their JSON text.
+    pub others: BTreeMap<String, Secret>,
+}
+
+impl MachinePowerParameters {
+    fn from_dict(dict: BTreeMap<String, serde_json::Value>) -> Self {
+        let mut parameters = MachinePowerParameters::default();
+        for (name, value) in dict {
+            let text = match value {
+                serde_json::Value::String(text) => text,
+                serde_json::Value::Null => continue,
+                other => other.to_string(),
+            };
+            if name == "power_address" {
+                parameters.power_address = Some(text).filter(|a| !a.trim().is_empty());
+            } else {
+                parameters.others.insert(name, Secret::new(text));
+            }
+        }
+        parameters
+    }
+}
+
 fn comment(comment: Option<&str>) -> Params {
     let mut params = Params::new();
     params.opt_text("comment", comment);
@@ -557,6 +645,47 @@ impl MaasClient {
     /// `GET machines/` with filters: every matching machine the key's user can see, in
     /// MAAS's id order. MAAS does not paginate.
     pub async fn list_machines(&self, filter: &MachineFilter) -> Result<Vec<Machine>, MaasError> {
+        self.transport()
+            .json(Call::get("list_machines", &["machines"]).params(filter.params()))
+            .await
+    }
+
+    /// `GET machines/?op=power_parameters` (admin): the power parameters of many machines in
+    /// one request, by system id. An empty `system_ids` asks for every machine (a list of ids
+    /// travels in the query string, so keep it short). Non-admins get 403 `Forbidden`.
+    pub async fn power_parameters(
+        &self,
+        system_ids: &[String],
+    ) -> Result<BTreeMap<String, MachinePowerParameters>, MaasError> {
+        let mut params = Params::new();
+        params.each("id", system_ids);
+        let dicts: BTreeMap<String, Option<BTreeMap<String, serde_json::Value>>> = self
+            .transport()
+            .json(
+                Call::get("power_parameters", &["machines"])
+                    .op("power_parameters")
+                    .params(params)
+                    // The answer holds BMC passwords: never quote it in a decode error.
+                    .sensitive_response(),
+            )
+            .await?;
+        Ok(dicts
+            .into_iter()
+            .map(|(id, dict)| {
+                (
+                    id,
+                    MachinePowerParameters::from_dict(dict.unwrap_or_default()),
+                )
+            })
+            .collect())
+    }
+
+    /// `GET machines/` with filters, read as [`MachineSummary`]s: the same request as
+    /// [`MaasClient::list_machines`] (counted as `list_machines`), parsed for observation only.
+    pub async fn list_machine_summaries(
+        &self,
+        filter: &MachineFilter,
+    ) -> Result<Vec<MachineSummary>, MaasError> {
         self.transport()
             .json(Call::get("list_machines", &["machines"]).params(filter.params()))
             .await
@@ -744,6 +873,33 @@ mod tests {
     fn mac_filters_are_normalised_to_maas_form() {
         let filter = MachineFilter::all().mac_address(" AA-BB-CC-DD-EE-0F ");
         assert_eq!(filter.mac_addresses, ["aa:bb:cc:dd:ee:0f"]);
+    }
+
+    #[test]
+    fn bulk_power_parameters_keep_only_the_address_in_the_clear() {
+        let dict: BTreeMap<String, serde_json::Value> = serde_json::from_value(serde_json::json!({
+            "power_address": "10.176.16.20",
+            "power_user": "root",
+            "power_pass": "calvin-secret",
+            "workaround_flags": ["opensesspriv"],
+            "k_g": null,
+        }))
+        .unwrap();
+        let parameters = MachinePowerParameters::from_dict(dict);
+        assert_eq!(parameters.power_address.as_deref(), Some("10.176.16.20"));
+        assert_eq!(
+            parameters.others.keys().collect::<Vec<_>>(),
+            ["power_pass", "power_user", "workaround_flags"]
+        );
+        assert_eq!(
+            parameters.others["workaround_flags"].expose(),
+            "[\"opensesspriv\"]"
+        );
+        assert!(!format!("{parameters:?}").contains("calvin-secret"));
+        let empty = MachinePowerParameters::from_dict(
+            serde_json::from_value(serde_json::json!({"power_address": " "})).unwrap(),
+        );
+        assert_eq!(empty.power_address, None);
     }
 
     #[test]

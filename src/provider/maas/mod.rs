@@ -51,8 +51,9 @@ pub use interfaces::{
     Interface, InterfaceParams, Link, LinkMode, LinkRequest, LinkSubnetParams, Vlan,
 };
 pub use machines::{
-    CommissionParams, CreateMachineParams, DeployParams, EraseMode, IpmiPower, Machine,
-    MachineFilter, Node, PowerParameters, ReleaseParams, UpdateMachineParams,
+    CommissionParams, CreateMachineParams, DeployParams, EraseMode, InterfaceMac, IpmiPower,
+    Machine, MachineFilter, MachinePowerParameters, MachineSummary, Node, PowerParameters,
+    ReleaseParams, UpdateMachineParams,
 };
 pub use metrics::{MaasMetrics, RequestStatus};
 pub use power::{PowerState, StopMode};

@@ -1,0 +1,170 @@
+//! `metalform observe [--fleet DIR] [--rev REV] [--site S]... [--secrets URL]` (issue 5,
+//! docs/plan.md): observe the sites' MAAS (one machines list per site), the inventory and the
+//! jobs, and print the snapshot as JSON, so that `metalform plan --observed FILE` can plan
+//! without MAAS or store access (CI). An unreadable site is recorded as such, with a warning
+//! on stderr.
+//!
+//! Also the shared edge of `plan` and `observe`: loading the fleet, opening the store and the
+//! secret store, observing.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::status::store_error;
+use super::validate::source_error;
+use super::{CliError, Exit, GlobalArgs};
+use crate::clock::SystemClock;
+use crate::manifest::{self, LoadError};
+use crate::model::Fleet;
+use crate::observe::{self, MaasClients, ObserveError, SiteFilter, SiteObservation, Snapshot};
+use crate::provider::maas::MaasClientOptions;
+use crate::secrets::{self, SecretStore};
+use crate::source::FleetSource;
+use crate::store::{self, Store};
+
+/// Where the fleet is and which of its sites to work on.
+#[derive(Debug, Clone, clap::Args)]
+pub struct FleetArgs {
+    /// Fleet directory (holding sites/, profiles/, nodes/); the default state store lives in its
+    /// .metalform/.
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub fleet: PathBuf,
+    /// Read the fleet as of this git revision (commit, branch, tag) instead of the files on disk.
+    #[arg(long, value_name = "REV")]
+    pub rev: Option<String>,
+    /// Only this site (repeatable); default: every site of the fleet.
+    #[arg(long = "site", value_name = "SITE")]
+    pub sites: Vec<String>,
+}
+
+impl FleetArgs {
+    pub fn site_filter(&self) -> SiteFilter {
+        SiteFilter::from_names(self.sites.iter().cloned())
+    }
+}
+
+/// Where secrets (the sites' MAAS API keys) are read from.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SecretArgs {
+    /// Secret store: vault://HOST:PORT (token from VAULT_TOKEN), vault+https://HOST:PORT, or
+    /// file://PATH (development).
+    #[arg(long, env = "METALFORM_SECRETS", value_name = "URL")]
+    pub secrets: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub fleet: FleetArgs,
+    #[command(flatten)]
+    pub secrets: SecretArgs,
+}
+
+pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
+    let fleet = load_fleet(&args.fleet)?;
+    let snapshot = observe_now(global, &args.fleet, &args.secrets, &fleet).await?;
+    warn_unreadable(&snapshot);
+    print!("{}", snapshot.to_json());
+    Ok(Exit::Success)
+}
+
+/// Read and validate the fleet; an invalid fleet prints its diagnostics on stderr.
+pub(super) fn load_fleet(args: &FleetArgs) -> Result<Fleet, CliError> {
+    let source = FleetSource::new(&args.fleet, args.rev.as_deref());
+    match manifest::load_fleet(&source) {
+        Ok(loaded) => Ok(loaded.fleet),
+        Err(LoadError::Source(err)) => Err(source_error(err)),
+        Err(LoadError::Invalid { errors, .. }) => {
+            for diagnostic in &errors {
+                eprintln!("{diagnostic}");
+            }
+            let rev = args
+                .rev
+                .as_deref()
+                .map(|r| format!(" --rev {r}"))
+                .unwrap_or_default();
+            Err(CliError::user(format!(
+                "the fleet has {} error(s); nothing was planned or observed",
+                errors.len()
+            ))
+            .hint(format!(
+                "run `metalform validate --fleet {}{rev}` and fix them",
+                args.fleet.display()
+            )))
+        }
+    }
+}
+
+/// The state store: `--state`, else the default under the fleet directory.
+pub(super) async fn open_store(global: &GlobalArgs, fleet_dir: &Path) -> Result<Store, CliError> {
+    let url = match &global.state {
+        Some(url) => url.clone(),
+        None => {
+            if !fleet_dir.is_dir() {
+                return Err(CliError::user(format!(
+                    "fleet directory `{}` does not exist",
+                    fleet_dir.display()
+                ))
+                .hint("pass --fleet DIR (the fleet repository) or --state URL"));
+            }
+            store::default_url(fleet_dir)
+        }
+    };
+    Store::open(&url, Arc::new(SystemClock))
+        .await
+        .map_err(store_error)
+}
+
+pub(super) fn open_secrets(args: &SecretArgs) -> Result<Arc<dyn SecretStore>, CliError> {
+    let url = args.secrets.as_deref().ok_or_else(|| {
+        CliError::user("no secret store to read the sites' MAAS API keys from").hint(
+            "pass --secrets vault://HOST:PORT (or file://PATH), or set METALFORM_SECRETS; to plan without MAAS access, pass --observed FILE from `metalform observe`",
+        )
+    })?;
+    secrets::open(url).map_err(|err| {
+        let hint = err.hint();
+        let error = CliError::user(err.to_string());
+        match hint {
+            Some(hint) => error.hint(hint),
+            None => error,
+        }
+    })
+}
+
+/// Observe the selected sites now: MAAS through the secret store's API keys, the store's
+/// inventory and jobs.
+pub(super) async fn observe_now(
+    global: &GlobalArgs,
+    fleet_args: &FleetArgs,
+    secret_args: &SecretArgs,
+    fleet: &Fleet,
+) -> Result<Snapshot, CliError> {
+    let filter = fleet_args.site_filter();
+    // Refuse an unknown --site before touching anything.
+    filter.resolve(fleet).map_err(unknown_site)?;
+    let secrets = open_secrets(secret_args)?;
+    let store = open_store(global, &fleet_args.fleet).await?;
+    let clients = MaasClients::new(MaasClientOptions::default());
+    let snapshot = observe::observe(fleet, &filter, &store, secrets.as_ref(), &clients).await;
+    store.close().await;
+    snapshot.map_err(|err| match err {
+        ObserveError::UnknownSite(err) => unknown_site(err),
+        ObserveError::Store(err) => store_error(err),
+    })
+}
+
+pub(super) fn unknown_site(err: observe::UnknownSite) -> CliError {
+    CliError::user(err.to_string()).hint("pass --site with one of the fleet's sites")
+}
+
+/// A warning per unreadable site on stderr: the snapshot records it, the operator should know.
+pub(super) fn warn_unreadable(snapshot: &Snapshot) {
+    for (site, observation) in &snapshot.sites {
+        if let SiteObservation::Unreadable { error, hint, .. } = observation {
+            eprintln!("warning: site {site} could not be read: {error}");
+            if let Some(hint) = hint {
+                eprintln!("hint: {hint}");
+            }
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! `metalform plan [--fleet DIR] [--rev REV] [--site S]... [--observed FILE] [--out PLANFILE]
+//! [--format text|json|markdown] [--detailed-exitcode]` (DESIGN.md §3, §4; docs/plan.md):
+//! observe (or read an exported snapshot), plan, print, and optionally write the plan file that
+//! `metalform apply PLANFILE` runs.
+//!
+//! Exit codes: 0 success (with `--detailed-exitcode`: no changes), 2 changes present (only with
+//! `--detailed-exitcode`), 1 error (bad fleet, unreadable snapshot, store or secret trouble).
+
+use std::path::PathBuf;
+
+use super::observe::{
+    FleetArgs, SecretArgs, load_fleet, observe_now, unknown_site, warn_unreadable,
+};
+use super::output::ReviewFormat;
+use super::{CliError, Exit, GlobalArgs};
+use crate::model::{Fleet, SiteName};
+use crate::observe::{SiteFilter, Snapshot};
+use crate::plan::{self, PlanOptions, render};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub fleet: FleetArgs,
+    #[command(flatten)]
+    pub secrets: SecretArgs,
+    /// Plan against a snapshot written by `metalform observe` instead of observing now (no MAAS
+    /// or store access needed).
+    #[arg(long, value_name = "FILE")]
+    pub observed: Option<PathBuf>,
+    /// Write the plan file for `metalform apply PLANFILE`.
+    #[arg(long, value_name = "PLANFILE")]
+    pub out: Option<PathBuf>,
+    /// Output format: terraform-like text, the plan file's JSON, or markdown for a PR comment.
+    #[arg(long, value_enum, default_value_t)]
+    pub format: ReviewFormat,
+    /// Exit 0 when there is nothing to do, 2 when there are changes, 1 on error.
+    #[arg(long)]
+    pub detailed_exitcode: bool,
+    /// Text only: list unchanged nodes too.
+    #[arg(long)]
+    pub show_unchanged: bool,
+    /// Markdown only: the largest comment to produce, in bytes (GitHub allows 65536).
+    #[arg(long, value_name = "BYTES", default_value_t = 60_000)]
+    pub max_bytes: usize,
+}
+
+pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
+    let fleet = load_fleet(&args.fleet)?;
+    let (snapshot, sites) = match &args.observed {
+        Some(path) => {
+            let snapshot = read_snapshot(path)?;
+            let sites = observed_sites(&fleet, &args.fleet, &snapshot, path)?;
+            (snapshot, sites)
+        }
+        None => {
+            let snapshot = observe_now(global, &args.fleet, &args.secrets, &fleet).await?;
+            (snapshot, args.fleet.site_filter())
+        }
+    };
+    warn_unreadable(&snapshot);
+    let plan = plan::plan(&fleet, &snapshot, &PlanOptions { sites });
+    if let Some(out) = &args.out {
+        plan::save(&plan, out).map_err(|err| CliError::user(err.to_string()).hint(err.hint()))?;
+        eprintln!(
+            "Saved the plan to {}; apply it with `metalform apply {}`.",
+            out.display(),
+            out.display()
+        );
+    }
+    let output = match args.format {
+        ReviewFormat::Text => render::render_text(
+            &plan,
+            render::TextOptions {
+                show_unchanged: args.show_unchanged,
+            },
+        ),
+        ReviewFormat::Json => render::render_json(&plan),
+        ReviewFormat::Markdown => render::render_markdown(&plan, args.max_bytes),
+    };
+    print!("{output}");
+    Ok(if args.detailed_exitcode && plan.has_changes() {
+        Exit::Changes
+    } else {
+        Exit::Success
+    })
+}
+
+fn read_snapshot(path: &std::path::Path) -> Result<Snapshot, CliError> {
+    let text = std::fs::read_to_string(path).map_err(|err| {
+        CliError::user(format!(
+            "cannot read the snapshot {}: {err}",
+            path.display()
+        ))
+        .hint("write one with `metalform observe [--site S] > FILE`")
+    })?;
+    Snapshot::from_json(&text).map_err(|err| {
+        CliError::user(format!(
+            "{}: not a metalform snapshot: {err}",
+            path.display()
+        ))
+        .hint("write it with `metalform observe [--site S] > FILE` (same metalform version)")
+    })
+}
+
+/// The sites to plan from a snapshot: `--site` (each must be in it), else every site it
+/// observed. Each must be a site of the fleet.
+fn observed_sites(
+    fleet: &Fleet,
+    args: &FleetArgs,
+    snapshot: &Snapshot,
+    path: &std::path::Path,
+) -> Result<SiteFilter, CliError> {
+    let observed: Vec<&str> = snapshot.sites.keys().map(SiteName::as_str).collect();
+    if observed.is_empty() {
+        return Err(
+            CliError::user(format!("the snapshot {} observed no site", path.display()))
+                .hint("write it with `metalform observe [--site S] > FILE`"),
+        );
+    }
+    let filter = if args.sites.is_empty() {
+        SiteFilter::from_names(observed.iter().copied())
+    } else {
+        if let Some(missing) = args
+            .sites
+            .iter()
+            .find(|s| !snapshot.sites.contains_key(s.as_str()))
+        {
+            return Err(CliError::user(format!(
+                "the snapshot {} has no observation of site `{missing}` (it observed: {})",
+                path.display(),
+                observed.join(", ")
+            ))
+            .hint(format!(
+                "observe it: `metalform observe --site {missing} > FILE`"
+            )));
+        }
+        args.site_filter()
+    };
+    filter.resolve(fleet).map_err(unknown_site)?;
+    Ok(filter)
+}

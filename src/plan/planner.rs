@@ -1,0 +1,758 @@
+//! The planner (DESIGN.md §4; seed 000 §4.3, §4.8–§4.11, §4.13, §4.16, §3.5; seed 001 §4.3,
+//! §6.2): model × snapshot → plan. Pure: no I/O, no clock, no randomness; the same inputs give
+//! the same plan, byte for byte.
+//!
+//! Per node of the manifests, in this order: a node the manifests retire is not onboarded; an
+//! open decommission, or an inventory state onboarding must not touch, blocks it; an open
+//! onboarding job decides (resume, rerun, adopt a late enrollment, or blocked for manual
+//! intervention — the recovery 000 §4.9 recommends for its state and failure class); an
+//! active node is left alone (drift is reported); otherwise the node is matched to its MAAS
+//! machine (fail closed on ambiguity) and onboarded — destructively when the machine runs a
+//! workload metalform did not put there — or adopted when it is Deployed and already enrolled.
+//! Then, per site: `paused` holds back any change, a disabled site takes no new onboarding, and
+//! the mass-destruction guard turns destructive items into blocked ones.
+
+use std::collections::{BTreeMap, HashMap};
+
+use uuid::Uuid;
+
+use crate::lifecycle::recommend;
+use crate::lifecycle::{FailureClass, JobKind, JobState, MaasStatus, NodeState, RecoveryAction};
+use crate::model::{Fleet, Lifecycle, Node, NodeId, Profile, Provenance, Site, SiteStatus};
+use crate::observe::{
+    InventoryNode, ObservedJob, ObservedMachine, SiteFilter, SiteObservation, Snapshot,
+};
+
+use super::fresh::revision_id;
+use super::guard;
+use super::matching::{Match, match_site};
+use super::types::{
+    Action, BlockCause, Candidate, NodeTarget, PLAN_FORMAT, PauseSource, Plan, PlanItem,
+    PlanOptions, SitePlan, Summary,
+};
+
+/// Plan the selected sites of `fleet` against `snapshot`.
+pub fn plan(fleet: &Fleet, snapshot: &Snapshot, options: &PlanOptions) -> Plan {
+    let view = StoreView::new(snapshot);
+    let mut sites = Vec::new();
+    let mut items = Vec::new();
+    for site in fleet.sites.values() {
+        if !options.sites.contains(&site.name) {
+            continue;
+        }
+        let (site_plan, site_items) = plan_site(fleet, site, snapshot, &view);
+        sites.push(site_plan);
+        items.extend(site_items);
+    }
+    let planned = SiteFilter::Only(sites.iter().map(|s: &SitePlan| s.site.clone()).collect());
+    let parts = snapshot.fingerprint_parts_of(&planned);
+    let mut plan = Plan {
+        format: PLAN_FORMAT,
+        id: String::new(),
+        fleet_revision: revision_id(&fleet.revision),
+        snapshot_fingerprint: crate::observe::fingerprint_of_parts(&parts),
+        snapshot_parts: parts,
+        store_serial: snapshot.store_serial,
+        parent: view.parent(),
+        summary: Summary::of(&items),
+        sites,
+        items,
+    };
+    plan.id = super::document::content_id(&plan);
+    plan
+}
+
+/// The inventory and jobs of the snapshot, indexed by (site, hostname).
+struct StoreView<'s> {
+    inventory: HashMap<(&'s str, &'s str), &'s InventoryNode>,
+    open_onboarding: HashMap<(&'s str, &'s str), &'s ObservedJob>,
+    latest_onboarding: HashMap<(&'s str, &'s str), &'s ObservedJob>,
+    open_decommission: HashMap<(&'s str, &'s str), &'s ObservedJob>,
+    snapshot: &'s Snapshot,
+}
+
+impl<'s> StoreView<'s> {
+    fn new(snapshot: &'s Snapshot) -> Self {
+        let mut view = StoreView {
+            inventory: HashMap::new(),
+            open_onboarding: HashMap::new(),
+            latest_onboarding: HashMap::new(),
+            open_decommission: HashMap::new(),
+            snapshot,
+        };
+        for node in &snapshot.inventory {
+            view.inventory
+                .insert((node.site.as_str(), node.hostname.as_str()), node);
+        }
+        for job in &snapshot.jobs {
+            let key = (job.site.as_str(), job.hostname.as_str());
+            match job.kind {
+                JobKind::Onboarding => {
+                    if job.state.is_open() {
+                        view.open_onboarding.insert(key, job);
+                    }
+                    let newer = view
+                        .latest_onboarding
+                        .get(&key)
+                        .is_none_or(|l| (job.requested_at, job.id) > (l.requested_at, l.id));
+                    if newer {
+                        view.latest_onboarding.insert(key, job);
+                    }
+                }
+                JobKind::Decommission => {
+                    if job.state.is_open() {
+                        view.open_decommission.insert(key, job);
+                    }
+                }
+            }
+        }
+        view
+    }
+
+    /// The plan the most recently updated job ran under.
+    fn parent(&self) -> Option<String> {
+        self.snapshot
+            .jobs
+            .iter()
+            .filter(|j| j.plan_id.is_some())
+            .max_by(|a, b| (a.updated_at, a.id).cmp(&(b.updated_at, b.id)))
+            .and_then(|j| j.plan_id.clone())
+    }
+
+    fn key(id: &NodeId) -> (&str, &str) {
+        (id.site.as_str(), id.hostname.as_str())
+    }
+}
+
+/// What the planner decided for one node before the per-site rules.
+struct Decision {
+    action: Action,
+    reason: String,
+    destructive: bool,
+    settled: bool,
+    drift: Option<String>,
+    system_id: Option<String>,
+    node_id: Option<Uuid>,
+    job_id: Option<Uuid>,
+}
+
+impl Decision {
+    fn new(action: Action, reason: String) -> Self {
+        Decision {
+            action,
+            reason,
+            destructive: false,
+            settled: false,
+            drift: None,
+            system_id: None,
+            node_id: None,
+            job_id: None,
+        }
+    }
+
+    fn blocked(cause: BlockCause, reason: String) -> Self {
+        Decision::new(Action::Blocked { cause }, reason)
+    }
+}
+
+/// The first 8 characters of an id, as reasons show it.
+fn short(id: &Uuid) -> String {
+    id.to_string()[..8].to_owned()
+}
+
+fn plan_site<'f>(
+    fleet: &'f Fleet,
+    site: &'f Site,
+    snapshot: &Snapshot,
+    view: &StoreView<'_>,
+) -> (SitePlan, Vec<PlanItem>) {
+    let not_observed = SiteObservation::Unreadable {
+        error: "the snapshot has no observation of this site".to_owned(),
+        transient: false,
+        hint: None,
+    };
+    let observation = snapshot.sites.get(&site.name).unwrap_or(&not_observed);
+    let nodes: Vec<&Node> = fleet.nodes_of_site(&site.name).collect();
+
+    // Open jobs bound to a machine name it for their node.
+    let bound: HashMap<&NodeId, &str> = nodes
+        .iter()
+        .filter_map(|n| {
+            let job = view.open_onboarding.get(&StoreView::key(&n.id))?;
+            Some((&n.id, job.maas_system_id.as_deref()?))
+        })
+        .collect();
+    let empty = Vec::new();
+    let (machines, matches, unmanaged) = match observation {
+        SiteObservation::Readable { machines, .. } => {
+            let (matches, unmanaged) = match_site(machines, &nodes, &bound);
+            (machines, matches, unmanaged)
+        }
+        SiteObservation::Unreadable { .. } => (&empty, BTreeMap::new(), 0),
+    };
+
+    let mut items: Vec<PlanItem> = Vec::with_capacity(nodes.len());
+    for node in &nodes {
+        let facts = Facts {
+            node,
+            site,
+            observation,
+            inventory: view.inventory.get(&StoreView::key(&node.id)).copied(),
+            open: view.open_onboarding.get(&StoreView::key(&node.id)).copied(),
+            latest: view
+                .latest_onboarding
+                .get(&StoreView::key(&node.id))
+                .copied(),
+            decommission: view
+                .open_decommission
+                .get(&StoreView::key(&node.id))
+                .copied(),
+            matched: matches.get(&node.id).unwrap_or(&Match::None),
+        };
+        let decision = hold_back(&facts, decide(&facts));
+        items.push(item(fleet, node, decision));
+    }
+    items.extend(orphans(fleet, site, view));
+    items.sort_by(|a, b| a.node.cmp(&b.node));
+
+    let guard = guard::site_guard(site, observation, &nodes, machines, view.snapshot);
+    if let Some(note) = &guard {
+        guard::hold(&mut items, note);
+    }
+    let (readable, maas_version, error) = match observation {
+        SiteObservation::Readable { maas_version, .. } => (true, maas_version.clone(), None),
+        SiteObservation::Unreadable { error, .. } => (false, None, Some(error.clone())),
+    };
+    let site_plan = SitePlan {
+        site: site.name.clone(),
+        readable,
+        maas_version,
+        error,
+        disabled: site.status == SiteStatus::Disabled,
+        machines: machines.len(),
+        unmanaged_machines: unmanaged,
+        guard,
+        summary: Summary::of(&items),
+    };
+    (site_plan, items)
+}
+
+/// Everything known about one node of the manifests.
+struct Facts<'a> {
+    node: &'a Node,
+    site: &'a Site,
+    observation: &'a SiteObservation,
+    inventory: Option<&'a InventoryNode>,
+    open: Option<&'a ObservedJob>,
+    latest: Option<&'a ObservedJob>,
+    decommission: Option<&'a ObservedJob>,
+    matched: &'a Match<'a>,
+}
+
+impl Facts<'_> {
+    /// The machine matched to the node, if exactly one.
+    fn machine(&self) -> Option<&ObservedMachine> {
+        match self.matched {
+            Match::One { machine, .. } => Some(machine),
+            _ => None,
+        }
+    }
+
+    fn machine_status(&self) -> Option<MaasStatus> {
+        self.machine().and_then(|m| m.status.maas())
+    }
+
+    fn enrolled(&self) -> bool {
+        self.inventory.is_some_and(InventoryNode::enrolled)
+    }
+}
+
+fn decide(f: &Facts<'_>) -> Decision {
+    if let SiteObservation::Unreadable {
+        error, transient, ..
+    } = f.observation
+    {
+        return Decision::blocked(
+            BlockCause::SiteUnreadable {
+                error: error.clone(),
+                transient: *transient,
+            },
+            format!(
+                "MAAS of site {} could not be read (see the site): nothing is planned for this node",
+                f.site.name
+            ),
+        );
+    }
+    if f.node.lifecycle != Lifecycle::Active {
+        let why = f
+            .node
+            .retired_reason
+            .as_deref()
+            .map(|r| format!(" ({r:?})"))
+            .unwrap_or_default();
+        let open = f
+            .open
+            .map(|j| format!("; open onboarding {} left as it is", short(&j.id)))
+            .unwrap_or_default();
+        return Decision::new(
+            Action::Noop,
+            format!("lifecycle {}{why}: not onboarded{open}", f.node.lifecycle),
+        );
+    }
+    if let Some(job) = f.decommission {
+        let mode = job.mode.map(|m| format!("{m} ")).unwrap_or_default();
+        return Decision::blocked(
+            BlockCause::DecommissionInProgress {
+                job_id: job.id,
+                mode: job.mode,
+                state: job.state,
+            },
+            format!(
+                "a {mode}decommission ({}) is {} at {}: onboarding waits until it ends",
+                short(&job.id),
+                job.state,
+                job.stage
+            ),
+        );
+    }
+    if let Some(inv) = f.inventory {
+        let held = matches!(
+            inv.status,
+            NodeState::Quarantined | NodeState::Draining | NodeState::Retired | NodeState::Removing
+        );
+        if inv.retired || held {
+            let reason = if inv.retired {
+                format!(
+                    "flagged retired in the inventory{}: clear the flag before it is onboarded again",
+                    inv.retired_reason
+                        .as_deref()
+                        .map(|r| format!(" ({r})"))
+                        .unwrap_or_default()
+                )
+            } else {
+                format!(
+                    "the inventory holds it {}: an operator decides what happens next (metalform status {})",
+                    inv.status, f.node.id
+                )
+            };
+            return Decision::blocked(
+                BlockCause::InventoryState {
+                    node_id: inv.id,
+                    state: inv.status,
+                    retired: inv.retired,
+                },
+                reason,
+            );
+        }
+    }
+    if let Some(job) = f.open {
+        return with_ids(f, job_decision(f, job), Some(job));
+    }
+    if let Some(inv) = f.inventory
+        && matches!(inv.status, NodeState::Active | NodeState::Offline)
+    {
+        return with_ids(f, in_service(f, inv), None);
+    }
+    with_ids(f, new_onboarding(f), None)
+}
+
+/// Fill in the ids every decision about this node carries.
+fn with_ids(f: &Facts<'_>, mut decision: Decision, job: Option<&ObservedJob>) -> Decision {
+    decision.node_id = f.inventory.map(|n| n.id).or(job.and_then(|j| j.node_id));
+    decision.job_id = job.map(|j| j.id);
+    if decision.system_id.is_none() {
+        decision.system_id = f
+            .machine()
+            .map(|m| m.system_id.clone())
+            .or_else(|| job.and_then(|j| j.maas_system_id.clone()));
+    }
+    decision
+}
+
+/// An open onboarding job decides (000 §4.8, §4.9; 001 §4.3).
+fn job_decision(f: &Facts<'_>, job: &ObservedJob) -> Decision {
+    let id = short(&job.id);
+    let gone = match (&job.maas_system_id, f.machine()) {
+        (Some(system_id), None) => {
+            format!(" (its machine {system_id} is no longer listed in MAAS)")
+        }
+        _ => String::new(),
+    };
+    let resume = |reason: String| {
+        Decision::new(
+            Action::Resume {
+                job_id: job.id,
+                stage: job.stage.clone(),
+            },
+            reason,
+        )
+    };
+    match job.state {
+        JobState::Pending => {
+            return resume(format!(
+                "onboarding {id} was accepted but never started: start it{gone}"
+            ));
+        }
+        JobState::Running => {
+            return resume(format!(
+                "onboarding {id} was left running at {} (an apply stopped, or is still at work): resume there{gone}",
+                job.stage
+            ));
+        }
+        JobState::Compensating => {
+            return resume(format!(
+                "onboarding {id} stopped while compensating at {}: finish the compensation{gone}",
+                job.stage
+            ));
+        }
+        JobState::FailedRetryable | JobState::FailedManualIntervention => {}
+        // Terminal jobs are not open; nothing else reaches here.
+        JobState::Completed | JobState::Cancelled | JobState::Reconciled => {
+            return new_onboarding(f);
+        }
+    }
+
+    let failure = describe_failure(job);
+    // A late enrollment after the enrollment wait gave up (000 §4.6, §4.13): adopt it.
+    if job.failure_class == Some(FailureClass::AgentEnrollmentFailure)
+        && f.machine_status() == Some(MaasStatus::Deployed)
+        && f.enrolled()
+        && let Some(machine) = f.machine()
+    {
+        let mut decision = Decision::new(
+            Action::Adopt {
+                job_id: Some(job.id),
+                system_id: machine.system_id.clone(),
+            },
+            format!(
+                "onboarding {id} {failure}, but the machine is Deployed ({}) and its agent has enrolled since: adopt it",
+                machine.system_id
+            ),
+        );
+        decision.system_id = Some(machine.system_id.clone());
+        return decision;
+    }
+    let recommendation = recommend(job.state, Some(&job.stage), job.failure_class);
+    let manual = || {
+        Decision::blocked(
+            BlockCause::ManualIntervention {
+                job_id: job.id,
+                stage: job.stage.clone(),
+                failure_class: job.failure_class,
+                error_code: job.error_code.clone(),
+                error: job.error_message.clone(),
+                recommended_action: recommendation.action,
+                recommendation: recommendation.text.clone(),
+            },
+            format!(
+                "onboarding {id} {failure}; next: {}{gone}",
+                recommendation.text
+            ),
+        )
+    };
+    if job.state == JobState::FailedManualIntervention {
+        return manual();
+    }
+    match recommendation.action {
+        Some(RecoveryAction::Rerun) => Decision::new(
+            Action::Rerun { job_id: job.id },
+            format!(
+                "onboarding {id} {failure}: rerun it from the top (stages adopt what is already done){gone}"
+            ),
+        ),
+        Some(RecoveryAction::Resume | RecoveryAction::RetryStage) | None => resume(format!(
+            "onboarding {id} {failure}: resume at {}{gone}",
+            job.stage
+        )),
+        Some(_) => manual(),
+    }
+}
+
+/// `failed_retryable at wait_for_ready (pxe_discovery_failure, failed_commission_timeout)`.
+fn describe_failure(job: &ObservedJob) -> String {
+    let mut detail: Vec<String> = Vec::new();
+    if let Some(class) = job.failure_class {
+        detail.push(class.to_string());
+    }
+    if let Some(code) = &job.error_code {
+        detail.push(code.clone());
+    }
+    let detail = if detail.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", detail.join(", "))
+    };
+    format!("is {} at {}{detail}", job.state, job.stage)
+}
+
+/// An active (or offline) node: nothing to do, drift reported (000 §6.4, 001 §6.2).
+fn in_service(f: &Facts<'_>, inv: &InventoryNode) -> Decision {
+    let status = f.machine_status();
+    let shown = match (f.machine(), status) {
+        (Some(m), _) => format!("{} in MAAS ({})", m.status, m.system_id),
+        (None, _) => "not matched to a MAAS machine".to_owned(),
+    };
+    let mut decision = Decision::new(Action::Noop, format!("{}; {shown}", inv.status));
+    let mut drift = Vec::new();
+    if !inv.status.expected_maas().allows(status) {
+        drift.push(match f.machine() {
+            Some(m) => format!("MAAS shows {}, expected Deployed", m.status),
+            None => "no MAAS machine matches it, expected one Deployed".to_owned(),
+        });
+    }
+    if inv.status == NodeState::Offline {
+        drift.push("the node agent is not polling".to_owned());
+    }
+    if drift.is_empty() {
+        decision.settled = true;
+    } else {
+        decision.drift = Some(drift.join("; "));
+    }
+    decision
+}
+
+/// No open job and not in service: match the machine and onboard, or adopt a Deployed and
+/// enrolled one (000 §4.3 CreateOrFindInMaas, §4.16).
+fn new_onboarding(f: &Facts<'_>) -> Decision {
+    let earlier = f
+        .latest
+        .map(|j| {
+            format!(
+                " (the last onboarding, {}, ended {})",
+                short(&j.id),
+                j.state
+            )
+        })
+        .unwrap_or_default();
+    match f.matched {
+        Match::Ambiguous(candidates) => {
+            let what = match candidates.len() {
+                1 => "a MAAS machine another node matches too".to_owned(),
+                n => format!("{n} MAAS machines could be this node"),
+            };
+            Decision::blocked(
+                BlockCause::DiscoveryAmbiguity {
+                    candidates: candidates.clone(),
+                },
+                format!(
+                    "{what} ({}): fix the hostname, BMC address or PXE MAC in MAAS or the manifests so exactly one machine matches",
+                    describe_candidates(candidates)
+                ),
+            )
+        }
+        Match::One { machine, keys } => {
+            let how = keys
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ");
+            if machine.status.maas() == Some(MaasStatus::Deployed) && f.enrolled() {
+                let mut decision = Decision::new(
+                    Action::Adopt {
+                        job_id: None,
+                        system_id: machine.system_id.clone(),
+                    },
+                    format!(
+                        "Deployed in MAAS ({}, matched by {how}) and its agent enrolled: adopt it{earlier}",
+                        machine.system_id
+                    ),
+                );
+                decision.system_id = Some(machine.system_id.clone());
+                return decision;
+            }
+            let mut decision = if machine.status.in_use() {
+                let owner = machine
+                    .owner
+                    .as_deref()
+                    .map(|o| format!(", owner {o}"))
+                    .unwrap_or_default();
+                let mut d = Decision::new(
+                    Action::Onboard,
+                    format!(
+                        "MAAS lists it {} ({}{owner}, matched by {how}) and metalform did not deploy it: onboarding releases and redeploys it, destroying what runs there{earlier}",
+                        machine.status, machine.system_id
+                    ),
+                );
+                d.destructive = true;
+                d
+            } else {
+                Decision::new(
+                    Action::Onboard,
+                    format!(
+                        "MAAS lists it {} ({}, matched by {how}): onboard{earlier}",
+                        machine.status, machine.system_id
+                    ),
+                )
+            };
+            decision.system_id = Some(machine.system_id.clone());
+            decision
+        }
+        Match::None => Decision::new(
+            Action::Onboard,
+            format!(
+                "not in MAAS yet: onboard (find or enlist it by its BMC {}){earlier}",
+                f.node.bmc.ipmi_ip
+            ),
+        ),
+    }
+}
+
+fn describe_candidates(candidates: &[Candidate]) -> String {
+    candidates
+        .iter()
+        .map(|c| {
+            let keys: Vec<String> = c.matched_by.iter().map(ToString::to_string).collect();
+            format!("{} {} by {}", c.system_id, c.hostname, keys.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Per-node rules that hold a change back: `paused` (manifest or inventory), then a disabled
+/// site for new onboardings (000 §3.5: in-flight work continues).
+fn hold_back(f: &Facts<'_>, decision: Decision) -> Decision {
+    if !decision.action.is_change() {
+        return decision;
+    }
+    let paused = if f.node.paused {
+        Some(PauseSource::Manifest)
+    } else if f.inventory.is_some_and(|n| n.paused) {
+        Some(PauseSource::Inventory)
+    } else {
+        None
+    };
+    if let Some(source) = paused {
+        let would = decision.action.name().to_owned();
+        let where_ = match source {
+            PauseSource::Manifest => "the manifest (set paused: false to proceed)",
+            PauseSource::Inventory => "the inventory",
+        };
+        return Decision {
+            node_id: decision.node_id,
+            ..Decision::blocked(
+                BlockCause::Paused {
+                    source,
+                    would: would.clone(),
+                },
+                format!("paused in {where_}; would {would}: {}", decision.reason),
+            )
+        };
+    }
+    if f.site.status == SiteStatus::Disabled && decision.action == Action::Onboard {
+        return Decision {
+            node_id: decision.node_id,
+            ..Decision::blocked(
+                BlockCause::SiteDisabled,
+                format!(
+                    "site {} is disabled: no new onboarding; would onboard: {}",
+                    f.site.name, decision.reason
+                ),
+            )
+        };
+    }
+    decision
+}
+
+/// The item for a decision; changes carry their resolved target. Targets hold the model
+/// values as a plan file carries them (without where in the manifests they were written), so
+/// a plan and the same plan read back from its file are equal.
+fn item(fleet: &Fleet, node: &Node, decision: Decision) -> PlanItem {
+    let target = if decision.action.is_change() {
+        match (fleet.site_of(node), fleet.profile_of(node)) {
+            (Some(site), Some(profile)) => Some(NodeTarget {
+                site: Site {
+                    provenance: Provenance::default(),
+                    ..site.clone()
+                },
+                profile: Profile {
+                    provenance: Provenance::default(),
+                    ..profile.clone()
+                },
+                node: Node {
+                    provenance: Provenance::default(),
+                    ..node.clone()
+                },
+                power_credentials: site
+                    .power_credentials_for(&node.id.hostname, node.bmc.ipmi_ip, node.pxe_mac)
+                    .clone(),
+                system_id: decision.system_id.clone(),
+                node_id: decision.node_id,
+                job_id: decision.job_id,
+            }),
+            // A fleet built by `manifest` always resolves both.
+            _ => None,
+        }
+    } else {
+        None
+    };
+    PlanItem {
+        node: node.id.clone(),
+        in_manifests: true,
+        action: decision.action,
+        reason: decision.reason,
+        destructive: decision.destructive,
+        settled: decision.settled,
+        drift: decision.drift,
+        target,
+    }
+}
+
+/// Inventory rows and open onboardings of the site that the manifests no longer name: left
+/// alone (DESIGN.md §4: removing a node from git does not decommission it).
+fn orphans(fleet: &Fleet, site: &Site, view: &StoreView<'_>) -> Vec<PlanItem> {
+    let in_fleet = |hostname: &str| {
+        fleet
+            .nodes
+            .contains_key(&NodeId::new(site.name.as_str(), hostname))
+    };
+    let mut found: BTreeMap<NodeId, Vec<String>> = BTreeMap::new();
+    for node in view
+        .snapshot
+        .inventory
+        .iter()
+        .filter(|n| n.site == site.name.as_str())
+    {
+        if !in_fleet(&node.hostname) {
+            found
+                .entry(NodeId::new(site.name.as_str(), node.hostname.as_str()))
+                .or_default()
+                .push(format!("in the inventory ({})", node.status));
+        }
+    }
+    for job in view.snapshot.jobs.iter().filter(|j| {
+        j.site == site.name.as_str() && j.kind == JobKind::Onboarding && j.state.is_open()
+    }) {
+        if !in_fleet(&job.hostname) {
+            found
+                .entry(NodeId::new(site.name.as_str(), job.hostname.as_str()))
+                .or_default()
+                .push(format!(
+                    "onboarding {} is {} (cancel it with `metalform onboardings cancel {}`)",
+                    short(&job.id),
+                    job.state,
+                    job.id
+                ));
+        }
+    }
+    let prune = if site.reconcile.prune {
+        " (reconcile.prune is on, but decommissioning removed nodes is not planned yet)"
+    } else {
+        ""
+    };
+    found
+        .into_iter()
+        .map(|(node, facts)| PlanItem {
+            node,
+            in_manifests: false,
+            action: Action::Noop,
+            reason: format!(
+                "{}, but no longer in the manifests: left alone{prune}",
+                facts.join("; ")
+            ),
+            destructive: false,
+            settled: false,
+            drift: None,
+            target: None,
+        })
+        .collect()
+}

@@ -1,0 +1,374 @@
+//! Plan output (DESIGN.md §3, docs/plan.md): text like terraform's (a symbol per action, one
+//! line per item, a summary line), the plan file's JSON, and markdown for pull-request comments.
+//! Pure functions of the plan.
+
+use std::fmt::Write as _;
+
+use super::fresh::{describe_revision, short_id};
+use super::types::{Action, Plan, PlanItem, SitePlan, Summary};
+
+/// Text rendering options.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TextOptions {
+    /// List unchanged items too (by default only their count per site is shown).
+    pub show_unchanged: bool,
+}
+
+/// The symbol of an item: `+` onboard, `-/+` destructive onboard, `>` resume, `~` rerun,
+/// `<=` adopt, `!` blocked, `*` unchanged with a note (drift, not onboarded on purpose, not in
+/// the manifests), `=` unchanged and settled.
+pub fn symbol(item: &PlanItem) -> &'static str {
+    match &item.action {
+        Action::Onboard if item.destructive => "-/+",
+        Action::Onboard => "+",
+        Action::Resume { .. } => ">",
+        Action::Rerun { .. } => "~",
+        Action::Adopt { .. } => "<=",
+        Action::Blocked { .. } => "!",
+        Action::Noop if has_note(item) => "*",
+        Action::Noop => "=",
+    }
+}
+
+const LEGEND: &[(&str, &str)] = &[
+    ("+", "onboard"),
+    ("-/+", "onboard a machine in use: destroys its workload"),
+    (">", "resume a job where it stopped"),
+    ("~", "rerun a failed job from the top"),
+    ("<=", "adopt what MAAS and the agent report"),
+    ("!", "blocked: needs an operator"),
+    ("*", "no change, but see the note"),
+    ("=", "no change"),
+];
+
+/// Noop items worth a line: drift, a node not onboarded on purpose, or one the manifests no
+/// longer name.
+fn has_note(item: &PlanItem) -> bool {
+    !item.settled
+}
+
+fn shown_in_text(item: &PlanItem, options: TextOptions) -> bool {
+    item.action != Action::Noop || has_note(item) || options.show_unchanged
+}
+
+fn line_reason(item: &PlanItem) -> String {
+    let mut reason = item.reason.clone();
+    if let Some(drift) = &item.drift {
+        let _ = write!(reason, " [drift: {drift}]");
+    }
+    reason
+}
+
+fn plural(n: usize, word: &str) -> String {
+    format!("{n} {word}{}", if n == 1 { "" } else { "s" })
+}
+
+/// `Plan: 3 to onboard, 1 to resume; 2 blocked; 20 unchanged.` plus the destructive warning.
+pub fn summary_line(summary: &Summary) -> String {
+    let mut changes = Vec::new();
+    for (n, what) in [
+        (summary.onboard, "onboard"),
+        (summary.resume, "resume"),
+        (summary.rerun, "rerun"),
+        (summary.adopt, "adopt"),
+    ] {
+        if n > 0 {
+            changes.push(format!("{n} to {what}"));
+        }
+    }
+    let mut parts = Vec::new();
+    if changes.is_empty() {
+        parts.push("no changes".to_owned());
+    } else {
+        parts.push(changes.join(", "));
+    }
+    if summary.blocked > 0 {
+        parts.push(format!("{} blocked", summary.blocked));
+    }
+    parts.push(format!("{} unchanged", summary.noop));
+    let mut line = format!("Plan: {}.", parts.join("; "));
+    if summary.destructive > 0 {
+        let items = match summary.destructive {
+            1 => "1 item is".to_owned(),
+            n => format!("{n} items are"),
+        };
+        let _ = write!(
+            line,
+            " {items} destructive: apply needs --allow-destructive."
+        );
+    }
+    line
+}
+
+fn site_heading(site: &SitePlan) -> String {
+    let mut heading = format!("site {}", site.site);
+    if site.disabled {
+        heading.push_str(" (disabled)");
+    }
+    if site.readable {
+        let version = site
+            .maas_version
+            .as_deref()
+            .map(|v| format!("MAAS {v}, "))
+            .unwrap_or_else(|| "MAAS ".to_owned());
+        let _ = write!(
+            heading,
+            ": {version}{} listed",
+            plural(site.machines, "machine")
+        );
+        if site.unmanaged_machines > 0 {
+            let _ = write!(
+                heading,
+                " ({} not in the manifests)",
+                site.unmanaged_machines
+            );
+        }
+    } else {
+        let _ = write!(
+            heading,
+            ": MAAS could not be read: {}",
+            site.error.as_deref().unwrap_or("unknown error")
+        );
+    }
+    heading
+}
+
+/// The plan as text.
+pub fn render_text(plan: &Plan, options: TextOptions) -> String {
+    let mut out = format!(
+        "Plan {} of {}, store serial {}\n",
+        short_id(&plan.id),
+        describe_revision(&plan.fleet_revision),
+        plan.store_serial
+    );
+    let shown: Vec<&PlanItem> = plan
+        .items
+        .iter()
+        .filter(|i| shown_in_text(i, options))
+        .collect();
+    let used: Vec<&(&str, &str)> = LEGEND
+        .iter()
+        .filter(|(s, _)| shown.iter().any(|i| symbol(i) == *s))
+        .collect();
+    if !used.is_empty() {
+        out.push_str("\nSymbols:\n");
+        for (s, meaning) in used {
+            let _ = writeln!(out, "  {s:>3}  {meaning}");
+        }
+    }
+    let width = shown
+        .iter()
+        .map(|i| i.node.to_string().len())
+        .max()
+        .unwrap_or(0);
+    for site in &plan.sites {
+        let _ = write!(out, "\n{}\n", site_heading(site));
+        if let Some(guard) = site.guard.as_ref().filter(|_| site.readable) {
+            let _ = writeln!(out, "  guard: {guard}");
+        }
+        let mut hidden = 0;
+        for item in plan.items.iter().filter(|i| i.node.site == site.site) {
+            if !shown_in_text(item, options) {
+                hidden += 1;
+                continue;
+            }
+            let _ = writeln!(
+                out,
+                "{:>5} {:<width$}  {:<7}  {}",
+                symbol(item),
+                item.node.to_string(),
+                item.action.name(),
+                line_reason(item)
+            );
+        }
+        if hidden > 0 {
+            let _ = writeln!(
+                out,
+                "        {} not shown",
+                plural(hidden, "unchanged node")
+            );
+        }
+    }
+    let _ = write!(out, "\n{}\n", summary_line(&plan.summary));
+    out
+}
+
+/// The plan as JSON: the plan file's document (docs/plan.md).
+pub fn render_json(plan: &Plan) -> String {
+    super::file::to_json(plan)
+}
+
+/// Inside a table cell: pipes escaped, newlines flattened.
+fn cell(text: &str) -> String {
+    text.replace('|', "\\|").replace('\n', " ")
+}
+
+/// Room kept for the closing lines: a third of the cap, at most 1000 bytes.
+fn reserve(max_bytes: usize) -> usize {
+    (max_bytes / 3).min(1_000)
+}
+
+/// The plan as markdown for a pull-request comment, at most about `max_bytes` long: what does
+/// not fit is counted, never silently dropped.
+pub fn render_markdown(plan: &Plan, max_bytes: usize) -> String {
+    let budget = max_bytes.saturating_sub(reserve(max_bytes)).max(1);
+    let mut out = String::from("### metalform plan\n\n");
+    let _ = writeln!(
+        out,
+        "Plan `{}` of `{}`, store serial {}\n",
+        short_id(&plan.id),
+        describe_revision(&plan.fleet_revision),
+        plan.store_serial
+    );
+    out.push_str(
+        "| site | MAAS | onboard | resume | rerun | adopt | blocked | unchanged |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for site in &plan.sites {
+        let maas = if site.readable {
+            format!(
+                "{}{}",
+                site.maas_version
+                    .as_deref()
+                    .map(|v| format!("{v}, "))
+                    .unwrap_or_default(),
+                plural(site.machines, "machine")
+            )
+        } else {
+            "⚠️ unreadable".to_owned()
+        };
+        let s = &site.summary;
+        let _ = writeln!(
+            out,
+            "| {}{} | {} | {} | {} | {} | {} | {} | {} |",
+            site.site,
+            if site.disabled { " (disabled)" } else { "" },
+            cell(&maas),
+            s.onboard,
+            s.resume,
+            s.rerun,
+            s.adopt,
+            s.blocked,
+            s.noop
+        );
+    }
+    out.push('\n');
+    for site in &plan.sites {
+        if let Some(guard) = &site.guard {
+            let _ = writeln!(out, "> ⚠️ **{}**: {}\n", site.site, cell(guard));
+        }
+    }
+
+    let mut left_out: Vec<String> = Vec::new();
+    let mut section =
+        |out: &mut String, title: String, header: &str, rows: Vec<String>, collapsed: bool| {
+            if rows.is_empty() {
+                return;
+            }
+            let (open, close) = if collapsed {
+                (
+                    format!("<details><summary>{title}</summary>\n\n{header}"),
+                    "\n</details>\n\n".to_owned(),
+                )
+            } else {
+                (format!("#### {title}\n\n{header}"), "\n".to_owned())
+            };
+            if out.len() + open.len() + rows[0].len() + close.len() > budget {
+                left_out.push(format!("{} ({})", title, rows.len()));
+                return;
+            }
+            out.push_str(&open);
+            let mut skipped = 0;
+            for row in &rows {
+                if out.len() + row.len() + close.len() > budget {
+                    skipped += 1;
+                    continue;
+                }
+                out.push_str(row);
+            }
+            out.push_str(&close);
+            if skipped > 0 {
+                left_out.push(format!("{skipped} row(s) of {title}"));
+            }
+        };
+
+    let destructive: Vec<String> = plan
+        .items
+        .iter()
+        .filter(|i| i.destructive)
+        .map(|i| {
+            format!(
+                "| `{}` | {} | {} |\n",
+                i.node,
+                i.action.name(),
+                cell(&i.reason)
+            )
+        })
+        .collect();
+    section(
+        &mut out,
+        format!(
+            "⚠️ Destructive: apply needs `--allow-destructive` ({})",
+            destructive.len()
+        ),
+        "| node | action | reason |\n|---|---|---|\n",
+        destructive,
+        false,
+    );
+    let blocked: Vec<String> = plan
+        .items
+        .iter()
+        .filter(|i| matches!(i.action, Action::Blocked { .. }))
+        .map(|i| format!("| `{}` | {} |\n", i.node, cell(&i.reason)))
+        .collect();
+    section(
+        &mut out,
+        format!("⛔ Blocked: needs an operator ({})", blocked.len()),
+        "| node | reason |\n|---|---|\n",
+        blocked,
+        false,
+    );
+    let changes: Vec<String> = plan
+        .changes()
+        .filter(|i| !i.destructive)
+        .map(|i| {
+            format!(
+                "| `{}` | `{}` | {} | {} |\n",
+                symbol(i),
+                i.node,
+                i.action.name(),
+                cell(&i.reason)
+            )
+        })
+        .collect();
+    section(
+        &mut out,
+        format!("Changes ({})", changes.len()),
+        "| | node | action | reason |\n|---|---|---|---|\n",
+        changes,
+        false,
+    );
+    let unchanged: Vec<String> = plan
+        .items
+        .iter()
+        .filter(|i| i.action == Action::Noop)
+        .map(|i| format!("| `{}` | {} |\n", i.node, cell(&line_reason(i))))
+        .collect();
+    section(
+        &mut out,
+        format!("Unchanged ({})", unchanged.len()),
+        "| node | reason |\n|---|---|\n",
+        unchanged,
+        true,
+    );
+
+    if !left_out.is_empty() {
+        let _ = writeln!(
+            out,
+            "**Left out to stay under {max_bytes} bytes:** {}. Run `metalform plan` for the full plan.\n",
+            left_out.join("; ")
+        );
+    }
+    let _ = writeln!(out, "**{}**", summary_line(&plan.summary));
+    out
+}

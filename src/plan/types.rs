@@ -1,0 +1,317 @@
+//! What a plan is (DESIGN.md §4): per node an item with its action, the reason it exists in one
+//! line, whether it is destructive, and — for anything the executor will run — every value it
+//! needs, resolved at plan time (seed 000 §4.3 "resolved SiteConfig", §3.2.1 power-credential
+//! selection). Plans serialise both ways: a plan file is this, as JSON.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::lifecycle::{DecommissionMode, FailureClass, JobState, NodeState, RecoveryAction};
+use crate::model::{Node, NodeId, Profile, SecretRef, Site, SiteName};
+
+/// The plan format this metalform writes and reads.
+pub const PLAN_FORMAT: u32 = 1;
+
+/// Serialised as the plan document of docs/plan.md (`document.rs`): targets name their site
+/// and profile, which are written once under `resolved`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// [`PLAN_FORMAT`].
+    pub format: u32,
+    /// `sha256:<hex>` of the plan's content (everything below): two plans with the same id
+    /// say the same thing, and a plan file edited after it was written is refused.
+    pub id: String,
+    /// The fleet revision planned from: `commit:<40 hex>` or `sha256:<hex>` (files on disk).
+    pub fleet_revision: String,
+    /// The observed snapshot's fingerprint.
+    pub snapshot_fingerprint: String,
+    /// Its parts (`site/<name>`, `inventory`, `jobs`), so a stale plan can say what moved.
+    pub snapshot_parts: BTreeMap<String, String>,
+    /// The store serial the snapshot was taken at.
+    pub store_serial: i64,
+    /// The plan the store's most recent job was run under, when any.
+    pub parent: Option<String>,
+    /// Per planned site, in name order.
+    pub sites: Vec<SitePlan>,
+    /// Ordered by (site, hostname).
+    pub items: Vec<PlanItem>,
+    pub summary: Summary,
+}
+
+impl Plan {
+    /// Whether applying the plan would do anything (onboard, resume, rerun or adopt).
+    pub fn has_changes(&self) -> bool {
+        self.summary.changes > 0
+    }
+
+    /// The names of the planned sites.
+    pub fn site_names(&self) -> impl Iterator<Item = &SiteName> {
+        self.sites.iter().map(|s| &s.site)
+    }
+
+    /// The sites to observe again before applying the plan ([`super::check_fresh`]).
+    pub fn site_filter(&self) -> crate::observe::SiteFilter {
+        crate::observe::SiteFilter::Only(self.site_names().cloned().collect())
+    }
+
+    /// Items whose action runs in the executor, in plan order.
+    pub fn changes(&self) -> impl Iterator<Item = &PlanItem> {
+        self.items.iter().filter(|i| i.action.is_change())
+    }
+}
+
+/// One site of a plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SitePlan {
+    pub site: SiteName,
+    /// MAAS could be read.
+    pub readable: bool,
+    pub maas_version: Option<String>,
+    /// Why MAAS could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// `active` or `disabled` (a disabled site takes no new onboarding, 000 §3.5).
+    pub disabled: bool,
+    /// Machines MAAS listed.
+    pub machines: usize,
+    /// Listed machines no node of the manifests or job matches (left alone, 000 §6.4).
+    pub unmanaged_machines: usize,
+    /// Set when the mass-destruction guard holds for this site: nothing destructive is planned
+    /// here, and this says why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guard: Option<String>,
+    pub summary: Summary,
+}
+
+/// Counts of items by what they do.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Summary {
+    pub onboard: usize,
+    pub resume: usize,
+    pub rerun: usize,
+    pub adopt: usize,
+    pub noop: usize,
+    pub blocked: usize,
+    /// Items that destroy something when applied (they need `--allow-destructive`).
+    pub destructive: usize,
+    /// Items applying would run: onboard + resume + rerun + adopt.
+    pub changes: usize,
+}
+
+impl Summary {
+    pub fn count(&mut self, item: &PlanItem) {
+        match &item.action {
+            Action::Onboard => self.onboard += 1,
+            Action::Resume { .. } => self.resume += 1,
+            Action::Rerun { .. } => self.rerun += 1,
+            Action::Adopt { .. } => self.adopt += 1,
+            Action::Noop => self.noop += 1,
+            Action::Blocked { .. } => self.blocked += 1,
+        }
+        if item.action.is_change() {
+            self.changes += 1;
+        }
+        if item.destructive {
+            self.destructive += 1;
+        }
+    }
+
+    pub fn of<'a>(items: impl IntoIterator<Item = &'a PlanItem>) -> Summary {
+        let mut summary = Summary::default();
+        for item in items {
+            summary.count(item);
+        }
+        summary
+    }
+}
+
+/// What the plan does about one node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanItem {
+    pub node: NodeId,
+    /// The node is in the manifests (`false`: only the inventory or an open job knows it).
+    pub in_manifests: bool,
+    pub action: Action,
+    /// Why, in one line an operator understands.
+    pub reason: String,
+    /// Applying it destroys something (a workload on a machine metalform did not deploy);
+    /// `apply` needs `--allow-destructive`.
+    pub destructive: bool,
+    /// The node is in service as the manifests want it, with nothing to report: text output
+    /// counts such items instead of listing them.
+    #[serde(default)]
+    pub settled: bool,
+    /// Observed state that disagrees with the inventory, reported but not acted on here
+    /// (000 §6.4: drift rules own it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<String>,
+    /// Everything the executor needs; `None` for noop and blocked items.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<NodeTarget>,
+}
+
+/// The action of an item. New actions (reimage, decommission, quarantine, update-host,
+/// release-retired) join this enum; consumers match it exhaustively.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Action {
+    /// Start a new onboarding job (000 §4.3).
+    Onboard,
+    /// Continue an open job at its recorded stage: an interrupted apply (`running`/`pending`),
+    /// an interrupted compensation, or a `failed_retryable` job whose recommended recovery is
+    /// resume or retry_stage (000 §4.9).
+    Resume { job_id: Uuid, stage: String },
+    /// Re-enter a failed job from the top with status-aware adoption (000 §4.9 rerun).
+    Rerun { job_id: Uuid },
+    /// The machine is Deployed and its agent enrolled: accept the observed state and finish the
+    /// job as `reconciled` (000 §4.13 late success, 001 §4.3).
+    Adopt {
+        job_id: Option<Uuid>,
+        system_id: String,
+    },
+    /// Nothing to do.
+    Noop,
+    /// Something an operator must resolve first.
+    Blocked { cause: BlockCause },
+}
+
+impl Action {
+    /// The action's name as shown and counted.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Action::Onboard => "onboard",
+            Action::Resume { .. } => "resume",
+            Action::Rerun { .. } => "rerun",
+            Action::Adopt { .. } => "adopt",
+            Action::Noop => "noop",
+            Action::Blocked { .. } => "blocked",
+        }
+    }
+
+    /// The executor runs it.
+    pub fn is_change(&self) -> bool {
+        !matches!(self, Action::Noop | Action::Blocked { .. })
+    }
+
+    /// The job an action continues, if any.
+    pub fn job_id(&self) -> Option<Uuid> {
+        match self {
+            Action::Resume { job_id, .. } | Action::Rerun { job_id } => Some(*job_id),
+            Action::Adopt { job_id, .. } => *job_id,
+            _ => None,
+        }
+    }
+}
+
+/// Why an item is blocked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum BlockCause {
+    /// The node's job is `failed_manual_intervention` (000 §4.11).
+    ManualIntervention {
+        job_id: Uuid,
+        stage: String,
+        failure_class: Option<FailureClass>,
+        error_code: Option<String>,
+        error: Option<String>,
+        /// The recovery action to take (000 §4.9), when one applies.
+        recommended_action: Option<RecoveryAction>,
+        /// What to check or fix, then what to run (001 §9.2).
+        recommendation: String,
+    },
+    /// The site is disabled: no new onboarding (000 §3.5).
+    SiteDisabled,
+    /// The site's MAAS could not be read: nothing is planned for its nodes.
+    SiteUnreadable { error: String, transient: bool },
+    /// More than one MAAS machine could be this node, or one machine could be several nodes
+    /// (000 §4.16: fail closed).
+    DiscoveryAmbiguity { candidates: Vec<Candidate> },
+    /// `paused` in the manifest or the inventory; `would` names the action held back.
+    Paused { source: PauseSource, would: String },
+    /// The inventory holds the node in a state onboarding must not touch (quarantined,
+    /// draining, retired, removing, or flagged retired).
+    InventoryState {
+        node_id: Uuid,
+        state: NodeState,
+        retired: bool,
+    },
+    /// A decommission of the node is open.
+    DecommissionInProgress {
+        job_id: Uuid,
+        mode: Option<DecommissionMode>,
+        state: JobState,
+    },
+    /// The mass-destruction guard holds for the site (DESIGN.md §4).
+    DestructionGuard { guard: String },
+}
+
+/// Where a `paused` flag was set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PauseSource {
+    Manifest,
+    Inventory,
+}
+
+/// A MAAS machine that matched a node, and how.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Candidate {
+    pub system_id: String,
+    pub hostname: String,
+    pub status: String,
+    pub matched_by: Vec<MatchKey>,
+}
+
+/// How a machine matched a node (000 §4.16 order: hostname, BMC address, PXE MAC), or that
+/// another node claims it too.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(tag = "by", rename_all = "snake_case")]
+pub enum MatchKey {
+    Hostname,
+    BmcAddress,
+    PxeMac,
+    /// The node's open job is bound to this machine.
+    Job,
+    /// The machine also matches another node of the manifests.
+    AlsoMatches {
+        node: NodeId,
+    },
+}
+
+impl std::fmt::Display for MatchKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MatchKey::Hostname => f.write_str("hostname"),
+            MatchKey::BmcAddress => f.write_str("BMC address"),
+            MatchKey::PxeMac => f.write_str("PXE MAC"),
+            MatchKey::Job => f.write_str("open job"),
+            MatchKey::AlsoMatches { node } => write!(f, "also matches {node}"),
+        }
+    }
+}
+
+/// Everything the executor needs for one node, resolved at plan time. Secrets appear only as
+/// references; their values are read when a stage uses them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeTarget {
+    pub site: Site,
+    pub profile: Profile,
+    pub node: Node,
+    /// The BMC credentials after the override order of 000 §3.2.1.
+    pub power_credentials: SecretRef,
+    /// The MAAS machine, when it is already known (matched or bound to the job).
+    pub system_id: Option<String>,
+    /// The inventory row, when there is one.
+    pub node_id: Option<Uuid>,
+    /// The job the action continues.
+    pub job_id: Option<Uuid>,
+}
+
+/// What the planner is asked for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PlanOptions {
+    /// The sites to plan; each must be in the fleet (see `observe::SiteFilter::resolve`).
+    pub sites: crate::observe::SiteFilter,
+}

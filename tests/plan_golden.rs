@@ -1,0 +1,521 @@
+//! Golden-file tests of plan output (issue 5 "Show"): fixed (fleet, snapshot) scenarios, each
+//! rendered as text, JSON and markdown and compared with tests/golden/plan/<scenario>.{txt,
+//! json,md}. Each scenario also asserts the decisions it is about, so a golden file rewritten
+//! by mistake cannot hide a wrong plan.
+
+mod plan_support;
+
+use metalform::lifecycle::{FailureClass, JobState, MaasStatus, NodeState, RecoveryAction};
+use metalform::model::{Fleet, NodeId, SiteName, SiteStatus};
+use metalform::observe::{SiteFilter, Snapshot};
+use metalform::plan::{
+    self, Action, BlockCause, MatchKey, PauseSource, Plan, PlanItem, PlanOptions,
+    render::{self, TextOptions},
+};
+use plan_support::*;
+
+fn run(name: &str, fleet: &Fleet, snapshot: &Snapshot, sites: &[&str]) -> Plan {
+    let options = PlanOptions {
+        sites: SiteFilter::from_names(sites.iter().copied()),
+    };
+    let plan = plan::plan(fleet, snapshot, &options);
+    // Pure and deterministic: the same inputs give the same plan.
+    assert_eq!(plan::plan(fleet, snapshot, &options), plan);
+    golden(
+        &format!("{name}.txt"),
+        &render::render_text(&plan, TextOptions::default()),
+    );
+    golden(&format!("{name}.json"), &render::render_json(&plan));
+    golden(
+        &format!("{name}.md"),
+        &render::render_markdown(&plan, 60_000),
+    );
+    // The JSON is the plan file: it reads back to the same plan.
+    let back = plan::from_json(&render::render_json(&plan), "plan.json".as_ref()).unwrap();
+    assert_eq!(back, plan);
+    plan
+}
+
+fn item<'p>(plan: &'p Plan, node: &str) -> &'p PlanItem {
+    let (site, host) = node.split_once('/').unwrap();
+    plan.items
+        .iter()
+        .find(|i| i.node == NodeId::new(site, host))
+        .unwrap_or_else(|| panic!("no item for {node}"))
+}
+
+fn cause(item: &PlanItem) -> &BlockCause {
+    match &item.action {
+        Action::Blocked { cause } => cause,
+        other => panic!("{} is {other:?}, not blocked", item.node),
+    }
+}
+
+#[test]
+fn empty_maas_onboards_every_active_node() {
+    let fleet = fixture_fleet();
+    let plan = run("empty_maas", &fleet, &World::new().done(), &[]);
+    for node in ["dc1/n01", "dc1/n02", "dc1/n03", "dc2/m01", "dc2/m02"] {
+        let item = item(&plan, node);
+        assert_eq!(item.action, Action::Onboard, "{node}");
+        assert!(!item.destructive);
+        let target = item.target.as_ref().expect("onboard carries its target");
+        assert_eq!(target.system_id, None);
+        assert_eq!(target.node.id.to_string(), node);
+    }
+    // Power credentials resolved with the override order (000 §3.2.1): n03 by hostname.
+    assert_eq!(
+        item(&plan, "dc1/n03")
+            .target
+            .as_ref()
+            .unwrap()
+            .power_credentials
+            .path,
+        "kv/maas-sites/dc1/power/overrides/n03"
+    );
+    assert_eq!(
+        item(&plan, "dc1/n01")
+            .target
+            .as_ref()
+            .unwrap()
+            .power_credentials
+            .path,
+        "kv/maas-sites/dc1/power/default"
+    );
+    assert_eq!(plan.summary.onboard, 5);
+    assert_eq!(plan.summary.noop, 1, "the retired node");
+    assert!(plan.has_changes());
+}
+
+#[test]
+fn active_nodes_are_unchanged_and_drift_is_reported() {
+    let fleet = fixture_fleet();
+    let snapshot = World::new()
+        .machines(
+            "dc1",
+            vec![
+                machine("aaa001", "n01", MaasStatus::Deployed, "10.176.16.11"),
+                machine("aaa002", "n02", MaasStatus::Ready, "10.176.16.12"),
+                machine("aaa003", "n03", MaasStatus::Ready, "10.176.16.13"),
+                machine("zzz999", "spare", MaasStatus::New, "10.176.16.99"),
+            ],
+        )
+        .node(inventory("dc1", "n01", NodeState::Active))
+        .node(inventory("dc1", "n02", NodeState::Active))
+        .done();
+    let plan = run("some_active", &fleet, &snapshot, &["dc1"]);
+    assert_eq!(item(&plan, "dc1/n01").action, Action::Noop);
+    assert_eq!(item(&plan, "dc1/n01").drift, None);
+    let n02 = item(&plan, "dc1/n02");
+    assert_eq!(n02.action, Action::Noop);
+    assert_eq!(
+        n02.drift.as_deref(),
+        Some("MAAS shows Ready, expected Deployed")
+    );
+    assert_eq!(item(&plan, "dc1/n03").action, Action::Onboard);
+    assert_eq!(
+        item(&plan, "dc1/n03")
+            .target
+            .as_ref()
+            .unwrap()
+            .system_id
+            .as_deref(),
+        Some("aaa003")
+    );
+    assert_eq!(plan.sites[0].unmanaged_machines, 1);
+    assert_eq!(plan.sites.len(), 1, "--site dc1 plans dc1 only");
+}
+
+#[test]
+fn a_killed_apply_resumes_at_the_recorded_stage() {
+    let fleet = fixture_fleet();
+    let mut running = job("dc1", "n01", JobState::Running, "wait_for_deployed");
+    running.maas_system_id = Some("aaa001".into());
+    running.attempt = 2;
+    let snapshot = World::new()
+        .machines(
+            "dc1",
+            vec![machine(
+                "aaa001",
+                "n01",
+                MaasStatus::Deploying,
+                "10.176.16.11",
+            )],
+        )
+        .job(running.clone())
+        .job(job("dc1", "n02", JobState::Pending, "load_site_config"))
+        .done();
+    let plan = run("killed_apply", &fleet, &snapshot, &["dc1"]);
+    let n01 = item(&plan, "dc1/n01");
+    assert_eq!(
+        n01.action,
+        Action::Resume {
+            job_id: running.id,
+            stage: "wait_for_deployed".into()
+        }
+    );
+    // A machine running our own deploy is not "in use by someone else".
+    assert!(!n01.destructive);
+    let target = n01.target.as_ref().unwrap();
+    assert_eq!(target.job_id, Some(running.id));
+    assert_eq!(target.system_id.as_deref(), Some("aaa001"));
+    assert!(
+        matches!(item(&plan, "dc1/n02").action, Action::Resume { ref stage, .. } if stage == "load_site_config")
+    );
+}
+
+#[test]
+fn failed_retryable_jobs_resume_or_rerun_as_recommended() {
+    let fleet = fixture_fleet();
+    let commission = failed(
+        job("dc1", "n01", JobState::FailedRetryable, "wait_for_ready"),
+        FailureClass::PxeDiscoveryFailure,
+        "failed_commission_timeout",
+        "the machine did not reach Ready within 40m",
+    );
+    let deploy = failed(
+        job("dc1", "n02", JobState::FailedRetryable, "wait_for_deployed"),
+        FailureClass::DeployCloudInitFailure,
+        "failed_deploy_timeout",
+        "the machine did not reach Deployed within 1h",
+    );
+    let snapshot = World::new()
+        .job(commission.clone())
+        .job(deploy.clone())
+        .done();
+    let plan = run("failed_retryable", &fleet, &snapshot, &["dc1"]);
+    assert_eq!(
+        item(&plan, "dc1/n01").action,
+        Action::Resume {
+            job_id: commission.id,
+            stage: "wait_for_ready".into()
+        }
+    );
+    assert_eq!(
+        item(&plan, "dc1/n02").action,
+        Action::Rerun { job_id: deploy.id }
+    );
+    assert_eq!(plan.summary.resume, 1);
+    assert_eq!(plan.summary.rerun, 1);
+}
+
+#[test]
+fn failed_manual_intervention_is_blocked_with_the_recommended_action() {
+    let fleet = fixture_fleet();
+    let storage = failed(
+        job(
+            "dc1",
+            "n01",
+            JobState::FailedManualIntervention,
+            "configure_storage",
+        ),
+        FailureClass::HardwareMismatch,
+        "boot_disk_not_found",
+        "no block device matches (?i)boss|boot optimized|m\\.2",
+    );
+    let snapshot = World::new()
+        .machines(
+            "dc1",
+            vec![machine("aaa001", "n01", MaasStatus::Ready, "10.176.16.11")],
+        )
+        .job(storage.clone())
+        .done();
+    let plan = run("failed_manual", &fleet, &snapshot, &["dc1"]);
+    let n01 = item(&plan, "dc1/n01");
+    match cause(n01) {
+        BlockCause::ManualIntervention {
+            job_id,
+            failure_class,
+            recommended_action,
+            recommendation,
+            ..
+        } => {
+            assert_eq!(*job_id, storage.id);
+            assert_eq!(*failure_class, Some(FailureClass::HardwareMismatch));
+            assert_eq!(*recommended_action, Some(RecoveryAction::Rerun));
+            assert!(
+                recommendation.contains("storage.bootDisk.match"),
+                "{recommendation}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(n01.target.is_none());
+    assert!(!plan.has_changes() || plan.summary.onboard > 0);
+}
+
+#[test]
+fn a_disabled_site_takes_no_new_onboarding_but_work_in_flight_continues() {
+    let mut fleet = fixture_fleet();
+    fleet.sites.get_mut(&SiteName::new("dc2")).unwrap().status = SiteStatus::Disabled;
+    let running = job("dc2", "m02", JobState::Running, "commission_node");
+    let snapshot = World::new().job(running.clone()).done();
+    let plan = run("site_disabled", &fleet, &snapshot, &["dc2"]);
+    assert_eq!(cause(item(&plan, "dc2/m01")), &BlockCause::SiteDisabled);
+    assert!(
+        matches!(item(&plan, "dc2/m02").action, Action::Resume { job_id, .. } if job_id == running.id)
+    );
+    assert!(plan.sites[0].disabled);
+}
+
+#[test]
+fn an_unreadable_site_is_never_treated_as_empty() {
+    let fleet = fixture_fleet();
+    let snapshot = World::new()
+        .unreadable(
+            "dc2",
+            "cannot list the machines from MAAS at http://10.180.46.1:5240/MAAS/api/2.0/: connection refused",
+            true,
+        )
+        .node(inventory("dc2", "m01", NodeState::Active))
+        .done();
+    let plan = run("site_unreadable", &fleet, &snapshot, &[]);
+    for node in ["dc2/m01", "dc2/m02"] {
+        assert!(
+            matches!(
+                cause(item(&plan, node)),
+                BlockCause::SiteUnreadable {
+                    transient: true,
+                    ..
+                }
+            ),
+            "{node}"
+        );
+    }
+    let dc2 = plan
+        .sites
+        .iter()
+        .find(|s| s.site.as_str() == "dc2")
+        .unwrap();
+    assert!(!dc2.readable);
+    assert!(dc2.guard.is_some());
+    // The readable site is planned as usual.
+    assert_eq!(item(&plan, "dc1/n01").action, Action::Onboard);
+}
+
+#[test]
+fn ambiguous_discovery_fails_closed() {
+    let fleet = fixture_fleet();
+    let snapshot = World::new()
+        .machines(
+            "dc1",
+            vec![
+                // n01: one machine by hostname, another by its BMC.
+                machine("aaa001", "n01", MaasStatus::Ready, "10.176.16.201"),
+                machine("bbb001", "maas-enlisted-1", MaasStatus::New, "10.176.16.11"),
+                // n02 and n03: one machine carries n02's hostname and n03's BMC.
+                machine("ccc002", "n02", MaasStatus::Ready, "10.176.16.13"),
+            ],
+        )
+        .done();
+    let plan = run("discovery_ambiguity", &fleet, &snapshot, &["dc1"]);
+    match cause(item(&plan, "dc1/n01")) {
+        BlockCause::DiscoveryAmbiguity { candidates } => {
+            let ids: Vec<&str> = candidates.iter().map(|c| c.system_id.as_str()).collect();
+            assert_eq!(ids, ["aaa001", "bbb001"]);
+            assert_eq!(candidates[0].matched_by, [MatchKey::Hostname]);
+            assert_eq!(candidates[1].matched_by, [MatchKey::BmcAddress]);
+        }
+        other => panic!("{other:?}"),
+    }
+    for (node, other) in [("dc1/n02", "dc1/n03"), ("dc1/n03", "dc1/n02")] {
+        match cause(item(&plan, node)) {
+            BlockCause::DiscoveryAmbiguity { candidates } => {
+                assert_eq!(candidates.len(), 1);
+                let (site, host) = other.split_once('/').unwrap();
+                assert!(candidates[0].matched_by.contains(&MatchKey::AlsoMatches {
+                    node: NodeId::new(site, host)
+                }));
+            }
+            c => panic!("{node}: {c:?}"),
+        }
+    }
+    assert_eq!(plan.summary.changes, 0);
+}
+
+#[test]
+fn paused_nodes_hold_back_what_would_be_done() {
+    let mut fleet = fixture_fleet();
+    fleet
+        .nodes
+        .get_mut(&NodeId::new("dc1", "n01"))
+        .unwrap()
+        .paused = true;
+    let mut row = inventory("dc1", "n02", NodeState::Enrolling);
+    row.paused = true;
+    let snapshot = World::new()
+        .node(row)
+        .job(job("dc1", "n02", JobState::Running, "deploy_via_maas"))
+        .done();
+    let plan = run("paused", &fleet, &snapshot, &["dc1"]);
+    assert_eq!(
+        cause(item(&plan, "dc1/n01")),
+        &BlockCause::Paused {
+            source: PauseSource::Manifest,
+            would: "onboard".into()
+        }
+    );
+    assert_eq!(
+        cause(item(&plan, "dc1/n02")),
+        &BlockCause::Paused {
+            source: PauseSource::Inventory,
+            would: "resume".into()
+        }
+    );
+    assert_eq!(item(&plan, "dc1/n03").action, Action::Onboard);
+}
+
+#[test]
+fn deployed_and_enrolled_machines_are_adopted() {
+    let fleet = fixture_fleet();
+    let mut late = failed(
+        job(
+            "dc1",
+            "n01",
+            JobState::FailedManualIntervention,
+            "wait_for_agent_enrollment",
+        ),
+        FailureClass::AgentEnrollmentFailure,
+        "failed_enrollment",
+        "the node agent did not enroll within 30m",
+    );
+    late.maas_system_id = Some("aaa001".into());
+    let mut n01 = inventory("dc1", "n01", NodeState::Enrolling);
+    n01.agent_contact_at = Some(at(-5));
+    let mut n02 = inventory("dc1", "n02", NodeState::Enrolling);
+    n02.agent_contact_at = Some(at(-3));
+    let snapshot = World::new()
+        .machines(
+            "dc1",
+            vec![
+                machine("aaa001", "n01", MaasStatus::Deployed, "10.176.16.11"),
+                machine("aaa002", "n02", MaasStatus::Deployed, "10.176.16.12"),
+            ],
+        )
+        .node(n01.clone())
+        .node(n02.clone())
+        .job(late.clone())
+        .done();
+    let plan = run("adopt", &fleet, &snapshot, &["dc1"]);
+    let a = item(&plan, "dc1/n01");
+    assert_eq!(
+        a.action,
+        Action::Adopt {
+            job_id: Some(late.id),
+            system_id: "aaa001".into()
+        }
+    );
+    assert_eq!(a.target.as_ref().unwrap().node_id, Some(n01.id));
+    assert!(!a.destructive);
+    assert_eq!(
+        item(&plan, "dc1/n02").action,
+        Action::Adopt {
+            job_id: None,
+            system_id: "aaa002".into()
+        }
+    );
+}
+
+#[test]
+fn a_deployed_machine_not_ours_is_destructive() {
+    let fleet = fixture_fleet();
+    let mut theirs = machine("aaa001", "n01", MaasStatus::Deployed, "10.176.16.11");
+    theirs.owner = Some("alice".into());
+    let snapshot = World::new().machines("dc1", vec![theirs]).done();
+    let plan = run("not_ours", &fleet, &snapshot, &["dc1"]);
+    let n01 = item(&plan, "dc1/n01");
+    assert_eq!(n01.action, Action::Onboard);
+    assert!(n01.destructive);
+    assert!(n01.reason.contains("owner alice"), "{}", n01.reason);
+    assert_eq!(plan.summary.destructive, 1);
+    assert!(render::summary_line(&plan.summary).contains("apply needs --allow-destructive"));
+    assert!(render::render_text(&plan, TextOptions::default()).contains("-/+ dc1/n01"));
+}
+
+#[test]
+fn a_retired_node_is_not_onboarded() {
+    let fleet = fixture_fleet();
+    let snapshot = World::new()
+        .machines(
+            "dc1",
+            vec![machine(
+                "rrr001",
+                "r01",
+                MaasStatus::Deployed,
+                "10.176.16.21",
+            )],
+        )
+        .done();
+    let plan = run("retired", &fleet, &snapshot, &["dc1"]);
+    let r01 = item(&plan, "dc1/r01");
+    assert_eq!(r01.action, Action::Noop);
+    assert_eq!(
+        r01.reason,
+        "lifecycle retired (\"mainboard failure (HW-2291)\"): not onboarded"
+    );
+    assert!(r01.target.is_none());
+    assert_eq!(
+        plan.sites[0].unmanaged_machines, 0,
+        "r01's machine is matched"
+    );
+}
+
+#[test]
+fn the_guard_holds_when_maas_lists_none_of_our_machines() {
+    let fleet = fixture_fleet();
+    let mut done = job(
+        "dc1",
+        "n01",
+        JobState::Completed,
+        "wait_for_agent_enrollment",
+    );
+    done.maas_system_id = Some("aaa001".into());
+    let mut theirs = machine("other02", "n02", MaasStatus::Deployed, "10.176.16.12");
+    theirs.owner = Some("bob".into());
+    let snapshot = World::new()
+        .machines("dc1", vec![theirs])
+        .node(inventory("dc1", "n01", NodeState::Active))
+        .job(done)
+        .done();
+    let plan = run("guard_partial_read", &fleet, &snapshot, &["dc1"]);
+    let guard = plan.sites[0].guard.as_deref().expect("the guard holds");
+    assert!(
+        guard.contains("MAAS listed none of the 1 machine(s)"),
+        "{guard}"
+    );
+    let n02 = item(&plan, "dc1/n02");
+    assert!(matches!(cause(n02), BlockCause::DestructionGuard { .. }));
+    assert!(!n02.destructive && n02.target.is_none());
+    assert_eq!(plan.summary.destructive, 0);
+    // Non-destructive work goes on.
+    assert_eq!(item(&plan, "dc1/n03").action, Action::Onboard);
+}
+
+#[test]
+fn the_guard_holds_when_a_sites_desired_set_is_empty() {
+    let mut fleet = fixture_fleet();
+    fleet.nodes.retain(|id, _| id.site.as_str() != "dc2");
+    let snapshot = World::new()
+        .machines(
+            "dc2",
+            vec![machine(
+                "mmm001",
+                "m01",
+                MaasStatus::Deployed,
+                "10.180.16.11",
+            )],
+        )
+        .node(inventory("dc2", "m01", NodeState::Active))
+        .done();
+    let plan = run("guard_empty_desired", &fleet, &snapshot, &["dc2"]);
+    let guard = plan.sites[0].guard.as_deref().expect("the guard holds");
+    assert!(
+        guard.contains("the manifests name no node of site dc2"),
+        "{guard}"
+    );
+    let m01 = item(&plan, "dc2/m01");
+    assert!(!m01.in_manifests);
+    assert_eq!(m01.action, Action::Noop);
+    assert!(m01.reason.contains("left alone"), "{}", m01.reason);
+    assert_eq!(plan.summary.changes, 0);
+}
