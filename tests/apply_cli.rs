@@ -345,3 +345,95 @@ async fn a_plan_file_is_checked_before_anything_else() {
     assert!(bed.jobs().await.is_empty());
     assert_eq!(bed.maas_writes("dc1"), Vec::<String>::new());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_destructive_item_is_refused_without_allow_destructive() {
+    let mut site = SiteSetup::generated("dc1", 8, 2, 0);
+    // Someone else's workload runs on gpu00001's machine.
+    site.config.machines[0].initial = metalform::sim::InitialState::Deployed;
+    let bed = Bed::start(Setup::one_site(site)).await;
+    let sid = bed
+        .sim("dc1")
+        .with_world(|w| w.find_machine("gpu00001").unwrap().system_id.clone());
+    let serial = bed.store.serial().await.unwrap();
+
+    let check_refused = |out: &std::process::Output, plan_id: &str| {
+        assert_eq!(out.status.code(), Some(1), "{}", text(out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let expected = format!(
+            "error: the plan {plan_id} has 1 destructive item(s): dc1/gpu00001 (MAAS lists it Deployed ({sid}, owner "
+        );
+        assert!(stderr.contains(&expected), "{stderr}");
+        assert!(
+            stderr.ends_with(
+                ") and metalform did not deploy it: onboarding releases and redeploys it, destroying what runs there)\nhint: review each destructive item; to go ahead, apply again with --allow-destructive\n"
+            ),
+            "{stderr}"
+        );
+    };
+
+    // Planned now: shown, then refused before asking.
+    let out = bed
+        .cli(&["apply", "--auto-approve"], free_port())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("  -/+ dc1/gpu00001  onboard"), "{stdout}");
+    assert!(
+        stdout.contains("1 item is destructive: apply needs --allow-destructive."),
+        "{stdout}"
+    );
+    check_refused(&out, &shown_plan_id(&stdout));
+
+    // From a plan file: the same.
+    let file = plan_to(&bed, "plan.json");
+    let saved = plan::load(&file).unwrap();
+    let out = bed
+        .cli(&["apply", file.to_str().unwrap()], free_port())
+        .output()
+        .unwrap();
+    check_refused(&out, &plan::short_id(&saved.id));
+
+    // Nothing changed.
+    assert!(bed.jobs().await.is_empty());
+    assert_eq!(bed.store.serial().await.unwrap(), serial);
+    assert_eq!(bed.maas_writes("dc1"), Vec::<String>::new());
+
+    // Allowed: the machine is read again, released, and onboarded like any other.
+    let out = bed
+        .cli(
+            &["apply", file.to_str().unwrap(), "--allow-destructive"],
+            free_port(),
+        )
+        .output()
+        .unwrap();
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert!(
+        shown.contains("Apply: 2 converged, 0 failed, 0 not run."),
+        "{shown}"
+    );
+    assert!(
+        shown.contains(&format!(
+            "{sid} was Deployed, owner admin: released to take it over, as plan {} allowed",
+            plan::short_id(&saved.id)
+        )),
+        "{shown}"
+    );
+    let counters = bed.sim("dc1").counters()[&sid].clone();
+    assert_eq!((counters.release, counters.deploy), (1, 1));
+    let job = bed.job_of("dc1", "gpu00001").await;
+    assert_eq!(job.state, JobState::Completed);
+    let facts = metalform::stages::onboard::Facts::from_details(&job.stage_details);
+    let take_over = facts.take_over.unwrap();
+    assert_eq!(take_over.system_id, sid);
+    assert_eq!(take_over.plan_id, saved.id);
+    assert!(take_over.released_at.is_some());
+    // The other node's onboarding had no such permission.
+    let other = bed.job_of("dc1", "gpu00002").await;
+    assert_eq!(
+        metalform::stages::onboard::Facts::from_details(&other.stage_details).take_over,
+        None
+    );
+    assert_plan_is_empty(&bed, 2);
+}

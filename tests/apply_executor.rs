@@ -1,9 +1,12 @@
 //! Executor properties against the simulator: per-(site, profile) concurrency, leases held by
-//! another executor, and two executors racing over the same nodes on one store.
+//! another executor, two executors racing over the same nodes on one store, and the limits of a
+//! destructive item's permission to take a machine over.
 
 mod onboard_support;
 
-use metalform::apply::{NodeOutcome, ProgressStatus, Work, WorkItem, onboarding_lease_name};
+use metalform::apply::{
+    FromPlan, NodeOutcome, ProgressStatus, Work, WorkItem, onboarding_lease_name,
+};
 use metalform::lifecycle::{JobKind, JobState, RecoveryAction};
 use metalform::store::Actor;
 use onboard_support::{Bed, Setup, SiteSetup};
@@ -127,5 +130,51 @@ async fn an_interrupted_cancel_is_finished_by_resume() {
         bed.sim("dc1").counters()[&sid].release,
         1,
         "released back to Ready"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_over_permission_releases_only_the_machine_it_names() {
+    let mut site = SiteSetup::generated("dc1", 44, 2, 0);
+    site.config.machines[0].initial = metalform::sim::InitialState::Deployed;
+    site.config.machines[1].initial = metalform::sim::InitialState::Allocated;
+    let bed = Bed::start(Setup::one_site(site)).await;
+    let sid_of = |host: &str| {
+        bed.sim("dc1")
+            .with_world(|w| w.find_machine(host).unwrap().system_id.clone())
+    };
+    let (deployed, allocated) = (sid_of("gpu00001"), sid_of("gpu00002"));
+    let with_permission = |host: &str, takes_over: &str| WorkItem {
+        plan: Some(FromPlan {
+            plan_id: "sha256:00112233445566778899".into(),
+            reason: "test".into(),
+            takes_over: Some(takes_over.into()),
+        }),
+        ..bed.onboard("dc1", host)
+    };
+    // gpu00001's item names another machine; gpu00002's names its own (Allocated) one.
+    let report = bed
+        .executor()
+        .run(vec![
+            with_permission("gpu00001", &allocated),
+            with_permission("gpu00002", &allocated),
+        ])
+        .await;
+    let counters = bed.sim("dc1").counters();
+    let released = |sid: &str| counters.get(sid).map_or(0, |c| c.release);
+    assert_eq!(released(&deployed), 0, "{report:#?}");
+    let refused = bed.job_of("dc1", "gpu00001").await;
+    assert_eq!(
+        (refused.state, refused.error_code.as_deref()),
+        (
+            JobState::FailedManualIntervention,
+            Some("machine_deployed_elsewhere")
+        ),
+        "without a permission for it, a machine in use fails closed"
+    );
+    assert_eq!((released(&allocated), counters[&allocated].deploy), (1, 1));
+    assert_eq!(
+        bed.job_of("dc1", "gpu00002").await.state,
+        JobState::Completed
     );
 }

@@ -110,6 +110,7 @@ fn every_change_item_becomes_work_with_its_target_plan_and_reason() {
             Some(FromPlan {
                 plan_id: plan.id.clone(),
                 reason: item.reason.clone(),
+                takes_over: None,
             })
         );
     }
@@ -184,14 +185,29 @@ fn destructive_items_are_refused_unless_allowed_and_all_are_named() {
         "review each destructive item; to go ahead, apply again with --allow-destructive"
     );
 
+    // Allowed: each destructive onboarding may take over the machine the plan saw in use, and
+    // only that one; the other items get no such permission.
     let allowed = work_items(&plan, true).unwrap();
-    let onboarded: Vec<String> = allowed
+    let takes_over: Vec<(String, Option<String>)> = allowed
         .iter()
-        .filter(|w| w.work == Work::Onboard)
-        .map(|w| w.target.label())
+        .map(|w| {
+            assert_eq!(w.work, Work::Onboard);
+            (
+                w.target.label(),
+                w.plan.as_ref().unwrap().takes_over.clone(),
+            )
+        })
         .collect();
-    assert!(onboarded.contains(&"dc1/n01".to_owned()));
-    assert!(onboarded.contains(&"dc1/n02".to_owned()));
+    assert_eq!(
+        takes_over,
+        vec![
+            ("dc1/n01".into(), Some("aaa001".into())),
+            ("dc1/n02".into(), Some("aaa002".into())),
+            ("dc1/n03".into(), None),
+            ("dc2/m01".into(), None),
+            ("dc2/m02".into(), None),
+        ]
+    );
 }
 
 #[test]

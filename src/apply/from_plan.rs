@@ -97,12 +97,17 @@ pub fn work_items(plan: &Plan, allow_destructive: bool) -> Result<Vec<WorkItem>,
             node: item.node.clone(),
             action: item.action.name(),
         })?;
+        // Only destructive onboardings take a machine over, and only reach here when allowed.
+        let takes_over = (item.destructive && work == Work::Onboard)
+            .then(|| target.system_id.clone())
+            .flatten();
         items.push(WorkItem {
             target,
             work,
             plan: Some(FromPlan {
                 plan_id: plan.id.clone(),
                 reason: item.reason.clone(),
+                takes_over,
             }),
         });
     }

@@ -129,6 +129,10 @@ impl WorkItem {
 pub struct FromPlan {
     pub plan_id: String,
     pub reason: String,
+    /// A destructive onboard item applied with `--allow-destructive`: the machine in use (its
+    /// system id at plan time) the onboarding may release to take it over. Recorded in the
+    /// job's journal, so a restarted apply keeps the permission and no other machine gets it.
+    pub takes_over: Option<String>,
 }
 
 impl FromPlan {

@@ -25,7 +25,7 @@ use super::{ExecutorOptions, FromPlan, NodeOutcome, NodeResult, Work, WorkItem};
 use crate::lifecycle::{JobKind, JobState, NodeState, OnboardingStage, Owner, RecoveryAction};
 use crate::plan::NodeTarget;
 use crate::stages::onboard::{
-    Checkpoint, Facts, NodeMemory, StageClock, StageCtx, StageEnv, run_stage,
+    Checkpoint, Facts, NodeMemory, StageClock, StageCtx, StageEnv, TakeOverFacts, run_stage,
 };
 use crate::stages::{Next, StageOutcome, retry_budget};
 use crate::store::{
@@ -401,6 +401,24 @@ impl NodeRun<'_> {
         Ok(job)
     }
 
+    /// Record the plan's permission to release a machine in use (journaled by the next write,
+    /// before any stage acts on it).
+    fn grant_take_over(&self, facts: &mut Facts) {
+        if facts.take_over.is_some() {
+            return;
+        }
+        if let Some(plan) = self.plan
+            && let Some(system_id) = &plan.takes_over
+        {
+            facts.take_over = Some(TakeOverFacts {
+                system_id: system_id.clone(),
+                plan_id: plan.plan_id.clone(),
+                released_at: None,
+                was: None,
+            });
+        }
+    }
+
     /// The audited adopt_observed_state recovery action (000 §4.9) on a job not adopted yet,
     /// or failed.
     async fn mark_adopted(&self, job: Job) -> Result<Job, StoreError> {
@@ -475,6 +493,7 @@ impl NodeRun<'_> {
                 })
             })?;
             let mut facts = Facts::from_details(&job.stage_details);
+            self.grant_take_over(&mut facts);
             let job = self.begin_attempt(&job, stage, &mut facts).await?;
             let now = self.shared.env.clock.now();
             let journal = JournalCheckpoint {

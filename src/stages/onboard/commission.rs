@@ -8,7 +8,7 @@ use super::{StageCtx, power_credentials};
 use crate::lifecycle::{FailureClass, OnboardingStage, PolicyTimeout};
 use crate::provider::maas::{
     CommissionParams, EventLevel, EventsQuery, IpmiPower, Machine, MachineStatus, PowerParameters,
-    UpdateMachineParams,
+    ReleaseParams, UpdateMachineParams,
 };
 use crate::stages::{StageFailure, StageOutcome, bounded};
 
@@ -54,6 +54,61 @@ pub(super) fn adopt_advanced(
         ),
         _ => None,
     }
+}
+
+/// A destructive plan item applied with `--allow-destructive` (DESIGN.md §4): the machine the
+/// plan saw in use, read again just now (000 §4.13: refresh before every destructive step) and
+/// still in use by someone else, is released so that it can be onboarded. Only that machine,
+/// only from a state MAAS releases from, and once per job; anything else is left to the
+/// ownership rules of [`adopt_advanced`] (fail closed).
+async fn release_taken_over(
+    ctx: &mut StageCtx<'_>,
+    machine: &Machine,
+) -> Result<Option<StageOutcome>, StageFailure> {
+    use MachineStatus as S;
+    let Some(take_over) = ctx.facts.take_over.clone() else {
+        return Ok(None);
+    };
+    let in_use = matches!(
+        machine.status,
+        S::Allocated | S::Deploying | S::Deployed | S::FailedDeployment
+    );
+    if !in_use
+        || ctx.owns_deployment()
+        || take_over.system_id != machine.system_id
+        || take_over.released_at.is_some()
+    {
+        return Ok(None);
+    }
+    let maas = ctx.maas().await?;
+    let plan = crate::plan::short_id(&take_over.plan_id);
+    maas.release(
+        &machine.system_id,
+        &ReleaseParams {
+            comment: Some(format!(
+                "metalform onboarding {}: taken over as plan {plan} allowed (--allow-destructive)",
+                ctx.job.id
+            )),
+            ..ReleaseParams::default()
+        },
+    )
+    .await
+    .map_err(|e| StageFailure::maas(&e))?;
+    let was = format!(
+        "{}, owner {}",
+        machine.status_label(),
+        machine.owner.as_deref().unwrap_or("none")
+    );
+    ctx.facts.take_over = Some(crate::stages::onboard::TakeOverFacts {
+        released_at: Some(ctx.now),
+        was: Some(was.clone()),
+        ..take_over
+    });
+    ctx.checkpoint().await?;
+    Ok(Some(StageOutcome::wait(format!(
+        "{} was {was}: released to take it over, as plan {plan} allowed",
+        machine.system_id
+    ))))
 }
 
 /// The recent error events of a machine, bounded, for diagnostics (000 §4.12 "upstream
@@ -104,6 +159,9 @@ pub(super) async fn ensure_commissioning_started(
 ) -> Result<StageOutcome, StageFailure> {
     use MachineStatus as S;
     let machine = ctx.machine().await?;
+    if let Some(released) = release_taken_over(ctx, &machine).await? {
+        return Ok(released);
+    }
     if let Some(adopted) = adopt_advanced(ctx, &machine) {
         return adopted;
     }

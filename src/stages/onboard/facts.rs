@@ -45,6 +45,21 @@ pub struct Facts {
     pub clock: Option<StageClock>,
     /// Automatic retries of the current stage so far.
     pub retries: u32,
+    /// The operator allowed this onboarding to release a machine in use (a destructive plan
+    /// item applied with `--allow-destructive`).
+    pub take_over: Option<TakeOverFacts>,
+}
+
+/// Permission to release one machine in use, and whether it was used.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TakeOverFacts {
+    /// The machine the plan saw in use; no other is released.
+    pub system_id: String,
+    pub plan_id: String,
+    /// When this job released it (once).
+    pub released_at: Option<DateTime<Utc>>,
+    /// What it was then: status and owner.
+    pub was: Option<String>,
 }
 
 /// PXE discovery started by this job (000 §4.16).

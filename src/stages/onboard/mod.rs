@@ -43,7 +43,7 @@ use crate::secrets::{PowerCredentials, Secret, SecretStore};
 use crate::store::{Actor, Job, Observed, Store, StoreError};
 pub use facts::{
     CloudInitFacts, DeployFacts, DeployFailureFacts, DiscoveryFacts, EnrollmentFacts, Facts,
-    HwSyncFacts, StageClock,
+    HwSyncFacts, StageClock, TakeOverFacts,
 };
 
 /// What a site's MAAS answered to the preflight of 000 §4.14 (reachable, token valid).
