@@ -6,9 +6,10 @@
 //! created only when its PXE MAC is known (MAAS cannot commission an IPMI machine created
 //! without MACs: it has no interface); otherwise the BMC PXE-boots the machine and MAAS
 //! enlists it. A machine that enlists during this run is claimed when its BMC address is the
-//! node's, or when it is the only one that appeared; several candidates fail closed; a `New`
-//! machine from before this run is claimed only when the profile allows
-//! `autoClaimSingleNewMachine`.
+//! node's, or when it is the only one that appeared and MAAS recorded no BMC address for it
+//! (one with another address is some other node's); several candidates fail closed; a `New`
+//! machine from before this run (without a BMC address) is claimed only when the profile
+//! allows `autoClaimSingleNewMachine`.
 
 use std::collections::BTreeMap;
 
@@ -197,8 +198,18 @@ async fn discover(
         .filter(|m| !discovery.new_before.contains(&m.system_id))
         .collect();
     // The strongest match, the BMC address, was checked before; what is left is a machine
-    // whose enlistment did not record a BMC address.
-    let unaddressed = |m: &&Machine| addresses.get(&m.system_id).is_none_or(|a| a.is_none());
+    // whose enlistment recorded no BMC address. One that enlisted after the addresses were
+    // read is not known to have none (it may well be another node's): it is looked at again
+    // on the next poll, with its address.
+    let unaddressed = |m: &&Machine| matches!(addresses.get(&m.system_id), Some(None));
+    if appeared
+        .iter()
+        .any(|m| !addresses.contains_key(&m.system_id))
+    {
+        return Ok(StageOutcome::wait(format!(
+            "a machine enlisted just now; reading its BMC address before claiming anything for {bmc}"
+        )));
+    }
     let appeared: Vec<&Machine> = appeared.into_iter().filter(unaddressed).collect();
     match appeared.as_slice() {
         [machine] => return Ok(bind(ctx, machine, "discovered")),
@@ -215,6 +226,7 @@ async fn discover(
     }
     if ctx.target.profile.discovery.auto_claim_single_new_machine
         && let [only] = new.as_slice()
+        && unaddressed(only)
     {
         return Ok(bind(ctx, only, "auto_claimed"));
     }
