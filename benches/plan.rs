@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use metalform::clock::SystemClock;
 use metalform::manifest;
 use metalform::model::Fleet;
-use metalform::observe::{self, MaasClients, SiteFilter};
+use metalform::observe::{self, MaasClients, SiteFilter, SiteObservation};
 use metalform::plan::{self, PlanOptions, render};
 use metalform::provider::maas::{MaasClientOptions, MaasMetrics, MachineSummary};
 use metalform::secrets::{FileStore, SecretStore};
@@ -95,6 +95,8 @@ static SIM_RUNTIME: std::sync::LazyLock<tokio::runtime::Runtime> = std::sync::La
 /// What the simulated regions alone take to serve every site's machines list at once (render
 /// and send, no parsing): the part of observe that a real MAAS does on its own hardware.
 async fn serving_floor(regions: &BTreeMap<String, SimHandle>) -> (Duration, Vec<bytes::Bytes>) {
+    // OAuth nonces must never repeat within a timestamp (the simulator refuses a replay).
+    static NONCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let http = reqwest::Client::new();
     let start = Instant::now();
     let bodies = futures::future::join_all(regions.values().enumerate().map(|(i, region)| {
@@ -102,7 +104,10 @@ async fn serving_floor(regions: &BTreeMap<String, SimHandle>) -> (Duration, Vec<
         async move {
             let auth = sim::auth::sign_header(
                 region.api_key().expose(),
-                &format!("floor-{i}-{}", start.elapsed().as_nanos()),
+                &format!(
+                    "floor-{i}-{}",
+                    NONCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                ),
                 chrono::Utc::now().timestamp(),
             );
             let response = http
@@ -197,7 +202,13 @@ async fn run(shape: large_fleet::Shape, runs: usize) {
         let plan = plan::plan(&fleet, &snapshot, &PlanOptions::default());
         let total = start.elapsed();
 
-        // Behaviour, asserted: every node onboarded, one list call per site.
+        // Behaviour, asserted: every site read, every node onboarded, one list call per site.
+        for (site, observation) in &snapshot.sites {
+            assert!(
+                matches!(observation, SiteObservation::Readable { .. }),
+                "{site}: {observation:?}"
+            );
+        }
         assert_eq!(
             plan.summary.onboard,
             fleet.nodes.len(),

@@ -682,12 +682,15 @@ impl MaasClient {
 
     /// `GET machines/` with filters, read as [`MachineSummary`]s: the same request as
     /// [`MaasClient::list_machines`] (counted as `list_machines`), parsed for observation only.
+    /// The answer is decoded machine by machine while it arrives, on a blocking thread, so a
+    /// site's list of hundreds of megabytes is never held whole and several sites' lists
+    /// decode in parallel.
     pub async fn list_machine_summaries(
         &self,
         filter: &MachineFilter,
     ) -> Result<Vec<MachineSummary>, MaasError> {
         self.transport()
-            .json(Call::get("list_machines", &["machines"]).params(filter.params()))
+            .json_array(Call::get("list_machines", &["machines"]).params(filter.params()))
             .await
     }
 
