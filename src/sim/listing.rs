@@ -128,6 +128,12 @@ impl Machines {
         self.table.remove(id)
     }
 
+    /// Drops every kept rendering: the next list renders every machine anew (what a list
+    /// costs after every machine changed; the benchmarks measure it).
+    pub fn forget_renderings(&mut self) {
+        self.rendered.clear();
+    }
+
     /// The machines `ids` (in that order) as a piston-rendered JSON list, in pieces: byte for
     /// byte what rendering the list of their objects at once gives. Renderings missing (new,
     /// changed, or made with another network) are made now and kept.
