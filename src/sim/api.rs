@@ -549,7 +549,7 @@ fn list_machines(world: &mut World, caller: &Caller, p: &Params) -> Result<Reply
     let none = |name: &str, value: &str| !p.all(name).contains(&value);
     let ids = p.all("id");
     let system_ids = p.all("system_id");
-    let ids: Vec<u64> = world
+    let listed: Vec<u64> = world
         .machines
         .values()
         .filter(|m| world.can_view(caller, m.id))
@@ -582,7 +582,7 @@ fn list_machines(world: &mut World, caller: &Caller, p: &Params) -> Result<Reply
         .filter(|_| any("domain", "maas"))
         .map(|m| m.id)
         .collect();
-    Ok(Reply::JsonParts(world.machines_list_body(&ids)))
+    Ok(Reply::JsonParts(world.machines_list_body(&listed)))
 }
 
 /// `POST machines/?op=allocate` (system_id or name, else any Ready machine).

@@ -1,9 +1,9 @@
 //! The machine table and the body of `GET machines/` (API_REFERENCE.md §1 "Responses", §3.1):
 //! piston's indent-4 list of machine objects, assembled from each machine's cached rendering.
 //!
-//! A machine object is ~28 KB of JSON, so a region of thousands answers a list with hundreds of
-//! megabytes; rendering them all again for every list would dominate any observation of a
-//! large site. Each machine's rendering is therefore kept, as an element of a list, until the
+//! A machine object is ~28 KB of JSON, so a region of thousands answers a list with tens to
+//! hundreds of megabytes; rendering them all again for every list would dominate any
+//! observation of a large site. Each machine's rendering is therefore kept, as an element of a list, until the
 //! machine or the network it embeds (VLANs, subnets, the PXE gateway) changes, and a list is
 //! sent as those renderings one after the other, never joined into one buffer.
 

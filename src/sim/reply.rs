@@ -352,6 +352,29 @@ mod tests {
     }
 
     #[test]
+    fn an_element_rendered_alone_fits_the_indented_document() {
+        let element = serde_json::json!({
+            "a": [1, {"b": [], "c": {}}, [[]]],
+            "d": {"e": null, "f": "x\ny"},
+            "g": []
+        });
+        let document = serde_json::json!([element, element]);
+        // serde_json's own four-space layout is Python's `indent=4` one.
+        let mut expected = Vec::new();
+        let formatter = serde_json::ser::PrettyFormatter::with_indent(b"    ");
+        let mut ser = serde_json::Serializer::with_formatter(&mut expected, formatter);
+        document.serialize(&mut ser).unwrap();
+        assert_eq!(to_piston_json(&document), expected);
+        let mut one = Vec::new();
+        write_piston_json(&mut one, &element, 1);
+        let spliced = [b"[\n    ".as_slice(), &one, b",\n    ", &one, b"\n]"].concat();
+        assert_eq!(
+            String::from_utf8(spliced).unwrap(),
+            String::from_utf8(expected).unwrap()
+        );
+    }
+
+    #[test]
     fn json_is_indented_like_piston() {
         let body = to_piston_json(&serde_json::json!({"a": [1]}));
         assert_eq!(
