@@ -165,3 +165,59 @@ fn machine_summaries_agree_with_full_machines_on_every_real_capture() {
         assert_eq!(summary.sync_interval, full.sync_interval, "{origin}");
     }
 }
+
+/// The summaries list is decoded machine by machine as the answer arrives: the same machines
+/// as decoding the whole answer, and a broken answer is a decode error that says where.
+#[tokio::test]
+async fn machine_summaries_are_decoded_from_the_list_as_it_arrives() {
+    use metalform::provider::maas::{MachineFilter, MachineSummary};
+    // Every captured machine, in one list: real MAAS's layout (piston, indent 4) and compact.
+    let value = serde_json::Value::Array(captured_machines().into_iter().map(|(_, m)| m).collect());
+    let list = String::from_utf8(metalform::sim::reply::to_piston_json(&value)).unwrap();
+    let whole: Vec<MachineSummary> = serde_json::from_str(&list).unwrap();
+    assert!(whole.len() >= 30);
+    for text in [list.clone(), value.to_string()] {
+        let server = FakeMaas::always(Reply::json(text)).await;
+        let client = client(&server);
+        let read = client
+            .list_machine_summaries(&MachineFilter::all())
+            .await
+            .unwrap();
+        assert_eq!(read, whole);
+        assert_eq!(client.metrics().operation_total("list_machines"), 1);
+    }
+
+    // Cut inside the second machine.
+    let second = list[1..].find("\"system_id\"").map(|i| i + 1).unwrap();
+    let second = second + list[second + 1..].find("\"system_id\"").unwrap() + 1;
+    let server = FakeMaas::always(Reply::json(&list[..second + 20])).await;
+    let err = client(&server)
+        .list_machine_summaries(&MachineFilter::all())
+        .await
+        .unwrap_err();
+    let MaasError::Decode {
+        message,
+        body_excerpt,
+        ..
+    } = &err
+    else {
+        panic!("{err}");
+    };
+    assert!(
+        message.starts_with("the JSON array ends early, in element 1 (from byte "),
+        "{message}"
+    );
+    let excerpt: String = list.chars().take(200).collect();
+    assert_eq!(body_excerpt.as_deref(), Some(excerpt.as_str()));
+
+    let server = FakeMaas::always(Reply::json("<html>not json</html>")).await;
+    let err = client(&server)
+        .list_machine_summaries(&MachineFilter::all())
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("expected a JSON array, found `<` at byte 0"),
+        "{err}"
+    );
+}

@@ -377,3 +377,44 @@ async fn bad_input_never_breaks_the_server() {
         .await;
     sim.get("version/", &[]).await.expect(200);
 }
+
+/// `GET machines/` is sent from each machine's kept rendering: still one piston (indent-4)
+/// document with its Content-Length, whose objects are the detail reads' objects, and a
+/// change shows in the next list.
+#[tokio::test]
+async fn the_machines_list_is_one_indented_document_that_follows_changes() {
+    let sim = Sim::start(fleet(3)).await;
+    let list = sim.get("machines/", &[]).await.expect(200);
+    assert_eq!(list.content_type(), "application/json; charset=utf-8");
+    assert_eq!(
+        list.header("content-length"),
+        Some(list.text.len().to_string().as_str())
+    );
+    assert_eq!(list.header("transfer-encoding"), None);
+    let machines = list.json();
+    assert_eq!(
+        list.text.as_bytes(),
+        metalform::sim::reply::to_piston_json(&machines),
+        "indent-4 layout throughout"
+    );
+    let machines = machines.as_array().unwrap().clone();
+    assert_eq!(machines.len(), 3);
+    for machine in &machines {
+        let sid = machine["system_id"].as_str().unwrap();
+        assert_eq!(*machine, sim.machine(sid).await);
+    }
+
+    let sid = machines[1]["system_id"].as_str().unwrap();
+    sim.put(&format!("machines/{sid}/"), &[("hostname", "renamed")])
+        .await
+        .expect(200);
+    let again = sim.get("machines/", &[]).await.expect(200).json();
+    assert_eq!(again[0], machines[0]);
+    assert_eq!(again[1]["hostname"], "renamed");
+    assert_eq!(again[1], sim.machine(sid).await);
+    assert_eq!(again[2], machines[2]);
+    let filtered = sim.get("machines/", &[("hostname", "renamed")]).await;
+    assert_eq!(filtered.json(), serde_json::json!([again[1]]));
+    let none = sim.get("machines/", &[("hostname", "nosuch")]).await;
+    assert_eq!(none.text, "[]");
+}

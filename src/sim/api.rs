@@ -491,7 +491,7 @@ fn user_json(name: &str, admin: bool) -> Value {
 }
 
 /// `ReadNodesForm` filters (exact "any of" matches; unknown system ids simply match nothing).
-fn list_machines(world: &World, caller: &Caller, p: &Params) -> Result<Reply, MaasError> {
+fn list_machines(world: &mut World, caller: &Caller, p: &Params) -> Result<Reply, MaasError> {
     let mut macs = Vec::new();
     for mac in p.all("mac_address") {
         macs.push(normalise_mac(mac).ok_or_else(|| {
@@ -549,8 +549,7 @@ fn list_machines(world: &World, caller: &Caller, p: &Params) -> Result<Reply, Ma
     let none = |name: &str, value: &str| !p.all(name).contains(&value);
     let ids = p.all("id");
     let system_ids = p.all("system_id");
-    let gateway = world.pxe_gateway();
-    let views: Vec<_> = world
+    let listed: Vec<u64> = world
         .machines
         .values()
         .filter(|m| world.can_view(caller, m.id))
@@ -581,9 +580,9 @@ fn list_machines(world: &World, caller: &Caller, p: &Params) -> Result<Reply, Ma
             any("owner", owner) && none("not_owner", owner)
         })
         .filter(|_| any("domain", "maas"))
-        .map(|m| m.view(world, gateway.clone()))
+        .map(|m| m.id)
         .collect();
-    Ok(Reply::json(&views))
+    Ok(Reply::JsonParts(world.machines_list_body(&listed)))
 }
 
 /// `POST machines/?op=allocate` (system_id or name, else any Ready machine).

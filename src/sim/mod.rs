@@ -17,6 +17,7 @@ pub mod events;
 pub mod export;
 pub mod faults;
 pub mod host;
+pub mod listing;
 pub mod machine;
 pub mod network;
 mod ops;

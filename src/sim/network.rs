@@ -59,7 +59,7 @@ impl std::fmt::Display for Cidr {
 }
 
 /// A VLAN (one untagged VLAN on fabric-0 unless more are made).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Vlan {
     pub id: u64,
     pub vid: u16,
@@ -111,7 +111,7 @@ impl Vlan {
 }
 
 /// A subnet.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Subnet {
     pub id: u64,
     pub name: String,

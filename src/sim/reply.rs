@@ -3,15 +3,22 @@
 
 use std::collections::BTreeMap;
 
+use axum::body::Body;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use serde::Serialize;
+use serde_json::ser::Formatter;
 
 /// A successful answer.
 #[derive(Debug)]
 pub enum Reply {
     /// `application/json; charset=utf-8`, piston's indent-4 rendering.
     Json(Vec<u8>),
+    /// The same, as the pieces of one document sent one after the other without being joined
+    /// (a machines list is its machines' cached renderings), with their total length as
+    /// `Content-Length`.
+    JsonParts(Vec<Bytes>),
     /// `200 OK` text/plain (`rc.ALL_OK`, e.g. set_boot_disk).
     AllOk,
     /// `204` empty (`rc.DELETED`).
@@ -27,14 +34,131 @@ impl Reply {
 /// piston's JSON emitter: `json.dumps(..., indent=4)`.
 pub fn to_piston_json<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
     let mut out = Vec::with_capacity(4096);
-    let formatter = serde_json::ser::PrettyFormatter::with_indent(b"    ");
-    let mut ser = serde_json::Serializer::with_formatter(&mut out, formatter);
+    write_piston_json(&mut out, value, 0);
+    out
+}
+
+/// Appends `value` as piston renders it when it sits `level` containers deep in a document:
+/// its inner lines indented by `4 × (level + 1)` spaces, its closing bracket by `4 × level`,
+/// its first line not indented (the container puts it after its own indentation).
+pub fn write_piston_json<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T, level: usize) {
+    let start = out.len();
+    let mut ser = serde_json::Serializer::with_formatter(&mut *out, PistonFormatter::at(level));
     // Serialising our own view types cannot fail (no maps with non-string keys).
     if value.serialize(&mut ser).is_err() {
-        out.clear();
+        out.truncate(start);
         out.extend_from_slice(b"null");
     }
-    out
+}
+
+/// Python's `json.dumps(indent=4)` layout (serde_json's `PrettyFormatter` with four spaces),
+/// able to start inside a container so a list element can be rendered on its own.
+struct PistonFormatter {
+    level: usize,
+    has_value: bool,
+}
+
+impl PistonFormatter {
+    fn at(level: usize) -> Self {
+        Self {
+            level,
+            has_value: false,
+        }
+    }
+
+    fn indent<W: ?Sized + std::io::Write>(&self, writer: &mut W) -> std::io::Result<()> {
+        const SPACES: &[u8; 64] = &[b' '; 64];
+        let mut left = self.level * 4;
+        while left > 0 {
+            let n = left.min(SPACES.len());
+            writer.write_all(&SPACES[..n])?;
+            left -= n;
+        }
+        Ok(())
+    }
+
+    fn open<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        bracket: &[u8],
+    ) -> std::io::Result<()> {
+        self.level += 1;
+        self.has_value = false;
+        writer.write_all(bracket)
+    }
+
+    fn close<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        bracket: &[u8],
+    ) -> std::io::Result<()> {
+        self.level -= 1;
+        if self.has_value {
+            writer.write_all(b"\n")?;
+            self.indent(writer)?;
+        }
+        writer.write_all(bracket)
+    }
+
+    fn entry<W: ?Sized + std::io::Write>(
+        &self,
+        writer: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        writer.write_all(if first { b"\n" } else { b",\n" })?;
+        self.indent(writer)
+    }
+}
+
+impl Formatter for PistonFormatter {
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.open(writer, b"[")
+    }
+
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.close(writer, b"]")
+    }
+
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.entry(writer, first)
+    }
+
+    fn end_array_value<W: ?Sized + std::io::Write>(&mut self, _: &mut W) -> std::io::Result<()> {
+        self.has_value = true;
+        Ok(())
+    }
+
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.open(writer, b"{")
+    }
+
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
+        self.close(writer, b"}")
+    }
+
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.entry(writer, first)
+    }
+
+    fn begin_object_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+    ) -> std::io::Result<()> {
+        writer.write_all(b": ")
+    }
+
+    fn end_object_value<W: ?Sized + std::io::Write>(&mut self, _: &mut W) -> std::io::Result<()> {
+        self.has_value = true;
+        Ok(())
+    }
 }
 
 /// Form errors: `{"field": ["message", …]}`.
@@ -117,6 +241,18 @@ impl Reply {
     pub fn into_response(self) -> Response {
         match self {
             Reply::Json(body) => with_type(200, JSON, body),
+            Reply::JsonParts(parts) => {
+                let length: usize = parts.iter().map(Bytes::len).sum();
+                let body = Body::from_stream(futures::stream::iter(
+                    parts.into_iter().map(Ok::<_, std::convert::Infallible>),
+                ));
+                let mut response = (StatusCode::OK, body).into_response();
+                let headers = response.headers_mut();
+                headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(JSON));
+                // hyper sends a body of unknown size chunked unless told its length.
+                headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+                response
+            }
             Reply::AllOk => with_type(200, TEXT, b"OK".to_vec()),
             Reply::Deleted => StatusCode::NO_CONTENT.into_response(),
         }
@@ -213,6 +349,29 @@ mod tests {
         assert_eq!(string_bool("x", Some("0"), true), Ok(false));
         assert_eq!(string_bool("x", None, true), Ok(true));
         assert!(string_bool("x", Some("maybe"), false).is_err());
+    }
+
+    #[test]
+    fn an_element_rendered_alone_fits_the_indented_document() {
+        let element = serde_json::json!({
+            "a": [1, {"b": [], "c": {}}, [[]]],
+            "d": {"e": null, "f": "x\ny"},
+            "g": []
+        });
+        let document = serde_json::json!([element, element]);
+        // serde_json's own four-space layout is Python's `indent=4` one.
+        let mut expected = Vec::new();
+        let formatter = serde_json::ser::PrettyFormatter::with_indent(b"    ");
+        let mut ser = serde_json::Serializer::with_formatter(&mut expected, formatter);
+        document.serialize(&mut ser).unwrap();
+        assert_eq!(to_piston_json(&document), expected);
+        let mut one = Vec::new();
+        write_piston_json(&mut one, &element, 1);
+        let spliced = [b"[\n    ".as_slice(), &one, b",\n    ", &one, b"\n]"].concat();
+        assert_eq!(
+            String::from_utf8(spliced).unwrap(),
+            String::from_utf8(expected).unwrap()
+        );
     }
 
     #[test]

@@ -18,6 +18,7 @@ use super::config::{AgentBehaviour, MachineSpec, SimConfig};
 use super::events::{Event, Level};
 use super::faults::{FaultSpec, FaultState, Scenario};
 use super::host::{self, AgentBoot};
+use super::listing::{Machines, NetworkRef};
 use super::machine::{Erase, Machine, NodeToken, Pending, PowerState};
 use super::network::{Cidr, Interface, Link, LinkMode, NetworkLookup, Subnet, Vlan};
 use super::reply::MaasError;
@@ -147,7 +148,7 @@ pub struct World {
     pub time_scale: f64,
     pub config: SimConfig,
     rng: ChaCha8Rng,
-    pub machines: BTreeMap<u64, Machine>,
+    pub machines: Machines,
     by_system_id: HashMap<String, u64>,
     hardware: Vec<Hardware>,
     /// Hardware index by NIC MAC (lower case) and by BMC IP; the inventory never changes.
@@ -248,7 +249,7 @@ impl World {
             seed: config.seed,
             time_scale: config.time_scale,
             rng: ChaCha8Rng::seed_from_u64(config.seed),
-            machines: BTreeMap::new(),
+            machines: Machines::default(),
             by_system_id: HashMap::new(),
             hardware: Vec::new(),
             hardware_by_mac: HashMap::new(),
@@ -431,9 +432,26 @@ impl World {
     }
 
     pub fn pxe_gateway(&self) -> Option<String> {
-        self.subnets
-            .get(&self.pxe_subnet)
-            .and_then(|s| s.gateway_ip.map(|g| g.to_string()))
+        self.network().pxe_gateway()
+    }
+
+    /// The network machine objects embed.
+    pub fn network(&self) -> NetworkRef<'_> {
+        NetworkRef {
+            vlans: &self.vlans,
+            subnets: &self.subnets,
+            pxe_subnet: self.pxe_subnet,
+        }
+    }
+
+    /// `GET machines/`'s body for the machines `ids`, in pieces (see [`Machines::list_body`]).
+    pub fn machines_list_body(&mut self, ids: &[u64]) -> Vec<bytes::Bytes> {
+        let net = NetworkRef {
+            vlans: &self.vlans,
+            subnets: &self.subnets,
+            pxe_subnet: self.pxe_subnet,
+        };
+        self.machines.list_body(ids, net)
     }
 
     pub fn counter(&mut self, system_id: &str, which: Counter) {

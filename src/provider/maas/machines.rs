@@ -643,10 +643,11 @@ fn comment(comment: Option<&str>) -> Params {
 
 impl MaasClient {
     /// `GET machines/` with filters: every matching machine the key's user can see, in
-    /// MAAS's id order. MAAS does not paginate.
+    /// MAAS's id order. MAAS does not paginate, so the answer is decoded machine by machine
+    /// while it arrives, on a blocking thread (see [`MaasClient::list_machine_summaries`]).
     pub async fn list_machines(&self, filter: &MachineFilter) -> Result<Vec<Machine>, MaasError> {
         self.transport()
-            .json(Call::get("list_machines", &["machines"]).params(filter.params()))
+            .json_array(Call::get("list_machines", &["machines"]).params(filter.params()))
             .await
     }
 
@@ -682,12 +683,15 @@ impl MaasClient {
 
     /// `GET machines/` with filters, read as [`MachineSummary`]s: the same request as
     /// [`MaasClient::list_machines`] (counted as `list_machines`), parsed for observation only.
+    /// Like every machines list, the answer is decoded machine by machine while it arrives, on
+    /// a blocking thread: a site's list of tens of megabytes is never held whole, and several
+    /// sites' lists decode in parallel.
     pub async fn list_machine_summaries(
         &self,
         filter: &MachineFilter,
     ) -> Result<Vec<MachineSummary>, MaasError> {
         self.transport()
-            .json(Call::get("list_machines", &["machines"]).params(filter.params()))
+            .json_array(Call::get("list_machines", &["machines"]).params(filter.params()))
             .await
     }
 

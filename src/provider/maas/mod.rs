@@ -11,6 +11,7 @@
 //! | `auth` | API key parsing and the OAuth PLAINTEXT `Authorization` header |
 //! | `client` | [`MaasClient`], its options and URL handling |
 //! | `transport` | one call: request building, the retry loop, response classification |
+//! | `stream` | decoding a JSON array answer element by element while it arrives |
 //! | `retry` | the retry policy (pure), injectable jitter and sleep |
 //! | `error` | [`MaasError`] and its classification |
 //! | `metrics` | requests counted by operation and status |
@@ -37,6 +38,7 @@ mod metrics;
 mod power;
 mod retry;
 mod storage;
+mod stream;
 mod subnets;
 mod transport;
 mod types;

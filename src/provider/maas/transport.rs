@@ -25,6 +25,7 @@ use super::auth::{ApiKey, oauth_encode};
 use super::error::{MaasError, TransientCause, bounded};
 use super::metrics::{MaasMetrics, RequestEvent, RequestStatus};
 use super::retry::{Jitter, RetryPolicy, Sleeper};
+use super::stream::{ArrayDecoder, ArrayError};
 
 /// Form parameters of one call, in order. `Debug` shows names only: values may be power
 /// passwords or user_data.
@@ -217,6 +218,72 @@ pub(crate) struct Reply {
     pub(crate) body: Bytes,
 }
 
+/// How the body of a successful answer is read. Error answers are always read whole.
+pub(crate) trait ReadBody: Sync {
+    type Output: Send;
+
+    fn read(
+        &self,
+        response: reqwest::Response,
+    ) -> impl Future<Output = Result<Self::Output, reqwest::Error>> + Send;
+}
+
+/// The whole body, in one buffer.
+struct WholeBody;
+
+impl ReadBody for WholeBody {
+    type Output = Reply;
+
+    async fn read(&self, response: reqwest::Response) -> Result<Reply, reqwest::Error> {
+        Ok(Reply {
+            body: response.bytes().await?,
+        })
+    }
+}
+
+/// A JSON array decoded element by element while it arrives (see [`ArrayDecoder`]), on a
+/// blocking thread: decoding a large list neither holds up the runtime's other tasks (other
+/// sites' reads) nor waits for them.
+struct JsonArrayBody<T>(std::marker::PhantomData<fn() -> T>);
+
+impl<T: DeserializeOwned + Send + 'static> ReadBody for JsonArrayBody<T> {
+    type Output = Result<Vec<T>, ArrayError>;
+
+    async fn read(&self, mut response: reqwest::Response) -> Result<Self::Output, reqwest::Error> {
+        let (pieces, mut arriving) = tokio::sync::mpsc::channel::<Bytes>(16);
+        let decoding = tokio::task::spawn_blocking(move || {
+            let mut decoder = ArrayDecoder::<T>::default();
+            while let Some(piece) = arriving.blocking_recv() {
+                // On an error the receiver is dropped, which stops the reading below.
+                decoder.feed(&piece)?;
+            }
+            decoder.finish()
+        });
+        while let Some(piece) = response.chunk().await? {
+            if pieces.send(piece).await.is_err() {
+                break;
+            }
+        }
+        drop(pieces);
+        Ok(match decoding.await {
+            Ok(decoded) => decoded,
+            Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+            Err(_) => Err(ArrayError {
+                error: serde::de::Error::custom("the runtime shut down while decoding"),
+                head: Vec::new(),
+            }),
+        })
+    }
+}
+
+/// What one exchange brought back.
+enum Answer<T> {
+    /// A 2xx status and the body as read.
+    Success(u16, T),
+    /// Any other status, with the headers and body that classify it.
+    Failure(u16, HeaderMap, Bytes),
+}
+
 /// The wire side of a [`super::MaasClient`].
 pub(crate) struct Transport {
     pub(crate) http: reqwest::Client,
@@ -233,11 +300,20 @@ pub(crate) struct Transport {
 impl Transport {
     /// Sends `call`, retrying as the policy and the call's idempotency allow.
     pub(crate) async fn send(&self, call: &Call) -> Result<Reply, MaasError> {
+        self.send_reading(call, &WholeBody).await
+    }
+
+    /// [`Transport::send`], reading a successful answer's body with `body`.
+    async fn send_reading<R: ReadBody>(
+        &self,
+        call: &Call,
+        body: &R,
+    ) -> Result<R::Output, MaasError> {
         let url = self.url(call)?;
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let err = match self.attempt(call, &url, attempt).await {
+            let err = match self.attempt(call, &url, attempt, body).await {
                 Ok(reply) => return Ok(reply),
                 Err(err) => err,
             };
@@ -262,7 +338,19 @@ impl Transport {
     /// Sends `call` and decodes its JSON body (`Option<T>` accepts MAAS's `null`).
     pub(crate) async fn json<T: DeserializeOwned>(&self, call: Call) -> Result<T, MaasError> {
         let reply = self.send(&call).await?;
-        serde_json::from_slice(&reply.body).map_err(|err| self.decode_error(&call, &reply, &err))
+        serde_json::from_slice(&reply.body)
+            .map_err(|err| self.decode_error(&call, &reply.body, &err))
+    }
+
+    /// Sends `call` and decodes its body, a JSON array, element by element while it arrives:
+    /// for answers that can be large (a machines list of a big site is tens of megabytes).
+    pub(crate) async fn json_array<T: DeserializeOwned + Send + 'static>(
+        &self,
+        call: Call,
+    ) -> Result<Vec<T>, MaasError> {
+        self.send_reading(&call, &JsonArrayBody(std::marker::PhantomData))
+            .await?
+            .map_err(|failure| self.decode_error(&call, &failure.head, &failure.error))
     }
 
     /// Sends `call` and ignores the body (204 for deletes, `OK` for set_boot_disk).
@@ -270,7 +358,8 @@ impl Transport {
         self.send(&call).await.map(drop)
     }
 
-    fn decode_error(&self, call: &Call, reply: &Reply, err: &serde_json::Error) -> MaasError {
+    /// `body`: the answer, or at least its first 200 characters.
+    fn decode_error(&self, call: &Call, body: &[u8], err: &serde_json::Error) -> MaasError {
         let (message, body_excerpt) = if call.sensitive_response {
             // serde's messages quote the offending value, which could be a token secret.
             (
@@ -283,7 +372,7 @@ impl Transport {
                 None,
             )
         } else {
-            let body = String::from_utf8_lossy(&reply.body);
+            let body = String::from_utf8_lossy(body);
             let excerpt: String = body.chars().take(200).collect();
             (
                 self.key.scrub(&err.to_string()),
@@ -320,11 +409,19 @@ impl Transport {
         Ok(url)
     }
 
-    async fn attempt(&self, call: &Call, url: &Url, attempt: u32) -> Result<Reply, MaasError> {
+    async fn attempt<R: ReadBody>(
+        &self,
+        call: &Call,
+        url: &Url,
+        attempt: u32,
+        body: &R,
+    ) -> Result<R::Output, MaasError> {
         let started = tokio::time::Instant::now();
-        let outcome = self.exchange(call, url).await;
+        let outcome = self.exchange(call, url, body).await;
         let status = match &outcome {
-            Ok((status, _, _)) => RequestStatus::Http(*status),
+            Ok(Answer::Success(status, _)) | Ok(Answer::Failure(status, _, _)) => {
+                RequestStatus::Http(*status)
+            }
             Err(err) => transport_status(err),
         };
         RequestEvent {
@@ -338,10 +435,10 @@ impl Transport {
         .emit(&self.metrics);
 
         let (status, headers, body) =
-            outcome.map_err(|err| self.transport_error(call.operation, err))?;
-        if (200..300).contains(&status) {
-            return Ok(Reply { body });
-        }
+            match outcome.map_err(|err| self.transport_error(call.operation, err))? {
+                Answer::Success(_, output) => return Ok(output),
+                Answer::Failure(status, headers, body) => (status, headers, body),
+            };
         let is_json = headers
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
@@ -356,12 +453,13 @@ impl Transport {
         ))
     }
 
-    /// One HTTP exchange: status, headers and the whole body.
-    async fn exchange(
+    /// One HTTP exchange: a 2xx answer's body read with `body`, any other answer whole.
+    async fn exchange<R: ReadBody>(
         &self,
         call: &Call,
         url: &Url,
-    ) -> Result<(u16, HeaderMap, Bytes), reqwest::Error> {
+        body: &R,
+    ) -> Result<Answer<R::Output>, reqwest::Error> {
         let nonce = uuid::Uuid::new_v4().simple().to_string();
         let authorization = self.key.authorization(&nonce, self.clock.now().timestamp());
         let mut authorization = HeaderValue::from_str(authorization.expose())
@@ -381,9 +479,11 @@ impl Transport {
         }
         let response = request.send().await?;
         let status = response.status().as_u16();
+        if (200..300).contains(&status) {
+            return Ok(Answer::Success(status, body.read(response).await?));
+        }
         let headers = response.headers().clone();
-        let body = response.bytes().await?;
-        Ok((status, headers, body))
+        Ok(Answer::Failure(status, headers, response.bytes().await?))
     }
 
     fn transport_error(&self, operation: &'static str, err: reqwest::Error) -> MaasError {
