@@ -246,6 +246,26 @@ impl Store {
         Ok(None)
     }
 
+    /// Whether [`Store::claim_task`] would find something for the node: one read, so a waiting
+    /// long-poll does not take the write lock every time it looks.
+    pub async fn has_claimable_task(&self, node: Uuid) -> Result<bool, StoreError> {
+        let now_s = format_time(self.now());
+        let mut tx = self.pool.read().await?;
+        Ok(tx
+            .fetch_optional(
+                "SELECT id FROM agent_tasks WHERE node_id = $1
+                    AND (status = $2 OR (status = $3 AND lease_expires_at <= $4)) LIMIT 1",
+                &params![
+                    node.to_string(),
+                    TaskStatus::Queued.as_str(),
+                    TaskStatus::Dispatched.as_str(),
+                    now_s
+                ],
+            )
+            .await?
+            .is_some())
+    }
+
     /// Extend the dispatch lease of a task the holder is still working on.
     pub async fn renew_task(
         &self,
