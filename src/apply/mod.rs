@@ -10,6 +10,7 @@
 
 mod backoff;
 mod compensate;
+pub mod decommission;
 mod lease;
 mod maas;
 pub mod progress;

@@ -366,4 +366,28 @@ impl Store {
         .map(task_from_row)
         .collect()
     }
+
+    /// Close every open task of a node as failed with `message` (the node is going away; a
+    /// result arriving later is refused). Returns how many were closed.
+    pub async fn close_open_tasks(&self, node: Uuid, message: &str) -> Result<u64, StoreError> {
+        let now_s = format_time(self.now());
+        let mut tx = self.pool.write().await?;
+        let n = tx
+            .execute(
+                "UPDATE agent_tasks SET status = $1, result_message = $2, completed_at = $3,
+                    updated_at = $3, lease_holder = NULL, lease_expires_at = NULL
+                 WHERE node_id = $4 AND status IN ($5, $6)",
+                &params![
+                    TaskStatus::Failed.as_str(),
+                    message,
+                    now_s,
+                    node.to_string(),
+                    TaskStatus::Queued.as_str(),
+                    TaskStatus::Dispatched.as_str()
+                ],
+            )
+            .await?;
+        tx.commit().await?;
+        Ok(n)
+    }
 }

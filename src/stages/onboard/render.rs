@@ -131,6 +131,13 @@ async fn ensure_node_record(ctx: &mut StageCtx<'_>) -> Result<uuid::Uuid, StageF
     };
     let node = match existing {
         Some(node) if node.status == NodeState::Enrolling => node,
+        // A reimage (seed 000 §5.3) redeploys the node it holds out of scheduling: same id.
+        Some(node)
+            if ctx.job.kind == crate::lifecycle::JobKind::Decommission
+                && node.status == NodeState::Quarantined =>
+        {
+            node
+        }
         Some(node) => {
             return Err(StageFailure::ambiguity(
                 "node_record_conflict",
