@@ -246,6 +246,29 @@ impl Store {
         Ok(None)
     }
 
+    /// Re-queue one task if (and only if) it is dispatched with a stale lease; returns the
+    /// task as it is afterwards. Unlike [`Store::ensure_task`] it never creates one, so an
+    /// owner that raced the task's completion does not start a second copy.
+    pub async fn requeue_if_stale(&self, id: Uuid) -> Result<(AgentTask, bool), StoreError> {
+        let now_s = format_time(self.now());
+        let mut tx = self.pool.write().await?;
+        let requeued = tx
+            .execute(
+                "UPDATE agent_tasks SET status = $1, lease_holder = NULL, lease_expires_at = NULL,
+                    updated_at = $2 WHERE id = $3 AND status = $4 AND lease_expires_at <= $2",
+                &params![
+                    TaskStatus::Queued.as_str(),
+                    now_s,
+                    id.to_string(),
+                    TaskStatus::Dispatched.as_str()
+                ],
+            )
+            .await?;
+        let task = read_task(&mut tx, id).await?;
+        tx.commit().await?;
+        Ok((task, requeued == 1))
+    }
+
     /// Whether [`Store::claim_task`] would find something for the node: one read, so a waiting
     /// long-poll does not take the write lock every time it looks.
     pub async fn has_claimable_task(&self, node: Uuid) -> Result<bool, StoreError> {

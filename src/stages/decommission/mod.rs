@@ -274,8 +274,16 @@ impl DecommissionCtx<'_> {
                         "result": task.result_details,
                     })));
                 }
-                // Open: re-ensure it (a stale lease is re-queued; a live one left alone).
-                _ => {
+                // Open: a stale lease is re-queued, a live one or a queued task left alone.
+                Some(task) => {
+                    store
+                        .requeue_if_stale(task.id)
+                        .await
+                        .map_err(|e| StageFailure::store(&e))?
+                        .0
+                }
+                // None yet: create it (idempotent: an open one of the type is reused).
+                None => {
                     let (task, _) = store
                         .ensure_task(
                             self.target.node_id,
@@ -285,13 +293,14 @@ impl DecommissionCtx<'_> {
                         )
                         .await
                         .map_err(|e| StageFailure::store(&e))?;
-                    if self.facts.decommission.tasks.get(&key) != Some(&task.id) {
-                        self.facts.decommission.tasks.insert(key, task.id);
-                        self.checkpoint().await?;
-                    }
+                    self.facts.decommission.tasks.insert(key, task.id);
+                    self.checkpoint().await?;
                     task
                 }
             };
+            if task.status == TaskStatus::Succeeded {
+                continue;
+            }
             if self.elapsed() > self.timing.agent_task {
                 return Err(StageFailure::new(
                     FailureClass::PostDeployConnectivityFailure,
