@@ -276,7 +276,7 @@ impl Run<'_> {
             }
         };
         if job.state == JobState::Compensating {
-            compensate(self.inner, &job, &self.fence).await?;
+            compensate(self.store(), &self.inner.env.actor, &job, &self.fence).await?;
             return Err(Stop::Result(NodeOutcome::Left {
                 reason: format!("decommission {} cancelled", job.id),
             }));
@@ -634,8 +634,12 @@ pub async fn open_decommission(store: &Store, node: Uuid) -> Result<Option<Job>,
 /// Carry out a cancel (the job is `compensating`): close the job's open agent tasks, give the
 /// node back when nothing destructive happened (quarantined → active; draining → offline), and
 /// end `cancelled`. MAAS is left as it is: a release that reached MAAS is not undone.
-async fn compensate(inner: &Inner, job: &Job, fence: &Fence) -> Result<(), StoreError> {
-    let store = &inner.env.store;
+async fn compensate(
+    store: &Store,
+    actor: &Actor,
+    job: &Job,
+    fence: &Fence,
+) -> Result<(), StoreError> {
     let facts = DecommissionFacts::from_details(&job.stage_details);
     let touched_maas =
         !facts.decommission.releases.is_empty() || facts.decommission.power_off.is_some();
@@ -652,7 +656,7 @@ async fn compensate(inner: &Inner, job: &Job, fence: &Fence) -> Result<(), Store
             _ => None,
         };
         if let Some((to, by)) = back {
-            let mut transition = NodeTransition::new(to, by, inner.env.actor.clone());
+            let mut transition = NodeTransition::new(to, by, actor.clone());
             transition.reason = Some(format!("decommission {} cancelled", job.id));
             transition.fence = Some(fence.clone());
             update.node_transition = Some(transition);
@@ -836,15 +840,15 @@ pub async fn retry_decommission(
 }
 
 /// Cancel a decommission (000 §5.7 `…/cancel`, best effort): audited, then compensated under
-/// the node lease (see [`compensate`]); ends `cancelled`.
+/// the node lease (see [`compensate`]); ends `cancelled`. A live executor holding the node is
+/// waited for up to `lease_ttl` × 1.5; it stops at its next step since the job moved.
 pub async fn cancel_decommission(
-    executor: &DecommissionExecutor,
+    store: &Store,
     job: Uuid,
     actor: &Actor,
     reason: Option<&str>,
+    lease_ttl: Duration,
 ) -> Result<Job, ServiceError> {
-    let inner = &executor.inner;
-    let store = &inner.env.store;
     let moved = store
         .recover_job(
             JobKind::Decommission,
@@ -854,13 +858,13 @@ pub async fn cancel_decommission(
             reason,
         )
         .await?;
-    let ttl = inner.options.lease_ttl;
+    let holder = format!("cancel:{}", super::default_holder());
     let lease = NodeLease::acquire(
         store,
         &onboarding_lease_name(&moved.site, &moved.hostname),
-        &inner.options.holder,
-        ttl,
-        ttl + ttl / 2,
+        &holder,
+        lease_ttl,
+        lease_ttl + lease_ttl / 2,
     )
     .await
     .map_err(|refusal| match refusal {
@@ -872,7 +876,7 @@ pub async fn cancel_decommission(
         },
         LeaseRefusal::Store(err) => ServiceError::Store(err),
     })?;
-    let result = compensate(inner, &moved, &lease.fence()).await;
+    let result = compensate(store, actor, &moved, &lease.fence()).await;
     lease.release().await;
     result?;
     Ok(store.job(JobKind::Decommission, job).await?)
