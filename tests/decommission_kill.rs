@@ -37,7 +37,13 @@ async fn a_killed_full_decommission_resumes_without_a_second_release_or_erase() 
     site.config.timings.quick_erase_secs = 2400.0;
     let bed = Bed::start(Setup::one_site(site)).await;
     assert!(bed.executor().run(bed.onboard_all()).await.all_converged());
-    let node = bed.store.find_node("dc1", "gpu00001").await.unwrap().unwrap().id;
+    let node = bed
+        .store
+        .find_node("dc1", "gpu00001")
+        .await
+        .unwrap()
+        .unwrap()
+        .id;
     let target = DecommissionTarget {
         node_id: node,
         site: "dc1".into(),
@@ -95,7 +101,10 @@ async fn a_killed_full_decommission_resumes_without_a_second_release_or_erase() 
     assert!(report.all_converged(), "{report:#?}");
     let job = bed.store.job(JobKind::Decommission, job_id).await.unwrap();
     assert_eq!(job.state, JobState::Completed);
-    assert_eq!(bed.store.node(node).await.unwrap().status, NodeState::Deleted);
+    assert_eq!(
+        bed.store.node(node).await.unwrap().status,
+        NodeState::Deleted
+    );
     let counters = bed.sim("dc1").counters();
     let c = counters.values().next().unwrap();
     assert_eq!((c.release, c.erase), (1, 1), "{c:?}");

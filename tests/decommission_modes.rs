@@ -332,10 +332,11 @@ async fn a_drain_task_that_keeps_failing_ends_in_manual_intervention_after_bound
     assert_eq!(counters(&bed, "gpu00001").release, 0, "MAAS not touched");
     // Cancel: nothing destructive happened, so the node goes back into service.
     let cancelled = cancel_decommission(
-        &executor(&bed),
+        &bed.store,
         job.id,
         &Actor::admin("ops"),
         Some("host replaced"),
+        Duration::from_secs(3),
     )
     .await
     .unwrap();

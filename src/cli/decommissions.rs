@@ -34,7 +34,7 @@ pub enum Command {
     /// One job: mode, state, stage, failure, releases, follow-ups and its events.
     Show(ShowArgs),
     /// Rerun the failed stage and continue (needs apply's execution flags).
-    Retry(ActionArgs),
+    Retry(Box<ActionArgs>),
     /// Stop the job (best effort): open agent tasks closed, the node given back when MAAS was
     /// not touched yet.
     Cancel(CancelArgs),
@@ -113,7 +113,7 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
             store.close().await;
             result
         }
-        Command::Retry(args) => retry(global, args).await,
+        Command::Retry(args) => retry(global, *args).await,
         Command::Cancel(args) => cancel(global, args).await,
     }
 }
