@@ -111,10 +111,10 @@ async fn an_interrupted_cancel_is_finished_by_resume() {
 
     let report = bed
         .executor()
-        .run(vec![WorkItem {
-            target: bed.target("dc1", "gpu00001"),
-            work: Work::Resume { job_id: job.id },
-        }])
+        .run(vec![WorkItem::new(
+            bed.target("dc1", "gpu00001"),
+            Work::Resume { job_id: job.id },
+        )])
         .await;
     assert!(
         matches!(report.results[0].outcome, NodeOutcome::Left { .. }),

@@ -1,5 +1,6 @@
-//! Fleet-sized applies through the CLI: 50 nodes over 2 sites converge to active and a second
-//! apply has nothing to do; with 10% transient MAAS faults everything still converges.
+//! Fleet-sized applies through the CLI: 50 nodes over 2 sites converge to active, after which
+//! `metalform plan --detailed-exitcode` finds nothing to do (exit 0) and a second apply has
+//! nothing to do; with 10% transient MAAS faults everything still converges.
 
 mod onboard_support;
 
@@ -16,7 +17,7 @@ fn stdout_of(out: &std::process::Output) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn fifty_nodes_over_two_sites_converge_and_a_second_apply_is_empty() {
+async fn fifty_nodes_over_two_sites_converge_and_a_second_plan_is_empty() {
     let setup = Setup {
         sites: vec![
             SiteSetup::generated("dc1", 51, 23, 2),
@@ -34,6 +35,7 @@ async fn fifty_nodes_over_two_sites_converge_and_a_second_apply_is_empty() {
         .unwrap();
     let text = stdout_of(&out);
     assert!(out.status.success(), "{text}");
+    assert!(text.contains("Plan: 50 to onboard; 0 unchanged."), "{text}");
     assert!(
         text.contains("Apply: 50 converged, 0 failed, 0 not run."),
         "{text}"
@@ -51,6 +53,15 @@ async fn fifty_nodes_over_two_sites_converge_and_a_second_apply_is_empty() {
         assert!(deploys.values().all(|d| *d == 1), "{site}: {deploys:?}");
     }
 
+    // DESIGN.md §4: after a successful apply, a fresh plan is empty.
+    let plan = bed
+        .cli_plan(&["plan", "--detailed-exitcode"])
+        .output()
+        .unwrap();
+    let text = stdout_of(&plan);
+    assert_eq!(plan.status.code(), Some(0), "{text}");
+    assert!(text.contains("Plan: no changes; 50 unchanged."), "{text}");
+
     let again = bed
         .cli(&["apply", "--auto-approve"], port)
         .output()
@@ -58,7 +69,7 @@ async fn fifty_nodes_over_two_sites_converge_and_a_second_apply_is_empty() {
     let text = stdout_of(&again);
     assert!(again.status.success(), "{text}");
     assert!(
-        text.contains("Plan: 0 to apply, 50 unchanged, 0 blocked.\nNo changes."),
+        text.contains("Plan: no changes; 50 unchanged.\nNo changes."),
         "{text}"
     );
 }
@@ -83,6 +94,12 @@ async fn ten_percent_transient_maas_faults_still_converge_with_no_failed_node() 
         text.contains("Apply: 12 converged, 0 failed, 0 not run."),
         "{text}"
     );
+    // With the faults still on, a fresh plan is empty.
+    let plan = bed
+        .cli_plan(&["plan", "--detailed-exitcode"])
+        .output()
+        .unwrap();
+    assert_eq!(plan.status.code(), Some(0), "{}", stdout_of(&plan));
     assert!(
         bed.jobs()
             .await

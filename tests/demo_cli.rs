@@ -1,17 +1,32 @@
-//! `metalform demo`: the README's first command runs the whole slice on embedded defaults and
-//! every node of the sample fleet that should be in service ends active.
+//! `metalform demo`: the README's first command runs the whole slice on embedded defaults —
+//! validate, plan, apply the plan, status, plan again — and every node of the sample fleet
+//! that should be in service ends active.
 
-use std::process::Command;
+use std::process::{Command, Output};
 
-#[test]
-fn demo_onboards_the_sample_fleet_end_to_end() {
-    let out = Command::new(env!("CARGO_BIN_EXE_metalform"))
+fn demo(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_metalform"))
         .arg("demo")
+        .args(args)
         .env("NO_COLOR", "1")
         .env_remove("METALFORM_STATE")
         .env_remove("METALFORM_SECRETS")
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+fn workdir_of(stdout: &str) -> std::path::PathBuf {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("workdir "))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap()
+        .into()
+}
+
+#[test]
+fn demo_onboards_the_sample_fleet_end_to_end() {
+    let out = demo(&[]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
@@ -20,14 +35,17 @@ fn demo_onboards_the_sample_fleet_end_to_end() {
         "{stdout}"
     );
     assert!(stdout.contains("only discoverable by PXE"), "{stdout}");
-    assert!(
-        stdout.contains("Plan: 38 to apply, 1 unchanged, 0 blocked."),
-        "{stdout}"
-    );
-    assert!(
-        stdout.contains("Apply: 38 converged, 0 failed, 0 not run."),
-        "{stdout}"
-    );
+    // The real planner's plan: known machines matched, unknown ones to discover, the retired
+    // node left alone.
+    for line in [
+        "    + dc1/c07u46  onboard  not in MAAS yet: onboard (find or enlist it by its BMC 10.176.16.146)",
+        "    * dc1/c07u45  noop     lifecycle retired (",
+        "Plan: 38 to onboard; 1 unchanged.",
+        "Apply: 38 converged, 0 failed, 0 not run.",
+        "5. plan again: Plan: no changes; 39 unchanged.",
+    ] {
+        assert!(stdout.contains(line), "missing {line:?} in\n{stdout}");
+    }
     // The status table: every node in service is active; the retired one was left alone.
     let active = stdout
         .lines()
@@ -49,10 +67,43 @@ fn demo_onboards_the_sample_fleet_end_to_end() {
         "{stderr}"
     );
     // The work directory is gone.
-    let workdir = stdout
+    assert!(!workdir_of(&stdout).exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_jobs_run_under_the_plan_it_showed() {
+    let out = demo(&["--keep", "--seed", "3"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let workdir = workdir_of(&stdout);
+    let shown = stdout
         .lines()
-        .find_map(|l| l.strip_prefix("workdir "))
+        .find_map(|l| l.strip_prefix("Plan sha256:"))
         .and_then(|l| l.split_whitespace().next())
+        .map(|hex| format!("sha256:{hex}"))
         .unwrap();
-    assert!(!std::path::Path::new(workdir).exists());
+    let store = metalform::store::Store::open(
+        &format!("sqlite://{}", workdir.join("state.db").display()),
+        std::sync::Arc::new(metalform::clock::SystemClock),
+    )
+    .await
+    .unwrap();
+    let jobs = store
+        .list_jobs(
+            metalform::lifecycle::JobKind::Onboarding,
+            &metalform::store::JobFilter::default(),
+        )
+        .await
+        .unwrap();
+    store.close().await;
+    std::fs::remove_dir_all(&workdir).unwrap();
+    assert_eq!(jobs.len(), 38);
+    for job in &jobs {
+        let plan_id = job.plan_id.as_deref().unwrap();
+        assert_eq!(metalform::plan::short_id(plan_id), shown, "{job:#?}");
+    }
 }

@@ -136,11 +136,43 @@ async fn retry_after_fixing_a_missing_power_secret_and_mark_manual_in_between() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn resume_after_fixing_the_maas_api_key() {
+async fn a_bad_maas_key_blocks_the_site_and_resume_follows_a_fixed_deploy_secret() {
     let bed = Bed::start(Setup::one_site(SiteSetup::generated("dc1", 32, 2, 0))).await;
+    let port = free_port();
+
+    // A MAAS API key that cannot be used: the site cannot be observed, so nothing is planned
+    // for its nodes — never treated as an empty site — and nothing is run.
     let key = bed.sim("dc1").api_key().expose().to_owned();
     bed.put_secret("kv/dc1/api-token", serde_json::json!({"tokn": key}));
-    let port = free_port();
+    let out = bed
+        .cli(&["apply", "--auto-approve"], port)
+        .output()
+        .unwrap();
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert!(
+        shown.contains("warning: site dc1 could not be read: "),
+        "{shown}"
+    );
+    assert!(shown.contains("has no field `token`"), "{shown}");
+    assert!(
+        shown.contains("    ! dc1/gpu00001  blocked  MAAS of site dc1 could not be read"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("Plan: no changes; 2 blocked; 0 unchanged.\nNothing to apply: 2 item(s) blocked (see the plan above).\n"),
+        "{shown}"
+    );
+    assert!(!shown.contains(&key), "no secret in the output");
+    assert!(bed.jobs().await.is_empty());
+    bed.put_secret("kv/dc1/api-token", serde_json::json!({"token": key}));
+
+    // The deploy password (read when the payload is rendered) has the wrong field: the jobs
+    // stop at render_cloud_init, retryable.
+    bed.put_secret(
+        "kv/dc1/deploy",
+        serde_json::json!({"passwd": "deploy-pass"}),
+    );
     let out = bed
         .cli(&["apply", "--auto-approve"], port)
         .output()
@@ -150,24 +182,31 @@ async fn resume_after_fixing_the_maas_api_key() {
     assert_eq!(jobs.len(), 2);
     for job in &jobs {
         assert_eq!(job.state, JobState::FailedRetryable, "{job:#?}");
-        assert_eq!(job.stage, "load_site_config");
+        assert_eq!(job.stage, "render_cloud_init");
+        assert_eq!(job.failure_class, Some(FailureClass::InputConfigError));
         assert_eq!(job.error_code.as_deref(), Some("secret_unusable"));
         assert!(
             job.error_message
                 .as_deref()
                 .unwrap()
-                .contains("has no field `token`")
-        );
-        assert!(
-            !job.error_message.as_deref().unwrap().contains(&key),
-            "no secret in errors"
+                .contains("has no field `password`"),
+            "{job:#?}"
         );
     }
-    bed.put_secret("kv/dc1/api-token", serde_json::json!({"token": key}));
+    bed.put_secret(
+        "kv/dc1/deploy",
+        serde_json::json!({"password": "deploy-pass"}),
+    );
     for host in ["gpu00001", "gpu00002"] {
         let out = bed
             .cli(
-                &["onboardings", "resume", host, "--reason", "API key fixed"],
+                &[
+                    "onboardings",
+                    "resume",
+                    host,
+                    "--reason",
+                    "deploy secret fixed",
+                ],
                 port,
             )
             .output()
@@ -179,12 +218,13 @@ async fn resume_after_fixing_the_maas_api_key() {
         assert_eq!(job.state, JobState::Completed);
         let audit = bed.audit_of(job.id).await;
         let resume = audited(&audit, "onboarding.resume");
-        assert_eq!(resume.reason.as_deref(), Some("API key fixed"));
+        assert_eq!(resume.reason.as_deref(), Some("deploy secret fixed"));
         assert_eq!(
             resume.prior_state.as_deref(),
-            Some("failed_retryable at load_site_config#1")
+            Some("failed_retryable at render_cloud_init#1")
         );
     }
+    assert!(bed.deploys("dc1").values().all(|d| *d == 1));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -538,4 +578,156 @@ async fn adopt_accepts_a_late_enrollment() {
     let adopt = audited(&audit, "onboarding.adopt_observed_state");
     assert_eq!(adopt.expected_target.as_deref(), Some("running"));
     assert_eq!(bed.deploys("dc1")["gpu00001"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_adopts_late_enrollments_the_plan_finds_with_or_without_a_job() {
+    let mut site = SiteSetup::generated("dc1", 37, 2, 0);
+    for machine in &mut site.config.machines {
+        machine.agent = AgentBehaviour::Late { delay_secs: 3000.0 };
+    }
+    let bed = Bed::start(Setup::one_site(site).profile("  timeouts: {enrollment: 400ms}\n")).await;
+    let port = free_port();
+    let out = bed
+        .cli(&["apply", "--auto-approve"], port)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let failed = bed.jobs().await;
+    assert!(
+        failed
+            .iter()
+            .all(|j| j.error_code.as_deref() == Some("failed_enrollment")),
+        "{failed:#?}"
+    );
+
+    // Both agents enroll late, while an endpoint serves the URL their hosts carry.
+    let server = metalform::agent::EnrollmentServer::start(
+        bed.store.clone(),
+        format!("127.0.0.1:{port}").parse().unwrap(),
+        None,
+    )
+    .await
+    .unwrap();
+    for _ in 0..1500 {
+        let mut enrolled = 0;
+        for job in &failed {
+            if bed
+                .store
+                .agent_enrollment(job.node_id.unwrap())
+                .await
+                .unwrap()
+                .is_some()
+            {
+                enrolled += 1;
+            }
+        }
+        if enrolled == failed.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    server.shutdown().await;
+
+    // gpu00002's onboarding is cancelled after that: MAAS and the host are left as they are.
+    let out = bed
+        .cli(
+            &[
+                "onboardings",
+                "cancel",
+                "gpu00002",
+                "--reason",
+                "looking at it by hand",
+            ],
+            port,
+        )
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+
+    // The plan adopts both: gpu00001's failed job, and a new job for gpu00002.
+    let out = bed
+        .cli_plan(&["plan", "--detailed-exitcode"])
+        .output()
+        .unwrap();
+    let shown = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{shown}");
+    assert!(
+        shown.contains("   <= dc1/gpu00001  adopt    onboarding ")
+            && shown.contains("its agent has enrolled since: adopt it"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("   <= dc1/gpu00002  adopt    Deployed in MAAS (")
+            && shown.contains("and its agent enrolled: adopt it"),
+        "{shown}"
+    );
+    assert!(shown.contains("Plan: 2 to adopt; 0 unchanged."), "{shown}");
+
+    let out = bed
+        .cli(&["apply", "--auto-approve"], port)
+        .output()
+        .unwrap();
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert!(
+        shown.contains("Apply: 2 converged, 0 failed, 0 not run."),
+        "{shown}"
+    );
+    let plan_id = shown
+        .lines()
+        .find_map(|l| l.strip_prefix("Plan sha256:"))
+        .and_then(|l| l.split_whitespace().next())
+        .map(|hex| format!("sha256:{hex}"))
+        .unwrap();
+    let jobs = bed.jobs().await;
+    assert_eq!(jobs.len(), 3, "{jobs:#?}");
+    let reconciled: Vec<&Job> = jobs
+        .iter()
+        .filter(|j| j.state == JobState::Reconciled)
+        .collect();
+    assert_eq!(reconciled.len(), 2, "{jobs:#?}");
+    for job in reconciled {
+        assert!(job.adopted);
+        assert_eq!(
+            bed.store.node(job.node_id.unwrap()).await.unwrap().status,
+            NodeState::Active
+        );
+        let audit = bed.audit_of(job.id).await;
+        let adopt = audited(&audit, "onboarding.adopt_observed_state");
+        let reason = adopt.reason.as_deref().unwrap();
+        assert!(
+            reason.starts_with(&format!("plan {plan_id}: ")),
+            "the audit names the plan and why: {reason}"
+        );
+        match job.hostname.as_str() {
+            // The failed job itself was adopted.
+            "gpu00001" => {
+                assert_eq!(
+                    job.id,
+                    failed.iter().find(|j| j.hostname == "gpu00001").unwrap().id
+                );
+                assert_eq!(
+                    adopt.prior_state.as_deref(),
+                    Some("failed_manual_intervention at wait_for_agent_enrollment#1")
+                );
+            }
+            // A new job, created under the plan.
+            _ => {
+                assert_eq!(
+                    job.plan_id.as_deref().map(metalform::plan::short_id),
+                    Some(plan_id.clone())
+                );
+            }
+        }
+    }
+    assert!(
+        bed.deploys("dc1").values().all(|d| *d == 1),
+        "nothing redeployed"
+    );
+    let out = bed
+        .cli_plan(&["plan", "--detailed-exitcode"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 }

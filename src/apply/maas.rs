@@ -1,6 +1,7 @@
-//! Per-site MAAS access for the stages: a client per site, its API key read from the site's
-//! secret reference when first needed (seed 000 §3.2: "read from Vault at execution time"), one
-//! shared request counter, and the capability preflight of 000 §4.14 made once per site and run.
+//! Per-site MAAS access for the stages: a client per site, made by the same
+//! [`MaasClients`] observe uses (its API key read from the site's secret reference when first
+//! needed, seed 000 §3.2: "read from Vault at execution time"; one shared request counter),
+//! and the capability preflight of 000 §4.14 made once per site and run.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -8,25 +9,26 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 
 use crate::model::Site;
-use crate::provider::maas::{MaasClient, MaasClientOptions, MaasMetrics};
-use crate::secrets::{SecretRef, SecretStore};
+use crate::observe::{ClientError, MaasClients};
+use crate::provider::maas::{MaasClient, MaasMetrics};
+use crate::secrets::SecretStore;
 use crate::stages::StageFailure;
 use crate::stages::onboard::{MaasAccess, SitePreflight};
 
 #[derive(Debug)]
 pub struct SiteMaas {
     secrets: Arc<dyn SecretStore>,
-    options: MaasClientOptions,
+    maker: MaasClients,
     clients: tokio::sync::Mutex<BTreeMap<String, MaasClient>>,
     preflights: tokio::sync::Mutex<BTreeMap<String, SitePreflight>>,
 }
 
 impl SiteMaas {
-    /// `options` is the template of every site's client (its metrics handle is shared).
-    pub fn new(secrets: Arc<dyn SecretStore>, options: MaasClientOptions) -> Self {
+    /// Clients made by `maker` (whose metrics handle every client shares).
+    pub fn new(secrets: Arc<dyn SecretStore>, maker: MaasClients) -> Self {
         Self {
             secrets,
-            options,
+            maker,
             clients: tokio::sync::Mutex::new(BTreeMap::new()),
             preflights: tokio::sync::Mutex::new(BTreeMap::new()),
         }
@@ -34,7 +36,7 @@ impl SiteMaas {
 
     /// The requests made to every site so far.
     pub fn metrics(&self) -> &MaasMetrics {
-        &self.options.metrics
+        self.maker.metrics()
     }
 }
 
@@ -45,17 +47,14 @@ impl MaasAccess for SiteMaas {
             if let Some(client) = clients.get(site.name.as_str()) {
                 return Ok(client.clone());
             }
-            let reference = SecretRef::new(
-                site.maas.api_key.path.clone(),
-                site.maas.api_key.key.as_deref(),
-            );
-            let key = self
-                .secrets
-                .get(&reference)
+            let client = self
+                .maker
+                .client(site, self.secrets.as_ref())
                 .await
-                .map_err(|e| StageFailure::secret(&e))?;
-            let client = MaasClient::new(site.maas.url.as_str(), key, self.options.clone())
-                .map_err(|e| StageFailure::maas(&e))?;
+                .map_err(|e| match e {
+                    ClientError::ApiKey { source, .. } => StageFailure::secret(&source),
+                    ClientError::Maas { source, .. } => StageFailure::maas(&source),
+                })?;
             clients.insert(site.name.to_string(), client.clone());
             Ok(client)
         })

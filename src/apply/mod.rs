@@ -1,8 +1,9 @@
 //! Executor (DESIGN.md §4, seed 000 §4.4–§4.13): runs plan items as durable per-node stage
 //! journals with retries, failure classes, compensation, leases and per-site concurrency.
 //!
-//! [`Executor::run`] takes work items (onboard a node, resume, rerun or adopt its job, or
-//! continue a job an operator recovered) and runs each on its own task: the node lease first
+//! [`work_items`] turns a plan's change items into work items (`from_plan`); [`Executor::run`]
+//! takes work items (onboard a node, resume, rerun or adopt its job, or continue a job an
+//! operator recovered) and runs each on its own task: the node lease first
 //! (`lease`), then the stage loop (`runner`) over the stages of `crate::stages::onboard`.
 //! Nodes of one (site, profile) run at most `concurrency.maxParallel` at a time; one node's
 //! failure never blocks another. [`Executor::compensate`] carries out an operator's cancel or
@@ -11,6 +12,7 @@
 mod backoff;
 mod compensate;
 pub mod decommission;
+mod from_plan;
 mod lease;
 mod maas;
 pub mod progress;
@@ -24,6 +26,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 pub use compensate::Compensation;
+pub use from_plan::{FreshnessError, PlanRefused, check_plan_fresh, plan_now, work_items};
 pub use lease::onboarding_lease_name;
 pub use maas::SiteMaas;
 pub use progress::{
@@ -31,7 +34,8 @@ pub use progress::{
 };
 
 use crate::lifecycle::{FailureClass, JobState};
-pub use crate::stages::onboard::{NodeTarget, StageEnv};
+use crate::plan::NodeTarget;
+pub use crate::stages::onboard::StageEnv;
 
 /// How the executor paces itself.
 #[derive(Debug, Clone)]
@@ -49,10 +53,9 @@ pub struct ExecutorOptions {
     /// Seed of the retry jitter.
     pub seed: u64,
     /// Recorded on new jobs.
-    pub plan_id: Option<String>,
     pub batch_id: Option<String>,
-    /// The audit reason of recovery actions the executor takes for a plan (resume, rerun,
-    /// adopt).
+    /// The audit reason of recovery actions the executor takes for work that does not come
+    /// from a plan (a plan's items give their own).
     pub reason: Option<String>,
 }
 
@@ -65,7 +68,6 @@ impl Default for ExecutorOptions {
             lease_ttl: Duration::from_secs(60),
             holder: default_holder(),
             seed: rand::random(),
-            plan_id: None,
             batch_id: None,
             reason: None,
         }
@@ -106,6 +108,39 @@ pub enum Work {
 pub struct WorkItem {
     pub target: NodeTarget,
     pub work: Work,
+    /// The plan item this work comes from, if any.
+    pub plan: Option<FromPlan>,
+}
+
+impl WorkItem {
+    /// Work that no plan asked for (an operator's recovery action, a test).
+    pub fn new(target: NodeTarget, work: Work) -> Self {
+        Self {
+            target,
+            work,
+            plan: None,
+        }
+    }
+}
+
+/// The plan item a work item comes from: its plan id goes into the `plan_id` of the jobs it
+/// creates, and the plan id and the item's reason into the audit of the recovery actions it
+/// takes (resume, rerun, adopt).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FromPlan {
+    pub plan_id: String,
+    pub reason: String,
+}
+
+impl FromPlan {
+    /// `plan sha256:0123456789ab: REASON`, the audit reason.
+    pub fn audit_reason(&self) -> String {
+        format!(
+            "plan {}: {}",
+            crate::plan::short_id(&self.plan_id),
+            self.reason
+        )
+    }
 }
 
 /// Where one node ended up.

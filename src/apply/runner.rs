@@ -21,10 +21,11 @@ use super::backoff;
 use super::compensate::{self, Compensation};
 use super::lease::{LeaseRefusal, NodeLease, onboarding_lease_name};
 use super::progress::{Progress, ProgressEvent, ProgressStatus};
-use super::{ExecutorOptions, NodeOutcome, NodeResult, Work, WorkItem};
+use super::{ExecutorOptions, FromPlan, NodeOutcome, NodeResult, Work, WorkItem};
 use crate::lifecycle::{JobKind, JobState, NodeState, OnboardingStage, Owner, RecoveryAction};
+use crate::plan::NodeTarget;
 use crate::stages::onboard::{
-    Checkpoint, Facts, NodeMemory, NodeTarget, StageClock, StageCtx, StageEnv, run_stage,
+    Checkpoint, Facts, NodeMemory, StageClock, StageCtx, StageEnv, run_stage,
 };
 use crate::stages::{Next, StageOutcome, retry_budget};
 use crate::store::{
@@ -62,6 +63,7 @@ impl From<StoreError> for Stop {
 struct NodeRun<'a> {
     shared: &'a Shared,
     target: &'a NodeTarget,
+    plan: Option<&'a FromPlan>,
     lease: &'a NodeLease,
     memory: NodeMemory,
     rng: ChaCha8Rng,
@@ -100,6 +102,7 @@ pub(super) async fn run_item(shared: &Shared, item: WorkItem) -> NodeResult {
     let mut run = NodeRun {
         shared,
         target: &item.target,
+        plan: item.plan.as_ref(),
         lease: &lease,
         memory: NodeMemory::default(),
         rng: backoff::node_rng(shared.options.seed, &label),
@@ -171,6 +174,14 @@ impl NodeRun<'_> {
         &self.shared.env.store
     }
 
+    /// Why the executor takes a recovery action (resume, rerun, adopt): the plan item's
+    /// reason, else the executor's.
+    fn audit_reason(&self) -> Option<String> {
+        self.plan
+            .map(FromPlan::audit_reason)
+            .or_else(|| self.shared.options.reason.clone())
+    }
+
     async fn drive(&mut self, work: Work) -> (Option<Uuid>, NodeOutcome) {
         let job = match self.take_up(work).await {
             Ok(job) => job,
@@ -186,7 +197,7 @@ impl NodeRun<'_> {
     async fn take_up(&mut self, work: Work) -> Result<Job, Stop> {
         let env = &self.shared.env;
         let actor = &env.actor;
-        let reason = self.shared.options.reason.clone();
+        let reason = self.audit_reason();
         let left = |reason: String| Stop::Result(NodeOutcome::Left { reason });
         let job = match work {
             Work::Onboard => {
@@ -323,7 +334,7 @@ impl NodeRun<'_> {
             pxe_mac: self.target.node.pxe_mac.map(|m| m.to_string()),
             batch_id: options.batch_id.clone(),
             requested_by: Some(self.shared.env.actor.name.clone()),
-            plan_id: options.plan_id.clone(),
+            plan_id: self.plan.map(|p| p.plan_id.clone()),
         }
     }
 
@@ -353,6 +364,13 @@ impl NodeRun<'_> {
                 reason: format!("onboarding {} is {}; nothing to adopt", job.id, job.state),
             }));
         }
+        // A failed job is recovered first (failed -> running, audited); a pending or running
+        // one is bound to the machine first, then marked adopted.
+        let job = if job.state.is_failed() {
+            self.mark_adopted(job).await?
+        } else {
+            job
+        };
         let mut facts = Facts::from_details(&job.stage_details);
         facts.system_id = Some(system_id.to_owned());
         facts.matched_by = Some("adopted".into());
@@ -365,11 +383,7 @@ impl NodeRun<'_> {
                 .map(|n| n.id),
         };
         facts.node_id = node;
-        let mut update = JobUpdate::new(if job.state == JobState::Pending {
-            JobState::Running
-        } else {
-            job.state
-        });
+        let mut update = JobUpdate::new(JobState::Running);
         update.stage_details = Some(facts.to_details());
         update.maas_system_id = Some(system_id.to_owned());
         update.node_id = job.node_id.is_none().then_some(node).flatten();
@@ -378,31 +392,33 @@ impl NodeRun<'_> {
             .store()
             .advance_job(JobKind::Onboarding, job.id, &update)
             .await?;
-        let job = if job.adopted {
-            job
-        } else {
-            self.store()
-                .recover_job(
-                    JobKind::Onboarding,
-                    job.id,
-                    RecoveryAction::AdoptObservedState,
-                    &env.actor,
-                    Some(
-                        self.shared
-                            .options
-                            .reason
-                            .as_deref()
-                            .unwrap_or("the plan adopts a machine that is already deployed"),
-                    ),
-                )
-                .await?
-        };
+        let job = self.mark_adopted(job).await?;
         self.report(
             "-",
             ProgressStatus::Begin,
             &format!("adopting {system_id} (onboarding {})", job.id),
         );
         Ok(job)
+    }
+
+    /// The audited adopt_observed_state recovery action (000 §4.9) on a job not adopted yet,
+    /// or failed.
+    async fn mark_adopted(&self, job: Job) -> Result<Job, StoreError> {
+        if job.adopted && !job.state.is_failed() {
+            return Ok(job);
+        }
+        let reason = self
+            .audit_reason()
+            .unwrap_or_else(|| "adopting a machine that is already deployed".into());
+        self.store()
+            .recover_job(
+                JobKind::Onboarding,
+                job.id,
+                RecoveryAction::AdoptObservedState,
+                &self.shared.env.actor,
+                Some(&reason),
+            )
+            .await
     }
 
     /// A journal write under the lease. Transient store errors are retried a few times.

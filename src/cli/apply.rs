@@ -1,44 +1,59 @@
 //! `metalform apply [PLANFILE] [--auto-approve] [--allow-destructive]` (DESIGN.md §3, §4; seed
-//! 000 §4.3–§4.14): run a plan's items as durable onboarding journals, serving the enrollment
-//! endpoint meanwhile, with progress on stderr and the result table on stdout.
+//! 000 §4.3–§4.14; docs/apply.md): run a plan's change items as durable onboarding journals,
+//! serving the enrollment endpoint meanwhile, with progress on stderr and the result table on
+//! stdout.
 //!
-//! The runtime built here (store, secrets, MAAS clients, BMC and host access, enrollment
-//! endpoint, executor) is shared with `metalform onboardings` and `metalform demo`.
+//! Without PLANFILE it observes and plans now, shows the plan and asks; with one it first checks
+//! that the plan is still fresh (the fleet, each planned site's MAAS, the inventory, the jobs
+//! and the store serial are as they were) and refuses a stale plan. Destructive items need
+//! `--allow-destructive`. Every refusal happens before anything is changed.
+//!
+//! The runtime built here (the store, secret store and MAAS clients of [`World`], BMC and host
+//! access, the enrollment endpoint, the executor) is shared with `metalform onboardings` and
+//! `metalform demo`.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, IsTerminal, Write};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::agent::EnrollmentServer;
 use crate::apply::{
-    ApplyReport, Executor, ExecutorOptions, NodeOutcome, NodeTarget, Progress, SiteMaas, StageEnv,
-    StderrProgress, Work, WorkItem,
+    ApplyReport, Executor, ExecutorOptions, FreshnessError, NodeOutcome, PlanRefused, Progress,
+    SiteMaas, StageEnv, StderrProgress, WorkItem, check_plan_fresh, work_items,
 };
 use crate::clock::SystemClock;
-use crate::lifecycle::{JobKind, JobState, NodeState};
-use crate::model::{Fleet, Lifecycle, SiteStatus};
+use crate::model::Fleet;
+use crate::plan::{self, NodeTarget, Plan, PlanFileError, render};
 use crate::provider::bmc::{IpmiTool, SimBmc};
 use crate::provider::host::{SimHost, SshHost};
-use crate::provider::maas::MaasClientOptions;
-use crate::secrets::SecretStore;
-use crate::source::FleetSource;
 use crate::stages::onboard::{Peers, SitePeers};
-use crate::store::{self, Actor, JobFilter, Store};
+use crate::store::Actor;
 
+use super::observe::{
+    FleetArgs, SecretArgs, SiteArgs, World, load_fleet, observe_error, unknown_site,
+    warn_unreadable,
+};
 use super::status::{store_error, table};
 use super::{CliError, Exit, GlobalArgs};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// A plan file written by `metalform plan --out`: apply exactly that plan, after checking
+    /// that it is not stale. Without it, apply plans now and asks.
+    #[arg(value_name = "PLANFILE")]
+    pub planfile: Option<PathBuf>,
     /// Apply without asking (required when stdin is not a terminal).
     #[arg(long)]
     pub auto_approve: bool,
-    /// Allow items that destroy something (release, erase, redeploy of a machine in use).
+    /// Allow items that destroy something (e.g. onboarding a machine that runs a workload
+    /// metalform did not deploy).
     #[arg(long)]
     pub allow_destructive: bool,
+    #[command(flatten)]
+    pub sites: SiteArgs,
     #[command(flatten)]
     pub exec: ExecArgs,
 }
@@ -46,15 +61,10 @@ pub struct Args {
 /// What every command that runs stages needs.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ExecArgs {
-    /// Fleet directory; the default state store lives in its .metalform/.
-    #[arg(long, default_value = ".", value_name = "DIR")]
-    pub fleet: PathBuf,
-    /// Use the fleet as of this git revision.
-    #[arg(long, value_name = "REV")]
-    pub rev: Option<String>,
-    /// Secret store: vault://HOST:PORT (token from VAULT_TOKEN) or file://PATH.
-    #[arg(long, env = "METALFORM_SECRETS", value_name = "URL")]
-    pub secrets: Option<String>,
+    #[command(flatten)]
+    pub fleet: FleetArgs,
+    #[command(flatten)]
+    pub secrets: SecretArgs,
     /// Where the enrollment endpoint listens while stages run. Keep it stable: deployed hosts
     /// carry its URL.
     #[arg(
@@ -107,13 +117,37 @@ pub(super) fn operator(name: Option<&str>) -> Actor {
     Actor::admin(name)
 }
 
-/// Everything a command that runs stages has open.
-pub(super) struct Runtime {
-    pub fleet: Fleet,
-    pub store: Store,
-    pub executor: Executor,
-    pub maas: Arc<SiteMaas>,
-    enrollment: EnrollmentServer,
+/// How stages reach BMCs and deployed hosts, and the enrollment URL hosts are given; checked
+/// before anything else is opened.
+pub(super) struct Peering {
+    peers: Peers,
+    public_url: Option<url::Url>,
+}
+
+impl Peering {
+    pub fn from_args(exec: &ExecArgs) -> Result<Peering, CliError> {
+        let peers = match sim_peers(&exec.sim_control)? {
+            Some(peers) => peers,
+            None => Peers::uniform(
+                Arc::new(IpmiTool::default()),
+                Arc::new(SshHost {
+                    identity: exec.ssh_identity.clone(),
+                    ..SshHost::default()
+                }),
+            ),
+        };
+        let public_url = match (&exec.agent_url, exec.sim_control.is_empty()) {
+            (Some(url), _) => Some(url.clone()),
+            (None, false) => None,
+            (None, true) => {
+                return Err(CliError::user(
+                    "no --agent-url: deployed hosts would not know where to enroll",
+                )
+                .hint("pass --agent-url http://ADDRESS:PORT/ that the hosts' deploy network reaches (and --agent-listen to bind it)"));
+            }
+        };
+        Ok(Peering { peers, public_url })
+    }
 }
 
 /// `[SITE=]URL` entries into per-site simulator peers.
@@ -151,54 +185,17 @@ fn sim_peers(entries: &[String]) -> Result<Option<Peers>, CliError> {
     Ok(Some(Peers { default, per_site }))
 }
 
-pub(super) fn load_fleet(exec: &ExecArgs) -> Result<Fleet, CliError> {
-    let source = FleetSource::new(&exec.fleet, exec.rev.as_deref());
-    match crate::manifest::load_fleet(&source) {
-        Ok(loaded) => Ok(loaded.fleet),
-        Err(crate::manifest::LoadError::Source(err)) => Err(super::validate::source_error(err)),
-        Err(err @ crate::manifest::LoadError::Invalid { .. }) => {
-            Err(CliError::user(err.to_string()).hint(format!(
-                "run `metalform validate --fleet {}` for every problem",
-                exec.fleet.display()
-            )))
-        }
-    }
-}
-
-pub(super) async fn open_store(
-    global: &GlobalArgs,
-    fleet_dir: &std::path::Path,
-) -> Result<Store, CliError> {
-    let url = match &global.state {
-        Some(url) => url.clone(),
-        None => {
-            if !fleet_dir.is_dir() {
-                return Err(CliError::user(format!(
-                    "fleet directory `{}` does not exist",
-                    fleet_dir.display()
-                ))
-                .hint("pass --fleet DIR (the fleet repository) or --state URL"));
-            }
-            store::default_url(fleet_dir)
-        }
-    };
-    Store::open(&url, Arc::new(SystemClock))
-        .await
-        .map_err(store_error)
-}
-
-pub(super) fn open_secrets(exec: &ExecArgs) -> Result<Arc<dyn SecretStore>, CliError> {
-    let url = exec.secrets.as_deref().ok_or_else(|| {
-        CliError::user("no secret store: stages read MAAS keys and BMC logins at run time")
-            .hint("pass --secrets vault://HOST:PORT (with VAULT_TOKEN) or --secrets file://PATH, or set METALFORM_SECRETS")
-    })?;
-    crate::secrets::open(url).map_err(|e| {
-        let hint = e.hint().unwrap_or("check the --secrets URL");
-        CliError::user(e.to_string()).hint(hint)
-    })
+/// Everything a command that runs stages has open.
+pub(super) struct Runtime {
+    pub fleet: Fleet,
+    pub world: World,
+    pub executor: Executor,
+    pub maas: Arc<SiteMaas>,
+    enrollment: EnrollmentServer,
 }
 
 impl Runtime {
+    /// Load the fleet, open the stores and start the runtime.
     pub async fn start(
         global: &GlobalArgs,
         exec: &ExecArgs,
@@ -206,38 +203,41 @@ impl Runtime {
         options: ExecutorOptions,
         progress: Arc<dyn Progress>,
     ) -> Result<Runtime, CliError> {
-        let fleet = load_fleet(exec)?;
-        let secrets = open_secrets(exec)?;
-        let peers = match sim_peers(&exec.sim_control)? {
-            Some(peers) => peers,
-            None => Peers::uniform(
-                Arc::new(IpmiTool::default()),
-                Arc::new(SshHost {
-                    identity: exec.ssh_identity.clone(),
-                    ..SshHost::default()
-                }),
-            ),
-        };
-        let public_url = match (&exec.agent_url, exec.sim_control.is_empty()) {
-            (Some(url), _) => Some(url.clone()),
-            (None, false) => None,
-            (None, true) => {
-                return Err(CliError::user(
-                    "no --agent-url: deployed hosts would not know where to enroll",
-                )
-                .hint("pass --agent-url http://ADDRESS:PORT/ that the hosts' deploy network reaches (and --agent-listen to bind it)"));
+        let peering = Peering::from_args(exec)?;
+        let fleet = load_fleet(&exec.fleet)?;
+        let world = World::open(global, &exec.fleet, &exec.secrets).await?;
+        Runtime::over(fleet, world, peering, exec, actor, options, progress).await
+    }
+
+    /// Start the enrollment endpoint and the executor over what is open already.
+    pub async fn over(
+        fleet: Fleet,
+        world: World,
+        peering: Peering,
+        exec: &ExecArgs,
+        actor: Actor,
+        options: ExecutorOptions,
+        progress: Arc<dyn Progress>,
+    ) -> Result<Runtime, CliError> {
+        let enrollment = match EnrollmentServer::start(
+            world.store.clone(),
+            exec.agent_listen,
+            peering.public_url,
+        )
+        .await
+        {
+            Ok(server) => server,
+            Err(e) => {
+                world.close().await;
+                return Err(CliError::user(e.to_string()).hint(e.hint()));
             }
         };
-        let store = open_store(global, &exec.fleet).await?;
-        let enrollment = EnrollmentServer::start(store.clone(), exec.agent_listen, public_url)
-            .await
-            .map_err(|e| CliError::user(e.to_string()).hint(e.hint()))?;
-        let maas = Arc::new(SiteMaas::new(secrets.clone(), MaasClientOptions::default()));
+        let maas = Arc::new(SiteMaas::new(world.secrets.clone(), world.clients.clone()));
         let env = StageEnv {
-            store: store.clone(),
-            secrets,
+            store: world.store.clone(),
+            secrets: world.secrets.clone(),
             maas: maas.clone(),
-            peers,
+            peers: peering.peers,
             clock: Arc::new(SystemClock),
             enroll_url: enrollment.enroll_url(),
             actor,
@@ -252,19 +252,20 @@ impl Runtime {
         };
         Ok(Runtime {
             fleet,
-            store,
+            world,
             executor: Executor::new(env, options, progress),
             maas,
             enrollment,
         })
     }
 
+    /// A node of the fleet, resolved for the stages.
     pub fn target(&self, site: &str, hostname: &str) -> Result<NodeTarget, CliError> {
         self.fleet
             .nodes
             .values()
             .find(|n| n.id.site.as_str() == site && n.id.hostname.as_str() == hostname)
-            .and_then(|node| NodeTarget::from_fleet(&self.fleet, node))
+            .and_then(|node| NodeTarget::resolve(&self.fleet, node))
             .ok_or_else(|| {
                 CliError::user(format!("{site}/{hostname} is not in the fleet's manifests"))
                     .hint("the stages need the node's site and profile: add it back to the manifests, or cancel the job")
@@ -273,105 +274,8 @@ impl Runtime {
 
     pub async fn shutdown(self) {
         self.enrollment.shutdown().await;
-        self.store.close().await;
+        self.world.close().await;
     }
-}
-
-/// One item of the (temporary) plan, as shown.
-struct Planned {
-    item: Option<WorkItem>,
-    symbol: char,
-    node: String,
-    reason: String,
-}
-
-/// TEMPORARY until the planner (src/plan, issue 5 part P) is merged; deleted at the merge.
-/// Onboard every active, unpaused node of an active site whose node record is not active yet;
-/// continue interrupted jobs; leave failed jobs to the operator.
-async fn temporary_plan_items(fleet: &Fleet, store: &Store) -> Result<Vec<Planned>, CliError> {
-    let open = store
-        .list_jobs(
-            JobKind::Onboarding,
-            &JobFilter {
-                open_only: true,
-                ..JobFilter::default()
-            },
-        )
-        .await
-        .map_err(store_error)?;
-    let mut planned = Vec::new();
-    for node in fleet.nodes.values() {
-        let label = node.id.to_string();
-        let Some(target) = NodeTarget::from_fleet(fleet, node) else {
-            continue;
-        };
-        let skip = |reason: &str| Planned {
-            item: None,
-            symbol: '=',
-            node: label.clone(),
-            reason: reason.to_owned(),
-        };
-        if node.lifecycle != Lifecycle::Active || node.paused {
-            planned.push(skip("not an active, unpaused node"));
-            continue;
-        }
-        let job = open
-            .iter()
-            .find(|j| j.site == node.id.site.as_str() && j.hostname == node.id.hostname.as_str());
-        if let Some(job) = job {
-            planned.push(match job.state {
-                JobState::Pending | JobState::Running => Planned {
-                    item: Some(WorkItem {
-                        target,
-                        work: Work::Resume { job_id: job.id },
-                    }),
-                    symbol: '~',
-                    node: label.clone(),
-                    reason: format!("continue onboarding {} at {}", job.id, job.stage),
-                },
-                state => Planned {
-                    item: None,
-                    symbol: '!',
-                    node: label.clone(),
-                    reason: format!(
-                        "onboarding {} is {state} at {}: see `metalform onboardings show {}`",
-                        job.id, job.stage, job.id
-                    ),
-                },
-            });
-            continue;
-        }
-        let record = store
-            .find_node(node.id.site.as_str(), node.id.hostname.as_str())
-            .await
-            .map_err(store_error)?;
-        if record
-            .as_ref()
-            .is_some_and(|r| r.status == NodeState::Active)
-        {
-            planned.push(skip("active"));
-            continue;
-        }
-        if target.site.status == SiteStatus::Disabled {
-            planned.push(Planned {
-                item: None,
-                symbol: '!',
-                node: label.clone(),
-                reason: "site disabled: no new onboarding".into(),
-            });
-            continue;
-        }
-        planned.push(Planned {
-            item: Some(WorkItem {
-                target,
-                work: Work::Onboard,
-            }),
-            symbol: '+',
-            node: label,
-            reason: "not onboarded yet".into(),
-        });
-    }
-    Ok(planned)
 }
 
 fn confirm(question: &str) -> Result<bool, CliError> {
@@ -382,11 +286,80 @@ fn confirm(question: &str) -> Result<bool, CliError> {
     Ok(answer.trim() == "yes")
 }
 
+pub(super) fn plan_file_error(err: PlanFileError) -> CliError {
+    let hint = err.hint();
+    CliError::user(err.to_string()).hint(hint)
+}
+
+pub(super) fn plan_refused(err: PlanRefused) -> CliError {
+    let hint = err.hint();
+    CliError::user(err.to_string()).hint(hint)
+}
+
+fn freshness_error(err: FreshnessError) -> CliError {
+    match err {
+        FreshnessError::Stale(stale) => {
+            let hint = stale.hint();
+            CliError::user(stale.to_string()).hint(hint)
+        }
+        FreshnessError::Observe(err) => observe_error(err),
+        FreshnessError::Store(err) => store_error(err),
+    }
+}
+
+/// The fleet a plan file is checked against, read the way the plan's was: a plan made from a
+/// git commit (`plan --rev REV`) against `--rev` when given, else the repository's `HEAD`; a
+/// plan made from the files on disk against the files on disk (or `--rev`, when given).
+fn fleet_args_for(plan: &Plan, args: &FleetArgs) -> FleetArgs {
+    let from_commit = plan.fleet_revision.starts_with("commit:");
+    FleetArgs {
+        rev: match &args.rev {
+            None if from_commit => Some("HEAD".to_owned()),
+            rev => rev.clone(),
+        },
+        ..args.clone()
+    }
+}
+
 pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
+    let peering = Peering::from_args(&args.exec)?;
+    let plan_file = match &args.planfile {
+        Some(path) => {
+            if !args.sites.sites.is_empty() {
+                return Err(CliError::argument(
+                    "--site cannot be combined with a plan file: the plan names its sites",
+                )
+                .hint("apply the plan file as it is, or make one with `metalform plan --site S --out PLANFILE`"));
+            }
+            Some((path.clone(), plan::load(path).map_err(plan_file_error)?))
+        }
+        None => None,
+    };
+    let fleet_args = match &plan_file {
+        Some((_, plan)) => fleet_args_for(plan, &args.exec.fleet),
+        None => args.exec.fleet.clone(),
+    };
+    let fleet = load_fleet(&fleet_args)?;
+    let sites = args.sites.site_filter();
+    sites.resolve(&fleet).map_err(unknown_site)?;
+    let world = World::open(global, &args.exec.fleet, &args.exec.secrets).await?;
+    let items = match prepare(&args, &fleet, &world, plan_file).await {
+        Ok(Some(items)) => items,
+        Ok(None) => {
+            world.close().await;
+            return Ok(Exit::Success);
+        }
+        Err(err) => {
+            world.close().await;
+            return Err(err);
+        }
+    };
     let actor = operator(args.exec.actor.as_deref());
     let progress: Arc<dyn Progress> = Arc::new(StderrProgress::new());
-    let runtime = Runtime::start(
-        global,
+    let runtime = Runtime::over(
+        fleet,
+        world,
+        peering,
         &args.exec,
         actor,
         ExecutorOptions {
@@ -396,63 +369,86 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
         progress,
     )
     .await?;
-    let result = apply(&runtime, &args).await;
-    runtime.shutdown().await;
-    result
-}
-
-/// What applying now would do, as shown to the operator.
-pub(super) struct PlanView {
-    pub items: Vec<WorkItem>,
-    /// One line per item that is not unchanged, then a summary line.
-    pub text: String,
-}
-
-/// Plan against the store now.
-pub(super) async fn plan_now(runtime: &Runtime) -> Result<PlanView, CliError> {
-    let planned = temporary_plan_items(&runtime.fleet, &runtime.store).await?;
-    let changes = planned.iter().filter(|p| p.item.is_some()).count();
-    let mut text = String::new();
-    for p in planned.iter().filter(|p| p.symbol != '=') {
-        text.push_str(&format!("{} {}  {}\n", p.symbol, p.node, p.reason));
-    }
-    text.push_str(&format!(
-        "\nPlan: {changes} to apply, {} unchanged, {} blocked.\n",
-        planned.iter().filter(|p| p.symbol == '=').count(),
-        planned.iter().filter(|p| p.symbol == '!').count(),
-    ));
-    Ok(PlanView {
-        items: planned.into_iter().filter_map(|p| p.item).collect(),
-        text,
-    })
-}
-
-async fn apply(runtime: &Runtime, args: &Args) -> Result<Exit, CliError> {
-    let plan = plan_now(runtime).await?;
-    print!("{}", plan.text);
-    if plan.items.is_empty() {
-        println!("No changes.");
-        return Ok(Exit::Success);
-    }
-    if !args.auto_approve {
-        if !std::io::stdin().is_terminal() {
-            return Err(CliError::user(
-                "refusing to apply without confirmation: stdin is not a terminal",
-            )
-            .hint("review the plan above and pass --auto-approve"));
-        }
-        if !confirm("Apply these changes?")? {
-            println!("Apply cancelled.");
-            return Ok(Exit::Success);
-        }
-    }
-    let report = runtime.executor.run(plan.items).await;
+    let report = runtime.executor.run(items).await;
     print!("{}", render_report(&report));
     eprintln!(
         "{} MAAS request(s) made by this apply",
         runtime.maas.metrics().total()
     );
+    runtime.shutdown().await;
     finish(&report)
+}
+
+/// The plan to run — the plan file after its freshness check, or a plan made now — shown on
+/// stdout, turned into work items (destructive ones refused unless allowed) and confirmed.
+/// `None`: nothing to run (no changes, or the operator declined).
+async fn prepare(
+    args: &Args,
+    fleet: &Fleet,
+    world: &World,
+    plan_file: Option<(PathBuf, Plan)>,
+) -> Result<Option<Vec<WorkItem>>, CliError> {
+    let from_file = plan_file.is_some();
+    let plan = match plan_file {
+        Some((path, plan)) => {
+            check_plan_fresh(
+                &plan,
+                fleet,
+                &world.store,
+                world.secrets.as_ref(),
+                &world.clients,
+            )
+            .await
+            .map_err(freshness_error)?;
+            eprintln!(
+                "{}: the plan {} is fresh (fleet, MAAS, inventory, jobs and store unchanged)",
+                display(&path),
+                plan::short_id(&plan.id)
+            );
+            plan
+        }
+        None => {
+            let (snapshot, plan) = world.plan(fleet, &args.sites.site_filter()).await?;
+            warn_unreadable(&snapshot);
+            plan
+        }
+    };
+    print!(
+        "{}",
+        render::render_text(
+            &plan,
+            render::TextOptions {
+                show_unchanged: false
+            }
+        )
+    );
+    let items = work_items(&plan, args.allow_destructive).map_err(plan_refused)?;
+    if items.is_empty() {
+        match plan.summary.blocked {
+            0 => println!("No changes."),
+            n => println!("Nothing to apply: {n} item(s) blocked (see the plan above)."),
+        }
+        return Ok(None);
+    }
+    // A plan file was reviewed when it was made (terraform's rule); a plan made now is shown
+    // and needs a yes.
+    if !from_file && !args.auto_approve {
+        if !std::io::stdin().is_terminal() {
+            return Err(CliError::user(
+                "refusing to apply without confirmation: stdin is not a terminal",
+            )
+            .hint("review the plan above and pass --auto-approve, or save it with `metalform plan --out PLANFILE` and apply that file"));
+        }
+        if !confirm("Apply these changes?")? {
+            println!("Apply cancelled.");
+            return Ok(None);
+        }
+    }
+    Ok(Some(items))
+}
+
+fn display(path: &Path) -> String {
+    path.display().to_string()
 }
 
 /// The result table of an apply.

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use serde_json::json;
 use uuid::Uuid;
 
-use super::apply::{ExecArgs, Runtime, finish, open_store, operator, render_report};
+use super::apply::{ExecArgs, Runtime, finish, operator, render_report};
 use super::output::ReportFormat;
-use super::status::{store_error, table, time};
+use super::status::{open_store, store_error, table, time};
 use super::{CliError, Exit, GlobalArgs};
 use crate::apply::decommission::{
     DecommissionExecutor, DecommissionJob, DecommissionView, DecommissionWork, ServiceError,
@@ -391,11 +391,11 @@ async fn retry(global: &GlobalArgs, args: ActionArgs) -> Result<Exit, CliError> 
     )
     .await?;
     let result = async {
-        let job = find_job(&runtime.store, &args.job, args.site.as_deref()).await?;
+        let job = find_job(&runtime.world.store, &args.job, args.site.as_deref()).await?;
         let node = job
             .node_id
             .ok_or_else(|| CliError::unexpected(format!("decommission {} has no node", job.id)))?;
-        let moved = retry_decommission(&runtime.store, job.id, &actor, Some(&reason))
+        let moved = retry_decommission(&runtime.world.store, job.id, &actor, Some(&reason))
             .await
             .map_err(service_error)?;
         eprintln!(

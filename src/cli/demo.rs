@@ -2,7 +2,9 @@
 //! service to install — the sample fleet, an in-process MAAS simulator per site seeded with the
 //! fleet's machines (most already commissioned, some new, some only discoverable by PXE-booting
 //! their BMC), dev secrets and a SQLite store in a temporary directory; then validate → plan →
-//! apply with progress → the final status table.
+//! apply with progress → the final status table → a fresh plan, which is empty. Planning and
+//! applying go through the same library path as `metalform plan` and `metalform apply`
+//! (`apply::plan_now`, `Executor::run_plan`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -11,12 +13,15 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::apply::{ExecArgs, Runtime, plan_now, render_report};
+use super::apply::{ExecArgs, Runtime, plan_refused, render_report};
+use super::observe::{FleetArgs, SecretArgs, load_fleet, warn_unreadable};
 use super::status::{store_error, table};
 use super::{CliError, Exit, GlobalArgs};
 use crate::apply::{ExecutorOptions, Progress, StderrProgress};
 use crate::lifecycle::JobKind;
 use crate::model::{Fleet, Lifecycle, SecretRef};
+use crate::observe::SiteFilter;
+use crate::plan::render;
 use crate::sim::{self, AgentBehaviour, DiskSpec, InitialState, MachineSpec, NicSpec, SimConfig};
 use crate::store::{Actor, JobFilter};
 
@@ -245,9 +250,13 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
 
     // 1. validate
     let exec_for = |sim_control: Vec<String>| ExecArgs {
-        fleet: fleet_dir.clone(),
-        rev: None,
-        secrets: Some(format!("file://{}", root.join("secrets.json").display())),
+        fleet: FleetArgs {
+            fleet: fleet_dir.clone(),
+            rev: None,
+        },
+        secrets: SecretArgs {
+            secrets: Some(format!("file://{}", root.join("secrets.json").display())),
+        },
         agent_listen: "127.0.0.1:0".parse().expect("address"),
         agent_url: None,
         sim_control,
@@ -258,7 +267,7 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
         retry_base: Duration::from_millis(200),
         seed: Some(args.seed),
     };
-    let fleet = super::apply::load_fleet(&exec_for(Vec::new()))?;
+    let fleet = load_fleet(&exec_for(Vec::new()).fleet)?;
     println!(
         "1. validate: {} sites, {} profiles, {} nodes: valid",
         fleet.sites.len(),
@@ -329,16 +338,30 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
     )
     .await?;
     let result = async {
-        // 2. plan
-        let plan = plan_now(&runtime).await?;
-        println!("\n2. plan\n{}", plan.text);
-        // 3. apply
+        // 2. plan: observe every site's MAAS and the store, as `metalform plan` does.
+        let (snapshot, plan) = runtime.world.plan(&runtime.fleet, &SiteFilter::All).await?;
+        warn_unreadable(&snapshot);
+        println!(
+            "\n2. plan\n{}",
+            render::render_text(
+                &plan,
+                render::TextOptions {
+                    show_unchanged: false
+                }
+            )
+        );
+        // 3. apply the plan's changes, as `metalform apply` does.
         println!("3. apply (progress on stderr)");
-        let report = runtime.executor.run(plan.items).await;
+        let report = runtime
+            .executor
+            .run_plan(&plan, false)
+            .await
+            .map_err(plan_refused)?;
         print!("{}", render_report(&report));
         // 4. status
         println!("\n4. status");
         let jobs = runtime
+            .world
             .store
             .list_jobs(JobKind::Onboarding, &JobFilter::default())
             .await
@@ -346,6 +369,7 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
         let mut rows = Vec::new();
         for node in fleet.nodes.values() {
             let record = runtime
+                .world
                 .store
                 .find_node(node.id.site.as_str(), node.id.hostname.as_str())
                 .await
@@ -374,6 +398,9 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
                 &rows
             )
         );
+        // 5. A fresh plan of the world apply left is empty (DESIGN.md §4).
+        let (_, again) = runtime.world.plan(&runtime.fleet, &SiteFilter::All).await?;
+        println!("\n5. plan again: {}", render::summary_line(&again.summary));
         println!(
             "\nDone in {:.1} s: {} converged, {} failed; {} MAAS requests.",
             started.elapsed().as_secs_f64(),

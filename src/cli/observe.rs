@@ -4,25 +4,26 @@
 //! without MAAS or store access (CI). An unreadable site is recorded as such, with a warning
 //! on stderr.
 //!
-//! Also the shared edge of `plan` and `observe`: loading the fleet, opening the store and the
-//! secret store, observing.
+//! Also the shared edge of `observe`, `plan` and `apply`: the fleet, site and secret flags,
+//! loading the fleet, and [`World`] (the state store, the secret store and the MAAS clients)
+//! to observe and plan with.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::status::store_error;
+use super::status::{open_store, store_error};
 use super::validate::source_error;
 use super::{CliError, Exit, GlobalArgs};
-use crate::clock::SystemClock;
 use crate::manifest::{self, LoadError};
 use crate::model::Fleet;
 use crate::observe::{self, MaasClients, ObserveError, SiteFilter, SiteObservation, Snapshot};
+use crate::plan::Plan;
 use crate::provider::maas::MaasClientOptions;
 use crate::secrets::{self, SecretStore};
 use crate::source::FleetSource;
-use crate::store::{self, Store};
+use crate::store::Store;
 
-/// Where the fleet is and which of its sites to work on.
+/// Where the fleet is.
 #[derive(Debug, Clone, clap::Args)]
 pub struct FleetArgs {
     /// Fleet directory (holding sites/, profiles/, nodes/); the default state store lives in its
@@ -32,18 +33,23 @@ pub struct FleetArgs {
     /// Read the fleet as of this git revision (commit, branch, tag) instead of the files on disk.
     #[arg(long, value_name = "REV")]
     pub rev: Option<String>,
+}
+
+/// Which of the fleet's sites to work on.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct SiteArgs {
     /// Only this site (repeatable); default: every site of the fleet.
     #[arg(long = "site", value_name = "SITE")]
     pub sites: Vec<String>,
 }
 
-impl FleetArgs {
+impl SiteArgs {
     pub fn site_filter(&self) -> SiteFilter {
         SiteFilter::from_names(self.sites.iter().cloned())
     }
 }
 
-/// Where secrets (the sites' MAAS API keys) are read from.
+/// Where secrets (the sites' MAAS API keys, BMC logins) are read from.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SecretArgs {
     /// Secret store: vault://HOST:PORT (token from VAULT_TOKEN), vault+https://HOST:PORT, or
@@ -57,12 +63,20 @@ pub struct Args {
     #[command(flatten)]
     pub fleet: FleetArgs,
     #[command(flatten)]
+    pub sites: SiteArgs,
+    #[command(flatten)]
     pub secrets: SecretArgs,
 }
 
 pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
     let fleet = load_fleet(&args.fleet)?;
-    let snapshot = observe_now(global, &args.fleet, &args.secrets, &fleet).await?;
+    let sites = args.sites.site_filter();
+    // Refuse an unknown --site before touching anything.
+    sites.resolve(&fleet).map_err(unknown_site)?;
+    let world = World::open(global, &args.fleet, &args.secrets).await?;
+    let snapshot = world.observe(&fleet, &sites).await;
+    world.close().await;
+    let snapshot = snapshot?;
     warn_unreadable(&snapshot);
     print!("{}", snapshot.to_json());
     Ok(Exit::Success)
@@ -84,7 +98,7 @@ pub(super) fn load_fleet(args: &FleetArgs) -> Result<Fleet, CliError> {
                 .map(|r| format!(" --rev {r}"))
                 .unwrap_or_default();
             Err(CliError::user(format!(
-                "the fleet has {} error(s); nothing was planned or observed",
+                "the fleet has {} error(s); nothing was planned, observed or applied",
                 errors.len()
             ))
             .hint(format!(
@@ -93,26 +107,6 @@ pub(super) fn load_fleet(args: &FleetArgs) -> Result<Fleet, CliError> {
             )))
         }
     }
-}
-
-/// The state store: `--state`, else the default under the fleet directory.
-pub(super) async fn open_store(global: &GlobalArgs, fleet_dir: &Path) -> Result<Store, CliError> {
-    let url = match &global.state {
-        Some(url) => url.clone(),
-        None => {
-            if !fleet_dir.is_dir() {
-                return Err(CliError::user(format!(
-                    "fleet directory `{}` does not exist",
-                    fleet_dir.display()
-                ))
-                .hint("pass --fleet DIR (the fleet repository) or --state URL"));
-            }
-            store::default_url(fleet_dir)
-        }
-    };
-    Store::open(&url, Arc::new(SystemClock))
-        .await
-        .map_err(store_error)
 }
 
 pub(super) fn open_secrets(args: &SecretArgs) -> Result<Arc<dyn SecretStore>, CliError> {
@@ -131,26 +125,71 @@ pub(super) fn open_secrets(args: &SecretArgs) -> Result<Arc<dyn SecretStore>, Cl
     })
 }
 
-/// Observe the selected sites now: MAAS through the secret store's API keys, the store's
-/// inventory and jobs.
-pub(super) async fn observe_now(
-    global: &GlobalArgs,
-    fleet_args: &FleetArgs,
-    secret_args: &SecretArgs,
-    fleet: &Fleet,
-) -> Result<Snapshot, CliError> {
-    let filter = fleet_args.site_filter();
-    // Refuse an unknown --site before touching anything.
-    filter.resolve(fleet).map_err(unknown_site)?;
-    let secrets = open_secrets(secret_args)?;
-    let store = open_store(global, &fleet_args.fleet).await?;
-    let clients = MaasClients::new(MaasClientOptions::default());
-    let snapshot = observe::observe(fleet, &filter, &store, secrets.as_ref(), &clients).await;
-    store.close().await;
-    snapshot.map_err(|err| match err {
+/// What reading the world needs: the state store, the secret store, and MAAS clients that
+/// share one request counter (observe, plan and apply use the same).
+pub(super) struct World {
+    pub store: Store,
+    pub secrets: Arc<dyn SecretStore>,
+    pub clients: MaasClients,
+}
+
+impl World {
+    /// The secret store first (a missing `--secrets` creates no store), then the state store.
+    pub async fn open(
+        global: &GlobalArgs,
+        fleet: &FleetArgs,
+        secrets: &SecretArgs,
+    ) -> Result<World, CliError> {
+        let secrets = open_secrets(secrets)?;
+        let store = open_store(global, &fleet.fleet).await?;
+        Ok(World {
+            store,
+            secrets,
+            clients: MaasClients::new(MaasClientOptions::default()),
+        })
+    }
+
+    /// Observe the selected sites now: MAAS through the secret store's API keys, the store's
+    /// inventory and jobs.
+    pub async fn observe(&self, fleet: &Fleet, sites: &SiteFilter) -> Result<Snapshot, CliError> {
+        observe::observe(
+            fleet,
+            sites,
+            &self.store,
+            self.secrets.as_ref(),
+            &self.clients,
+        )
+        .await
+        .map_err(observe_error)
+    }
+
+    /// Observe and plan the selected sites now (`crate::apply::plan_now`).
+    pub async fn plan(
+        &self,
+        fleet: &Fleet,
+        sites: &SiteFilter,
+    ) -> Result<(Snapshot, Plan), CliError> {
+        crate::apply::plan_now(
+            fleet,
+            sites,
+            &self.store,
+            self.secrets.as_ref(),
+            &self.clients,
+        )
+        .await
+        .map_err(observe_error)
+    }
+
+    pub async fn close(self) {
+        self.store.close().await;
+    }
+}
+
+pub(super) fn observe_error(err: ObserveError) -> CliError {
+    match err {
         ObserveError::UnknownSite(err) => unknown_site(err),
         ObserveError::Store(err) => store_error(err),
-    })
+    }
 }
 
 pub(super) fn unknown_site(err: observe::UnknownSite) -> CliError {

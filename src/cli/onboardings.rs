@@ -11,9 +11,9 @@ use std::sync::Arc;
 use serde_json::json;
 use uuid::Uuid;
 
-use super::apply::{ExecArgs, Runtime, finish, open_store, operator, render_report};
+use super::apply::{ExecArgs, Runtime, finish, operator, render_report};
 use super::output::ReportFormat;
-use super::status::{store_error, table, time};
+use super::status::{open_store, store_error, table, time};
 use super::{CliError, Exit, GlobalArgs};
 use crate::apply::{
     ApplyReport, Compensation, ExecutorOptions, Progress, StderrProgress, Work, WorkItem,
@@ -332,7 +332,7 @@ async fn act(
     let actor = operator(args.exec.actor.as_deref());
     if action == RecoveryAction::MarkManualInterventionRequired {
         // Recorded only: nothing to execute.
-        let store = open_store(global, &args.exec.fleet).await?;
+        let store = open_store(global, &args.exec.fleet.fleet).await?;
         let result = async {
             let job = find_job(&store, &args.job, args.site.as_deref()).await?;
             let job = store
@@ -362,20 +362,18 @@ async fn act(
     )
     .await?;
     let result = async {
-        let job = find_job(&runtime.store, &args.job, args.site.as_deref()).await?;
+        let job = find_job(&runtime.world.store, &args.job, args.site.as_deref()).await?;
         let target = runtime.target(&job.site, &job.hostname)?;
         if action == RecoveryAction::Resume && job.state == JobState::Compensating {
             // A cancel or restart-clean whose run stopped: resuming finishes it (it was
             // audited when it was requested).
             let report = runtime
                 .executor
-                .run(vec![WorkItem {
-                    target,
-                    work: Work::Resume { job_id: job.id },
-                }])
+                .run(vec![WorkItem::new(target, Work::Resume { job_id: job.id })])
                 .await;
             print!("{}", render_report(&report));
             let done = runtime
+                .world
                 .store
                 .job(JobKind::Onboarding, job.id)
                 .await
@@ -387,6 +385,7 @@ async fn act(
             };
         }
         let moved = runtime
+            .world
             .store
             .recover_job(JobKind::Onboarding, job.id, action, &actor, Some(&reason))
             .await
@@ -405,6 +404,7 @@ async fn act(
                 };
                 let compensated = runtime.executor.compensate(&target, job.id, kind).await;
                 let pending = runtime
+                    .world
                     .store
                     .job(JobKind::Onboarding, job.id)
                     .await
@@ -413,10 +413,10 @@ async fn act(
                     results.extend(
                         runtime
                             .executor
-                            .run(vec![WorkItem {
+                            .run(vec![WorkItem::new(
                                 target,
-                                work: Work::Continue { job_id: job.id },
-                            }])
+                                Work::Continue { job_id: job.id },
+                            )])
                             .await
                             .results,
                     );
@@ -428,10 +428,10 @@ async fn act(
                 results.extend(
                     runtime
                         .executor
-                        .run(vec![WorkItem {
+                        .run(vec![WorkItem::new(
                             target,
-                            work: Work::Continue { job_id: job.id },
-                        }])
+                            Work::Continue { job_id: job.id },
+                        )])
                         .await
                         .results,
                 );
@@ -441,6 +441,7 @@ async fn act(
         print!("{}", render_report(&report));
         if action == RecoveryAction::Cancel {
             let job = runtime
+                .world
                 .store
                 .job(JobKind::Onboarding, job.id)
                 .await

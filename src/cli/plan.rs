@@ -9,18 +9,20 @@
 use std::path::PathBuf;
 
 use super::observe::{
-    FleetArgs, SecretArgs, load_fleet, observe_now, unknown_site, warn_unreadable,
+    FleetArgs, SecretArgs, SiteArgs, World, load_fleet, unknown_site, warn_unreadable,
 };
 use super::output::ReviewFormat;
 use super::{CliError, Exit, GlobalArgs};
 use crate::model::{Fleet, SiteName};
 use crate::observe::{SiteFilter, Snapshot};
-use crate::plan::{self, PlanOptions, render};
+use crate::plan::{self, Plan, PlanOptions, render};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     #[command(flatten)]
     pub fleet: FleetArgs,
+    #[command(flatten)]
+    pub sites: SiteArgs,
     #[command(flatten)]
     pub secrets: SecretArgs,
     /// Plan against a snapshot written by `metalform observe` instead of observing now (no MAAS
@@ -46,19 +48,16 @@ pub struct Args {
 
 pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
     let fleet = load_fleet(&args.fleet)?;
-    let (snapshot, sites) = match &args.observed {
+    let (snapshot, plan) = match &args.observed {
         Some(path) => {
             let snapshot = read_snapshot(path)?;
-            let sites = observed_sites(&fleet, &args.fleet, &snapshot, path)?;
-            (snapshot, sites)
+            let sites = observed_sites(&fleet, &args.sites, &snapshot, path)?;
+            let plan = plan::plan(&fleet, &snapshot, &PlanOptions { sites });
+            (snapshot, plan)
         }
-        None => {
-            let snapshot = observe_now(global, &args.fleet, &args.secrets, &fleet).await?;
-            (snapshot, args.fleet.site_filter())
-        }
+        None => plan_now(global, &args, &fleet).await?,
     };
     warn_unreadable(&snapshot);
-    let plan = plan::plan(&fleet, &snapshot, &PlanOptions { sites });
     if let Some(out) = &args.out {
         plan::save(&plan, out).map_err(|err| CliError::user(err.to_string()).hint(err.hint()))?;
         eprintln!(
@@ -85,6 +84,21 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
     })
 }
 
+/// Observe the selected sites now and plan them.
+async fn plan_now(
+    global: &GlobalArgs,
+    args: &Args,
+    fleet: &Fleet,
+) -> Result<(Snapshot, Plan), CliError> {
+    let sites = args.sites.site_filter();
+    // Refuse an unknown --site before touching anything.
+    sites.resolve(fleet).map_err(unknown_site)?;
+    let world = World::open(global, &args.fleet, &args.secrets).await?;
+    let planned = world.plan(fleet, &sites).await;
+    world.close().await;
+    planned
+}
+
 fn read_snapshot(path: &std::path::Path) -> Result<Snapshot, CliError> {
     let text = std::fs::read_to_string(path).map_err(|err| {
         CliError::user(format!(
@@ -106,7 +120,7 @@ fn read_snapshot(path: &std::path::Path) -> Result<Snapshot, CliError> {
 /// observed. Each must be a site of the fleet.
 fn observed_sites(
     fleet: &Fleet,
-    args: &FleetArgs,
+    args: &SiteArgs,
     snapshot: &Snapshot,
     path: &std::path::Path,
 ) -> Result<SiteFilter, CliError> {

@@ -3,7 +3,7 @@
 //! shows the lifecycle detail view (job state, stage, attempt, failure class, last observed MAAS
 //! state, recommended next action). Creates and migrates the store if needed.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -39,29 +39,35 @@ pub struct Args {
 const DETAIL_EVENTS: i64 = 10;
 
 pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
-    let url = match &global.state {
-        Some(url) => url.clone(),
-        None => {
-            // The default store lives inside the fleet; do not create a fleet by typo.
-            if !args.fleet.is_dir() {
-                return Err(CliError::user(format!(
-                    "fleet directory `{}` does not exist",
-                    args.fleet.display()
-                ))
-                .hint("pass --fleet DIR (the fleet repository) or --state URL"));
-            }
-            store::default_url(&args.fleet)
-        }
-    };
-    let store = Store::open(&url, Arc::new(SystemClock))
-        .await
-        .map_err(store_error)?;
+    let store = open_store(global, &args.fleet).await?;
     let result = match &args.node {
         None => inventory(&store, &args).await,
         Some(node) => detail(&store, &args, node).await,
     };
     store.close().await;
     result
+}
+
+/// The state store every command works on: `--state URL`, else the default SQLite file in
+/// the fleet directory's `.metalform/` (docs/contracts.md §2), created and migrated if needed.
+/// The fleet directory must exist: a typo must not create a store somewhere unexpected.
+pub(super) async fn open_store(global: &GlobalArgs, fleet_dir: &Path) -> Result<Store, CliError> {
+    let url = match &global.state {
+        Some(url) => url.clone(),
+        None => {
+            if !fleet_dir.is_dir() {
+                return Err(CliError::user(format!(
+                    "fleet directory `{}` does not exist",
+                    fleet_dir.display()
+                ))
+                .hint("pass --fleet DIR (the fleet repository) or --state URL"));
+            }
+            store::default_url(fleet_dir)
+        }
+    };
+    Store::open(&url, Arc::new(SystemClock))
+        .await
+        .map_err(store_error)
 }
 
 /// Classify a store error once, with what to do about it.

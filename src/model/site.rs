@@ -166,3 +166,47 @@ impl Site {
             .unwrap_or(&self.power.default_credentials)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn site_with_overrides() -> Site {
+        let path = |p: &str| serde_json::json!({"path": p});
+        serde_json::from_value(serde_json::json!({
+            "name": "dc1", "region": "us-east-1", "status": "active",
+            "maas": {"url": "http://10.0.0.1:5240/MAAS", "apiKey": path("kv/dc1/maas")},
+            "power": {
+                "type": "ipmi",
+                "defaultCredentials": path("kv/dc1/power/default"),
+                "overrides": [
+                    {"match": {"hostname": "c07u43"}, "credentials": path("kv/by-host")},
+                    {"match": {"ipmiIp": "10.176.16.128"}, "credentials": path("kv/by-ip")},
+                    {"match": {"pxeMac": "aa:bb:cc:dd:ee:ff"}, "credentials": path("kv/by-mac")}
+                ]
+            },
+            "network": {"pxeIface": "ens19", "pxeVlanVid": 46, "nodePxeIface": "eno8303",
+                        "upstreamDns": []},
+            "deploy": {"user": "hpcadmin", "password": path("kv/dc1/deploy"),
+                       "sshIface": "eno8303"},
+            "defaultProfile": "dc1-gpu",
+            "reconcile": {"prune": false}
+        }))
+        .expect("a valid site")
+    }
+
+    #[test]
+    fn power_credentials_are_chosen_by_mac_then_ipmi_address_then_hostname_then_default() {
+        let site = site_with_overrides();
+        let host = Hostname::new("c07u43");
+        let other = Hostname::new("c07u44");
+        let ip: Ipv4Addr = "10.176.16.128".parse().unwrap();
+        let other_ip: Ipv4Addr = "10.176.16.129".parse().unwrap();
+        let mac: MacAddr = "AA:BB:CC:DD:EE:FF".parse().unwrap();
+        let pick = |h: &Hostname, ip, mac| site.power_credentials_for(h, ip, mac).path.clone();
+        assert_eq!(pick(&host, ip, Some(mac)), "kv/by-mac");
+        assert_eq!(pick(&host, ip, None), "kv/by-ip");
+        assert_eq!(pick(&host, other_ip, None), "kv/by-host");
+        assert_eq!(pick(&other, other_ip, None), "kv/dc1/power/default");
+    }
+}

@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 use crate::lifecycle::recommend;
 use crate::lifecycle::{FailureClass, JobKind, JobState, MaasStatus, NodeState, RecoveryAction};
-use crate::model::{Fleet, Lifecycle, Node, NodeId, Profile, Provenance, Site, SiteStatus};
+use crate::model::{Fleet, Lifecycle, Node, NodeId, Site, SiteStatus};
 use crate::observe::{
     InventoryNode, ObservedJob, ObservedMachine, SiteFilter, SiteObservation, Snapshot,
 };
@@ -653,35 +653,16 @@ fn hold_back(f: &Facts<'_>, decision: Decision) -> Decision {
     decision
 }
 
-/// The item for a decision; changes carry their resolved target. Targets hold the model
-/// values as a plan file carries them (without where in the manifests they were written), so
-/// a plan and the same plan read back from its file are equal.
+/// The item for a decision; changes carry their resolved target.
 fn item(fleet: &Fleet, node: &Node, decision: Decision) -> PlanItem {
     let target = if decision.action.is_change() {
-        match (fleet.site_of(node), fleet.profile_of(node)) {
-            (Some(site), Some(profile)) => Some(NodeTarget {
-                site: Site {
-                    provenance: Provenance::default(),
-                    ..site.clone()
-                },
-                profile: Profile {
-                    provenance: Provenance::default(),
-                    ..profile.clone()
-                },
-                node: Node {
-                    provenance: Provenance::default(),
-                    ..node.clone()
-                },
-                power_credentials: site
-                    .power_credentials_for(&node.id.hostname, node.bmc.ipmi_ip, node.pxe_mac)
-                    .clone(),
-                system_id: decision.system_id.clone(),
-                node_id: decision.node_id,
-                job_id: decision.job_id,
-            }),
-            // A fleet built by `manifest` always resolves both.
-            _ => None,
-        }
+        // A fleet built by `manifest` always resolves a node.
+        NodeTarget::resolve(fleet, node).map(|target| NodeTarget {
+            system_id: decision.system_id.clone(),
+            node_id: decision.node_id,
+            job_id: decision.job_id,
+            ..target
+        })
     } else {
         None
     };

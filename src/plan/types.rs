@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::lifecycle::{DecommissionMode, FailureClass, JobState, NodeState, RecoveryAction};
-use crate::model::{Node, NodeId, Profile, SecretRef, Site, SiteName};
+use crate::model::{Fleet, Node, NodeId, Profile, Provenance, SecretRef, Site, SiteName};
 
 /// The plan format this metalform writes and reads.
 pub const PLAN_FORMAT: u32 = 1;
@@ -307,6 +307,49 @@ pub struct NodeTarget {
     pub node_id: Option<Uuid>,
     /// The job the action continues.
     pub job_id: Option<Uuid>,
+}
+
+impl NodeTarget {
+    /// A node of `fleet` with its site, profile and power credentials (override order of
+    /// 000 §3.2.1) resolved, as a plan file carries them: without where in the manifests they
+    /// were written, so a plan and the same plan read back from its file are equal. No machine,
+    /// inventory row or job yet. `None` when the fleet does not resolve the node's site or
+    /// profile (a fleet built by `crate::manifest` always does).
+    pub fn resolve(fleet: &Fleet, node: &Node) -> Option<NodeTarget> {
+        let site = fleet.site_of(node)?;
+        let profile = fleet.profile_of(node)?;
+        Some(NodeTarget {
+            site: Site {
+                provenance: Provenance::default(),
+                ..site.clone()
+            },
+            profile: Profile {
+                provenance: Provenance::default(),
+                ..profile.clone()
+            },
+            node: Node {
+                provenance: Provenance::default(),
+                ..node.clone()
+            },
+            power_credentials: fleet.power_credentials_of(node)?.clone(),
+            system_id: None,
+            node_id: None,
+            job_id: None,
+        })
+    }
+
+    /// `site/hostname`.
+    pub fn label(&self) -> String {
+        self.node.id.to_string()
+    }
+
+    pub fn hostname(&self) -> &str {
+        self.node.id.hostname.as_str()
+    }
+
+    pub fn site_name(&self) -> &str {
+        self.node.id.site.as_str()
+    }
 }
 
 /// What the planner is asked for.

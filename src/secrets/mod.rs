@@ -20,10 +20,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 
 pub use file::FileStore;
-pub use power::{
-    CredentialSource, OverrideSelector, PowerCredentialChoice, PowerCredentials, PowerOverride,
-    PowerTarget, resolve_power_credentials,
-};
+pub use power::PowerCredentials;
 pub use reference::SecretRef;
 pub use value::Secret;
 pub use vault::VaultStore;

@@ -10,12 +10,13 @@ use std::time::Duration;
 
 use metalform::agent::EnrollmentServer;
 use metalform::apply::{
-    Executor, ExecutorOptions, MemoryProgress, NodeOutcome, NodeTarget, SiteMaas, StageEnv, Work,
-    WorkItem,
+    Executor, ExecutorOptions, MemoryProgress, NodeOutcome, SiteMaas, StageEnv, Work, WorkItem,
 };
 use metalform::clock::SystemClock;
 use metalform::lifecycle::{JobKind, JobState};
 use metalform::model::Fleet;
+use metalform::observe::MaasClients;
+use metalform::plan::NodeTarget;
 use metalform::provider::bmc::SimBmc;
 use metalform::provider::host::SimHost;
 use metalform::provider::maas::{MaasClientOptions, MaasMetrics, RetryPolicy};
@@ -308,7 +309,10 @@ impl Bed {
         StageEnv {
             store: self.store.clone(),
             secrets: self.secrets.clone(),
-            maas: Arc::new(SiteMaas::new(self.secrets.clone(), options)),
+            maas: Arc::new(SiteMaas::new(
+                self.secrets.clone(),
+                MaasClients::new(options),
+            )),
             peers,
             clock: Arc::new(SystemClock),
             enroll_url: self.enroll.enroll_url(),
@@ -328,7 +332,7 @@ impl Bed {
             .values()
             .find(|n| n.id.site.as_str() == site && n.id.hostname.as_str() == hostname)
             .unwrap_or_else(|| panic!("{site}/{hostname} is in the fleet"));
-        NodeTarget::from_fleet(&self.fleet, node).unwrap()
+        NodeTarget::resolve(&self.fleet, node).unwrap()
     }
 
     /// Onboard every node of the fleet.
@@ -336,18 +340,17 @@ impl Bed {
         self.fleet
             .nodes
             .values()
-            .map(|node| WorkItem {
-                target: NodeTarget::from_fleet(&self.fleet, node).unwrap(),
-                work: Work::Onboard,
+            .map(|node| {
+                WorkItem::new(
+                    NodeTarget::resolve(&self.fleet, node).unwrap(),
+                    Work::Onboard,
+                )
             })
             .collect()
     }
 
     pub fn onboard(&self, site: &str, hostname: &str) -> WorkItem {
-        WorkItem {
-            target: self.target(site, hostname),
-            work: Work::Onboard,
-        }
+        WorkItem::new(self.target(site, hostname), Work::Onboard)
     }
 
     pub async fn jobs(&self) -> Vec<Job> {
@@ -441,6 +444,32 @@ impl Bed {
             .env_remove("METALFORM_STATE")
             .env("NO_COLOR", "1");
         command
+    }
+
+    /// `metalform plan|observe …` against this bed: its fleet, store and secrets.
+    pub fn cli_plan(&self, args: &[&str]) -> std::process::Command {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_metalform"));
+        command
+            .args(args)
+            .arg("--fleet")
+            .arg(&self.fleet_dir)
+            .args(["--state", &self.state_url])
+            .arg("--secrets")
+            .arg(format!("file://{}", self.secrets_path.display()))
+            .env_remove("METALFORM_STATE")
+            .env_remove("METALFORM_SECRETS")
+            .env("NO_COLOR", "1");
+        command
+    }
+
+    /// The MAAS requests a site's simulator received that change something (not GET).
+    pub fn maas_writes(&self, site: &str) -> Vec<String> {
+        self.sim(site)
+            .ops()
+            .into_iter()
+            .filter(|op| op.method != "GET")
+            .map(|op| format!("{} {} {:?}", op.method, op.path, op.op))
+            .collect()
     }
 
     /// `metalform SUBCOMMAND …` against this bed: its store, secrets, simulators (BMC and

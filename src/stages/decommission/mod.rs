@@ -26,11 +26,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use uuid::Uuid;
 
-use super::onboard::{Facts, NodeMemory, NodeTarget, StageEnv};
+use super::onboard::{Facts, NodeMemory, StageEnv};
 use super::{StageFailure, StageOutcome};
 use crate::agent::TaskType;
 use crate::lifecycle::{DecommissionMode, DecommissionStage, FailureClass};
 use crate::model::EraseMode;
+use crate::plan::NodeTarget;
 use crate::store::{Fence, Job, JobSpec, TaskStatus};
 
 pub use redeploy::onboarding_stage;

@@ -23,7 +23,6 @@ mod hwsync;
 mod prepare;
 mod render;
 mod site;
-mod target;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,21 +31,20 @@ use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use serde_json::json;
 
-pub use facts::{
-    CloudInitFacts, DeployFacts, DeployFailureFacts, DiscoveryFacts, EnrollmentFacts, Facts,
-    HwSyncFacts, StageClock,
-};
-pub use target::NodeTarget;
-
 use super::{StageFailure, StageOutcome};
 use crate::clock::Clock;
 use crate::lifecycle::{OnboardingStage, PolicyTimeout};
 use crate::model::Site;
+use crate::plan::NodeTarget;
 use crate::provider::bmc::BmcPower;
 use crate::provider::host::HostAccess;
 use crate::provider::maas::{MaasClient, MaasError, Machine};
 use crate::secrets::{PowerCredentials, Secret, SecretStore};
 use crate::store::{Actor, Job, Observed, Store, StoreError};
+pub use facts::{
+    CloudInitFacts, DeployFacts, DeployFailureFacts, DiscoveryFacts, EnrollmentFacts, Facts,
+    HwSyncFacts, StageClock,
+};
 
 /// What a site's MAAS answered to the preflight of 000 §4.14 (reachable, token valid).
 #[derive(Debug, Clone, PartialEq, Eq)]

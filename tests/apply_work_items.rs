@@ -1,0 +1,222 @@
+//! `apply::work_items` (issue 5): a plan's change items become the executor's work — onboard,
+//! resume, rerun, adopt with or without a job — each carrying its resolved target, the plan's
+//! id and the item's reason; noop and blocked items are nothing to run; destructive items are
+//! refused, all of them named, unless allowed.
+
+mod plan_support;
+
+use metalform::apply::{FromPlan, PlanRefused, Work, work_items};
+use metalform::lifecycle::{FailureClass, JobState, MaasStatus, NodeState};
+use metalform::model::NodeId;
+use metalform::observe::{SiteFilter, Snapshot};
+use metalform::plan::{self, Action, Plan, PlanOptions};
+use plan_support::*;
+
+fn plan_of(snapshot: &Snapshot) -> Plan {
+    plan::plan(
+        &fixture_fleet(),
+        snapshot,
+        &PlanOptions {
+            sites: SiteFilter::All,
+        },
+    )
+}
+
+#[test]
+fn every_change_item_becomes_work_with_its_target_plan_and_reason() {
+    let mut late = failed(
+        job(
+            "dc1",
+            "n01",
+            JobState::FailedManualIntervention,
+            "wait_for_agent_enrollment",
+        ),
+        FailureClass::AgentEnrollmentFailure,
+        "failed_enrollment",
+        "the node agent did not enroll within 30m",
+    );
+    late.maas_system_id = Some("aaa001".into());
+    let mut n01 = inventory("dc1", "n01", NodeState::Enrolling);
+    n01.agent_contact_at = Some(at(-5));
+    let mut n02 = inventory("dc1", "n02", NodeState::Enrolling);
+    n02.agent_contact_at = Some(at(-3));
+    let mut running = job("dc1", "n03", JobState::Running, "wait_for_deployed");
+    running.maas_system_id = Some("aaa003".into());
+    let deploy_timeout = failed(
+        job("dc2", "m01", JobState::FailedRetryable, "wait_for_deployed"),
+        FailureClass::DeployCloudInitFailure,
+        "failed_deploy_timeout",
+        "the machine did not reach Deployed within 1h",
+    );
+    let snapshot = World::new()
+        .machines(
+            "dc1",
+            vec![
+                machine("aaa001", "n01", MaasStatus::Deployed, "10.176.16.11"),
+                machine("aaa002", "n02", MaasStatus::Deployed, "10.176.16.12"),
+                machine("aaa003", "n03", MaasStatus::Deploying, "10.176.16.13"),
+            ],
+        )
+        .node(n01)
+        .node(n02)
+        .job(late.clone())
+        .job(running.clone())
+        .job(deploy_timeout.clone())
+        .done();
+    let plan = plan_of(&snapshot);
+    let items = work_items(&plan, false).unwrap();
+
+    let works: Vec<(String, Work)> = items
+        .iter()
+        .map(|w| (w.target.label(), w.work.clone()))
+        .collect();
+    assert_eq!(
+        works,
+        vec![
+            (
+                "dc1/n01".into(),
+                Work::Adopt {
+                    job_id: Some(late.id),
+                    system_id: "aaa001".into()
+                }
+            ),
+            (
+                "dc1/n02".into(),
+                Work::Adopt {
+                    job_id: None,
+                    system_id: "aaa002".into()
+                }
+            ),
+            ("dc1/n03".into(), Work::Resume { job_id: running.id }),
+            (
+                "dc2/m01".into(),
+                Work::Rerun {
+                    job_id: deploy_timeout.id
+                }
+            ),
+            ("dc2/m02".into(), Work::Onboard),
+        ],
+        "in plan order; the retired dc1/r01 (noop) is not work"
+    );
+    for work in &items {
+        let item = plan
+            .items
+            .iter()
+            .find(|i| i.node == work.target.node.id)
+            .unwrap();
+        assert_eq!(Some(&work.target), item.target.as_ref());
+        assert_eq!(
+            work.plan,
+            Some(FromPlan {
+                plan_id: plan.id.clone(),
+                reason: item.reason.clone(),
+            })
+        );
+    }
+    let audit = items[0].plan.as_ref().unwrap().audit_reason();
+    assert!(
+        audit.starts_with(&format!("plan {}: onboarding ", plan::short_id(&plan.id))),
+        "{audit}"
+    );
+}
+
+#[test]
+fn blocked_and_unchanged_items_are_no_work() {
+    let storage = failed(
+        job(
+            "dc1",
+            "n01",
+            JobState::FailedManualIntervention,
+            "configure_storage",
+        ),
+        FailureClass::HardwareMismatch,
+        "boot_disk_not_found",
+        "no block device matches",
+    );
+    let snapshot = World::new()
+        .job(storage)
+        .node(inventory("dc1", "n02", NodeState::Active))
+        .node(inventory("dc1", "n03", NodeState::Active))
+        .node(inventory("dc2", "m01", NodeState::Active))
+        .node(inventory("dc2", "m02", NodeState::Active))
+        .unreadable("dc2", "connection refused", true)
+        .done();
+    let plan = plan_of(&snapshot);
+    assert!(!plan.has_changes(), "{:#?}", plan.items);
+    assert!(
+        plan.items
+            .iter()
+            .any(|i| matches!(i.action, Action::Blocked { .. }))
+    );
+    assert_eq!(work_items(&plan, false).unwrap(), vec![]);
+    assert_eq!(work_items(&plan, true).unwrap(), vec![]);
+}
+
+#[test]
+fn destructive_items_are_refused_unless_allowed_and_all_are_named() {
+    let mut theirs = machine("aaa001", "n01", MaasStatus::Deployed, "10.176.16.11");
+    theirs.owner = Some("alice".into());
+    let mut allocated = machine("aaa002", "n02", MaasStatus::Allocated, "10.176.16.12");
+    allocated.owner = Some("bob".into());
+    let snapshot = World::new().machines("dc1", vec![theirs, allocated]).done();
+    let plan = plan_of(&snapshot);
+    assert_eq!(plan.summary.destructive, 2);
+
+    let refused = work_items(&plan, false).unwrap_err();
+    let PlanRefused::Destructive { plan_id, items } = &refused else {
+        panic!("{refused:?}");
+    };
+    assert_eq!(plan_id, &plan.id);
+    let nodes: Vec<&NodeId> = items.iter().map(|(node, _)| node).collect();
+    assert_eq!(
+        nodes,
+        vec![&NodeId::new("dc1", "n01"), &NodeId::new("dc1", "n02")]
+    );
+    assert_eq!(
+        refused.to_string(),
+        format!(
+            "the plan {} has 2 destructive item(s): dc1/n01 (MAAS lists it Deployed (aaa001, owner alice, matched by hostname, BMC address) and metalform did not deploy it: onboarding releases and redeploys it, destroying what runs there); dc1/n02 (MAAS lists it Allocated (aaa002, owner bob, matched by hostname, BMC address) and metalform did not deploy it: onboarding releases and redeploys it, destroying what runs there)",
+            plan::short_id(&plan.id)
+        )
+    );
+    assert_eq!(
+        refused.hint(),
+        "review each destructive item; to go ahead, apply again with --allow-destructive"
+    );
+
+    let allowed = work_items(&plan, true).unwrap();
+    let onboarded: Vec<String> = allowed
+        .iter()
+        .filter(|w| w.work == Work::Onboard)
+        .map(|w| w.target.label())
+        .collect();
+    assert!(onboarded.contains(&"dc1/n01".to_owned()));
+    assert!(onboarded.contains(&"dc1/n02".to_owned()));
+}
+
+#[test]
+fn a_change_item_without_a_target_is_refused() {
+    let mut plan = plan_of(&World::new().done());
+    let item = plan
+        .items
+        .iter_mut()
+        .find(|i| i.action == Action::Onboard)
+        .unwrap();
+    item.target = None;
+    let node = item.node.clone();
+    let refused = work_items(&plan, true).unwrap_err();
+    assert_eq!(
+        refused,
+        PlanRefused::Unresolved {
+            plan_id: plan.id.clone(),
+            node: node.clone(),
+            action: "onboard",
+        }
+    );
+    assert!(
+        refused
+            .to_string()
+            .ends_with(&format!("would onboard {node}, but carries no target for it (its site or profile was not resolved)")),
+        "{refused}"
+    );
+}
