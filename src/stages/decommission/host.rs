@@ -18,6 +18,18 @@ async fn tasks_stage(
     tasks: &[(TaskType, serde_json::Value)],
     done: String,
 ) -> Result<StageOutcome, StageFailure> {
+    // A node already `retired` when its removal starts was drained by its retirement (the
+    // job's own move to retired comes after these stages), and its machine was released
+    // with the agent's OS: there is no one to hand the tasks to.
+    if matches!(
+        stage,
+        DecommissionStage::ForceReleaseAllocations | DecommissionStage::DrainNode
+    ) && node_state(ctx).await? == NodeState::Retired
+    {
+        return Ok(StageOutcome::skipped(
+            "node already retired: drained when it was retired",
+        ));
+    }
     match ctx.run_tasks(stage, tasks).await? {
         Some(waiting) => Ok(StageOutcome::wait(waiting)),
         None => Ok(StageOutcome::done(
@@ -64,6 +76,15 @@ async fn node_state(ctx: &DecommissionCtx<'_>) -> Result<NodeState, StageFailure
 pub(super) async fn ensure_node_disabled(
     ctx: &mut DecommissionCtx<'_>,
 ) -> Result<StageOutcome, StageFailure> {
+    if ctx.mode() == DecommissionMode::Reimage
+        && ctx.facts.decommission.reimage_generation.is_none()
+    {
+        ctx.facts.decommission.reimage_generation = ctx
+            .target
+            .resolved
+            .as_ref()
+            .map(|t| t.node.reimage.generation);
+    }
     let state = node_state(ctx).await?;
     let target = match ctx.mode() {
         DecommissionMode::FullDecommission | DecommissionMode::Retire => NodeState::Draining,
@@ -224,6 +245,13 @@ pub(super) async fn ensure_node_enabled(
             "node_moved",
             format!("node is {state}: something else took it over during the decommission"),
         ));
+    }
+    if let Some(generation) = ctx.facts.decommission.reimage_generation {
+        ctx.env
+            .store
+            .record_reimage_generation(ctx.target.node_id, generation, &ctx.env.actor)
+            .await
+            .map_err(|e| StageFailure::store(&e))?;
     }
     Ok(StageOutcome::complete(
         format!("node {state} -> active: available for allocations"),

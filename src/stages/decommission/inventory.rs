@@ -46,7 +46,8 @@ pub(super) async fn ensure_node_retired(
 }
 
 /// RemoveGPUaaSNodeRecord: retired -> removing, then the agent uninstalls itself. When this job
-/// released the machine, the agent went with the erased OS and there is nothing to uninstall.
+/// released the machine, or found it not deployed (released by an earlier retirement), the
+/// agent went with the OS and there is nothing to uninstall.
 /// An uninstall failure puts the node back to retired (identity preserved, 001 §5.3).
 pub(super) async fn ensure_node_record_removed(
     ctx: &mut DecommissionCtx<'_>,
@@ -73,6 +74,12 @@ pub(super) async fn ensure_node_record_removed(
     if ctx.facts.release().is_some_and(|r| r.received) {
         return Ok(StageOutcome::done(
             "node removing; no uninstall: the agent went with the OS this job released",
+            json!({"uninstall": "not needed"}),
+        ));
+    }
+    if ctx.facts.decommission.started_deployed == Some(false) {
+        return Ok(StageOutcome::done(
+            "node removing; no uninstall: the machine was not deployed, so no agent runs there",
             json!({"uninstall": "not needed"}),
         ));
     }

@@ -90,6 +90,10 @@ pub struct DecommissionExtra {
     /// Follow-up work the job could not do but did not block on (000 §5.8 CleanupSecrets,
     /// RemoveMaasRecord: "mark follow-up action").
     pub follow_ups: Vec<String>,
+    /// A reimage: the manifest's `reimage.generation` it was started for, journaled on its
+    /// first stage and recorded on the node when it completes (the planner compares it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reimage_generation: Option<u64>,
 }
 
 /// A decommission's journal facts.
