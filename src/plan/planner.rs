@@ -545,10 +545,14 @@ fn leaving(f: &Facts<'_>) -> Decision {
         ),
         (
             Lifecycle::Decommissioned,
-            NodeState::Active | NodeState::Offline | NodeState::Quarantined | NodeState::Retired,
+            NodeState::Active | NodeState::Offline | NodeState::Quarantined,
         ) => (
             Action::Decommission,
             "drain it, release and power off its machine, remove the node record",
+        ),
+        (Lifecycle::Decommissioned, NodeState::Retired) => (
+            Action::Decommission,
+            "its retirement drained it; release and power off its machine if still needed, remove the node record",
         ),
         (Lifecycle::Retired, NodeState::Retired) => {
             let mut decision = Decision::new(
