@@ -86,7 +86,11 @@ async fn enrollment_answers_with_an_agent_token_and_the_task_url() {
     assert_eq!(answer.node_id, o.node.to_string());
     assert_eq!(
         answer.tasks_url,
-        format!("http://{}/agent/v1/tasks", server.local_addr())
+        format!(
+            "http://{}/agent/v1/nodes/{}/tasks",
+            server.local_addr(),
+            o.node
+        )
     );
     assert_eq!(answer.heartbeat_interval_seconds, 30);
     let who = store

@@ -200,7 +200,15 @@ async fn simulated_agents_enroll_on_time_late_never_and_with_a_wrong_token() {
     );
     assert_eq!(
         records[0].tasks_url.as_deref(),
-        Some(server.enroll_url().replace("/enroll", "/tasks").as_str())
+        Some(
+            server
+                .enroll_url()
+                .replace(
+                    "/enroll",
+                    &format!("/nodes/{}/tasks", on_time.onboarding.node)
+                )
+                .as_str()
+        )
     );
     assert_eq!(
         store.node(on_time.onboarding.node).await.unwrap().status,

@@ -64,7 +64,7 @@ fn every_change_item_becomes_work_with_its_target_plan_and_reason() {
         .job(deploy_timeout.clone())
         .done();
     let plan = plan_of(&snapshot);
-    let items = work_items(&plan, false).unwrap();
+    let items = work_items(&plan, false).unwrap().onboarding;
 
     let works: Vec<(String, Work)> = items
         .iter()
@@ -149,8 +149,8 @@ fn blocked_and_unchanged_items_are_no_work() {
             .iter()
             .any(|i| matches!(i.action, Action::Blocked { .. }))
     );
-    assert_eq!(work_items(&plan, false).unwrap(), vec![]);
-    assert_eq!(work_items(&plan, true).unwrap(), vec![]);
+    assert!(work_items(&plan, false).unwrap().is_empty());
+    assert!(work_items(&plan, true).unwrap().is_empty());
 }
 
 #[test]
@@ -187,7 +187,7 @@ fn destructive_items_are_refused_unless_allowed_and_all_are_named() {
 
     // Allowed: each destructive onboarding may take over the machine the plan saw in use, and
     // only that one; the other items get no such permission.
-    let allowed = work_items(&plan, true).unwrap();
+    let allowed = work_items(&plan, true).unwrap().onboarding;
     let takes_over: Vec<(String, Option<String>)> = allowed
         .iter()
         .map(|w| {
@@ -235,4 +235,88 @@ fn a_change_item_without_a_target_is_refused() {
             .ends_with(&format!("would onboard {node}, but carries no target for it (its site or profile was not resolved)")),
         "{refused}"
     );
+}
+
+/// Issue 6: reimage, decommission, retire and the resumption of an open decommission become
+/// the decommission executor's work — a new job of the item's mode, on the inventory node, with
+/// the plan's id and the item's reason — and all of them are destructive.
+#[test]
+fn decommission_items_become_decommission_work_and_need_allow_destructive() {
+    use metalform::apply::decommission::DecommissionJob;
+    use metalform::lifecycle::{DecommissionMode, JobKind};
+    use metalform::model::Lifecycle;
+
+    let mut fleet = fixture_fleet();
+    let mut set = |node: &str, change: &dyn Fn(&mut metalform::model::Node)| {
+        let (site, host) = node.split_once('/').unwrap();
+        change(fleet.nodes.get_mut(&NodeId::new(site, host)).unwrap());
+    };
+    set("dc1/n01", &|n| n.reimage.generation = 4);
+    set("dc1/n02", &|n| n.lifecycle = Lifecycle::Decommissioned);
+    set("dc2/m02", &|n| n.reimage.generation = 1);
+    let mut n01 = inventory("dc1", "n01", NodeState::Active);
+    n01.reimage_generation = Some(3);
+    let mut open = job("dc2", "m02", JobState::Running, "drain_node");
+    open.kind = JobKind::Decommission;
+    open.mode = Some(DecommissionMode::SoftReset);
+    open.node_id = Some(id("node/dc2/m02"));
+    let snapshot = World::new()
+        .node(n01)
+        .node(inventory("dc1", "n02", NodeState::Active))
+        .node(inventory("dc1", "r01", NodeState::Active))
+        .node(inventory("dc2", "m02", NodeState::Quarantined))
+        .job(open.clone())
+        .done();
+    let plan = plan::plan(
+        &fleet,
+        &snapshot,
+        &PlanOptions {
+            sites: SiteFilter::All,
+        },
+    );
+
+    let refused = work_items(&plan, false).unwrap_err();
+    let PlanRefused::Destructive { items, .. } = &refused else {
+        panic!("{refused:?}");
+    };
+    let named: Vec<String> = items.iter().map(|(n, _)| n.to_string()).collect();
+    assert_eq!(named, vec!["dc1/n01", "dc1/n02", "dc1/r01"], "{refused}");
+
+    let work = work_items(&plan, true).unwrap();
+    let jobs: Vec<(String, Option<DecommissionMode>, Option<uuid::Uuid>)> = work
+        .decommissions
+        .iter()
+        .map(|w| {
+            assert!(w.target.resolved.is_some(), "{}", w.target.label());
+            let (mode, existing) = match &w.job {
+                DecommissionJob::New(new) => {
+                    assert_eq!(new.node_id, w.target.node_id);
+                    assert_eq!(new.plan_id.as_deref(), Some(plan.id.as_str()));
+                    assert!(new.reason.is_some());
+                    (Some(new.mode), None)
+                }
+                DecommissionJob::Existing(id) => (None, Some(*id)),
+            };
+            (w.target.label(), mode, existing)
+        })
+        .collect();
+    assert_eq!(
+        jobs,
+        vec![
+            ("dc1/n01".into(), Some(DecommissionMode::Reimage), None),
+            (
+                "dc1/n02".into(),
+                Some(DecommissionMode::FullDecommission),
+                None
+            ),
+            ("dc1/r01".into(), Some(DecommissionMode::Retire), None),
+            // The open soft reset is continued (not destructive), not replaced by a reimage.
+            ("dc2/m02".into(), None, Some(open.id)),
+        ]
+    );
+    assert_eq!(work.decommissions[0].target.node_id, id("node/dc1/n01"));
+    // The other nodes are onboardings (n03 and m01 are not in the inventory).
+    let onboarding: Vec<String> = work.onboarding.iter().map(|w| w.target.label()).collect();
+    assert_eq!(onboarding, vec!["dc1/n03", "dc2/m01"]);
+    assert_eq!(work.len(), 6);
 }

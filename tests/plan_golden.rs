@@ -1,13 +1,15 @@
-//! Golden-file tests of plan output (issue 5 "Show"): fixed (fleet, snapshot) scenarios, each
+//! Golden-file tests of plan output (issue 5 "Show"; issue 6 declarative decommissions): fixed (fleet, snapshot) scenarios, each
 //! rendered as text, JSON and markdown and compared with tests/golden/plan/<scenario>.{txt,
 //! json,md}. Each scenario also asserts the decisions it is about, so a golden file rewritten
 //! by mistake cannot hide a wrong plan.
 
 mod plan_support;
 
-use metalform::lifecycle::{FailureClass, JobState, MaasStatus, NodeState, RecoveryAction};
-use metalform::model::{Fleet, NodeId, SiteName, SiteStatus};
-use metalform::observe::{SiteFilter, Snapshot};
+use metalform::lifecycle::{
+    DecommissionMode, FailureClass, JobKind, JobState, MaasStatus, NodeState, RecoveryAction,
+};
+use metalform::model::{Fleet, Lifecycle, NodeId, SiteName, SiteStatus};
+use metalform::observe::{InventoryNode, ObservedMachine, ObservedStatus, SiteFilter, Snapshot};
 use metalform::plan::{
     self, Action, BlockCause, MatchKey, PauseSource, Plan, PlanItem, PlanOptions,
     render::{self, TextOptions},
@@ -518,4 +520,321 @@ fn the_guard_holds_when_a_sites_desired_set_is_empty() {
     assert_eq!(m01.action, Action::Noop);
     assert!(m01.reason.contains("left alone"), "{}", m01.reason);
     assert_eq!(plan.summary.changes, 0);
+}
+
+// --- Declarative decommissions (issue 6): reimage, decommission, retire ---
+
+/// The fixture fleet with one node changed.
+fn edit(fleet: &mut Fleet, node: &str, change: impl FnOnce(&mut metalform::model::Node)) {
+    let (site, host) = node.split_once('/').unwrap();
+    change(fleet.nodes.get_mut(&NodeId::new(site, host)).unwrap());
+}
+
+fn applied(mut node: InventoryNode, generation: u64) -> InventoryNode {
+    node.reimage_generation = Some(generation);
+    node
+}
+
+fn deployed(site_prefix: &str, hosts: &[(&str, &str)]) -> Vec<ObservedMachine> {
+    hosts
+        .iter()
+        .enumerate()
+        .map(|(i, (host, bmc))| {
+            machine(
+                &format!("{site_prefix}{:03}", i + 1),
+                host,
+                MaasStatus::Deployed,
+                bmc,
+            )
+        })
+        .collect()
+}
+
+const DC1: &[(&str, &str)] = &[
+    ("n01", "10.176.16.11"),
+    ("n02", "10.176.16.12"),
+    ("n03", "10.176.16.13"),
+];
+
+#[test]
+fn a_bumped_reimage_generation_plans_a_destructive_reimage() {
+    let mut fleet = fixture_fleet();
+    edit(&mut fleet, "dc1/n01", |n| n.reimage.generation = 2);
+    edit(&mut fleet, "dc1/n03", |n| n.reimage.generation = 3);
+    let snapshot = World::new()
+        .machines("dc1", deployed("aaa", DC1))
+        .node(applied(inventory("dc1", "n01", NodeState::Active), 1))
+        .node(applied(inventory("dc1", "n02", NodeState::Active), 0))
+        // A row from before the store recorded generations: nothing is guessed.
+        .node(inventory("dc1", "n03", NodeState::Active))
+        .done();
+    let plan = run("reimage", &fleet, &snapshot, &["dc1"]);
+    let n01 = item(&plan, "dc1/n01");
+    assert_eq!(
+        n01.action,
+        Action::Reimage {
+            generation: 2,
+            applied: 1
+        }
+    );
+    assert!(n01.destructive);
+    let target = n01.target.as_ref().expect("a reimage carries its target");
+    assert_eq!(target.node_id, Some(id("node/dc1/n01")), "same node id");
+    assert_eq!(target.system_id.as_deref(), Some("aaa001"));
+    assert!(
+        n01.reason
+            .starts_with("reimage.generation 1 → 2; the node is active"),
+        "{}",
+        n01.reason
+    );
+    // The generation the inventory holds is the one the manifest asks for: settled.
+    let n02 = item(&plan, "dc1/n02");
+    assert_eq!(n02.action, Action::Noop);
+    assert!(n02.settled);
+    let n03 = item(&plan, "dc1/n03");
+    assert_eq!(n03.action, Action::Noop);
+    assert!(!n03.settled);
+    assert!(
+        n03.reason
+            .contains("reimage.generation 3 is not compared: no applied generation is recorded"),
+        "{}",
+        n03.reason
+    );
+    assert_eq!(plan.summary.reimage, 1);
+    assert_eq!(plan.summary.changes, 1);
+    assert_eq!(plan.summary.destructive, 1);
+    let text = render::render_text(&plan, TextOptions::default());
+    assert!(text.contains("  ~/+ dc1/n01  reimage "), "{text}");
+    assert!(
+        render::summary_line(&plan.summary)
+            .starts_with("Plan: 1 to reimage; 3 unchanged. 1 item is destructive")
+    );
+}
+
+#[test]
+fn lifecycle_retired_retires_an_in_service_node_and_leaves_a_retired_one() {
+    let mut fleet = fixture_fleet();
+    edit(&mut fleet, "dc1/n02", |n| {
+        n.lifecycle = Lifecycle::Retired;
+        n.retired_reason = Some("PSU failure (HW-3001)".into());
+    });
+    edit(&mut fleet, "dc1/n03", |n| {
+        n.lifecycle = Lifecycle::Retired;
+        n.retired_reason = Some("lease ended".into());
+    });
+    let mut machines = deployed("aaa", DC1);
+    machines[1].status = ObservedStatus {
+        code: i64::from(MaasStatus::Ready.code()),
+        name: MaasStatus::Ready.name().into(),
+    };
+    machines.push(machine(
+        "rrr001",
+        "r01",
+        MaasStatus::Deployed,
+        "10.176.16.21",
+    ));
+    let mut n03 = inventory("dc1", "n03", NodeState::Active);
+    n03.protected = true;
+    let snapshot = World::new()
+        .machines("dc1", machines)
+        .node(applied(inventory("dc1", "n01", NodeState::Active), 0))
+        .node(inventory("dc1", "n02", NodeState::Retired))
+        .node(n03)
+        .node(inventory("dc1", "r01", NodeState::Active))
+        .done();
+    let plan = run("retire", &fleet, &snapshot, &["dc1"]);
+    let r01 = item(&plan, "dc1/r01");
+    assert_eq!(r01.action, Action::Retire);
+    assert!(r01.destructive);
+    assert_eq!(
+        r01.target.as_ref().unwrap().node_id,
+        Some(id("node/dc1/r01"))
+    );
+    // Already retired, its machine released: as the manifests want it.
+    let n02 = item(&plan, "dc1/n02");
+    assert_eq!(n02.action, Action::Noop);
+    assert!(n02.settled, "{n02:?}");
+    // Protected in the inventory: held back, and says what it would do.
+    let n03 = item(&plan, "dc1/n03");
+    assert_eq!(
+        cause(n03),
+        &BlockCause::Protected {
+            source: PauseSource::Inventory,
+            would: "retire".into()
+        }
+    );
+    assert!(!n03.destructive && n03.target.is_none());
+    assert_eq!(plan.summary.retire, 1);
+    assert_eq!(plan.summary.changes, 1);
+    assert_eq!(plan.summary.blocked, 1);
+    let text = render::render_text(&plan, TextOptions::default());
+    assert!(text.contains("    x dc1/r01  retire "), "{text}");
+}
+
+#[test]
+fn lifecycle_decommissioned_removes_in_service_and_retired_nodes() {
+    let mut fleet = fixture_fleet();
+    for node in ["dc1/n01", "dc1/n02", "dc1/n03"] {
+        edit(&mut fleet, node, |n| {
+            n.lifecycle = Lifecycle::Decommissioned
+        });
+    }
+    edit(&mut fleet, "dc1/n02", |n| n.protected = true);
+    let snapshot = World::new()
+        .machines("dc1", deployed("aaa", &DC1[..2]))
+        .node(applied(inventory("dc1", "n01", NodeState::Active), 0))
+        .node(inventory("dc1", "n02", NodeState::Offline))
+        .node(inventory("dc1", "r01", NodeState::Retired))
+        .done();
+    // r01 goes from retired to decommissioned too.
+    edit(&mut fleet, "dc1/r01", |n| {
+        n.lifecycle = Lifecycle::Decommissioned
+    });
+    let plan = run("decommission", &fleet, &snapshot, &["dc1"]);
+    for node in ["dc1/n01", "dc1/r01"] {
+        let it = item(&plan, node);
+        assert_eq!(it.action, Action::Decommission, "{node}");
+        assert!(it.destructive, "{node}");
+        assert!(it.target.as_ref().unwrap().node_id.is_some(), "{node}");
+    }
+    assert_eq!(
+        cause(item(&plan, "dc1/n02")),
+        &BlockCause::Protected {
+            source: PauseSource::Manifest,
+            would: "decommission".into()
+        }
+    );
+    // Never onboarded, or removed already: nothing to do.
+    let n03 = item(&plan, "dc1/n03");
+    assert_eq!(n03.action, Action::Noop);
+    assert!(
+        n03.reason.contains("not in the inventory"),
+        "{}",
+        n03.reason
+    );
+    assert_eq!(plan.summary.decommission, 2);
+    assert_eq!(plan.summary.destructive, 2);
+    let markdown = render::render_markdown(&plan, 60_000);
+    assert!(
+        markdown.contains("| reimage | decommission | retire |"),
+        "{markdown}"
+    );
+}
+
+#[test]
+fn an_open_decommission_is_resumed_and_a_failed_one_blocks() {
+    let mut fleet = fixture_fleet();
+    edit(&mut fleet, "dc1/n01", |n| n.reimage.generation = 1);
+    edit(&mut fleet, "dc1/n03", |n| {
+        n.lifecycle = Lifecycle::Decommissioned
+    });
+    let mut reimage = job("dc1", "n01", JobState::Running, "release_maas_node");
+    reimage.kind = JobKind::Decommission;
+    reimage.mode = Some(DecommissionMode::Reimage);
+    reimage.node_id = Some(id("node/dc1/n01"));
+    reimage.maas_system_id = Some("aaa001".into());
+    let mut failed_retire = failed(
+        job(
+            "dc1",
+            "n02",
+            JobState::FailedManualIntervention,
+            "drain_node",
+        ),
+        FailureClass::PostDeployConnectivityFailure,
+        "agent_unreachable",
+        "the node agent did not finish node.drain within 10m",
+    );
+    failed_retire.kind = JobKind::Decommission;
+    failed_retire.mode = Some(DecommissionMode::Retire);
+    failed_retire.node_id = Some(id("node/dc1/n02"));
+    let onboarding = job("dc1", "n03", JobState::FailedRetryable, "wait_for_ready");
+    let snapshot = World::new()
+        .machines("dc1", deployed("aaa", &DC1[..2]))
+        .node(applied(inventory("dc1", "n01", NodeState::Quarantined), 0))
+        .node(inventory("dc1", "n02", NodeState::Draining))
+        .node(inventory("dc1", "n03", NodeState::Enrolling))
+        .job(reimage.clone())
+        .job(failed_retire.clone())
+        .job(onboarding.clone())
+        .done();
+    let plan = run("decommission_open", &fleet, &snapshot, &["dc1"]);
+    let n01 = item(&plan, "dc1/n01");
+    assert_eq!(
+        n01.action,
+        Action::ResumeDecommission {
+            job_id: reimage.id,
+            mode: Some(DecommissionMode::Reimage),
+            stage: "release_maas_node".into()
+        }
+    );
+    assert!(n01.destructive, "continuing a reimage still destroys");
+    assert_eq!(n01.target.as_ref().unwrap().job_id, Some(reimage.id));
+    assert_eq!(
+        cause(item(&plan, "dc1/n02")),
+        &BlockCause::DecommissionInProgress {
+            job_id: failed_retire.id,
+            mode: Some(DecommissionMode::Retire),
+            state: JobState::FailedManualIntervention
+        }
+    );
+    assert!(
+        item(&plan, "dc1/n02")
+            .reason
+            .contains("`metalform decommissions retry"),
+    );
+    assert_eq!(
+        cause(item(&plan, "dc1/n03")),
+        &BlockCause::OnboardingInProgress {
+            job_id: onboarding.id,
+            state: JobState::FailedRetryable
+        }
+    );
+    assert_eq!(plan.summary.resume, 1);
+    assert_eq!(plan.summary.blocked, 2);
+}
+
+#[test]
+fn the_guard_blocks_decommissions_on_a_partial_read() {
+    let mut fleet = fixture_fleet();
+    edit(&mut fleet, "dc1/n01", |n| {
+        n.lifecycle = Lifecycle::Decommissioned
+    });
+    edit(&mut fleet, "dc1/n02", |n| n.reimage.generation = 1);
+    let mut done = job(
+        "dc1",
+        "n01",
+        JobState::Completed,
+        "wait_for_agent_enrollment",
+    );
+    done.maas_system_id = Some("aaa001".into());
+    // MAAS answers without any machine metalform deployed: a wrong region, or a cut list.
+    let snapshot = World::new()
+        .machines(
+            "dc1",
+            vec![machine("zzz009", "x99", MaasStatus::Ready, "10.9.9.9")],
+        )
+        .node(applied(inventory("dc1", "n01", NodeState::Active), 0))
+        .node(applied(inventory("dc1", "n02", NodeState::Active), 0))
+        .job(done)
+        .done();
+    let plan = run("guard_decommission", &fleet, &snapshot, &["dc1"]);
+    assert!(plan.sites[0].guard.is_some());
+    for (node, would) in [("dc1/n01", "decommission"), ("dc1/n02", "reimage")] {
+        let it = item(&plan, node);
+        assert!(
+            matches!(cause(it), BlockCause::DestructionGuard { .. }),
+            "{node}"
+        );
+        assert!(
+            it.reason.starts_with(&format!(
+                "the mass-destruction guard holds for this site; would {would}"
+            )),
+            "{}",
+            it.reason
+        );
+    }
+    // Only the onboarding of n03, which destroys nothing, goes on.
+    assert_eq!(plan.summary.changes, 1);
+    assert_eq!(item(&plan, "dc1/n03").action, Action::Onboard);
+    assert_eq!(plan.summary.destructive, 0);
 }

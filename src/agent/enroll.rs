@@ -168,7 +168,7 @@ async fn enroll(State(state): State<AgentState>, request: Request) -> Response {
                 Json(EnrollResponse {
                     node_id: e.node_id.to_string(),
                     agent_token: enrolled.agent_token.expose().to_string(),
-                    tasks_url: state.tasks_url(),
+                    tasks_url: state.tasks_url(e.node_id),
                     heartbeat_interval_seconds: HEARTBEAT_INTERVAL_SECONDS,
                 }),
             )

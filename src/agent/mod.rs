@@ -7,22 +7,29 @@
 //! The store does the work in one transaction (`Store::enroll_agent`); this module checks the
 //! request's shape and size and answers with the typed JSON errors of the contract. Enrollment
 //! is recorded, never turned into `active` here: the onboarding stage does that after its
-//! health checks. docs/agent-protocol.md is the protocol reference.
+//! health checks. The task API (`tasks`) hands enrolled agents their typed tasks under
+//! dispatch leases (000 §5.6, 001 §8); each call is a heartbeat. docs/agent-protocol.md is the
+//! protocol reference.
 
 mod enroll;
 mod server;
+pub mod tasks;
 
 use url::Url;
 
 pub use enroll::{EnrollRequestBody, EnrollResponse, ErrorBody, MAX_BODY_BYTES};
 pub use server::{AgentError, EnrollmentServer};
+pub use tasks::{TaskTiming, TaskType};
 
 use crate::store::Store;
 
 /// The enrollment path below the public base URL.
 pub const ENROLL_PATH: &str = "agent/v1/enroll";
-/// The task API path below the public base URL (served by the daemon, issue 6).
-pub const TASKS_PATH: &str = "agent/v1/tasks";
+/// The task API of one node below the public base URL: `agent/v1/nodes/{node_id}/tasks`
+/// (poll `…/wait`, report `…/{task_id}/result`).
+pub fn tasks_path(node: uuid::Uuid) -> String {
+    format!("agent/v1/nodes/{node}/tasks")
+}
 /// How often an enrolled agent is told to poll (each poll is a heartbeat).
 pub const HEARTBEAT_INTERVAL_SECONDS: u64 = 30;
 
@@ -31,6 +38,10 @@ pub const HEARTBEAT_INTERVAL_SECONDS: u64 = 30;
 pub struct AgentState {
     store: Store,
     base: Url,
+    tasks: TaskTiming,
+    /// Set when the server stops: waiting polls answer 204 at once, so shutdown is not held up
+    /// by long-polls.
+    closing: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl AgentState {
@@ -40,15 +51,30 @@ impl AgentState {
         Self {
             store,
             base: with_trailing_slash(public_base),
+            tasks: TaskTiming::default(),
+            closing: std::sync::Arc::new(tokio::sync::watch::channel(false).0),
         }
+    }
+
+    /// End every waiting task poll (204) and answer new ones at once: call before a graceful
+    /// shutdown.
+    pub fn close_polls(&self) {
+        self.closing.send_replace(true);
+    }
+
+    /// Task lease and long-poll step (tests shorten them).
+    pub fn with_task_timing(mut self, timing: TaskTiming) -> Self {
+        self.tasks = timing;
+        self
     }
 
     pub fn enroll_url(&self) -> String {
         join(&self.base, ENROLL_PATH)
     }
 
-    pub fn tasks_url(&self) -> String {
-        join(&self.base, TASKS_PATH)
+    /// Where the agent of `node` polls for tasks (`<tasks_url>/wait`) and reports results.
+    pub fn tasks_url(&self, node: uuid::Uuid) -> String {
+        join(&self.base, &tasks_path(node))
     }
 }
 
@@ -57,9 +83,9 @@ pub fn enroll_url(public_base: &Url) -> String {
     join(&with_trailing_slash(public_base.clone()), ENROLL_PATH)
 }
 
-/// The routes of the agent API.
+/// The routes of the agent API: enrollment and the task long-poll.
 pub fn router(state: AgentState) -> axum::Router {
-    enroll::routes().with_state(state)
+    enroll::routes().merge(tasks::routes()).with_state(state)
 }
 
 /// A base whose path ends in `/`, so joining keeps any prefix (`http://h/metalform/`).

@@ -127,6 +127,7 @@ impl EnrollmentServer {
 
     /// Stop accepting, let in-flight enrollments finish, and return.
     pub async fn shutdown(self) {
+        self.state.close_polls();
         let _ = self.stop.send(());
         let _ = self.task.await;
     }

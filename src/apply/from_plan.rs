@@ -1,15 +1,22 @@
 //! From a plan to executor work (DESIGN.md §4 "the executor runs each plan item as a durable
-//! stage journal"; seed 000 §4.9, §4.13): observe and plan now ([`plan_now`]), check that a
-//! saved plan still describes the world ([`check_plan_fresh`]), and turn the plan's change
-//! items into work items ([`work_items`]), refusing destructive ones unless the operator allowed
-//! them. `metalform apply`, `metalform demo` and the daemon share these.
+//! stage journal"; seed 000 §4.9, §4.13, §5): observe and plan now ([`plan_now`]), check that
+//! a saved plan still describes the world ([`check_plan_fresh`]), turn the plan's change items
+//! into the work of both executors ([`work_items`]: onboardings, and reimages, decommissions and
+//! retirements), refusing destructive ones unless the operator allowed them, and run it all
+//! ([`Executor::run_plan`]). `metalform apply`, `metalform demo` and the daemon share these.
 
+use std::sync::Arc;
+
+use crate::lifecycle::DecommissionMode;
 use crate::model::{Fleet, NodeId};
 use crate::observe::{self, MaasClients, ObserveError, SiteFilter, Snapshot};
-use crate::plan::{self, Action, Plan, PlanOptions, StalePlan};
+use crate::plan::{self, Action, Plan, PlanItem, PlanOptions, StalePlan};
 use crate::secrets::SecretStore;
-use crate::store::{Store, StoreError};
+use crate::stages::decommission::{DecommissionTarget, DecommissionTiming};
+use crate::store::{NewDecommission, Store, StoreError};
 
+use super::decommission::{DecommissionExecutor, DecommissionJob, DecommissionWork};
+use super::progress::{Progress, ProgressEvent};
 use super::{ApplyReport, Executor, FromPlan, Work, WorkItem};
 
 /// Why a plan is not run. Nothing has been changed when this is returned.
@@ -28,7 +35,8 @@ pub enum PlanRefused {
         items: Vec<(NodeId, String)>,
     },
     /// A change item carries no target (the planner resolves every change's target; a plan
-    /// from a fleet that could not resolve a node's site or profile has none).
+    /// from a fleet that could not resolve a node's site or profile has none), or a
+    /// decommission item names no inventory node.
     #[error(
         "the plan {} would {} {node}, but carries no target for it (its site or profile was not resolved)",
         plan::short_id(plan_id),
@@ -63,12 +71,32 @@ impl PlanRefused {
     }
 }
 
-/// The executor's work for a plan: one item per change item (onboard, resume, rerun, adopt),
-/// in plan order, each carrying the plan's id (recorded on the jobs it creates) and its
-/// reason (the audit reason of the recovery actions it takes). Noop and blocked items are
-/// nothing to do. Destructive change items are refused — all of them named — unless
-/// `allow_destructive`.
-pub fn work_items(plan: &Plan, allow_destructive: bool) -> Result<Vec<WorkItem>, PlanRefused> {
+/// What a plan asks the executors to do.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PlanWork {
+    /// Onboard, resume, rerun, adopt: run by [`Executor::run`].
+    pub onboarding: Vec<WorkItem>,
+    /// Reimage, decommission, retire, or continue an open decommission: run by
+    /// [`DecommissionExecutor::run`].
+    pub decommissions: Vec<DecommissionWork>,
+}
+
+impl PlanWork {
+    pub fn len(&self) -> usize {
+        self.onboarding.len() + self.decommissions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The executors' work for a plan: one item per change item, in plan order, each carrying the
+/// plan's id (recorded on the jobs it creates) and its reason (the audit reason of the recovery
+/// actions it takes, the request reason of a decommission). Noop and blocked items are nothing
+/// to do. Destructive change items — onboarding a machine in use, every reimage, decommission
+/// and retirement — are refused, all of them named, unless `allow_destructive`.
+pub fn work_items(plan: &Plan, allow_destructive: bool) -> Result<PlanWork, PlanRefused> {
     let destructive: Vec<(NodeId, String)> = plan
         .changes()
         .filter(|item| item.destructive)
@@ -80,9 +108,9 @@ pub fn work_items(plan: &Plan, allow_destructive: bool) -> Result<Vec<WorkItem>,
             items: destructive,
         });
     }
-    let mut items = Vec::new();
+    let mut work = PlanWork::default();
     for item in &plan.items {
-        let work = match &item.action {
+        let onboarding = match &item.action {
             Action::Onboard => Work::Onboard,
             Action::Resume { job_id, .. } => Work::Resume { job_id: *job_id },
             Action::Rerun { job_id } => Work::Rerun { job_id: *job_id },
@@ -90,20 +118,23 @@ pub fn work_items(plan: &Plan, allow_destructive: bool) -> Result<Vec<WorkItem>,
                 job_id: *job_id,
                 system_id: system_id.clone(),
             },
+            Action::Reimage { .. }
+            | Action::Decommission
+            | Action::Retire
+            | Action::ResumeDecommission { .. } => {
+                work.decommissions.push(decommission_work(plan, item)?);
+                continue;
+            }
             Action::Noop | Action::Blocked { .. } => continue,
         };
-        let target = item.target.clone().ok_or_else(|| PlanRefused::Unresolved {
-            plan_id: plan.id.clone(),
-            node: item.node.clone(),
-            action: item.action.name(),
-        })?;
+        let target = item.target.clone().ok_or_else(|| unresolved(plan, item))?;
         // Only destructive onboardings take a machine over, and only reach here when allowed.
-        let takes_over = (item.destructive && work == Work::Onboard)
+        let takes_over = (item.destructive && onboarding == Work::Onboard)
             .then(|| target.system_id.clone())
             .flatten();
-        items.push(WorkItem {
+        work.onboarding.push(WorkItem {
             target,
-            work,
+            work: onboarding,
             plan: Some(FromPlan {
                 plan_id: plan.id.clone(),
                 reason: item.reason.clone(),
@@ -111,19 +142,103 @@ pub fn work_items(plan: &Plan, allow_destructive: bool) -> Result<Vec<WorkItem>,
             }),
         });
     }
-    Ok(items)
+    Ok(work)
+}
+
+fn unresolved(plan: &Plan, item: &PlanItem) -> PlanRefused {
+    PlanRefused::Unresolved {
+        plan_id: plan.id.clone(),
+        node: item.node.clone(),
+        action: item.action.name(),
+    }
+}
+
+/// A decommission item's work: a new job of the item's mode, or the open job it continues.
+fn decommission_work(plan: &Plan, item: &PlanItem) -> Result<DecommissionWork, PlanRefused> {
+    let target = item.target.clone().ok_or_else(|| unresolved(plan, item))?;
+    let node_id = target.node_id.ok_or_else(|| unresolved(plan, item))?;
+    let new = |mode: DecommissionMode| {
+        DecommissionJob::New(NewDecommission {
+            node_id,
+            mode,
+            // The stages take the node's own erase mode (manifest, else its profile's).
+            erase: None,
+            storage_cleanup: None,
+            reason: Some(item.reason.clone()),
+            requested_by: None,
+            plan_id: Some(plan.id.clone()),
+        })
+    };
+    let job = match &item.action {
+        Action::Reimage { .. } => new(DecommissionMode::Reimage),
+        Action::Decommission => new(DecommissionMode::FullDecommission),
+        Action::Retire => new(DecommissionMode::Retire),
+        Action::ResumeDecommission { job_id, .. } => DecommissionJob::Existing(*job_id),
+        _ => unreachable!("only decommission actions reach here"),
+    };
+    Ok(DecommissionWork {
+        target: DecommissionTarget {
+            node_id,
+            site: item.node.site.to_string(),
+            hostname: item.node.hostname.to_string(),
+            resolved: Some(target),
+        },
+        job,
+    })
+}
+
+/// Progress shared by the two executors of one run: they report into it, and the run sets the
+/// total and finishes it once.
+struct Shared(Arc<dyn Progress>);
+
+impl Progress for Shared {
+    fn report(&self, event: ProgressEvent) {
+        self.0.report(event);
+    }
 }
 
 impl Executor {
-    /// Run a plan: [`work_items`], then [`Executor::run`]. Refused (nothing run) when the plan
-    /// has destructive items and `allow_destructive` is false.
+    /// Run a plan: [`work_items`], then the onboarding and the decommission work side by side
+    /// (each node under its own lease), with the default decommission timing. Refused (nothing
+    /// run) when the plan has destructive items and `allow_destructive` is false. The report
+    /// holds every node of both, ordered by node.
     pub async fn run_plan(
         &self,
         plan: &Plan,
         allow_destructive: bool,
     ) -> Result<ApplyReport, PlanRefused> {
-        let items = work_items(plan, allow_destructive)?;
-        Ok(self.run(items).await)
+        let work = work_items(plan, allow_destructive)?;
+        Ok(self.run_work(work, DecommissionTiming::default()).await)
+    }
+
+    /// Run what [`work_items`] made of a plan: onboardings by this executor, decommissions by
+    /// a [`DecommissionExecutor`] over the same stage environment, options and progress.
+    pub async fn run_work(&self, work: PlanWork, timing: DecommissionTiming) -> ApplyReport {
+        let progress = self.shared.progress.clone();
+        progress.total(work.len());
+        let shared: Arc<dyn Progress> = Arc::new(Shared(progress.clone()));
+        let onboarding = Executor::new(self.env().clone(), self.options().clone(), shared.clone());
+        let decommission =
+            DecommissionExecutor::new(self.env().clone(), self.options().clone(), timing, shared);
+        let actor = self.env().actor.name.clone();
+        let decommissions = work
+            .decommissions
+            .into_iter()
+            .map(|mut item| {
+                if let DecommissionJob::New(new) = &mut item.job {
+                    new.requested_by.get_or_insert_with(|| actor.clone());
+                }
+                item
+            })
+            .collect();
+        let (mut report, other) = tokio::join!(
+            onboarding.run(work.onboarding),
+            decommission.run(decommissions)
+        );
+        progress.finish();
+        report.results.extend(other.results);
+        report.results.sort_by(|a, b| a.node.cmp(&b.node));
+        report
     }
 }
 

@@ -11,6 +11,7 @@
 
 mod backoff;
 mod compensate;
+pub mod decommission;
 mod from_plan;
 mod lease;
 mod maas;
@@ -25,7 +26,9 @@ use serde::Serialize;
 use uuid::Uuid;
 
 pub use compensate::Compensation;
-pub use from_plan::{FreshnessError, PlanRefused, check_plan_fresh, plan_now, work_items};
+pub use from_plan::{
+    FreshnessError, PlanRefused, PlanWork, check_plan_fresh, plan_now, work_items,
+};
 pub use lease::onboarding_lease_name;
 pub use maas::SiteMaas;
 pub use progress::{

@@ -1,5 +1,6 @@
 //! `metalform apply [PLANFILE] [--auto-approve] [--allow-destructive]` (DESIGN.md §3, §4; seed
-//! 000 §4.3–§4.14; docs/apply.md): run a plan's change items as durable onboarding journals,
+//! 000 §4.3–§4.14, §5; docs/apply.md): run a plan's change items as durable onboarding and
+//! decommission journals,
 //! serving the enrollment endpoint meanwhile, with progress on stderr and the result table on
 //! stdout.
 //!
@@ -21,14 +22,15 @@ use std::time::Duration;
 
 use crate::agent::EnrollmentServer;
 use crate::apply::{
-    ApplyReport, Executor, ExecutorOptions, FreshnessError, NodeOutcome, PlanRefused, Progress,
-    SiteMaas, StageEnv, StderrProgress, WorkItem, check_plan_fresh, work_items,
+    ApplyReport, Executor, ExecutorOptions, FreshnessError, NodeOutcome, PlanRefused, PlanWork,
+    Progress, SiteMaas, StageEnv, StderrProgress, check_plan_fresh, work_items,
 };
 use crate::clock::SystemClock;
 use crate::model::Fleet;
 use crate::plan::{self, NodeTarget, Plan, PlanFileError, render};
 use crate::provider::bmc::{IpmiTool, SimBmc};
 use crate::provider::host::{SimHost, SshHost};
+use crate::stages::decommission::DecommissionTiming;
 use crate::stages::onboard::{Peers, SitePeers};
 use crate::store::Actor;
 
@@ -48,8 +50,8 @@ pub struct Args {
     /// Apply without asking (required when stdin is not a terminal).
     #[arg(long)]
     pub auto_approve: bool,
-    /// Allow items that destroy something (e.g. onboarding a machine that runs a workload
-    /// metalform did not deploy).
+    /// Allow items that destroy something: onboarding a machine that runs a workload metalform
+    /// did not deploy, and every reimage, decommission and retirement.
     #[arg(long)]
     pub allow_destructive: bool,
     #[command(flatten)]
@@ -369,7 +371,10 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
         progress,
     )
     .await?;
-    let report = runtime.executor.run(items).await;
+    let report = runtime
+        .executor
+        .run_work(items, DecommissionTiming::default())
+        .await;
     print!("{}", render_report(&report));
     eprintln!(
         "{} MAAS request(s) made by this apply",
@@ -387,7 +392,7 @@ async fn prepare(
     fleet: &Fleet,
     world: &World,
     plan_file: Option<(PathBuf, Plan)>,
-) -> Result<Option<Vec<WorkItem>>, CliError> {
+) -> Result<Option<PlanWork>, CliError> {
     let from_file = plan_file.is_some();
     let plan = match plan_file {
         Some((path, plan)) => {
@@ -499,5 +504,5 @@ pub(super) fn finish(report: &ApplyReport) -> Result<Exit, CliError> {
         report.failed(),
         report.not_run()
     ))
-    .hint("`metalform onboardings list --open` shows each job's failure class and next action"))
+    .hint("`metalform onboardings list --open` and `metalform decommissions list --open` show each job's failure class and next action"))
 }

@@ -9,6 +9,7 @@ pub mod output;
 
 mod apply;
 mod completions;
+mod decommissions;
 mod demo;
 mod diff;
 mod import_csv;
@@ -71,6 +72,9 @@ pub enum Command {
     Apply(apply::Args),
     /// Onboarding jobs: list, show, and the operator recovery actions.
     Onboardings(onboardings::Args),
+    /// Decommission jobs (soft reset, reimage, full, storage cleanup, retire): list, show,
+    /// retry, cancel (docs/decommission.md).
+    Decommissions(decommissions::Args),
     /// The whole slice on embedded defaults: simulated MAAS, validate, plan, apply, status.
     Demo(demo::Args),
     /// Print what metalform would send: `render cloud-init NODE` (docs/cloud-init.md).
@@ -129,6 +133,7 @@ async fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::ImportCsv(args) => import_csv::run(args),
         Command::Apply(args) => apply::run(&global, args).await,
         Command::Onboardings(args) => onboardings::run(&global, args).await,
+        Command::Decommissions(args) => decommissions::run(&global, args).await,
         Command::Demo(args) => demo::run(&global, args).await,
         Command::Render(args) => render::run(&global, args).await,
         Command::Observe(args) => observe::run(&global, args).await,

@@ -46,6 +46,10 @@ named_enum! {
         Reimage = "reimage",
         FullDecommission = "full_decommission",
         StorageCleanup = "storage_cleanup",
+        /// `lifecycle: retired` (seed 004, DESIGN.md §2): the first half of a full
+        /// decommission — drained, released, powered off and `retired` — keeping the node
+        /// identity (001 §3.2 retired -> active stays possible).
+        Retire = "retire",
     }
 }
 
@@ -55,7 +59,9 @@ impl DecommissionMode {
     pub fn is_destructive(self) -> bool {
         matches!(
             self,
-            DecommissionMode::Reimage | DecommissionMode::FullDecommission
+            DecommissionMode::Reimage
+                | DecommissionMode::FullDecommission
+                | DecommissionMode::Retire
         )
     }
 }
@@ -209,6 +215,17 @@ pub fn job_node_states(
                     N::Retired,
                 ],
                 J::Completed | J::Reconciled => &[N::Deleted],
+                J::Cancelled | J::Compensating => NOT_DELETED,
+            },
+            DecommissionMode::Retire => match job {
+                J::Pending | J::Running | J::FailedRetryable | J::FailedManualIntervention => &[
+                    N::Active,
+                    N::Offline,
+                    N::Quarantined,
+                    N::Draining,
+                    N::Retired,
+                ],
+                J::Completed | J::Reconciled => &[N::Retired],
                 J::Cancelled | J::Compensating => NOT_DELETED,
             },
             DecommissionMode::SoftReset

@@ -184,6 +184,15 @@ impl DecommissionMode {
                 D::RemoveMaasRecord,
             ],
             DecommissionMode::StorageCleanup => &[D::CleanupStorage, D::ValidateCleanNode],
+            DecommissionMode::Retire => &[
+                D::DisableNode,
+                D::ForceReleaseAllocations,
+                D::DrainNode,
+                D::LoadSiteConfig,
+                D::ReleaseMaasNode,
+                D::PowerOffMaasNode,
+                D::RetireGpuaasNode,
+            ],
         }
     }
 

@@ -150,6 +150,10 @@ pub struct InventoryNode {
     pub host: Option<String>,
     /// The node agent's last contact: set once it enrolled (docs/contracts.md §5).
     pub agent_contact_at: Option<DateTime<Utc>>,
+    /// The manifest's `reimage.generation` last applied to the node; `None` when the store
+    /// has none recorded (a row from before schema version 3).
+    #[serde(default)]
+    pub reimage_generation: Option<u64>,
 }
 
 impl InventoryNode {
@@ -173,6 +177,7 @@ impl From<&crate::store::Node> for InventoryNode {
             ipmi_ip: node.ipmi_ip.clone(),
             host: node.host.clone(),
             agent_contact_at: node.last_agent_contact_at,
+            reimage_generation: node.reimage_generation.and_then(|g| u64::try_from(g).ok()),
         }
     }
 }
@@ -412,6 +417,8 @@ struct InventoryView<'a> {
     protected: bool,
     paused: bool,
     enrolled: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reimage_generation: Option<u64>,
 }
 
 impl<'a> InventoryView<'a> {
@@ -425,6 +432,7 @@ impl<'a> InventoryView<'a> {
             protected: n.protected,
             paused: n.paused,
             enrolled: n.enrolled(),
+            reimage_generation: n.reimage_generation,
         }
     }
 }

@@ -2,22 +2,28 @@
 //! §6.2): model × snapshot → plan. Pure: no I/O, no clock, no randomness; the same inputs give
 //! the same plan, byte for byte.
 //!
-//! Per node of the manifests, in this order: a node the manifests retire is not onboarded; an
-//! open decommission, or an inventory state onboarding must not touch, blocks it; an open
-//! onboarding job decides (resume, rerun, adopt a late enrollment, or blocked for manual
-//! intervention — the recovery 000 §4.9 recommends for its state and failure class); an
-//! active node is left alone (drift is reported); otherwise the node is matched to its MAAS
-//! machine (fail closed on ambiguity) and onboarded — destructively when the machine runs a
-//! workload metalform did not put there — or adopted when it is Deployed and already enrolled.
-//! Then, per site: `paused` holds back any change, a disabled site takes no new onboarding, and
-//! the mass-destruction guard turns destructive items into blocked ones.
+//! Per node of the manifests, in this order: an open decommission is resumed (or, failed, blocks
+//! the node until an operator recovers it); a node the manifests retire or decommission is
+//! retired or decommissioned when it is in the inventory (000 §5.4), and not onboarded
+//! otherwise; an inventory state onboarding must not touch blocks it; an open onboarding job
+//! decides (resume, rerun, adopt a late enrollment, or blocked for manual intervention — the
+//! recovery 000 §4.9 recommends for its state and failure class); an active node is reimaged
+//! when its manifest's `reimage.generation` is above the one last applied (000 §5.3), else left
+//! alone (drift is reported); otherwise the node is matched to its MAAS machine (fail closed on
+//! ambiguity) and onboarded — destructively when the machine runs a workload metalform did not
+//! put there — or adopted when it is Deployed and already enrolled. Then, per node and site:
+//! `paused` holds back any change, `protected` any reimage, decommission or retirement, a
+//! disabled site takes no new onboarding, and the mass-destruction guard turns destructive
+//! items into blocked ones.
 
 use std::collections::{BTreeMap, HashMap};
 
 use uuid::Uuid;
 
 use crate::lifecycle::recommend;
-use crate::lifecycle::{FailureClass, JobKind, JobState, MaasStatus, NodeState, RecoveryAction};
+use crate::lifecycle::{
+    DecommissionMode, FailureClass, JobKind, JobState, MaasStatus, NodeState, RecoveryAction,
+};
 use crate::model::{Fleet, Lifecycle, Node, NodeId, Site, SiteStatus};
 use crate::observe::{
     InventoryNode, ObservedJob, ObservedMachine, SiteFilter, SiteObservation, Snapshot,
@@ -283,37 +289,11 @@ fn decide(f: &Facts<'_>) -> Decision {
             ),
         );
     }
-    if f.node.lifecycle != Lifecycle::Active {
-        let why = f
-            .node
-            .retired_reason
-            .as_deref()
-            .map(|r| format!(" ({r:?})"))
-            .unwrap_or_default();
-        let open = f
-            .open
-            .map(|j| format!("; open onboarding {} left as it is", short(&j.id)))
-            .unwrap_or_default();
-        return Decision::new(
-            Action::Noop,
-            format!("lifecycle {}{why}: not onboarded{open}", f.node.lifecycle),
-        );
-    }
     if let Some(job) = f.decommission {
-        let mode = job.mode.map(|m| format!("{m} ")).unwrap_or_default();
-        return Decision::blocked(
-            BlockCause::DecommissionInProgress {
-                job_id: job.id,
-                mode: job.mode,
-                state: job.state,
-            },
-            format!(
-                "a {mode}decommission ({}) is {} at {}: onboarding waits until it ends",
-                short(&job.id),
-                job.state,
-                job.stage
-            ),
-        );
+        return with_ids(f, open_decommission(job), Some(job));
+    }
+    if f.node.lifecycle != Lifecycle::Active {
+        return with_ids(f, leaving(f), None);
     }
     if let Some(inv) = f.inventory {
         let held = matches!(
@@ -351,7 +331,7 @@ fn decide(f: &Facts<'_>) -> Decision {
     if let Some(inv) = f.inventory
         && matches!(inv.status, NodeState::Active | NodeState::Offline)
     {
-        return with_ids(f, in_service(f, inv), None);
+        return with_ids(f, reimage_or_in_service(f, inv), None);
     }
     with_ids(f, new_onboarding(f), None)
 }
@@ -465,6 +445,186 @@ fn job_decision(f: &Facts<'_>, job: &ObservedJob) -> Decision {
             job.stage
         )),
         Some(_) => manual(),
+    }
+}
+
+/// An open decommission decides (001 §5): pending, or left running or compensating by a stopped
+/// executor, it is resumed where its journal stands — nothing new is started for the node
+/// meanwhile; failed, an operator recovers it first.
+fn open_decommission(job: &ObservedJob) -> Decision {
+    let id = short(&job.id);
+    let what = match job.mode {
+        Some(mode) => format!("{mode} {id}"),
+        None => format!("decommission {id}"),
+    };
+    let reason = match job.state {
+        JobState::Pending => format!("{what} was requested but never started: start it"),
+        JobState::Running => format!(
+            "{what} was left running at {} (an apply stopped, or is still at work): resume there",
+            job.stage
+        ),
+        JobState::Compensating => format!(
+            "{what} stopped while being cancelled at {}: finish the cancellation",
+            job.stage
+        ),
+        _ => {
+            let failure = describe_failure(job);
+            return Decision::blocked(
+                BlockCause::DecommissionInProgress {
+                    job_id: job.id,
+                    mode: job.mode,
+                    state: job.state,
+                },
+                format!(
+                    "{what} {failure}: nothing else is planned until an operator recovers it (`metalform decommissions retry {}` or `cancel {}`)",
+                    job.id, job.id
+                ),
+            );
+        }
+    };
+    let mut decision = Decision::new(
+        Action::ResumeDecommission {
+            job_id: job.id,
+            mode: job.mode,
+            stage: job.stage.clone(),
+        },
+        reason,
+    );
+    // Continuing a reimage, decommission or retirement still destroys what it has not yet;
+    // finishing a cancellation gives the node back.
+    decision.destructive = job.state != JobState::Compensating
+        && job.mode.is_none_or(DecommissionMode::is_destructive);
+    decision
+}
+
+/// A node the manifests retire or decommission (`lifecycle: retired | decommissioned`): taken
+/// out of the fleet when the inventory holds it in service, left alone when it is already where
+/// the manifests want it, never onboarded.
+fn leaving(f: &Facts<'_>) -> Decision {
+    let lifecycle = f.node.lifecycle;
+    let why = f
+        .node
+        .retired_reason
+        .as_deref()
+        .map(|r| format!(" ({r:?})"))
+        .unwrap_or_default();
+    if let Some(job) = f.open {
+        return Decision::blocked(
+            BlockCause::OnboardingInProgress {
+                job_id: job.id,
+                state: job.state,
+            },
+            format!(
+                "lifecycle {lifecycle}{why}, but onboarding {} is {} at {}: cancel it first (`metalform onboardings cancel {}`)",
+                short(&job.id),
+                job.state,
+                job.stage,
+                job.id
+            ),
+        );
+    }
+    let Some(inv) = f.inventory else {
+        return Decision::new(
+            Action::Noop,
+            match lifecycle {
+                Lifecycle::Decommissioned => format!(
+                    "lifecycle {lifecycle}{why}: not in the inventory (never onboarded, or removed already)"
+                ),
+                _ => format!("lifecycle {lifecycle}{why}: not onboarded"),
+            },
+        );
+    };
+    let machine = match f.machine() {
+        Some(m) => format!("{} in MAAS ({})", m.status, m.system_id),
+        None => "not matched to a MAAS machine".to_owned(),
+    };
+    let (action, what) = match (lifecycle, inv.status) {
+        (Lifecycle::Retired, NodeState::Active | NodeState::Offline | NodeState::Quarantined) => (
+            Action::Retire,
+            "drain it, release and power off its machine, keep its identity retired",
+        ),
+        (
+            Lifecycle::Decommissioned,
+            NodeState::Active | NodeState::Offline | NodeState::Quarantined,
+        ) => (
+            Action::Decommission,
+            "drain it, release and power off its machine, remove the node record",
+        ),
+        (Lifecycle::Decommissioned, NodeState::Retired) => (
+            Action::Decommission,
+            "its retirement drained it; release and power off its machine if still needed, remove the node record",
+        ),
+        (Lifecycle::Retired, NodeState::Retired) => {
+            let mut decision = Decision::new(
+                Action::Noop,
+                format!("lifecycle {lifecycle}{why}: retired; {machine}"),
+            );
+            match f.machine() {
+                Some(m) if m.status.in_use() => {
+                    decision.drift = Some(format!("MAAS shows {}, expected released", m.status));
+                }
+                _ => decision.settled = true,
+            }
+            return decision;
+        }
+        (_, state) => {
+            return Decision::blocked(
+                BlockCause::InventoryState {
+                    node_id: inv.id,
+                    state,
+                    retired: inv.retired,
+                },
+                format!(
+                    "lifecycle {lifecycle}{why}, but the inventory holds it {state} with no open job: an operator decides what happens next (metalform status {})",
+                    f.node.id
+                ),
+            );
+        }
+    };
+    let mut decision = Decision::new(
+        action,
+        format!(
+            "lifecycle {lifecycle}{why}; the node is {}, {machine}: {what}",
+            inv.status
+        ),
+    );
+    decision.destructive = true;
+    decision
+}
+
+/// An in-service node whose manifest asks for a reimage (a `reimage.generation` above the one
+/// last applied) is reimaged; otherwise it is left alone ([`in_service`]).
+fn reimage_or_in_service(f: &Facts<'_>, inv: &InventoryNode) -> Decision {
+    let wanted = f.node.reimage.generation;
+    let mut decision = in_service(f, inv);
+    match inv.reimage_generation {
+        Some(applied) if wanted > applied => {
+            let machine = match f.machine() {
+                Some(m) => format!("{} in MAAS ({})", m.status, m.system_id),
+                None => "not matched to a MAAS machine".to_owned(),
+            };
+            let mut reimage = Decision::new(
+                Action::Reimage {
+                    generation: wanted,
+                    applied,
+                },
+                format!(
+                    "reimage.generation {applied} → {wanted}; the node is {}, {machine}: release (erase {}) and redeploy it with the same node id",
+                    inv.status, f.node.decommission.erase
+                ),
+            );
+            reimage.destructive = true;
+            reimage.drift = decision.drift;
+            reimage
+        }
+        None if wanted > 0 => {
+            decision.reason.push_str(&format!(
+                "; reimage.generation {wanted} is not compared: no applied generation is recorded for this node (onboarded before metalform recorded them)"
+            ));
+            decision.settled = false;
+            decision
+        }
+        _ => decision,
     }
 }
 
@@ -608,8 +768,9 @@ fn describe_candidates(candidates: &[Candidate]) -> String {
         .join("; ")
 }
 
-/// Per-node rules that hold a change back: `paused` (manifest or inventory), then a disabled
-/// site for new onboardings (000 §3.5: in-flight work continues).
+/// Per-node rules that hold a change back: `paused` (manifest or inventory), `protected` for a
+/// reimage, decommission or retirement (seed 004), then a disabled site for new onboardings
+/// (000 §3.5: in-flight work continues).
 fn hold_back(f: &Facts<'_>, decision: Decision) -> Decision {
     if !decision.action.is_change() {
         return decision;
@@ -635,6 +796,33 @@ fn hold_back(f: &Facts<'_>, decision: Decision) -> Decision {
                     would: would.clone(),
                 },
                 format!("paused in {where_}; would {would}: {}", decision.reason),
+            )
+        };
+    }
+    let protected = if f.node.protected {
+        Some(PauseSource::Manifest)
+    } else if f.inventory.is_some_and(|n| n.protected) {
+        Some(PauseSource::Inventory)
+    } else {
+        None
+    };
+    if let Some(source) = protected
+        && decision.destructive
+        && decision.action.is_decommission()
+    {
+        let would = decision.action.name().to_owned();
+        let where_ = match source {
+            PauseSource::Manifest => "the manifest (set protected: false to proceed)",
+            PauseSource::Inventory => "the inventory",
+        };
+        return Decision {
+            node_id: decision.node_id,
+            ..Decision::blocked(
+                BlockCause::Protected {
+                    source,
+                    would: would.clone(),
+                },
+                format!("protected in {where_}; would {would}: {}", decision.reason),
             )
         };
     }

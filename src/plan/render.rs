@@ -14,14 +14,17 @@ pub struct TextOptions {
     pub show_unchanged: bool,
 }
 
-/// The symbol of an item: `+` onboard, `-/+` destructive onboard, `>` resume, `~` rerun,
-/// `<=` adopt, `!` blocked, `*` unchanged with a note (drift, not onboarded on purpose, not in
-/// the manifests), `=` unchanged and settled.
+/// The symbol of an item: `+` onboard, `-/+` destructive onboard, `~/+` reimage, `-`
+/// decommission, `x` retire, `>` resume, `~` rerun, `<=` adopt, `!` blocked, `*` unchanged with
+/// a note (drift, not onboarded on purpose, not in the manifests), `=` unchanged and settled.
 pub fn symbol(item: &PlanItem) -> &'static str {
     match &item.action {
         Action::Onboard if item.destructive => "-/+",
         Action::Onboard => "+",
-        Action::Resume { .. } => ">",
+        Action::Reimage { .. } => "~/+",
+        Action::Decommission => "-",
+        Action::Retire => "x",
+        Action::Resume { .. } | Action::ResumeDecommission { .. } => ">",
         Action::Rerun { .. } => "~",
         Action::Adopt { .. } => "<=",
         Action::Blocked { .. } => "!",
@@ -33,6 +36,18 @@ pub fn symbol(item: &PlanItem) -> &'static str {
 const LEGEND: &[(&str, &str)] = &[
     ("+", "onboard"),
     ("-/+", "onboard a machine in use: destroys its workload"),
+    (
+        "~/+",
+        "reimage: release (erasing its disks) and redeploy, same node id",
+    ),
+    (
+        "-",
+        "decommission: release, power off and remove from the fleet",
+    ),
+    (
+        "x",
+        "retire: release and power off, identity kept as retired",
+    ),
     (">", "resume a job where it stopped"),
     ("~", "rerun a failed job from the top"),
     ("<=", "adopt what MAAS and the agent report"),
@@ -68,6 +83,9 @@ pub fn summary_line(summary: &Summary) -> String {
     let mut changes = Vec::new();
     for (n, what) in [
         (summary.onboard, "onboard"),
+        (summary.reimage, "reimage"),
+        (summary.decommission, "decommission"),
+        (summary.retire, "retire"),
         (summary.resume, "resume"),
         (summary.rerun, "rerun"),
         (summary.adopt, "adopt"),
@@ -161,6 +179,12 @@ pub fn render_text(plan: &Plan, options: TextOptions) -> String {
         .map(|i| i.node.to_string().len())
         .max()
         .unwrap_or(0);
+    let action_width = shown
+        .iter()
+        .map(|i| i.action.name().len())
+        .max()
+        .unwrap_or(0)
+        .max(7);
     for site in &plan.sites {
         let _ = write!(out, "\n{}\n", site_heading(site));
         if let Some(guard) = site.guard.as_ref().filter(|_| site.readable) {
@@ -174,7 +198,7 @@ pub fn render_text(plan: &Plan, options: TextOptions) -> String {
             }
             let _ = writeln!(
                 out,
-                "{:>5} {:<width$}  {:<7}  {}",
+                "{:>5} {:<width$}  {:<action_width$}  {}",
                 symbol(item),
                 item.node.to_string(),
                 item.action.name(),
@@ -220,10 +244,17 @@ pub fn render_markdown(plan: &Plan, max_bytes: usize) -> String {
         describe_revision(&plan.fleet_revision),
         plan.store_serial
     );
-    out.push_str(
-        "| site | MAAS | onboard | resume | rerun | adopt | blocked | unchanged |\n\
-         |---|---|---:|---:|---:|---:|---:|---:|\n",
-    );
+    // The decommission columns appear only in plans that have such items.
+    let leaving = plan.summary.reimage + plan.summary.decommission + plan.summary.retire > 0;
+    out.push_str("| site | MAAS | onboard | resume | rerun | adopt |");
+    if leaving {
+        out.push_str(" reimage | decommission | retire |");
+    }
+    out.push_str(" blocked | unchanged |\n|---|---|---:|---:|---:|---:|");
+    if leaving {
+        out.push_str("---:|---:|---:|");
+    }
+    out.push_str("---:|---:|\n");
     for site in &plan.sites {
         let maas = if site.readable {
             format!(
@@ -238,9 +269,9 @@ pub fn render_markdown(plan: &Plan, max_bytes: usize) -> String {
             "⚠️ unreadable".to_owned()
         };
         let s = &site.summary;
-        let _ = writeln!(
+        let _ = write!(
             out,
-            "| {}{} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {}{} | {} | {} | {} | {} | {} |",
             site.site,
             if site.disabled { " (disabled)" } else { "" },
             cell(&maas),
@@ -248,9 +279,11 @@ pub fn render_markdown(plan: &Plan, max_bytes: usize) -> String {
             s.resume,
             s.rerun,
             s.adopt,
-            s.blocked,
-            s.noop
         );
+        if leaving {
+            let _ = write!(out, " {} | {} | {} |", s.reimage, s.decommission, s.retire);
+        }
+        let _ = writeln!(out, " {} | {} |", s.blocked, s.noop);
     }
     out.push('\n');
     for site in &plan.sites {

@@ -41,7 +41,8 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Whether applying the plan would do anything (onboard, resume, rerun or adopt).
+    /// Whether applying the plan would do anything (onboard, resume, rerun, adopt, or a
+    /// reimage, decommission or retirement).
     pub fn has_changes(&self) -> bool {
         self.summary.changes > 0
     }
@@ -96,17 +97,34 @@ pub struct Summary {
     pub blocked: usize,
     /// Items that destroy something when applied (they need `--allow-destructive`).
     pub destructive: usize,
-    /// Items applying would run: onboard + resume + rerun + adopt.
+    /// Items applying would run: every item but noop and blocked ones.
     pub changes: usize,
+    /// New reimages (000 §5.3). The counts below are written only when not zero, so plans
+    /// without decommissions read and hash as before.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reimage: usize,
+    /// New full decommissions (000 §5.4).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub decommission: usize,
+    /// New retirements.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retire: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl Summary {
     pub fn count(&mut self, item: &PlanItem) {
         match &item.action {
             Action::Onboard => self.onboard += 1,
-            Action::Resume { .. } => self.resume += 1,
+            Action::Resume { .. } | Action::ResumeDecommission { .. } => self.resume += 1,
             Action::Rerun { .. } => self.rerun += 1,
             Action::Adopt { .. } => self.adopt += 1,
+            Action::Reimage { .. } => self.reimage += 1,
+            Action::Decommission => self.decommission += 1,
+            Action::Retire => self.retire += 1,
             Action::Noop => self.noop += 1,
             Action::Blocked { .. } => self.blocked += 1,
         }
@@ -136,8 +154,9 @@ pub struct PlanItem {
     pub action: Action,
     /// Why, in one line an operator understands.
     pub reason: String,
-    /// Applying it destroys something (a workload on a machine metalform did not deploy);
-    /// `apply` needs `--allow-destructive`.
+    /// Applying it destroys something (a workload on a machine metalform did not deploy, the
+    /// OS of a reimaged node, a node taken out of the fleet); `apply` needs
+    /// `--allow-destructive`.
     pub destructive: bool,
     /// The node is in service as the manifests want it, with nothing to report: text output
     /// counts such items instead of listing them.
@@ -152,8 +171,8 @@ pub struct PlanItem {
     pub target: Option<NodeTarget>,
 }
 
-/// The action of an item. New actions (reimage, decommission, quarantine, update-host,
-/// release-retired) join this enum; consumers match it exhaustively.
+/// The action of an item. New actions (quarantine, update-host, release-retired) join this
+/// enum; consumers match it exhaustively.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Action {
@@ -171,6 +190,22 @@ pub enum Action {
         job_id: Option<Uuid>,
         system_id: String,
     },
+    /// Reinstall the OS of an in-service node, keeping its node id (000 §5.3): the manifest's
+    /// `reimage.generation` is above the one last applied to it.
+    Reimage { generation: u64, applied: u64 },
+    /// `lifecycle: decommissioned`: remove the node from the fleet (000 §5.4) — released,
+    /// powered off, its record deleted.
+    Decommission,
+    /// `lifecycle: retired`: take the node out of service for good but keep its identity —
+    /// drained, released, powered off, `retired`.
+    Retire,
+    /// Continue an open decommission (pending, or left running or compensating by a stopped
+    /// executor) at its recorded stage: nothing new is started for the node meanwhile.
+    ResumeDecommission {
+        job_id: Uuid,
+        mode: Option<DecommissionMode>,
+        stage: String,
+    },
     /// Nothing to do.
     Noop,
     /// Something an operator must resolve first.
@@ -185,6 +220,10 @@ impl Action {
             Action::Resume { .. } => "resume",
             Action::Rerun { .. } => "rerun",
             Action::Adopt { .. } => "adopt",
+            Action::Reimage { .. } => "reimage",
+            Action::Decommission => "decommission",
+            Action::Retire => "retire",
+            Action::ResumeDecommission { .. } => "resume",
             Action::Noop => "noop",
             Action::Blocked { .. } => "blocked",
         }
@@ -195,10 +234,24 @@ impl Action {
         !matches!(self, Action::Noop | Action::Blocked { .. })
     }
 
+    /// A reimage, decommission or retirement, new or resumed (run by the decommission
+    /// executor).
+    pub fn is_decommission(&self) -> bool {
+        matches!(
+            self,
+            Action::Reimage { .. }
+                | Action::Decommission
+                | Action::Retire
+                | Action::ResumeDecommission { .. }
+        )
+    }
+
     /// The job an action continues, if any.
     pub fn job_id(&self) -> Option<Uuid> {
         match self {
-            Action::Resume { job_id, .. } | Action::Rerun { job_id } => Some(*job_id),
+            Action::Resume { job_id, .. }
+            | Action::Rerun { job_id }
+            | Action::ResumeDecommission { job_id, .. } => Some(*job_id),
             Action::Adopt { job_id, .. } => *job_id,
             _ => None,
         }
@@ -245,9 +298,15 @@ pub enum BlockCause {
     },
     /// The mass-destruction guard holds for the site (DESIGN.md §4).
     DestructionGuard { guard: String },
+    /// `protected: true` in the manifest or the inventory blocks reimage, decommission and
+    /// release (seed 004); `would` names the action held back.
+    Protected { source: PauseSource, would: String },
+    /// The manifests retire or decommission the node while an onboarding of it is open: it is
+    /// cancelled (or ends) first.
+    OnboardingInProgress { job_id: Uuid, state: JobState },
 }
 
-/// Where a `paused` flag was set.
+/// Where a `paused` or `protected` flag was set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PauseSource {

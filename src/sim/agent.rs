@@ -2,12 +2,18 @@
 //! the enrollment URL from its user_data, retrying transient failures with capped exponential
 //! back-off, and gives up on a 401/409 or when its host is released, redeployed or powered off.
 //!
-//! Issue 6 adds the task loop after enrollment (`tasks_url` long-poll); [`Enrollment`] carries
-//! what that loop needs.
+//! Once enrolled it runs the task loop (seed 000 §5.6, §6.3; 001 §8): it long-polls
+//! `<tasks_url>/wait` with its agent token, runs each task for `timings.agent_task_secs`
+//! (scaled) and reports the result — unless an injected [`TaskFault`] makes it report a failure
+//! or never report at all (the task's lease then goes stale). It stops when its host goes away
+//! or its token is refused. Every task it runs is logged in `World::agent_task_log`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::Serialize;
+
+use super::config::{TaskFault, TaskFaultMode};
 use super::host::AgentBoot;
 use super::server::Shared;
 use super::world::AgentRecord;
@@ -18,6 +24,26 @@ pub const AGENT_VERSION: &str = "metalform-sim-agent/0.1";
 pub const MAX_ATTEMPTS: u32 = 8;
 /// Cap of the real-time back-off between attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// The long-poll the agent asks for, in seconds: short, so a host that went away stops soon.
+const POLL_WAIT_SECONDS: u64 = 2;
+/// Consecutive failed polls (connection errors, 5xx) before the task loop gives up.
+const MAX_POLL_FAILURES: u32 = 30;
+
+/// One task a simulated agent took (`GET /sim/v1/agents/tasks`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AgentTaskRecord {
+    pub system_id: String,
+    pub hostname: String,
+    pub task_id: String,
+    #[serde(rename = "type")]
+    pub task_type: String,
+    pub params: serde_json::Value,
+    /// `succeeded`, `failed`, `hung` (never reported), `abandoned` (the host went away).
+    pub outcome: String,
+    /// The HTTP status of the result report, when one was sent.
+    pub report_status: Option<u16>,
+    pub at: String,
+}
 
 /// A successful enrollment (the 200 body of contracts §5).
 #[derive(Debug, Clone, PartialEq, serde::Deserialize)]
@@ -73,6 +99,9 @@ async fn run(shared: Arc<Shared>, boot: AgentBoot) {
                     Attempt::Transient => (format!("transient: HTTP {status}"), None),
                 };
                 record_with(&shared, &boot, attempt, Some(status), &note, tasks_url);
+                if let Attempt::Enrolled(enrollment) = &outcome {
+                    task_loop(&shared, &boot, enrollment).await;
+                }
                 outcome
             }
             Err(err) => {
@@ -98,6 +127,144 @@ async fn run(shared: Arc<Shared>, boot: AgentBoot) {
         None,
         "gave up after transient failures",
     );
+}
+
+/// A task as the poll hands it out.
+#[derive(Debug, serde::Deserialize)]
+struct PolledTask {
+    id: String,
+    #[serde(rename = "type")]
+    task_type: String,
+    #[serde(default)]
+    params: serde_json::Value,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct Poll {
+    task: PolledTask,
+}
+
+/// Poll for tasks and run them while the host lives.
+async fn task_loop(shared: &Shared, boot: &AgentBoot, enrollment: &Enrollment) {
+    let base = enrollment.tasks_url.trim_end_matches('/');
+    let wait_url = format!("{base}/wait?wait={POLL_WAIT_SECONDS}");
+    let mut failures = 0;
+    let mut backoff = boot.retry_base.max(Duration::from_millis(10));
+    while shared.with_world(|w| w.agent_alive(&boot.system_id, boot.boot)) {
+        let polled = shared
+            .http
+            .get(&wait_url)
+            .bearer_auth(&enrollment.agent_token)
+            .timeout(Duration::from_secs(POLL_WAIT_SECONDS + 10))
+            .send()
+            .await;
+        let task = match polled {
+            Ok(response) if response.status().as_u16() == 200 => {
+                match response.json::<Poll>().await {
+                    Ok(poll) => Some(poll.task),
+                    Err(_) => None,
+                }
+            }
+            Ok(response) if response.status().as_u16() == 204 => {
+                failures = 0;
+                continue;
+            }
+            // Refused: the token was revoked (a newer enrollment) or belongs elsewhere.
+            Ok(response) if matches!(response.status().as_u16(), 401 | 403 | 404) => return,
+            _ => None,
+        };
+        let Some(task) = task else {
+            failures += 1;
+            if failures >= MAX_POLL_FAILURES {
+                return;
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+            continue;
+        };
+        failures = 0;
+        backoff = boot.retry_base.max(Duration::from_millis(10));
+        run_task(shared, boot, enrollment, base, task).await;
+    }
+}
+
+/// Run one task and report it (or not, as an injected fault says).
+async fn run_task(
+    shared: &Shared,
+    boot: &AgentBoot,
+    enrollment: &Enrollment,
+    base: &str,
+    task: PolledTask,
+) {
+    let (fault, duration) = shared.with_world(|w| {
+        (
+            w.take_task_fault(&boot.system_id, &task.task_type),
+            w.task_duration(),
+        )
+    });
+    tokio::time::sleep(duration).await;
+    let alive = shared.with_world(|w| w.agent_alive(&boot.system_id, boot.boot));
+    let (outcome, body) = match (&fault, alive) {
+        (_, false) => ("abandoned", None),
+        (
+            Some(TaskFault {
+                mode: TaskFaultMode::Hang,
+                ..
+            }),
+            _,
+        ) => ("hung", None),
+        (Some(fault), _) => (
+            "failed",
+            Some(serde_json::json!({
+                "status": "failed",
+                "message": fault.message.clone().unwrap_or_else(|| format!("{} failed (injected)", task.task_type)),
+                "details": {"injected": true},
+            })),
+        ),
+        (None, _) => (
+            "succeeded",
+            Some(serde_json::json!({
+                "status": "succeeded",
+                "message": format!("{} done", task.task_type),
+                "details": {"simulated": true},
+            })),
+        ),
+    };
+    let mut report_status = None;
+    if let Some(body) = body {
+        let url = format!("{base}/{}/result", task.id);
+        for _ in 0..3 {
+            match shared
+                .http
+                .post(&url)
+                .bearer_auth(&enrollment.agent_token)
+                .json(&body)
+                .send()
+                .await
+            {
+                Ok(response) if response.status().as_u16() < 500 => {
+                    report_status = Some(response.status().as_u16());
+                    break;
+                }
+                Ok(response) => report_status = Some(response.status().as_u16()),
+                Err(_) => {}
+            }
+            tokio::time::sleep(boot.retry_base.max(Duration::from_millis(10))).await;
+        }
+    }
+    let at = super::machine::format_datetime(shared.clock.now());
+    shared.with_world(|w| {
+        w.agent_task_log.push(AgentTaskRecord {
+            system_id: boot.system_id.clone(),
+            hostname: boot.hostname.clone(),
+            task_id: task.id.clone(),
+            task_type: task.task_type.clone(),
+            params: task.params.clone(),
+            outcome: outcome.to_owned(),
+            report_status,
+            at,
+        })
+    });
 }
 
 fn classify(status: u16, body: &str) -> Attempt {

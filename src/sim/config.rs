@@ -45,6 +45,39 @@ pub struct SimConfig {
     pub pxe_gateway: String,
     /// `version` reported by `GET version/`.
     pub maas_version: String,
+    /// Agent task failures to inject (docs/simulator.md "Agent tasks"); also settable at run
+    /// time through `PUT /sim/v1/agents/task-faults`.
+    pub agent_task_faults: Vec<TaskFault>,
+}
+
+/// One injected failure of the simulated node agent's task runner.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskFault {
+    /// The task type (`node.gpu_scrub`, …), or `*` for every type.
+    pub task: String,
+    /// A system id or hostname; absent = every machine.
+    #[serde(default)]
+    pub machine: Option<String>,
+    /// How many executions it hits before tasks succeed again; absent = every one.
+    #[serde(default)]
+    pub times: Option<u32>,
+    #[serde(default)]
+    pub mode: TaskFaultMode,
+    /// The failure message the agent reports.
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// What an injected task fault does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskFaultMode {
+    /// The agent reports the task `failed`.
+    #[default]
+    Fail,
+    /// The agent takes the task and never reports: its lease goes stale.
+    Hang,
 }
 
 impl Default for SimConfig {
@@ -61,6 +94,7 @@ impl Default for SimConfig {
             pxe_cidr: "10.176.46.0/24".to_string(),
             pxe_gateway: "10.176.46.1".to_string(),
             maas_version: "3.6.1".to_string(),
+            agent_task_faults: Vec::new(),
         }
     }
 }
@@ -88,6 +122,8 @@ pub struct Timings {
     pub hw_sync_interval_secs: f64,
     /// Delay between the machine reaching Deployed and its agent calling the enrollment URL.
     pub agent_boot_secs: f64,
+    /// How long the agent takes to run one task (drain, scrub, cleanup, …).
+    pub agent_task_secs: f64,
     /// `node_timeout`: a machine stuck in a monitored state fails after it.
     pub node_timeout_secs: f64,
     /// Each duration is drawn uniformly in `[d * (1 - jitter), d * (1 + jitter)]`.
@@ -107,6 +143,7 @@ impl Default for Timings {
             secure_erase_secs: 600.0,
             hw_sync_interval_secs: 900.0,
             agent_boot_secs: 30.0,
+            agent_task_secs: 5.0,
             node_timeout_secs: 1800.0,
             jitter: 0.2,
         }

@@ -33,6 +33,11 @@ pub fn routes() -> Router<Arc<Shared>> {
         .route("/sim/v1/machines/{system_id}/oob", post(out_of_band))
         .route("/sim/v1/faults", put(set_faults).get(get_faults))
         .route("/sim/v1/agents", get(agents))
+        .route("/sim/v1/agents/tasks", get(agent_tasks))
+        .route(
+            "/sim/v1/agents/task-faults",
+            put(set_task_faults).get(get_task_faults),
+        )
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
@@ -207,4 +212,36 @@ async fn get_faults(State(shared): State<Arc<Shared>>) -> Response {
 
 async fn agents(State(shared): State<Arc<Shared>>) -> Response {
     Json(shared.with_world(|w| w.agent_log.clone())).into_response()
+}
+
+async fn agent_tasks(State(shared): State<Arc<Shared>>) -> Response {
+    Json(shared.with_world(|w| w.agent_task_log.clone())).into_response()
+}
+
+fn task_faults_json(w: &super::world::World) -> serde_json::Value {
+    json!(
+        w.agent_task_faults
+            .iter()
+            .map(|(fault, fired)| json!({"fault": fault, "fired": fired}))
+            .collect::<Vec<_>>()
+    )
+}
+
+/// Replace the injected agent task failures (docs/simulator.md "Agent tasks").
+async fn set_task_faults(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> Response {
+    match serde_json::from_slice::<Vec<super::config::TaskFault>>(&body) {
+        Ok(faults) => Json(shared.with_world(|w| {
+            w.replace_task_faults(faults);
+            task_faults_json(w)
+        }))
+        .into_response(),
+        Err(err) => error(
+            StatusCode::BAD_REQUEST,
+            format!("expected a list of task faults: {err}"),
+        ),
+    }
+}
+
+async fn get_task_faults(State(shared): State<Arc<Shared>>) -> Response {
+    Json(shared.with_world(|w| task_faults_json(w))).into_response()
 }

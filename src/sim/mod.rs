@@ -31,8 +31,10 @@ pub mod world;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+pub use agent::AgentTaskRecord;
 pub use config::{
-    AgentBehaviour, DiskSpec, FleetOptions, InitialState, MachineSpec, NicSpec, SimConfig, Timings,
+    AgentBehaviour, DiskSpec, FleetOptions, InitialState, MachineSpec, NicSpec, SimConfig,
+    TaskFault, TaskFaultMode, Timings,
 };
 pub use server::{SimError, SimHandle};
 pub use world::{AgentRecord, Caller, Counters, OpRecord, World};

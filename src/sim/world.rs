@@ -161,6 +161,10 @@ pub struct World {
     pub counters: BTreeMap<String, Counters>,
     pub ops: Vec<OpRecord>,
     pub agent_log: Vec<AgentRecord>,
+    /// Injected agent task failures, with how often each has fired.
+    pub agent_task_faults: Vec<(super::config::TaskFault, u32)>,
+    /// Every task a simulated agent ran.
+    pub agent_task_log: Vec<super::agent::AgentTaskRecord>,
     timeline: BTreeSet<(DateTime<Utc>, u64, Timer)>,
     timer_seq: u64,
     next_id: u64,
@@ -270,6 +274,12 @@ impl World {
             counters: BTreeMap::new(),
             ops: Vec::new(),
             agent_log: Vec::new(),
+            agent_task_faults: config
+                .agent_task_faults
+                .iter()
+                .map(|f| (f.clone(), 0))
+                .collect(),
+            agent_task_log: Vec::new(),
             timeline: BTreeSet::new(),
             timer_seq: 0,
             next_id: 1,
@@ -1561,6 +1571,39 @@ impl World {
 }
 
 impl World {
+    /// The injected fault a task of `task_type` on this machine hits now, if any (its count is
+    /// used up).
+    pub fn take_task_fault(
+        &mut self,
+        system_id: &str,
+        task_type: &str,
+    ) -> Option<super::config::TaskFault> {
+        let hostname = self
+            .machine(system_id)
+            .map(|m| m.hostname.clone())
+            .unwrap_or_default();
+        let (fault, fired) = self.agent_task_faults.iter_mut().find(|(f, fired)| {
+            (f.task == "*" || f.task == task_type)
+                && f.machine
+                    .as_deref()
+                    .is_none_or(|m| m == system_id || m.eq_ignore_ascii_case(&hostname))
+                && f.times.is_none_or(|t| *fired < t)
+        })?;
+        *fired += 1;
+        Some(fault.clone())
+    }
+
+    /// Replace the agent task faults at run time (counts start afresh).
+    pub fn replace_task_faults(&mut self, faults: Vec<super::config::TaskFault>) {
+        self.agent_task_faults = faults.into_iter().map(|f| (f, 0)).collect();
+    }
+
+    /// Real time one agent task takes.
+    pub fn task_duration(&mut self) -> std::time::Duration {
+        let secs = self.config.timings.agent_task_secs;
+        self.sim_duration(secs).to_std().unwrap_or_default()
+    }
+
     /// Replaces the fault spec at run time: request faults and scenario draws start afresh.
     pub fn replace_faults(&mut self, spec: FaultSpec) {
         self.faults = spec;

@@ -5,9 +5,10 @@
 //! and the store, does at most one step towards its goal, and returns a [`StageOutcome`] — done
 //! (with what it did, and where to go next), wait and poll again, or failed with a failure class
 //! (000 §4.7) stored as a field. The executor (`crate::apply`) owns the loop: journal writes,
-//! retries with backoff, leases and concurrency. One file per stage family; onboarding is the
-//! family of issue 5.
+//! retries with backoff, leases and concurrency. One folder per stage family: onboarding
+//! (issue 5) and decommission (issue 6).
 
+pub mod decommission;
 pub mod onboard;
 
 use std::time::Duration;

@@ -471,4 +471,19 @@ impl Store {
         tx.commit().await?;
         Ok(Some(identity))
     }
+
+    /// Revoke every live agent token of a node (decommission CleanupSecrets): its agent gets
+    /// 401 from then on. Returns how many were revoked.
+    pub async fn revoke_agent_credentials(&self, node: Uuid) -> Result<u64, StoreError> {
+        let at = format_time(self.now());
+        let mut tx = self.pool.write().await?;
+        let n = tx
+            .execute(
+                "UPDATE agent_credentials SET revoked_at = $1 WHERE node_id = $2 AND revoked_at IS NULL",
+                &params![at, node.to_string()],
+            )
+            .await?;
+        tx.commit().await?;
+        Ok(n)
+    }
 }

@@ -24,10 +24,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "agents",
         sql: include_str!("migrations/0002_agents.sql"),
     },
+    Migration {
+        version: 3,
+        name: "reimage_generation",
+        sql: include_str!("migrations/0003_reimage_generation.sql"),
+    },
 ];
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Arbitrary constant naming metalform's migration lock among other advisory locks.
 const PG_MIGRATION_LOCK: i64 = 0x6d65_7461_6c66_6f72; // "metalfor"

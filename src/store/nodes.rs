@@ -39,6 +39,9 @@ pub struct Node {
     /// The deployed address (000 §8.1 `host`).
     pub host: Option<String>,
     pub last_agent_contact_at: Option<DateTime<Utc>>,
+    /// The manifest's `reimage.generation` last applied to the node (onboarding's deploy or a
+    /// completed reimage); `None` for rows from before schema version 3.
+    pub reimage_generation: Option<i64>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -112,6 +115,7 @@ pub(crate) fn node_from_row(row: &Row) -> Result<Node, StoreError> {
         ipmi_ip: row.opt_text("ipmi_ip")?,
         host: row.opt_text("host")?,
         last_agent_contact_at: parse_opt_time(row.opt_text("last_agent_contact_at")?)?,
+        reimage_generation: row.opt_int("reimage_generation")?,
         created_at: parse_time(&row.text("created_at")?)?,
         updated_at: parse_time(&row.text("updated_at")?)?,
     })
@@ -650,6 +654,30 @@ impl Store {
     pub async fn set_host(&self, id: Uuid, host: &str, actor: &Actor) -> Result<Node, StoreError> {
         self.update_node_fields(id, actor, "node.set_host", "host", Param::from(host))
             .await
+    }
+
+    /// Record the manifest's `reimage.generation` as applied to the node (the planner plans a
+    /// reimage when the manifest's is higher). Audited; a no-op when it is recorded already.
+    pub async fn record_reimage_generation(
+        &self,
+        id: Uuid,
+        generation: u64,
+        actor: &Actor,
+    ) -> Result<Node, StoreError> {
+        // Generations are small counters; a value beyond i64 would be a typo held as the max.
+        let generation = i64::try_from(generation).unwrap_or(i64::MAX);
+        let node = self.node(id).await?;
+        if node.reimage_generation == Some(generation) {
+            return Ok(node);
+        }
+        self.update_node_fields(
+            id,
+            actor,
+            "node.record_reimage_generation",
+            "reimage_generation",
+            Param::from(generation),
+        )
+        .await
     }
 
     /// Record agent contact (heartbeat, 000 §6.3). Not audited: it happens every poll.

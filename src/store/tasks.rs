@@ -246,6 +246,49 @@ impl Store {
         Ok(None)
     }
 
+    /// Re-queue one task if (and only if) it is dispatched with a stale lease; returns the
+    /// task as it is afterwards. Unlike [`Store::ensure_task`] it never creates one, so an
+    /// owner that raced the task's completion does not start a second copy.
+    pub async fn requeue_if_stale(&self, id: Uuid) -> Result<(AgentTask, bool), StoreError> {
+        let now_s = format_time(self.now());
+        let mut tx = self.pool.write().await?;
+        let requeued = tx
+            .execute(
+                "UPDATE agent_tasks SET status = $1, lease_holder = NULL, lease_expires_at = NULL,
+                    updated_at = $2 WHERE id = $3 AND status = $4 AND lease_expires_at <= $2",
+                &params![
+                    TaskStatus::Queued.as_str(),
+                    now_s,
+                    id.to_string(),
+                    TaskStatus::Dispatched.as_str()
+                ],
+            )
+            .await?;
+        let task = read_task(&mut tx, id).await?;
+        tx.commit().await?;
+        Ok((task, requeued == 1))
+    }
+
+    /// Whether [`Store::claim_task`] would find something for the node: one read, so a waiting
+    /// long-poll does not take the write lock every time it looks.
+    pub async fn has_claimable_task(&self, node: Uuid) -> Result<bool, StoreError> {
+        let now_s = format_time(self.now());
+        let mut tx = self.pool.read().await?;
+        Ok(tx
+            .fetch_optional(
+                "SELECT id FROM agent_tasks WHERE node_id = $1
+                    AND (status = $2 OR (status = $3 AND lease_expires_at <= $4)) LIMIT 1",
+                &params![
+                    node.to_string(),
+                    TaskStatus::Queued.as_str(),
+                    TaskStatus::Dispatched.as_str(),
+                    now_s
+                ],
+            )
+            .await?
+            .is_some())
+    }
+
     /// Extend the dispatch lease of a task the holder is still working on.
     pub async fn renew_task(
         &self,
@@ -345,5 +388,29 @@ impl Store {
         .iter()
         .map(task_from_row)
         .collect()
+    }
+
+    /// Close every open task of a node as failed with `message` (the node is going away; a
+    /// result arriving later is refused). Returns how many were closed.
+    pub async fn close_open_tasks(&self, node: Uuid, message: &str) -> Result<u64, StoreError> {
+        let now_s = format_time(self.now());
+        let mut tx = self.pool.write().await?;
+        let n = tx
+            .execute(
+                "UPDATE agent_tasks SET status = $1, result_message = $2, completed_at = $3,
+                    updated_at = $3, lease_holder = NULL, lease_expires_at = NULL
+                 WHERE node_id = $4 AND status IN ($5, $6)",
+                &params![
+                    TaskStatus::Failed.as_str(),
+                    message,
+                    now_s,
+                    node.to_string(),
+                    TaskStatus::Queued.as_str(),
+                    TaskStatus::Dispatched.as_str()
+                ],
+            )
+            .await?;
+        tx.commit().await?;
+        Ok(n)
     }
 }

@@ -90,6 +90,7 @@ pub fn inventory(site: &str, hostname: &str, status: NodeState) -> InventoryNode
         ipmi_ip: None,
         host: None,
         agent_contact_at: (status == NodeState::Active).then(|| at(-30)),
+        reimage_generation: None,
     }
 }
 

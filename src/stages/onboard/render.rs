@@ -131,6 +131,13 @@ async fn ensure_node_record(ctx: &mut StageCtx<'_>) -> Result<uuid::Uuid, StageF
     };
     let node = match existing {
         Some(node) if node.status == NodeState::Enrolling => node,
+        // A reimage (seed 000 §5.3) redeploys the node it holds out of scheduling: same id.
+        Some(node)
+            if ctx.job.kind == crate::lifecycle::JobKind::Decommission
+                && node.status == NodeState::Quarantined =>
+        {
+            node
+        }
         Some(node) => {
             return Err(StageFailure::ambiguity(
                 "node_record_conflict",
@@ -166,6 +173,13 @@ async fn ensure_node_record(ctx: &mut StageCtx<'_>) -> Result<uuid::Uuid, StageF
             }
         }
     };
+    // The generation this deploy satisfies (a reimage records its own when it completes).
+    if ctx.job.kind == crate::lifecycle::JobKind::Onboarding {
+        store
+            .record_reimage_generation(node.id, ctx.target.node.reimage.generation, &ctx.env.actor)
+            .await
+            .map_err(|e| StageFailure::store(&e))?;
+    }
     ctx.facts.node_id = Some(node.id);
     Ok(node.id)
 }
