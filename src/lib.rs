@@ -9,6 +9,7 @@ pub mod cli;
 pub mod clock;
 pub mod cloudinit;
 pub mod daemon;
+pub mod drift;
 pub mod lifecycle;
 pub mod manifest;
 pub mod model;

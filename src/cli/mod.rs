@@ -11,6 +11,7 @@ mod apply;
 mod completions;
 mod demo;
 mod diff;
+mod drift;
 mod import_csv;
 mod observe;
 mod onboardings;
@@ -79,6 +80,8 @@ pub enum Command {
     Observe(observe::Args),
     /// Plan what apply would do, and why (docs/plan.md).
     Plan(plan::Args),
+    /// MAAS drift: list, status, resolve, run a pass now (docs/drift.md).
+    Drift(drift::Args),
 }
 
 /// Parse, run, and turn the outcome into an exit code. Errors go to stderr as
@@ -133,6 +136,7 @@ async fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Render(args) => render::run(&global, args).await,
         Command::Observe(args) => observe::run(&global, args).await,
         Command::Plan(args) => plan::run(&global, args).await,
+        Command::Drift(args) => drift::run(&global, args).await,
     }
 }
 
