@@ -4,6 +4,7 @@
 //! provider clients / store. `plan` and `lifecycle` are pure: no I/O, no clock, no randomness.
 
 pub mod agent;
+pub mod api;
 pub mod apply;
 pub mod cli;
 pub mod clock;

@@ -13,6 +13,7 @@ mod compensate;
 mod lease;
 mod maas;
 pub mod progress;
+pub mod recovery;
 mod runner;
 
 use std::collections::BTreeMap;
@@ -53,6 +54,9 @@ pub struct ExecutorOptions {
     /// The audit reason of recovery actions the executor takes for a plan (resume, rerun,
     /// adopt).
     pub reason: Option<String>,
+    /// Raised by a shutting-down daemon: nodes stop at the next stage boundary (the journal
+    /// holds where they are) and items not started yet are not taken up.
+    pub stop: StopSignal,
 }
 
 impl Default for ExecutorOptions {
@@ -67,6 +71,48 @@ impl Default for ExecutorOptions {
             plan_id: None,
             batch_id: None,
             reason: None,
+            stop: StopSignal::default(),
+        }
+    }
+}
+
+/// A one-way "stop taking work" flag shared by an executor's node tasks (SIGTERM in the
+/// daemon). Stopping between stages loses nothing: every stage boundary is journaled, and a
+/// restarted executor continues from there.
+#[derive(Debug, Clone)]
+pub struct StopSignal {
+    flag: Arc<tokio::sync::watch::Sender<bool>>,
+}
+
+impl Default for StopSignal {
+    fn default() -> Self {
+        Self {
+            flag: Arc::new(tokio::sync::watch::Sender::new(false)),
+        }
+    }
+}
+
+impl StopSignal {
+    /// Ask every holder to stop at its next checkpoint.
+    pub fn stop(&self) {
+        self.flag.send_replace(true);
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        *self.flag.borrow()
+    }
+
+    /// Resolves once [`StopSignal::stop`] was called.
+    pub async fn stopped(&self) {
+        let mut rx = self.flag.subscribe();
+        let _ = rx.wait_for(|stopped| *stopped).await;
+    }
+
+    /// Sleep for `duration`, or less when stopped meanwhile.
+    pub async fn sleep(&self, duration: Duration) {
+        tokio::select! {
+            _ = tokio::time::sleep(duration) => {}
+            _ = self.stopped() => {}
         }
     }
 }
@@ -211,6 +257,9 @@ impl Executor {
             let shared = self.shared.clone();
             tasks.spawn(async move {
                 let _permit = limit.acquire_owned().await;
+                if shared.options.stop.is_stopped() {
+                    return runner::not_started(&shared, item);
+                }
                 runner::run_item(&shared, item).await
             });
         }
