@@ -10,6 +10,7 @@ pub mod cli;
 pub mod clock;
 pub mod cloudinit;
 pub mod daemon;
+pub mod events;
 pub mod lifecycle;
 pub mod manifest;
 pub mod model;

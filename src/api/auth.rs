@@ -94,7 +94,11 @@ impl Principal {
 }
 
 fn bearer(request: &Request) -> Option<&str> {
-    let value = request.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
+    let value = request
+        .headers()
+        .get(header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
     let (scheme, token) = value.split_once(' ')?;
     scheme
         .eq_ignore_ascii_case("bearer")
@@ -152,7 +156,10 @@ mod tests {
                 value: Secret::new("b".repeat(32)),
             },
         ]);
-        assert_eq!(tokens.lookup(&"a".repeat(32)), Some(("ops", TokenRole::Admin)));
+        assert_eq!(
+            tokens.lookup(&"a".repeat(32)),
+            Some(("ops", TokenRole::Admin))
+        );
         assert_eq!(
             tokens.lookup(&"b".repeat(32)),
             Some(("agents", TokenRole::Agent))

@@ -53,8 +53,9 @@ impl ApiError {
     }
 
     pub fn unauthorized(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
-            .hint("send `Authorization: Bearer <token>` with a token from the daemon's [api] tokens")
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message).hint(
+            "send `Authorization: Bearer <token>` with a token from the daemon's [api] tokens",
+        )
     }
 
     pub fn forbidden(message: impl Into<String>) -> Self {
@@ -100,7 +101,13 @@ impl ApiError {
 
 impl std::fmt::Display for ApiError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}: {}", self.status.as_u16(), self.code, self.message)
+        write!(
+            f,
+            "{} {}: {}",
+            self.status.as_u16(),
+            self.code,
+            self.message
+        )
     }
 }
 
@@ -123,12 +130,11 @@ impl From<StoreError> for ApiError {
     fn from(err: StoreError) -> Self {
         match &err {
             StoreError::NotFound { .. } => ApiError::not_found(err.to_string()),
-            StoreError::Recovery { .. } => ApiError::new(
-                StatusCode::CONFLICT,
-                "invalid_recovery",
-                err.to_string(),
-            )
-            .hint("GET the job: its state and recommended action say which recovery applies"),
+            StoreError::Recovery { .. } => {
+                ApiError::new(StatusCode::CONFLICT, "invalid_recovery", err.to_string()).hint(
+                    "GET the job: its state and recommended action say which recovery applies",
+                )
+            }
             _ if err.is_conflict() => ApiError::conflict(err.to_string()),
             _ if err.is_transient() => ApiError::unavailable(err.to_string()),
             _ => ApiError::internal(err.to_string()),

@@ -58,19 +58,19 @@ pub struct FleetRevision {
     pub accepted_at: DateTime<Utc>,
 }
 
-/// What an immediate reconcile of a site did.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// What one reconcile of a site did: planned, and dispatched to the executor (the nodes then
+/// run on their own; their jobs say how they end).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct ReconcileSummary {
     pub site: String,
     pub revision: Option<String>,
     /// The plan's counts for the site; `None` when the reconcile could not plan.
     pub plan: Option<Summary>,
-    /// Items run by the executor, and how they ended.
-    pub applied: usize,
-    pub converged: usize,
-    pub failed: usize,
-    pub not_run: usize,
-    /// Items the self-heal policy held back (not applied automatically).
+    /// Nodes dispatched to the executor by this reconcile.
+    pub started: usize,
+    /// Change items whose node was still running from an earlier dispatch.
+    pub in_flight: usize,
+    /// Items the self-heal policy held back (an operator applies them).
     pub held: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

@@ -37,7 +37,12 @@ const ACTIONS: &[(&str, RecoveryAction)] = &[
 pub(super) fn routes(table: &mut RouteTable) {
     table.add(Method::GET, BASE, Access::Admin, list);
     table.add(Method::POST, BASE, Access::Admin, create);
-    table.add(Method::POST, &format!("{BASE}/batch"), Access::Admin, create);
+    table.add(
+        Method::POST,
+        &format!("{BASE}/batch"),
+        Access::Admin,
+        create,
+    );
     table.add(Method::GET, &format!("{BASE}/{{id}}"), Access::Admin, get);
     for (segment, action) in ACTIONS {
         let action = *action;
@@ -122,7 +127,10 @@ async fn get(
     Ok(axum::Json(json!({"onboarding": job, "events": events})))
 }
 
-async fn create(State(state): State<ApiState>, JsonBody(_): JsonBody<Value>) -> Result<(), ApiError> {
+async fn create(
+    State(state): State<ApiState>,
+    JsonBody(_): JsonBody<Value>,
+) -> Result<(), ApiError> {
     let _ = state.fleet()?;
     Err(ApiError::owned_by_git(
         "onboardings start from the fleet's manifests: add the node (kind: Node, or an entry of a NodeGroup) under nodes/ and commit",

@@ -51,7 +51,12 @@ async fn run(
     };
     let mut pending = Vec::new();
     for site in &sites {
-        pending.push(state.inner.control.reconcile(site.clone(), principal.actor())?);
+        pending.push(
+            state
+                .inner
+                .control
+                .reconcile(site.clone(), principal.actor())?,
+        );
     }
     let names: Vec<&str> = sites.iter().map(SiteName::as_str).collect();
     state

@@ -70,7 +70,11 @@ struct SiteView {
     open_onboardings: usize,
 }
 
-async fn view(state: &ApiState, site: &Site, fleet: &crate::model::Fleet) -> Result<SiteView, ApiError> {
+async fn view(
+    state: &ApiState,
+    site: &Site,
+    fleet: &crate::model::Fleet,
+) -> Result<SiteView, ApiError> {
     let nodes = state
         .store()
         .list_nodes(&NodeFilter {
@@ -104,21 +108,17 @@ async fn view(state: &ApiState, site: &Site, fleet: &crate::model::Fleet) -> Res
 }
 
 fn find_site(fleet: &crate::model::Fleet, id: &str) -> Result<Site, ApiError> {
-    fleet
-        .sites
-        .get(&SiteName::new(id))
-        .cloned()
-        .ok_or_else(|| {
-            ApiError::not_found(format!("site `{id}` is not in the fleet")).hint(format!(
-                "sites: {}",
-                fleet
-                    .sites
-                    .keys()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))
-        })
+    fleet.sites.get(&SiteName::new(id)).cloned().ok_or_else(|| {
+        ApiError::not_found(format!("site `{id}` is not in the fleet")).hint(format!(
+            "sites: {}",
+            fleet
+                .sites
+                .keys()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    })
 }
 
 async fn list(State(state): State<ApiState>) -> Result<impl IntoResponse, ApiError> {
@@ -148,7 +148,9 @@ async fn create(
     let _ = state.fleet()?;
     let name = body.get("name").and_then(Value::as_str).unwrap_or("<name>");
     Err(ApiError::owned_by_git(
-        format!("sites are defined by the fleet's manifests: add sites/{name}.yaml (kind: Site) instead"),
+        format!(
+            "sites are defined by the fleet's manifests: add sites/{name}.yaml (kind: Site) instead"
+        ),
         &format!("sites/{name}.yaml"),
     ))
 }
@@ -184,10 +186,7 @@ async fn update(
     ))
 }
 
-async fn delete(
-    State(state): State<ApiState>,
-    Path(id): Path<String>,
-) -> Result<(), ApiError> {
+async fn delete(State(state): State<ApiState>, Path(id): Path<String>) -> Result<(), ApiError> {
     let accepted = state.fleet()?;
     let site = find_site(&accepted.fleet, &id)?;
     let file = &site.provenance.file;
@@ -248,7 +247,11 @@ struct ProbeReport {
 
 /// `GET version/` (MAAS reachable) and `users/?op=whoami` (the key works: `version/` alone is
 /// anonymous in MAAS, so it cannot tell a bad key).
-async fn run_probe(state: &ApiState, site: &Site, client: &MaasClient) -> Result<ProbeReport, String> {
+async fn run_probe(
+    state: &ApiState,
+    site: &Site,
+    client: &MaasClient,
+) -> Result<ProbeReport, String> {
     let version = client.version().await.map_err(|e| e.to_string())?;
     let whoami = client.whoami().await.map_err(|e| e.to_string())?;
     Ok(ProbeReport {
@@ -307,7 +310,10 @@ async fn credentials(
         ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "maas_probe_failed",
-            format!("MAAS at {} refused or did not answer: {message}", state.inner.maas.url_of(&site)),
+            format!(
+                "MAAS at {} refused or did not answer: {message}",
+                state.inner.maas.url_of(&site)
+            ),
         )
         .hint("check the site's MAAS URL and the key (MAAS UI: API keys); nothing was written")
     })?;
@@ -440,7 +446,9 @@ async fn upsert_roce(
         files.into_iter().collect::<Vec<_>>().join(", ")
     };
     Err(ApiError::owned_by_git(
-        format!("RoCE assignments of site {id} are owned by git: edit the nodes' `roce` lists in {file} instead"),
+        format!(
+            "RoCE assignments of site {id} are owned by git: edit the nodes' `roce` lists in {file} instead"
+        ),
         &file,
     ))
 }
@@ -465,7 +473,9 @@ async fn delete_roce(
         })?;
     let file = &node.provenance.file;
     Err(ApiError::owned_by_git(
-        format!("RoCE assignment {aid} is owned by git: remove it from the `roce` list of {hostname} in {file} instead"),
+        format!(
+            "RoCE assignment {aid} is owned by git: remove it from the `roce` list of {hostname} in {file} instead"
+        ),
         file,
     ))
 }

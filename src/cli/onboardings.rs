@@ -373,8 +373,8 @@ async fn act(
         }
         let report = runtime.executor.carry_out(target, &recovery).await;
         print!("{}", render_report(&report));
-        let finished_cancel = action == RecoveryAction::Cancel
-            || recovery.execution == Execution::FinishCompensation;
+        let finished_cancel =
+            action == RecoveryAction::Cancel || recovery.execution == Execution::FinishCompensation;
         if finished_cancel {
             let job = runtime
                 .store
