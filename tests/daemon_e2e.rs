@@ -29,11 +29,19 @@ async fn commits_add_nodes_and_they_converge_and_an_empty_commit_is_not_acted_on
 
     let first: Vec<String> = (0..2).map(host).collect();
     let all: Vec<String> = (0..4).map(host).collect();
-    let pairs = |names: &[String]| names.iter().map(|h| ("dc1".to_owned(), h.clone())).collect::<Vec<_>>();
+    let pairs = |names: &[String]| {
+        names
+            .iter()
+            .map(|h| ("dc1".to_owned(), h.clone()))
+            .collect::<Vec<_>>()
+    };
     let wait = |names: Vec<(String, String)>| {
         let d = &d;
         async move {
-            let refs: Vec<(&str, &str)> = names.iter().map(|(s, h)| (s.as_str(), h.as_str())).collect();
+            let refs: Vec<(&str, &str)> = names
+                .iter()
+                .map(|(s, h)| (s.as_str(), h.as_str()))
+                .collect();
             d.converged(&refs, Duration::from_secs(90)).await;
         }
     };
@@ -48,7 +56,11 @@ async fn commits_add_nodes_and_they_converge_and_an_empty_commit_is_not_acted_on
     assert_ne!(revision_one, revision_two);
     let deploys = d.bed.deploys("dc1");
     for name in &all {
-        assert_eq!(deploys.get(name), Some(&1), "{name} deployed once: {deploys:?}");
+        assert_eq!(
+            deploys.get(name),
+            Some(&1),
+            "{name} deployed once: {deploys:?}"
+        );
     }
 
     // A commit that deletes every node is rejected: the revision stays, nothing changes.
@@ -58,7 +70,10 @@ async fn commits_add_nodes_and_they_converge_and_an_empty_commit_is_not_acted_on
     for _ in 0..50 {
         let (status, health) = call(Method::GET, format!("{base}/healthz"), None, None).await;
         assert_eq!(status, 200, "{health}");
-        if health["source_problem"].as_str().is_some_and(|p| p.contains("no nodes")) {
+        if health["source_problem"]
+            .as_str()
+            .is_some_and(|p| p.contains("no nodes"))
+        {
             assert_eq!(health["revision"], revision_two.as_str());
             rejected = true;
             break;
@@ -67,7 +82,13 @@ async fn commits_add_nodes_and_they_converge_and_an_empty_commit_is_not_acted_on
     }
     assert!(rejected, "the empty commit was not reported");
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let (_, sites) = call(Method::GET, format!("{base}/api/v1/admin/maas-sites"), Some(ADMIN_TOKEN), None).await;
+    let (_, sites) = call(
+        Method::GET,
+        format!("{base}/api/v1/admin/maas-sites"),
+        Some(ADMIN_TOKEN),
+        None,
+    )
+    .await;
     assert_eq!(sites["revision"], revision_two.as_str());
     assert_eq!(sites["sites"][0]["nodes_in_manifests"], 4);
     assert_eq!(sites["sites"][0]["inventory"]["active"], 4, "{sites}");
@@ -92,7 +113,11 @@ async fn commits_add_nodes_and_they_converge_and_an_empty_commit_is_not_acted_on
     // Every documented route is served (not a 404/405 from the router).
     let docs = saphyr::Yaml::load_from_str(metalform::api::OPENAPI_YAML).unwrap();
     use saphyr::LoadableYamlNode;
-    let paths = docs[0].as_mapping_get("paths").unwrap().as_mapping().unwrap();
+    let paths = docs[0]
+        .as_mapping_get("paths")
+        .unwrap()
+        .as_mapping()
+        .unwrap();
     let mut probed = 0;
     for (path, item) in paths {
         let concrete = path
@@ -101,11 +126,18 @@ async fn commits_add_nodes_and_they_converge_and_an_empty_commit_is_not_acted_on
             .replace("{id}", "dc1")
             .replace("{aid}", "x:y");
         for (method, _) in item.as_mapping().unwrap() {
-            let method = Method::from_bytes(method.as_str().unwrap().to_uppercase().as_bytes()).unwrap();
+            let method =
+                Method::from_bytes(method.as_str().unwrap().to_uppercase().as_bytes()).unwrap();
             if method == Method::POST && concrete.ends_with("/reconciliation/run") {
                 continue; // exercised below
             }
-            let (status, body) = call(method.clone(), format!("{base}{concrete}"), Some(ADMIN_TOKEN), None).await;
+            let (status, body) = call(
+                method.clone(),
+                format!("{base}{concrete}"),
+                Some(ADMIN_TOKEN),
+                None,
+            )
+            .await;
             assert!(
                 status != 405 && !(status == 404 && body["message"] == "no such route"),
                 "{method} {concrete}: {status} {body}"
@@ -128,11 +160,23 @@ async fn commits_add_nodes_and_they_converge_and_an_empty_commit_is_not_acted_on
     assert_eq!(run["results"][0]["started"], 0, "{run}");
     daemon.shutdown().await;
     let events = std::fs::read_to_string(&d.events_path).unwrap();
-    let lines: Vec<serde_json::Value> = events.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let completed = lines.iter().filter(|e| e["type"] == "node.onboarding.completed").count();
-    let started = lines.iter().filter(|e| e["type"] == "node.onboarding.started").count();
+    let lines: Vec<serde_json::Value> = events
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let completed = lines
+        .iter()
+        .filter(|e| e["type"] == "node.onboarding.completed")
+        .count();
+    let started = lines
+        .iter()
+        .filter(|e| e["type"] == "node.onboarding.started")
+        .count();
     assert_eq!((started, completed), (4, 4), "{events}");
     let ids: Vec<i64> = lines.iter().map(|e| e["id"].as_i64().unwrap()).collect();
-    assert!(ids.windows(2).all(|w| w[0] < w[1]), "in outbox order: {ids:?}");
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "in outbox order: {ids:?}"
+    );
     assert!(d.bed.store.pending_events(10).await.unwrap().is_empty());
 }

@@ -456,9 +456,15 @@ impl NodeRun<'_> {
         let mut waiting_reported: Option<(String, i64)> = None;
         let shared: &Shared = self.shared;
         let stop = &shared.options.stop;
+        let mut deploy_grace = true;
         loop {
             let job = self.store().job(JobKind::Onboarding, id).await?;
-            if stop.is_stopped() {
+            // A rendered payload lives in memory only: stopping before it is deployed would
+            // make the next executor render again (a new token), so one more stage pass
+            // deploys it first.
+            if stop.is_stopped()
+                && (self.memory.user_data.is_none() || !std::mem::replace(&mut deploy_grace, false))
+            {
                 // A stage boundary: the journal says where the job is; the next executor
                 // continues the open attempt from there.
                 return Ok(NodeOutcome::Aborted {

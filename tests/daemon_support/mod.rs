@@ -15,7 +15,12 @@ pub const AGENT_TOKEN: &str = "agent-token-0123456789abcdef";
 
 pub fn git(dir: &Path, args: &[&str]) {
     let out = Command::new("git")
-        .args(["-c", "user.name=Fleet Operator", "-c", "user.email=ops@example.invalid"])
+        .args([
+            "-c",
+            "user.name=Fleet Operator",
+            "-c",
+            "user.email=ops@example.invalid",
+        ])
         .args(args)
         .current_dir(dir)
         .output()
@@ -140,7 +145,12 @@ sim_control = {{ {sims} }}
                     .jobs()
                     .await
                     .iter()
-                    .map(|j| format!("{} {} {} {:?}", j.hostname, j.state, j.stage, j.error_message))
+                    .map(|j| {
+                        format!(
+                            "{} {} {} {:?}",
+                            j.hostname, j.state, j.stage, j.error_message
+                        )
+                    })
                     .collect();
                 panic!("not converged: {missing:?}; jobs: {jobs:#?}");
             }
