@@ -68,6 +68,8 @@ pub enum DeliveryError {
 impl Sink {
     /// A webhook sink with a per-request timeout.
     pub fn webhook(url: url::Url, timeout: Duration) -> Self {
+        // The process's TLS provider, as every other HTTPS client here (idempotent).
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let client = reqwest::Client::builder()
             .timeout(timeout)
             .build()
