@@ -90,12 +90,23 @@ async fn webhook_delivery_retries_until_acknowledged_and_keeps_order() {
     run.await.unwrap();
     assert!(store.pending_events(10).await.unwrap().is_empty());
     let received = receiver.received.lock().unwrap().clone();
-    let types: Vec<&str> = received.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    let types: Vec<&str> = received
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
     assert_eq!(
         types,
-        ["node.onboarding.started", "node.onboarding.completed", "node.onboarding.failed"]
+        [
+            "node.onboarding.started",
+            "node.onboarding.completed",
+            "node.onboarding.failed"
+        ]
     );
     assert_eq!(received[1]["subject"], "node-1");
     assert_eq!(received[1]["data"], serde_json::json!({"n": 1}));
-    assert_eq!(*receiver.attempts.lock().unwrap(), 6, "3 refused, then 3 accepted");
+    assert_eq!(
+        *receiver.attempts.lock().unwrap(),
+        6,
+        "3 refused, then 3 accepted"
+    );
 }

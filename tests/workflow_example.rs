@@ -18,13 +18,13 @@ fn invocations() -> Vec<Vec<String>> {
         .and_then(|p| p.as_mapping_get("steps"))
         .and_then(|s| s.as_sequence())
         .expect("jobs.plan.steps");
+    // GitHub expressions (`${{ github.base_ref }}`) stand in for one shell word.
+    let expressions = regex::Regex::new(r"\$\{\{[^}]*\}\}").unwrap();
     let mut found = Vec::new();
     for step in steps {
         let Some(script) = step.as_mapping_get("run").and_then(|r| r.as_str()) else {
             continue;
         };
-        // GitHub expressions (`${{ github.base_ref }}`) stand in for one shell word.
-        let expressions = regex::Regex::new(r"\$\{\{[^}]*\}\}").unwrap();
         let script = expressions.replace_all(script, "main");
         for line in script.lines() {
             // A command line starts with `metalform` (not `cargo install … metalform`).
@@ -77,8 +77,16 @@ fn the_workflow_runs_real_commands_with_real_flags() {
             .try_get_matches_from(&args)
             .unwrap_or_else(|e| panic!("{args:?}: {e}"));
     }
-    assert!(calls.iter().any(|c| c[0] == "diff" && c.windows(2).any(|w| w == ["--format", "markdown"])));
-    assert!(calls.iter().any(|c| c[0] == "plan" && c.contains(&"--observed".to_owned())));
+    assert!(
+        calls
+            .iter()
+            .any(|c| c[0] == "diff" && c.windows(2).any(|w| w == ["--format", "markdown"]))
+    );
+    assert!(
+        calls
+            .iter()
+            .any(|c| c[0] == "plan" && c.contains(&"--observed".to_owned()))
+    );
 }
 
 #[test]

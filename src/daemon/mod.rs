@@ -574,7 +574,7 @@ async fn run(
                 if let Ok((site, summary)) = done {
                     schedule.running.remove(&site);
                     // Waiters that asked while it ran wait for the next one (already due).
-                    if !schedule.due.get(&site).is_some_and(|at| *at <= Instant::now()) {
+                    if schedule.due.get(&site).is_none_or(|at| *at > Instant::now()) {
                         for reply in schedule.waiting.remove(&site).unwrap_or_default() {
                             let _ = reply.send(summary.clone());
                         }
