@@ -5,8 +5,9 @@
 use serde_json::json;
 
 use super::apply::operator;
-use super::observe::{FleetArgs, SecretArgs, load_fleet, open_secrets, open_store, unknown_site};
+use super::observe::{FleetArgs, SecretArgs, SiteArgs, load_fleet, open_secrets, unknown_site};
 use super::output::ReportFormat;
+use super::status::open_store;
 use super::status::{find_node, store_error, table, time};
 use super::{CliError, Exit, GlobalArgs};
 use crate::drift::{
@@ -89,6 +90,8 @@ pub struct ResolveArgs {
 pub struct RunArgs {
     #[command(flatten)]
     pub fleet: FleetArgs,
+    #[command(flatten)]
+    pub sites: SiteArgs,
     #[command(flatten)]
     pub secrets: SecretArgs,
     /// The self-heal policy as TOML (the daemon's `[drift]` table, docs/drift.md); default:
@@ -280,7 +283,7 @@ async fn run_pass(global: &GlobalArgs, args: &RunArgs) -> Result<Exit, CliError>
     let policy = read_policy(args.policy.as_deref())?;
     let fleet = load_fleet(&args.fleet)?;
     let sites = args
-        .fleet
+        .sites
         .site_filter()
         .resolve(&fleet)
         .map_err(unknown_site)?;
