@@ -71,7 +71,7 @@ fn every_served_route_is_documented_and_every_documented_route_is_served() {
         unserved.is_empty(),
         "in openapi.yaml but not served: {unserved:?}"
     );
-    // The seed's operator surface is there (000 §3.4, §4.15, §6.6 run).
+    // The seed's operator surface is there (000 §3.4, §4.15, §6.6).
     for (method, path) in [
         ("POST", "/api/v1/admin/maas-sites/{id}/credentials"),
         (
@@ -79,6 +79,12 @@ fn every_served_route_is_documented_and_every_documented_route_is_served() {
             "/api/v1/admin/onboardings/{id}/mark-manual-intervention",
         ),
         ("POST", "/api/v1/admin/reconciliation/run"),
+        ("GET", "/api/v1/admin/reconciliation/status"),
+        ("GET", "/api/v1/admin/reconciliation/drift"),
+        (
+            "POST",
+            "/api/v1/admin/reconciliation/drift/{node_id}/resolve",
+        ),
         (
             "DELETE",
             "/api/v1/admin/maas-sites/{id}/roce-assignments/{aid}",

@@ -124,6 +124,7 @@ async fn commits_add_nodes_and_they_converge_and_an_empty_commit_is_not_acted_on
             .as_str()
             .unwrap()
             .replace("{id}", "dc1")
+            .replace("{node_id}", &uuid::Uuid::nil().to_string())
             .replace("{aid}", "x:y");
         for (method, _) in item.as_mapping().unwrap() {
             let method =

@@ -58,8 +58,8 @@ pub struct FleetRevision {
     pub accepted_at: DateTime<Utc>,
 }
 
-/// What one reconcile of a site did: planned, and dispatched to the executor (the nodes then
-/// run on their own; their jobs say how they end).
+/// What one reconcile of a site did: planned, dispatched to the executor (the nodes then run on
+/// their own; their jobs say how they end), and the drift pass.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct ReconcileSummary {
     pub site: String,
@@ -72,6 +72,8 @@ pub struct ReconcileSummary {
     pub in_flight: usize,
     /// Items the self-heal policy held back (an operator applies them).
     pub held: usize,
+    /// The site's drift pass (000 §6.4) after the dispatch; `None` when it did not run.
+    pub drift: Option<crate::drift::DriftPassSummary>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }

@@ -1,7 +1,8 @@
 //! The daemon's TOML configuration (DESIGN.md §6; docs/daemon.md, examples/daemon.toml): the
 //! fleet repository and branch, poll and reconcile intervals, state and secret stores, the API's
 //! listen address, public URL and tokens (secret references or environment variables — never
-//! inline), the self-heal policy, the events sink, the heartbeat threshold.
+//! inline), the self-heal policy, the events sink, the drift policy (`[drift]`: the heartbeat
+//! threshold and the drift pass's self-heal switches, `crate::drift::DriftPolicy`).
 //!
 //! Every problem is reported as `FILE:LINE:COL: message` with a hint; unknown keys are errors
 //! (a misspelt key must not silently fall back to a default).
@@ -16,6 +17,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::api::TokenRole;
+use crate::drift::DriftPolicy;
 
 /// A bad configuration file, located.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -56,7 +58,7 @@ struct Raw {
     #[serde(default)]
     events: Option<RawEvents>,
     #[serde(default)]
-    drift: RawDrift,
+    drift: DriftPolicy,
     #[serde(default)]
     executor: RawExecutor,
     #[serde(default)]
@@ -199,25 +201,6 @@ fn default_event_timeout() -> ConfigDuration {
 }
 
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawDrift {
-    #[serde(default = "default_heartbeat")]
-    heartbeat_threshold: ConfigDuration,
-}
-
-impl Default for RawDrift {
-    fn default() -> Self {
-        Self {
-            heartbeat_threshold: default_heartbeat(),
-        }
-    }
-}
-
-fn default_heartbeat() -> ConfigDuration {
-    ConfigDuration(Duration::from_secs(300))
-}
-
-#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 struct RawExecutor {
     poll_interval: ConfigDuration,
@@ -296,7 +279,7 @@ pub struct ExecutorPacing {
 }
 
 /// A validated daemon configuration.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DaemonConfig {
     /// The file it came from.
     pub file: PathBuf,
@@ -314,7 +297,8 @@ pub struct DaemonConfig {
     pub max_body_bytes: usize,
     pub tokens: Vec<TokenConfig>,
     pub events: Option<EventsConfig>,
-    pub heartbeat_threshold: Duration,
+    /// `[drift]`: the drift pass's heartbeat threshold and auto-actions (000 §6.3, §6.4).
+    pub drift: DriftPolicy,
     pub executor: ExecutorPacing,
     /// Simulator control URLs per site (BMC and host stand-ins, docs/contracts.md §3) instead
     /// of ipmitool and ssh; for tests and demos.
@@ -595,7 +579,7 @@ impl DaemonConfig {
                 .unwrap_or(crate::api::DEFAULT_MAX_BODY_BYTES),
             tokens,
             events,
-            heartbeat_threshold: raw.drift.heartbeat_threshold.0,
+            drift: raw.drift,
             executor: ExecutorPacing {
                 poll_interval: raw.executor.poll_interval.0,
                 lease_ttl: raw.executor.lease_ttl.0,
@@ -698,7 +682,27 @@ path = "events.jsonl"
             EventSink::File("/etc/metalform/events.jsonl".into())
         );
         assert_eq!(config.self_heal, SelfHealPolicy::default());
-        assert_eq!(config.heartbeat_threshold, Duration::from_secs(300));
+        assert_eq!(config.drift, crate::drift::DriftPolicy::default());
+    }
+
+    #[test]
+    fn the_drift_table_is_the_drift_policy_with_located_errors() {
+        let text = format!("{GOOD}\n[drift]\nheartbeat_threshold = \"90s\"\nquarantine = false\n");
+        let config = parse(&text).unwrap();
+        assert_eq!(config.drift.heartbeat_threshold, Duration::from_secs(90));
+        assert!(!config.drift.quarantine);
+        assert!(config.drift.release_retired);
+
+        let lines = GOOD.lines().count();
+        let err = parse(&format!("{GOOD}\n[drift]\nquarantine_all = true\n")).unwrap_err();
+        assert_eq!(err.line, lines + 3, "{err}");
+        assert!(
+            err.message.contains("unknown field `quarantine_all`"),
+            "{err}"
+        );
+        let err = parse(&format!("{GOOD}\n[drift]\nabsent_guard_fraction = 1.5\n")).unwrap_err();
+        assert_eq!(err.line, lines + 3, "{err}");
+        assert!(err.message.contains("between 0 and 1"), "{err}");
     }
 
     #[test]

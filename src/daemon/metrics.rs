@@ -11,6 +11,7 @@
 //! | `metalform_node_outcomes_total` | outcome, failure_class |
 //! | `metalform_maas_requests_total` | operation, status |
 //! | `metalform_drift_findings` (gauge, last pass) | site, rule |
+//! | `metalform_drift_actions_total` | site, action, result |
 //! | `metalform_jobs` (gauge) | kind, site, state |
 //! | `metalform_source_reads_total` | outcome |
 //! | `metalform_events_delivered_total`, `metalform_event_delivery_failures_total` | — |
@@ -26,6 +27,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::apply::{ApplyReport, NodeOutcome, ProgressEvent, ProgressStatus};
+use crate::drift::{DriftReport, Rule};
 use crate::plan::Plan;
 use crate::provider::maas::MaasMetrics;
 
@@ -40,6 +42,7 @@ pub struct Metrics {
     stage_outcomes: Family<Labels, Counter>,
     node_outcomes: Family<Labels, Counter>,
     drift_findings: Family<Labels, Gauge>,
+    drift_actions: Family<Labels, Counter>,
     jobs: Family<Labels, Gauge>,
     source_reads: Family<Labels, Counter>,
     events_delivered: Counter,
@@ -89,13 +92,14 @@ impl Metrics {
         let stage_outcomes = Family::<Labels, Counter>::default();
         let node_outcomes = Family::<Labels, Counter>::default();
         let drift_findings = Family::<Labels, Gauge>::default();
+        let drift_actions = Family::<Labels, Counter>::default();
         let jobs = Family::<Labels, Gauge>::default();
         let source_reads = Family::<Labels, Counter>::default();
         let events_delivered = Counter::default();
         let event_failures = Counter::default();
         registry.register(
             "metalform_reconcile_duration_seconds",
-            "Time to observe, plan and dispatch one site's reconcile",
+            "Time to observe, plan, dispatch and run the drift pass of one site's reconcile",
             reconcile_duration.clone(),
         );
         registry.register(
@@ -122,6 +126,11 @@ impl Metrics {
             "metalform_drift_findings",
             "Drift findings of the site's last drift pass by rule (seed 000 §6.4)",
             drift_findings.clone(),
+        );
+        registry.register(
+            "metalform_drift_actions",
+            "Drift auto-actions by kind and result (taken, held, skipped, failed)",
+            drift_actions.clone(),
         );
         registry.register(
             "metalform_jobs",
@@ -152,6 +161,7 @@ impl Metrics {
             stage_outcomes,
             node_outcomes,
             drift_findings,
+            drift_actions,
             jobs,
             source_reads,
             events_delivered,
@@ -233,11 +243,27 @@ impl Metrics {
         }
     }
 
-    /// Drift findings of a site's last pass, by rule (filled by the drift pass).
-    pub fn drift(&self, site: &str, rule: &str, findings: usize) {
-        self.drift_findings
-            .get_or_create(&vec![("site", site.to_owned()), ("rule", rule.to_owned())])
-            .set(findings as i64);
+    /// A site's drift pass: its findings by rule (every rule, 0 when none: the gauge shows
+    /// the last pass) and its actions by result.
+    pub fn drift(&self, report: &DriftReport) {
+        for rule in Rule::ALL {
+            let count = report.by_rule.get(rule.as_str()).copied().unwrap_or(0);
+            self.drift_findings
+                .get_or_create(&vec![
+                    ("site", report.site.clone()),
+                    ("rule", rule.as_str().to_owned()),
+                ])
+                .set(count as i64);
+        }
+        for outcome in &report.actions {
+            self.drift_actions
+                .get_or_create(&vec![
+                    ("site", report.site.clone()),
+                    ("action", outcome.action.as_str().to_owned()),
+                    ("result", outcome.result.label().to_owned()),
+                ])
+                .inc();
+        }
     }
 
     pub fn jobs(&self, kind: &str, site: &str, state: &str, count: usize) {
@@ -279,7 +305,7 @@ mod tests {
         maas.count("list_machines", RequestStatus::Timeout);
         metrics.reconciled("dc1", "ok", 0.3);
         metrics.jobs("onboarding", "dc1", "running", 2);
-        metrics.drift("dc1", "released_while_active", 1);
+        metrics.drift(&drift_report());
         let text = metrics.encode();
         assert!(
             text.contains("metalform_maas_requests_total{operation=\"deploy\",status=\"200\"} 2"),
@@ -299,11 +325,48 @@ mod tests {
             text.contains("metalform_jobs{kind=\"onboarding\",site=\"dc1\",state=\"running\"} 2"),
             "{text}"
         );
-        assert!(
-            text.contains(
-                "metalform_drift_findings{site=\"dc1\",rule=\"released_while_active\"} 1"
-            ),
-            "{text}"
-        );
+        for needle in [
+            "metalform_drift_findings{site=\"dc1\",rule=\"released_outside_workflow\"} 1",
+            "metalform_drift_findings{site=\"dc1\",rule=\"deployed_active\"} 3",
+            "metalform_drift_findings{site=\"dc1\",rule=\"machine_deleted\"} 0",
+            "metalform_drift_actions_total{site=\"dc1\",action=\"quarantine\",result=\"taken\"} 1",
+            "metalform_drift_actions_total{site=\"dc1\",action=\"update_host\",result=\"held\"} 1",
+        ] {
+            assert!(text.contains(needle), "no `{needle}` in\n{text}");
+        }
+    }
+
+    fn drift_report() -> DriftReport {
+        use crate::drift::{ActionOutcome, ActionResult, DriftAction};
+        let outcome = |action, result| ActionOutcome {
+            node_id: uuid::Uuid::nil(),
+            hostname: "gpu01".into(),
+            action,
+            result,
+        };
+        DriftReport {
+            site: "dc1".into(),
+            reconciled_at: chrono::DateTime::UNIX_EPOCH,
+            unreadable: None,
+            findings: Vec::new(),
+            by_rule: [
+                ("deployed_active".to_owned(), 3),
+                ("released_outside_workflow".to_owned(), 1),
+            ]
+            .into(),
+            unmanaged: Vec::new(),
+            guard: None,
+            actions: vec![
+                outcome(DriftAction::Quarantine, ActionResult::Taken),
+                outcome(
+                    DriftAction::UpdateHost {
+                        from: None,
+                        to: "10.0.0.2".into(),
+                    },
+                    ActionResult::Held("update_host is off".into()),
+                ),
+            ],
+            errors: Vec::new(),
+        }
     }
 }

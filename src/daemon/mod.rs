@@ -4,7 +4,9 @@
 //! One loop owns the schedule. It polls the fleet source (and, with `--watch`, is woken by a
 //! new commit in a local repository); a newly accepted revision makes every site due. Each
 //! site is reconciled at its interval, when due, or when the API asks: observe → plan →
-//! dispatch the plan's change items the self-heal policy allows. Dispatched nodes run as their
+//! dispatch the plan's change items the self-heal policy allows → the drift pass (seed 000
+//! §6.3–§6.5) on the same observation (one MAAS machines list per site per reconcile), under
+//! the `[drift]` policy; its report feeds the metrics and the JSON logs. Dispatched nodes run as their
 //! own tasks under per-(site, profile) concurrency limits, so a site's next reconcile does not
 //! wait for a long deploy; a node already running is not dispatched twice.
 //!
@@ -41,6 +43,7 @@ use crate::apply::{
     Executor, ExecutorOptions, Progress, ProgressEvent, SiteMaas, StageEnv, StopSignal, WorkItem,
 };
 use crate::clock::{Clock, SystemClock};
+use crate::drift::{ActionResult, DriftEnv, DriftReport, Severity};
 use crate::lifecycle::JobKind;
 use crate::model::SiteName;
 use crate::observe::{MaasClients, SiteFilter, SiteObservation};
@@ -114,6 +117,8 @@ struct Core {
     store: Store,
     secrets: Arc<dyn SecretStore>,
     clients: MaasClients,
+    /// The drift pass's environment (store, secrets, the same MAAS clients, `[drift]`).
+    drift: DriftEnv,
     executor: Executor,
     stop: StopSignal,
     metrics: Arc<Metrics>,
@@ -323,8 +328,16 @@ pub async fn start(
     );
     let (commands, command_rx) = mpsc::unbounded_channel();
     let (fleet, _) = watch::channel(None);
+    let clients = MaasClients::new(maas_options);
+    let drift = DriftEnv::new(
+        store.clone(),
+        secrets.clone(),
+        clients.clone(),
+        config.drift.clone(),
+    );
     let core = Arc::new(Core {
-        clients: MaasClients::new(maas_options),
+        clients,
+        drift,
         config,
         store,
         secrets,
@@ -758,6 +771,7 @@ async fn reconcile_site(
         SiteObservation::Unreadable { error, .. } => Some(error.clone()),
         _ => None,
     });
+    let mut snapshot = snapshot;
     let plan = crate::plan::plan(&fleet.fleet, &snapshot, &PlanOptions { sites: filter });
     core.metrics.planned(site.as_str(), &plan);
     summary.plan = plan.sites.first().map(|s| s.summary);
@@ -792,9 +806,31 @@ async fn reconcile_site(
             core.metrics.jobs("onboarding", site.as_str(), &state, n);
         }
     }
+    // The drift pass on the observation this reconcile made (the pass re-reads a machine
+    // before it acts on it, so the minutes-old list decides nothing by itself).
+    let mut drift_failed = false;
+    if core.stop.is_stopped() {
+        tracing::info!(site = %site, "drift pass skipped: shutting down");
+    } else if let Some(site_config) = fleet.fleet.sites.get(site) {
+        let observation = snapshot.sites.remove(site);
+        match crate::drift::reconcile_site(&core.drift, site_config, observation).await {
+            Ok(report) => {
+                core.metrics.drift(&report);
+                log_drift(&report);
+                summary.drift = Some(report.pass_summary());
+            }
+            Err(err) => {
+                tracing::error!(site = %site, error = %err, "drift pass failed");
+                summary.error = Some(format!("drift pass: {err}"));
+                drift_failed = true;
+            }
+        }
+    }
     let outcome = if let Some(error) = unreadable {
         summary.error = Some(error);
         "unreadable"
+    } else if drift_failed {
+        "error"
     } else {
         "ok"
     };
@@ -810,6 +846,86 @@ async fn reconcile_site(
         "site reconciled"
     );
     summary
+}
+
+/// One JSON log line per drift finding that is new (at its severity), per action carried
+/// out, skipped or failed, and one for the pass. Open drift that was logged when detected is
+/// not repeated every interval; `/metrics` and `drift list` show it.
+fn log_drift(report: &DriftReport) {
+    let site = report.site.as_str();
+    if let Some(error) = &report.unreadable {
+        tracing::warn!(target: "metalform::drift", site, error = %error, "drift: MAAS unreadable; only the heartbeat was checked");
+    }
+    if let Some(guard) = &report.guard {
+        tracing::warn!(target: "metalform::drift", site, guard = %guard, "drift: absence guard held the quarantines back");
+    }
+    for finding in report.findings.iter().filter(|f| f.newly_detected) {
+        let maas = finding
+            .machine
+            .as_ref()
+            .map(|m| m.status.name.as_str())
+            .unwrap_or("absent");
+        macro_rules! detected {
+            ($level:ident) => {
+                tracing::$level!(
+                    target: "metalform::drift",
+                    site,
+                    node = %finding.node_id,
+                    hostname = %finding.hostname,
+                    rule = finding.rule.as_str(),
+                    severity = finding.severity.as_str(),
+                    alert = finding.rule.alert(),
+                    maas_status = maas,
+                    system_id = finding.system_id.as_deref().unwrap_or(""),
+                    expected = %finding.expected,
+                    observed = %finding.observed,
+                    "drift detected: {}",
+                    finding.message
+                )
+            };
+        }
+        match finding.severity {
+            Severity::Critical => detected!(error),
+            Severity::Warn => detected!(warn),
+            Severity::Info => detected!(info),
+            Severity::Debug | Severity::None => detected!(debug),
+        }
+    }
+    for outcome in &report.actions {
+        macro_rules! action {
+            ($level:ident) => {
+                tracing::$level!(
+                    target: "metalform::drift",
+                    site,
+                    node = %outcome.node_id,
+                    hostname = %outcome.hostname,
+                    action = outcome.action.as_str(),
+                    result = outcome.result.label(),
+                    reason = outcome.result.reason().unwrap_or(""),
+                    "drift action"
+                )
+            };
+        }
+        match outcome.result {
+            ActionResult::Taken | ActionResult::Skipped(_) => action!(info),
+            ActionResult::Failed(_) => action!(error),
+            // Held again at every pass while the policy or the node says so.
+            ActionResult::Held(_) => action!(debug),
+        }
+    }
+    for error in &report.errors {
+        tracing::warn!(target: "metalform::drift", site, error = %error, "drift: node not recorded");
+    }
+    let by_rule = serde_json::to_string(&report.by_rule).unwrap_or_default();
+    tracing::info!(
+        target: "metalform::drift",
+        site,
+        findings = report.findings.len(),
+        by_rule = %by_rule,
+        taken = report.taken().count(),
+        actions = report.actions.len(),
+        "drift pass"
+    );
 }
 
 /// Run one node's work item as its own task (under its site/profile limit); false when the

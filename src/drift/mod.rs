@@ -14,7 +14,10 @@ mod policy;
 mod rules;
 mod service;
 
-pub use pass::{ActionOutcome, ActionResult, DriftEnv, DriftError, DriftReport, reconcile_site};
+pub use pass::{
+    ActionOutcome, ActionResult, DriftEnv, DriftError, DriftPassSummary, DriftReport,
+    reconcile_site,
+};
 pub use policy::DriftPolicy;
 pub use rules::{
     DriftAction, DriftMarking, Finding, Held, MaasView, MachineFacts, NodeInput, OpenJob, Rule,

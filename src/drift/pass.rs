@@ -125,6 +125,57 @@ impl DriftReport {
     }
 }
 
+/// What a pass did, without the per-node findings: for the daemon's reconcile summary
+/// (`reconciliation/run` with `wait`) — the counts by rule and the actions with their results.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DriftPassSummary {
+    pub reconciled_at: DateTime<Utc>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unreadable: Option<String>,
+    pub by_rule: BTreeMap<String, usize>,
+    pub actions: Vec<ActionOutcome>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub guard: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+}
+
+impl DriftReport {
+    /// The report without its findings.
+    pub fn pass_summary(&self) -> DriftPassSummary {
+        DriftPassSummary {
+            reconciled_at: self.reconciled_at,
+            unreadable: self.unreadable.clone(),
+            by_rule: self.by_rule.clone(),
+            actions: self.actions.clone(),
+            guard: self.guard.clone(),
+            errors: self.errors.clone(),
+        }
+    }
+}
+
+impl ActionResult {
+    /// `taken`, `held`, `skipped`, `failed` (metrics and logs).
+    pub fn label(&self) -> &'static str {
+        match self {
+            ActionResult::Taken => "taken",
+            ActionResult::Held(_) => "held",
+            ActionResult::Skipped(_) => "skipped",
+            ActionResult::Failed(_) => "failed",
+        }
+    }
+
+    /// Why it was held, skipped or failed.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            ActionResult::Taken => None,
+            ActionResult::Held(why) | ActionResult::Skipped(why) | ActionResult::Failed(why) => {
+                Some(why)
+            }
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum DriftError {
     #[error("cannot read the inventory of site {site}: {source}")]

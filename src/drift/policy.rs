@@ -27,7 +27,20 @@ pub struct DriftPolicy {
     /// When more than this fraction of a site's in-service nodes (and at least two) are absent
     /// from a MAAS list that did answer, the list is taken for partial (a wrong MAAS, a
     /// restored database) and nothing is quarantined for absence.
+    #[serde(deserialize_with = "fraction")]
     pub absent_guard_fraction: f64,
+}
+
+/// A number between 0 and 1 (a fraction above 1 would never trip the guard, below 0 always).
+fn fraction<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let value = f64::deserialize(d)?;
+    if (0.0..=1.0).contains(&value) {
+        Ok(value)
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "absent_guard_fraction {value} is not between 0 and 1"
+        )))
+    }
 }
 
 impl Default for DriftPolicy {
@@ -91,5 +104,12 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(err.contains("is not a duration"), "{err}");
+        let err = toml::from_str::<Config>("[drift]\nabsent_guard_fraction = -0.1\n")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("is not between 0 and 1"), "{err}");
+        let config: Config = toml::from_str("[drift]\nabsent_guard_fraction = 1\n").unwrap();
+        assert_eq!(config.drift.absent_guard_fraction, 1.0);
     }
 }

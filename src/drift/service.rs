@@ -208,7 +208,7 @@ impl ResolveError {
     pub fn kind(&self) -> &'static str {
         match self {
             ResolveError::NotFound { .. } => "not_found",
-            ResolveError::MissingReason => "invalid_request",
+            ResolveError::MissingReason => "bad_request",
             ResolveError::NothingToResolve { .. } => "nothing_to_resolve",
             ResolveError::Refused { .. } => "refused",
             ResolveError::Store(e) if e.is_conflict() => "conflict",
