@@ -1,9 +1,12 @@
 //! SIGTERM in the middle of an apply, then restart (issue 6): the daemon, a real child process,
 //! stops at the next stage boundary and exits 0 with jobs still open; the restarted daemon
 //! resumes them, every node converges, and by the simulator's counters no machine was deployed
-//! twice and no stage of a job succeeded twice. Logs are JSON lines.
+//! twice and no stage of a job succeeded twice. Logs are JSON lines, the drift pass's among
+//! them: a machine released in MAAS shows as one `drift detected` line at ERROR and one
+//! `drift action` line for its quarantine.
 
 mod daemon_support;
+mod drift_support;
 mod onboard_support;
 
 use std::collections::BTreeMap;
@@ -11,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use daemon_support::DaemonBed;
-use metalform::lifecycle::{JobKind, JobState};
+use metalform::lifecycle::{JobKind, JobState, NodeState};
 use metalform::stages::onboard::Facts;
 use onboard_support::{Setup, SiteSetup, hostname_of};
 
@@ -116,10 +119,53 @@ async fn sigterm_mid_apply_then_restart_loses_nothing_and_runs_no_stage_twice() 
     let mut second = spawn(&d, &log);
     let pairs: Vec<(&str, &str)> = hosts.iter().map(|h| ("dc1", h.as_str())).collect();
     d.converged(&pairs, Duration::from_secs(120)).await;
+
+    // The drift pass logs what it detects and does: release one machine out of band.
+    let (released, system_id) = drift_support::node_of(&d.bed, &hosts[0]).await;
+    drift_support::out_of_band(&d.bed, &system_id, "release").await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while d.bed.store.node(released.id).await.unwrap().status != NodeState::Quarantined {
+        assert!(Instant::now() < deadline, "not quarantined");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     sigterm(&second);
     assert_eq!(
         wait_exit(&mut second, Duration::from_secs(30)).await.code(),
         Some(0)
+    );
+
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let of = |message: &str| -> Vec<&serde_json::Value> {
+        lines
+            .iter()
+            .filter(|l| {
+                l["target"] == "metalform::drift"
+                    && l["fields"]["message"]
+                        .as_str()
+                        .is_some_and(|m| m.starts_with(message))
+                    && l["fields"]["hostname"] == hosts[0].as_str()
+            })
+            .collect()
+    };
+    let detected = of("drift detected");
+    assert_eq!(detected.len(), 1, "{detected:#?}");
+    assert_eq!(detected[0]["level"], "ERROR");
+    assert_eq!(detected[0]["fields"]["rule"], "released_outside_workflow");
+    assert_eq!(detected[0]["fields"]["severity"], "critical");
+    assert_eq!(detected[0]["fields"]["system_id"], system_id.as_str());
+    let actions = of("drift action");
+    assert_eq!(actions.len(), 1, "{actions:#?}");
+    assert_eq!(actions[0]["fields"]["action"], "quarantine");
+    assert_eq!(actions[0]["fields"]["result"], "taken");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["fields"]["message"] == "drift pass" && l["fields"]["site"] == "dc1"),
+        "no drift pass line"
     );
 
     let deploys = d.bed.deploys("dc1");

@@ -656,6 +656,8 @@ path = "events.jsonl"
             "http://10.176.46.5:8740/"
         );
         assert!(matches!(config.events.unwrap().sink, EventSink::Webhook(_)));
+        // The example spells out the drift policy's defaults.
+        assert_eq!(config.drift, crate::drift::DriftPolicy::default());
     }
 
     #[test]
