@@ -4,11 +4,14 @@
 //! provider clients / store. `plan` and `lifecycle` are pure: no I/O, no clock, no randomness.
 
 pub mod agent;
+pub mod api;
 pub mod apply;
 pub mod cli;
 pub mod clock;
 pub mod cloudinit;
 pub mod daemon;
+pub mod drift;
+pub mod events;
 pub mod lifecycle;
 pub mod manifest;
 pub mod model;

@@ -16,6 +16,7 @@ mod from_plan;
 mod lease;
 mod maas;
 pub mod progress;
+pub mod recovery;
 mod runner;
 
 use std::collections::BTreeMap;
@@ -59,6 +60,9 @@ pub struct ExecutorOptions {
     /// The audit reason of recovery actions the executor takes for work that does not come
     /// from a plan (a plan's items give their own).
     pub reason: Option<String>,
+    /// Raised by a shutting-down daemon: nodes stop at the next stage boundary (the journal
+    /// holds where they are) and items not started yet are not taken up.
+    pub stop: StopSignal,
 }
 
 impl Default for ExecutorOptions {
@@ -72,6 +76,48 @@ impl Default for ExecutorOptions {
             seed: rand::random(),
             batch_id: None,
             reason: None,
+            stop: StopSignal::default(),
+        }
+    }
+}
+
+/// A one-way "stop taking work" flag shared by an executor's node tasks (SIGTERM in the
+/// daemon). Stopping between stages loses nothing: every stage boundary is journaled, and a
+/// restarted executor continues from there.
+#[derive(Debug, Clone)]
+pub struct StopSignal {
+    flag: Arc<tokio::sync::watch::Sender<bool>>,
+}
+
+impl Default for StopSignal {
+    fn default() -> Self {
+        Self {
+            flag: Arc::new(tokio::sync::watch::Sender::new(false)),
+        }
+    }
+}
+
+impl StopSignal {
+    /// Ask every holder to stop at its next checkpoint.
+    pub fn stop(&self) {
+        self.flag.send_replace(true);
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        *self.flag.borrow()
+    }
+
+    /// Resolves once [`StopSignal::stop`] was called.
+    pub async fn stopped(&self) {
+        let mut rx = self.flag.subscribe();
+        let _ = rx.wait_for(|stopped| *stopped).await;
+    }
+
+    /// Sleep for `duration`, or less when stopped meanwhile.
+    pub async fn sleep(&self, duration: Duration) {
+        tokio::select! {
+            _ = tokio::time::sleep(duration) => {}
+            _ = self.stopped() => {}
         }
     }
 }
@@ -253,6 +299,9 @@ impl Executor {
             let shared = self.shared.clone();
             tasks.spawn(async move {
                 let _permit = limit.acquire_owned().await;
+                if shared.options.stop.is_stopped() {
+                    return runner::not_started(&shared, item);
+                }
                 runner::run_item(&shared, item).await
             });
         }

@@ -132,6 +132,18 @@ pub(super) async fn run_item(shared: &Shared, item: WorkItem) -> NodeResult {
     }
 }
 
+/// An item a stopping executor did not take up.
+pub(super) fn not_started(shared: &Shared, item: WorkItem) -> NodeResult {
+    let label = item.target.label();
+    let reason = "the executor is stopping: not started".to_owned();
+    report(shared, &label, "-", ProgressStatus::Left, &reason);
+    NodeResult {
+        node: label,
+        job_id: item.target.job_id,
+        outcome: NodeOutcome::Aborted { reason },
+    }
+}
+
 fn report(shared: &Shared, node: &str, stage: &str, status: ProgressStatus, message: &str) {
     shared.progress.report(ProgressEvent {
         node: node.to_owned(),
@@ -476,8 +488,26 @@ impl NodeRun<'_> {
     async fn run_stages(&mut self, id: Uuid) -> Result<NodeOutcome, Stop> {
         let poll = self.shared.options.poll_interval;
         let mut waiting_reported: Option<(String, i64)> = None;
+        let shared: &Shared = self.shared;
+        let stop = &shared.options.stop;
+        let mut deploy_grace = true;
         loop {
             let job = self.store().job(JobKind::Onboarding, id).await?;
+            // A rendered payload lives in memory only: stopping before it is deployed would
+            // make the next executor render again (a new token), so one more stage pass
+            // deploys it first.
+            if stop.is_stopped()
+                && (self.memory.user_data.is_none() || !std::mem::replace(&mut deploy_grace, false))
+            {
+                // A stage boundary: the journal says where the job is; the next executor
+                // continues the open attempt from there.
+                return Ok(NodeOutcome::Aborted {
+                    reason: format!(
+                        "the executor is stopping: onboarding {id} rests at {} (attempt {})",
+                        job.stage, job.attempt
+                    ),
+                });
+            }
             match job.state {
                 JobState::Pending | JobState::Running => {}
                 // Moved by someone else (an operator's cancel, another executor's failure).
@@ -521,7 +551,7 @@ impl NodeRun<'_> {
                         waiting_reported = Some(key);
                     }
                     self.memory.last_wait = Some(wait.reason);
-                    tokio::time::sleep(wait.poll.unwrap_or(poll)).await;
+                    stop.sleep(wait.poll.unwrap_or(poll)).await;
                 }
                 StageOutcome::Done(done) => {
                     self.memory.last_wait = None;
@@ -602,7 +632,7 @@ impl NodeRun<'_> {
                         });
                         self.write(&job, update, &facts).await?;
                         self.report(stage.as_str(), ProgressStatus::Retrying, &message);
-                        tokio::time::sleep(delay).await;
+                        stop.sleep(delay).await;
                         continue;
                     }
                     let state = failure.final_state();

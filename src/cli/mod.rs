@@ -9,9 +9,11 @@ pub mod output;
 
 mod apply;
 mod completions;
+mod daemon;
 mod decommissions;
 mod demo;
 mod diff;
+mod drift;
 mod import_csv;
 mod observe;
 mod onboardings;
@@ -83,6 +85,10 @@ pub enum Command {
     Observe(observe::Args),
     /// Plan what apply would do, and why (docs/plan.md).
     Plan(plan::Args),
+    /// MAAS drift: list, status, resolve, run a pass now (docs/drift.md).
+    Drift(drift::Args),
+    /// Keep the fleet converged from git; serve the admin and agent API (docs/daemon.md).
+    Daemon(daemon::Args),
 }
 
 /// Parse, run, and turn the outcome into an exit code. Errors go to stderr as
@@ -99,7 +105,9 @@ pub fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    init_logging(&cli.global.log);
+    // The daemon logs JSON lines, at info unless --log/METALFORM_LOG asks otherwise.
+    let daemon = matches!(cli.command, Command::Daemon(_));
+    init_logging(&cli.global.log, daemon);
     // One TLS provider for every HTTPS client in the process (reqwest, vaultrs).
     let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -138,12 +146,26 @@ async fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Render(args) => render::run(&global, args).await,
         Command::Observe(args) => observe::run(&global, args).await,
         Command::Plan(args) => plan::run(&global, args).await,
+        Command::Drift(args) => drift::run(&global, args).await,
+        Command::Daemon(args) => daemon::run(&global, args).await,
     }
 }
 
-fn init_logging(filter: &str) {
+fn init_logging(filter: &str, json: bool) {
+    let filter = match (json, filter) {
+        (true, "warn") => "info",
+        (_, filter) => filter,
+    };
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    if json {
+        let _ = tracing_subscriber::fmt()
+            .json()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .try_init();
+        return;
+    }
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

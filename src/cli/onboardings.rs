@@ -15,9 +15,8 @@ use super::apply::{ExecArgs, Runtime, finish, operator, render_report};
 use super::output::ReportFormat;
 use super::status::{open_store, store_error, table, time};
 use super::{CliError, Exit, GlobalArgs};
-use crate::apply::{
-    ApplyReport, Compensation, ExecutorOptions, Progress, StderrProgress, Work, WorkItem,
-};
+use crate::apply::recovery::{self, Execution};
+use crate::apply::{ExecutorOptions, Progress, StderrProgress};
 use crate::lifecycle::{JobKind, JobState, RecoveryAction};
 use crate::stages::onboard::Facts;
 use crate::store::{Job, JobFilter, Store};
@@ -335,13 +334,12 @@ async fn act(
         let store = open_store(global, &args.exec.fleet.fleet).await?;
         let result = async {
             let job = find_job(&store, &args.job, args.site.as_deref()).await?;
-            let job = store
-                .recover_job(JobKind::Onboarding, job.id, action, &actor, Some(&reason))
+            let recovery = recovery::record(&store, job.id, action, &actor, &reason)
                 .await
                 .map_err(recovery_error)?;
             println!(
                 "onboarding {} is {} at {}: automation is frozen until an operator recovers it",
-                job.id, job.state, job.stage
+                recovery.job.id, recovery.job.state, recovery.job.stage
             );
             Ok(Exit::Success)
         }
@@ -364,97 +362,36 @@ async fn act(
     let result = async {
         let job = find_job(&runtime.world.store, &args.job, args.site.as_deref()).await?;
         let target = runtime.target(&job.site, &job.hostname)?;
-        if action == RecoveryAction::Resume && job.state == JobState::Compensating {
-            // A cancel or restart-clean whose run stopped: resuming finishes it (it was
-            // audited when it was requested).
-            let report = runtime
-                .executor
-                .run(vec![WorkItem::new(target, Work::Resume { job_id: job.id })])
-                .await;
-            print!("{}", render_report(&report));
-            let done = runtime
-                .world
-                .store
-                .job(JobKind::Onboarding, job.id)
-                .await
-                .map_err(store_error)?;
-            return if done.state == JobState::Cancelled {
-                Ok(Exit::Success)
-            } else {
-                finish(&report)
-            };
-        }
-        let moved = runtime
-            .world
-            .store
-            .recover_job(JobKind::Onboarding, job.id, action, &actor, Some(&reason))
+        let recovery = recovery::record(&runtime.world.store, job.id, action, &actor, &reason)
             .await
             .map_err(recovery_error)?;
-        eprintln!(
-            "{action}: onboarding {} {} -> {} (audited as {})",
-            job.id, job.state, moved.state, actor.name
-        );
-        let mut results = Vec::new();
-        match action {
-            RecoveryAction::Cancel | RecoveryAction::RestartClean => {
-                let kind = if action == RecoveryAction::Cancel {
-                    Compensation::Cancel
-                } else {
-                    Compensation::RestartClean
-                };
-                let compensated = runtime.executor.compensate(&target, job.id, kind).await;
-                let pending = runtime
-                    .world
-                    .store
-                    .job(JobKind::Onboarding, job.id)
-                    .await
-                    .map_err(store_error)?;
-                if kind == Compensation::RestartClean && pending.state == JobState::Pending {
-                    results.extend(
-                        runtime
-                            .executor
-                            .run(vec![WorkItem::new(
-                                target,
-                                Work::Continue { job_id: job.id },
-                            )])
-                            .await
-                            .results,
-                    );
-                } else {
-                    results.push(compensated);
-                }
-            }
-            _ => {
-                results.extend(
-                    runtime
-                        .executor
-                        .run(vec![WorkItem::new(
-                            target,
-                            Work::Continue { job_id: job.id },
-                        )])
-                        .await
-                        .results,
-                );
-            }
+        if recovery.execution != Execution::FinishCompensation {
+            eprintln!(
+                "{action}: onboarding {} {} -> {} (audited as {})",
+                job.id, recovery.prior.state, recovery.job.state, actor.name
+            );
         }
-        let report = ApplyReport { results };
+        let report = runtime.executor.carry_out(target, &recovery).await;
         print!("{}", render_report(&report));
-        if action == RecoveryAction::Cancel {
+        let finished_cancel =
+            action == RecoveryAction::Cancel || recovery.execution == Execution::FinishCompensation;
+        if finished_cancel {
             let job = runtime
                 .world
                 .store
                 .job(JobKind::Onboarding, job.id)
                 .await
                 .map_err(store_error)?;
-            return if job.state == JobState::Cancelled {
-                Ok(Exit::Success)
-            } else {
-                Err(CliError::user(format!(
+            if job.state == JobState::Cancelled {
+                return Ok(Exit::Success);
+            }
+            if action == RecoveryAction::Cancel {
+                return Err(CliError::user(format!(
                     "onboarding {} is {} after the cancel",
                     job.id, job.state
                 ))
-                .hint(format!("see `metalform onboardings show {}`", job.id)))
-            };
+                .hint(format!("see `metalform onboardings show {}`", job.id)));
+            }
         }
         finish(&report)
     }

@@ -214,10 +214,19 @@ async fn inventory(store: &Store, args: &Args) -> Result<Exit, CliError> {
 }
 
 async fn find(store: &Store, args: &Args, wanted: &str) -> Result<Node, CliError> {
+    find_node(store, args.site.as_deref(), wanted).await
+}
+
+/// A node by id, or by hostname (with `site` when the hostname exists in several sites).
+pub(super) async fn find_node(
+    store: &Store,
+    site: Option<&str>,
+    wanted: &str,
+) -> Result<Node, CliError> {
     if let Ok(id) = uuid::Uuid::parse_str(wanted) {
         return store.node(id).await.map_err(store_error);
     }
-    let candidates = match &args.site {
+    let candidates = match site {
         Some(site) => store
             .find_node(site, wanted)
             .await
@@ -233,10 +242,7 @@ async fn find(store: &Store, args: &Args, wanted: &str) -> Result<Node, CliError
         1 => Ok(candidates.into_iter().next().expect("one")),
         0 => Err(CliError::user(format!(
             "no node `{wanted}`{} in the inventory",
-            args.site
-                .as_ref()
-                .map(|s| format!(" in site `{s}`"))
-                .unwrap_or_default()
+            site.map(|s| format!(" in site `{s}`")).unwrap_or_default()
         ))
         .hint("run `metalform status` to list nodes; pass a hostname or a node id")),
         _ => {

@@ -1,2 +1,1037 @@
-//! Long-running reconciler (seed 000 §6, DESIGN.md §6): source polling, per-site reconcile
-//! ticks, admin and agent HTTP API, metrics.
+//! Long-running reconciler (seed 000 §6, DESIGN.md §6; docs/daemon.md): source polling, per-site
+//! reconcile ticks, admin and agent HTTP API, metrics, graceful shutdown.
+//!
+//! One loop owns the schedule. It polls the fleet source (and, with `--watch`, is woken by a
+//! new commit in a local repository); a newly accepted revision makes every site due. Each
+//! site is reconciled at its interval, when due, or when the API asks: observe → plan →
+//! dispatch the plan's change items the self-heal policy allows → the drift pass (seed 000
+//! §6.3–§6.5) on the same observation (one MAAS machines list per site per reconcile), under
+//! the `[drift]` policy; its report feeds the metrics and the JSON logs. Dispatched nodes run as their
+//! own tasks under per-(site, profile) concurrency limits, so a site's next reconcile does not
+//! wait for a long deploy; a node already running is not dispatched twice.
+//!
+//! Shutdown (SIGTERM) stops taking work — no polls, no reconciles, the API answers 503 to new
+//! work — raises the executor's stop signal so running nodes stop at their next stage boundary
+//! (journaled; leases released), waits for them, delivers pending events once more and
+//! returns. A restarted daemon plans the interrupted jobs as `resume` and continues them.
+
+pub mod config;
+pub mod metrics;
+pub mod server;
+pub mod source;
+pub mod work;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinSet;
+
+pub use config::{ConfigError, DaemonConfig, SelfHealPolicy};
+pub use metrics::Metrics;
+pub use source::{ReadOutcome, SourceReader};
+
+use crate::api::{
+    ApiState, ApiToken, Control, ControlError, FleetRevision, ReconcileSummary, Tokens,
+};
+use crate::apply::decommission::{DecommissionExecutor, DecommissionWork};
+use crate::apply::recovery::Recovery;
+use crate::apply::{
+    Executor, ExecutorOptions, Progress, ProgressEvent, SiteMaas, StageEnv, StopSignal, WorkItem,
+};
+use crate::clock::{Clock, SystemClock};
+use crate::drift::{ActionResult, DriftEnv, DriftReport, Severity};
+use crate::lifecycle::JobKind;
+use crate::model::SiteName;
+use crate::observe::{MaasClients, SiteFilter, SiteObservation};
+use crate::plan::PlanOptions;
+use crate::provider::bmc::{IpmiTool, SimBmc};
+use crate::provider::host::{SimHost, SshHost};
+use crate::provider::maas::{MaasClientOptions, MaasMetrics};
+use crate::secrets::SecretStore;
+use crate::stages::decommission::DecommissionTiming;
+use crate::stages::onboard::{Peers, SitePeers};
+use crate::store::{Actor, JobFilter, Store, StoreError};
+
+/// Why the daemon could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("secret store: {0}")]
+    Secrets(#[from] crate::secrets::SecretError),
+    #[error("API token `{name}`: {message}")]
+    Token { name: String, message: String },
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot watch {path}: {message}")]
+    Watch { path: String, message: String },
+}
+
+impl DaemonError {
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            DaemonError::Config(e) => e.hint.clone(),
+            DaemonError::Secrets(e) => e.hint().map(str::to_owned),
+            DaemonError::Token { .. } => Some(
+                "set the token's environment variable, or write its secret (see [[api.tokens]] in docs/daemon.md)".into(),
+            ),
+            DaemonError::Bind { .. } => {
+                Some("choose a free address for api.listen, or stop what holds the port".into())
+            }
+            DaemonError::Watch { .. } => {
+                Some("--watch needs source.repository to be a local repository".into())
+            }
+            DaemonError::Store(_) => Some("check [state] url and that the store is reachable".into()),
+        }
+    }
+}
+
+/// How the daemon runs beyond its configuration file.
+#[derive(Debug, Clone, Default)]
+pub struct DaemonOptions {
+    /// Follow a local repository with filesystem notifications besides polling.
+    pub watch: bool,
+}
+
+/// Requests from the API to the loop.
+enum Command {
+    Reconcile {
+        site: SiteName,
+        actor: Actor,
+        reply: oneshot::Sender<ReconcileSummary>,
+    },
+}
+
+/// What the loop, the API and the node tasks share.
+struct Core {
+    config: DaemonConfig,
+    store: Store,
+    secrets: Arc<dyn SecretStore>,
+    clients: MaasClients,
+    /// The drift pass's environment (store, secrets, the same MAAS clients, `[drift]`).
+    drift: DriftEnv,
+    executor: Executor,
+    decommissions: DecommissionExecutor,
+    stop: StopSignal,
+    metrics: Arc<Metrics>,
+    accepting: AtomicBool,
+    fleet: watch::Sender<Option<Arc<FleetRevision>>>,
+    /// Nodes (`site/hostname`) dispatched and not finished.
+    in_flight: Mutex<BTreeSet<String>>,
+    /// maxParallel per (site, profile) across reconciles.
+    limits: Mutex<BTreeMap<(String, String), Arc<tokio::sync::Semaphore>>>,
+    /// Node runs and recovery executions.
+    tasks: Mutex<JoinSet<()>>,
+    commands: mpsc::UnboundedSender<Command>,
+    /// The last source problem, for /healthz.
+    source_problem: Mutex<Option<String>>,
+}
+
+/// Progress → JSON log lines and stage metrics.
+struct LogProgress {
+    metrics: Arc<Metrics>,
+}
+
+impl Progress for LogProgress {
+    fn report(&self, event: ProgressEvent) {
+        self.metrics.stage_event(&event);
+        tracing::info!(
+            target: "metalform::stage",
+            node = %event.node,
+            stage = %event.stage,
+            status = event.status.label(),
+            message = %event.message,
+            "stage"
+        );
+    }
+}
+
+/// A running daemon.
+pub struct RunningDaemon {
+    core: Arc<Core>,
+    local_addr: SocketAddr,
+    shutdown: watch::Sender<bool>,
+    main: tokio::task::JoinHandle<()>,
+}
+
+impl RunningDaemon {
+    /// The address the HTTP server listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.core.metrics
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.core.store
+    }
+
+    /// The fleet revision accepted last.
+    pub fn revision(&self) -> Option<Arc<FleetRevision>> {
+        self.core.fleet.borrow().clone()
+    }
+
+    /// Stop gracefully (what SIGTERM does) and wait until everything rested.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        let _ = self.main.await;
+    }
+
+    /// Wait until the daemon stopped (after [`RunningDaemon::shutdown`] from elsewhere, or a
+    /// signal).
+    pub async fn wait(self) {
+        let _ = self.main.await;
+    }
+
+    /// A handle that triggers the graceful shutdown.
+    pub fn shutdown_trigger(&self) -> watch::Sender<bool> {
+        self.shutdown.clone()
+    }
+}
+
+/// Read the configured API tokens now (environment or secret store).
+async fn read_tokens(
+    config: &DaemonConfig,
+    secrets: &dyn SecretStore,
+) -> Result<Tokens, DaemonError> {
+    let mut tokens = Vec::new();
+    for token in &config.tokens {
+        let value = match &token.source {
+            config::TokenSource::Env(var) => {
+                std::env::var(var).map_err(|_| DaemonError::Token {
+                    name: token.name.clone(),
+                    message: format!("environment variable {var} is not set"),
+                })?
+            }
+            config::TokenSource::Vault { path, key } => secrets
+                .read(path)
+                .await
+                .and_then(|data| data.field(key).cloned())
+                .map_err(|e| DaemonError::Token {
+                    name: token.name.clone(),
+                    message: e.to_string(),
+                })?
+                .expose()
+                .to_owned(),
+        };
+        if value.len() < 16 {
+            return Err(DaemonError::Token {
+                name: token.name.clone(),
+                message: "the token is shorter than 16 characters".into(),
+            });
+        }
+        tokens.push(ApiToken {
+            name: token.name.clone(),
+            role: token.role,
+            value: crate::secrets::Secret::new(value),
+        });
+    }
+    Ok(Tokens::new(&tokens))
+}
+
+fn peers(config: &DaemonConfig) -> Peers {
+    let sim = |url: &url::Url| SitePeers {
+        bmc: Arc::new(SimBmc::new(url)),
+        host: Arc::new(SimHost::new(url)),
+    };
+    let mut real = Peers::uniform(
+        Arc::new(IpmiTool::default()),
+        Arc::new(SshHost {
+            identity: config.ssh_identity.clone(),
+            ..SshHost::default()
+        }),
+    );
+    for (site, url) in &config.sim_control {
+        if site == "*" {
+            real.default = sim(url);
+        } else {
+            real.per_site.insert(site.clone(), sim(url));
+        }
+    }
+    real
+}
+
+/// Start the daemon: open the store and secrets, read the tokens, bind the HTTP server, and
+/// spawn the loop. Returns once it listens.
+pub async fn start(
+    config: DaemonConfig,
+    options: DaemonOptions,
+) -> Result<RunningDaemon, DaemonError> {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    std::fs::create_dir_all(&config.data_dir).map_err(|e| DaemonError::Watch {
+        path: config.data_dir.display().to_string(),
+        message: e.to_string(),
+    })?;
+    let store = Store::open(&config.state_url, clock.clone()).await?;
+    let secrets = crate::secrets::open(&config.secrets_url)?;
+    let tokens = read_tokens(&config, secrets.as_ref()).await?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| DaemonError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    let local_addr = listener.local_addr().map_err(|source| DaemonError::Bind {
+        addr: config.listen,
+        source,
+    })?;
+    let public_url = config
+        .public_url
+        .clone()
+        .unwrap_or_else(|| url::Url::parse(&format!("http://{local_addr}/")).expect("a URL"));
+
+    let maas_metrics = MaasMetrics::new();
+    let metrics = Metrics::new(maas_metrics.clone());
+    let maas_options = MaasClientOptions {
+        metrics: maas_metrics.clone(),
+        ..MaasClientOptions::default()
+    };
+    let stop = StopSignal::default();
+    let env = StageEnv {
+        store: store.clone(),
+        secrets: secrets.clone(),
+        maas: Arc::new(SiteMaas::new(
+            secrets.clone(),
+            MaasClients::new(maas_options.clone()),
+        )),
+        peers: peers(&config),
+        clock: clock.clone(),
+        enroll_url: crate::agent::enroll_url(&public_url),
+        actor: Actor::system("metalform-daemon"),
+        poll_interval: config.executor.poll_interval,
+    };
+    let progress: Arc<dyn Progress> = Arc::new(LogProgress {
+        metrics: metrics.clone(),
+    });
+    let executor = Executor::new(
+        env,
+        ExecutorOptions {
+            poll_interval: config.executor.poll_interval,
+            retry_base: config.executor.retry_base,
+            lease_ttl: config.executor.lease_ttl,
+            holder: crate::apply::default_holder().replacen("apply@", "daemon@", 1),
+            seed: config.executor.seed.unwrap_or_else(rand::random),
+            reason: Some("metalform daemon: reconcile".into()),
+            stop: stop.clone(),
+            ..ExecutorOptions::default()
+        },
+        progress.clone(),
+    );
+    let decommissions = DecommissionExecutor::new(
+        executor.env().clone(),
+        executor.options().clone(),
+        DecommissionTiming::default(),
+        progress,
+    );
+    let (commands, command_rx) = mpsc::unbounded_channel();
+    let (fleet, _) = watch::channel(None);
+    let clients = MaasClients::new(maas_options);
+    let drift = DriftEnv::new(
+        store.clone(),
+        secrets.clone(),
+        clients.clone(),
+        config.drift.clone(),
+    );
+    let core = Arc::new(Core {
+        clients,
+        drift,
+        config,
+        store,
+        secrets,
+        executor,
+        decommissions,
+        stop,
+        metrics,
+        accepting: AtomicBool::new(true),
+        fleet,
+        in_flight: Mutex::new(BTreeSet::new()),
+        limits: Mutex::new(BTreeMap::new()),
+        tasks: Mutex::new(JoinSet::new()),
+        commands,
+        source_problem: Mutex::new(None),
+    });
+
+    let control: Arc<dyn Control> = Arc::new(Handle { core: core.clone() });
+    let api = ApiState::new(
+        core.store.clone(),
+        core.secrets.clone(),
+        core.clients.clone(),
+        tokens,
+        control,
+        core.config.max_body_bytes,
+    );
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    let app = server::app(core.clone(), api, public_url.clone());
+    let watcher = if options.watch {
+        Some(watch_source(&core)?)
+    } else {
+        None
+    };
+    tracing::info!(
+        addr = %local_addr,
+        public_url = %public_url,
+        repository = %core.config.source.repository,
+        branch = %core.config.source.branch,
+        watch = options.watch,
+        "metalform daemon started"
+    );
+    let main = tokio::spawn(run(
+        core.clone(),
+        listener,
+        app,
+        shutdown_rx,
+        command_rx,
+        watcher,
+    ));
+    Ok(RunningDaemon {
+        core,
+        local_addr,
+        shutdown,
+        main,
+    })
+}
+
+/// A filesystem watcher on the source repository, poking the loop on every change.
+struct SourceWatch {
+    _watcher: notify::RecommendedWatcher,
+    pokes: mpsc::UnboundedReceiver<()>,
+}
+
+fn watch_source(core: &Core) -> Result<SourceWatch, DaemonError> {
+    use notify::Watcher;
+    let reader = SourceReader::new(core.config.source.clone(), &core.config.data_dir);
+    let path = reader.watch_path().ok_or_else(|| DaemonError::Watch {
+        path: core.config.source.repository.clone(),
+        message: "not a local git repository".into(),
+    })?;
+    let (tx, pokes) = mpsc::unbounded_channel();
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        if event.is_ok() {
+            let _ = tx.send(());
+        }
+    })
+    .map_err(|e| DaemonError::Watch {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })?;
+    watcher
+        .watch(&path, notify::RecursiveMode::Recursive)
+        .map_err(|e| DaemonError::Watch {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+    Ok(SourceWatch {
+        _watcher: watcher,
+        pokes,
+    })
+}
+
+/// The API's view of the daemon.
+struct Handle {
+    core: Arc<Core>,
+}
+
+impl Control for Handle {
+    fn accepting(&self) -> bool {
+        self.core.accepting.load(Ordering::SeqCst)
+    }
+
+    fn fleet(&self) -> Option<Arc<FleetRevision>> {
+        self.core.fleet.borrow().clone()
+    }
+
+    fn reconcile(
+        &self,
+        site: SiteName,
+        actor: Actor,
+    ) -> Result<crate::api::ReconcileFuture, ControlError> {
+        if !self.accepting() {
+            return Err(ControlError::ShuttingDown);
+        }
+        let (reply, answer) = oneshot::channel();
+        let name = site.to_string();
+        self.core
+            .commands
+            .send(Command::Reconcile { site, actor, reply })
+            .map_err(|_| ControlError::ShuttingDown)?;
+        Ok(async move {
+            answer.await.unwrap_or_else(|_| ReconcileSummary {
+                site: name,
+                error: Some("the daemon stopped before the reconcile ran".into()),
+                ..ReconcileSummary::default()
+            })
+        }
+        .boxed())
+    }
+
+    fn carry_out(
+        &self,
+        target: crate::plan::NodeTarget,
+        recovery: Recovery,
+    ) -> Result<(), ControlError> {
+        if !self.accepting() {
+            return Err(ControlError::ShuttingDown);
+        }
+        let label = target.label();
+        if !self
+            .core
+            .in_flight
+            .lock()
+            .expect("lock")
+            .insert(label.clone())
+        {
+            // The node is running already; the recorded action takes effect there (its job
+            // moved), nothing more to start.
+            return Ok(());
+        }
+        let core = self.core.clone();
+        self.core.tasks.lock().expect("lock").spawn(async move {
+            let report = core.executor.carry_out(target, &recovery).await;
+            core.metrics.applied(&report);
+            core.in_flight.lock().expect("lock").remove(&label);
+        });
+        Ok(())
+    }
+}
+
+/// When each site is due, and who is waiting for it.
+#[derive(Default)]
+struct Schedule {
+    due: BTreeMap<SiteName, Instant>,
+    running: BTreeSet<SiteName>,
+    waiting: BTreeMap<SiteName, Vec<oneshot::Sender<ReconcileSummary>>>,
+}
+
+async fn run(
+    core: Arc<Core>,
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    mut shutdown: watch::Receiver<bool>,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+    watcher: Option<SourceWatch>,
+) {
+    let mut http_stop = shutdown.clone();
+    let http = tokio::spawn(async move {
+        let served = axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(async move {
+            let _ = http_stop.wait_for(|s| *s).await;
+        })
+        .await;
+        if let Err(err) = served {
+            tracing::error!(error = %err, "HTTP server stopped");
+        }
+    });
+    let events = core.config.events.clone().map(|events| {
+        let sink = match events.sink {
+            config::EventSink::File(path) => crate::events::Sink::File(path),
+            config::EventSink::Webhook(url) => crate::events::Sink::webhook(url, events.timeout),
+        };
+        let outbox = crate::events::Outbox::new(
+            core.store.clone(),
+            sink,
+            crate::events::Pacing {
+                retry_base: events.retry_base,
+                retry_cap: events.retry_cap,
+                ..crate::events::Pacing::default()
+            },
+            Arc::new(EventMetrics(core.metrics.clone())),
+        );
+        let mut stop = shutdown.clone();
+        tokio::spawn(async move {
+            outbox
+                .run(async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+                .await;
+        })
+    });
+
+    let reader = SourceReader::new(core.config.source.clone(), &core.config.data_dir);
+    let mut seen: Option<String> = None;
+    let mut schedule = Schedule::default();
+    let mut reconciles: JoinSet<(SiteName, ReconcileSummary)> = JoinSet::new();
+    let mut poll = tokio::time::interval(core.config.source.poll_interval);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let (mut pokes, _watcher) = match watcher {
+        Some(w) => (Some(w.pokes), Some(w._watcher)),
+        None => (None, None),
+    };
+    let mut reap = tokio::time::interval(Duration::from_secs(1));
+
+    loop {
+        let next_due = schedule
+            .due
+            .iter()
+            .filter(|(site, _)| !schedule.running.contains(*site))
+            .map(|(_, at)| *at)
+            .min();
+        let sleep_until = next_due.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+        tokio::select! {
+            _ = async { let _ = shutdown.wait_for(|s| *s).await; } => break,
+            _ = poll.tick() => {
+                poll_source(&core, &reader, &mut seen, &mut schedule).await;
+            }
+            Some(()) = async { match pokes.as_mut() { Some(p) => p.recv().await, None => None } } => {
+                // Debounce: a commit touches several files of .git.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                if let Some(p) = pokes.as_mut() { while p.try_recv().is_ok() {} }
+                poll_source(&core, &reader, &mut seen, &mut schedule).await;
+            }
+            Some(command) = commands.recv() => match command {
+                Command::Reconcile { site, actor, reply } => {
+                    tracing::info!(site = %site, actor = %actor.name, "reconcile requested");
+                    schedule.waiting.entry(site.clone()).or_default().push(reply);
+                    schedule.due.insert(site, Instant::now());
+                }
+            },
+            Some(done) = reconciles.join_next() => {
+                if let Ok((site, summary)) = done {
+                    schedule.running.remove(&site);
+                    // Waiters that asked while it ran wait for the next one (already due).
+                    if schedule.due.get(&site).is_none_or(|at| *at > Instant::now()) {
+                        for reply in schedule.waiting.remove(&site).unwrap_or_default() {
+                            let _ = reply.send(summary.clone());
+                        }
+                    }
+                    let interval = core.config.interval_of(site.as_str());
+                    schedule.due.entry(site).or_insert(Instant::now() + interval);
+                }
+            }
+            _ = tokio::time::sleep_until(sleep_until.into()) => {
+                let Some(fleet) = core.fleet.borrow().clone() else { continue };
+                let now = Instant::now();
+                let due: Vec<SiteName> = schedule
+                    .due
+                    .iter()
+                    .filter(|(site, at)| **at <= now && !schedule.running.contains(*site))
+                    .map(|(site, _)| site.clone())
+                    .collect();
+                for site in due {
+                    schedule.due.remove(&site);
+                    if !fleet.fleet.sites.contains_key(&site) {
+                        for reply in schedule.waiting.remove(&site).unwrap_or_default() {
+                            let _ = reply.send(ReconcileSummary {
+                                site: site.to_string(),
+                                error: Some("the site is no longer in the fleet".into()),
+                                ..ReconcileSummary::default()
+                            });
+                        }
+                        continue;
+                    }
+                    schedule.running.insert(site.clone());
+                    let core = core.clone();
+                    let fleet = fleet.clone();
+                    reconciles.spawn(async move {
+                        let summary = reconcile_site(&core, &fleet, &site).await;
+                        (site, summary)
+                    });
+                }
+            }
+            _ = reap.tick() => {
+                let mut tasks = core.tasks.lock().expect("lock");
+                while tasks.try_join_next().is_some() {}
+            }
+        }
+    }
+
+    // Shutdown: no new work; running nodes stop at their next stage boundary.
+    tracing::info!("shutting down: running stages finish to their next checkpoint");
+    core.accepting.store(false, Ordering::SeqCst);
+    core.stop.stop();
+    while let Some(done) = reconciles.join_next().await {
+        if let Ok((site, summary)) = done {
+            for reply in schedule.waiting.remove(&site).unwrap_or_default() {
+                let _ = reply.send(summary.clone());
+            }
+        }
+    }
+    let mut tasks = std::mem::take(&mut *core.tasks.lock().expect("lock"));
+    while tasks.join_next().await.is_some() {}
+    let _ = http.await;
+    if let Some(events) = events {
+        let _ = events.await;
+    }
+    if let Some(events) = &core.config.events {
+        // One more pass: the events the stopped stages wrote.
+        let sink = match &events.sink {
+            config::EventSink::File(path) => crate::events::Sink::File(path.clone()),
+            config::EventSink::Webhook(url) => {
+                crate::events::Sink::webhook(url.clone(), events.timeout)
+            }
+        };
+        crate::events::Outbox::new(
+            core.store.clone(),
+            sink,
+            crate::events::Pacing::default(),
+            Arc::new(EventMetrics(core.metrics.clone())),
+        )
+        .deliver_pending()
+        .await;
+    }
+    core.store.close().await;
+    tracing::info!("metalform daemon stopped");
+}
+
+struct EventMetrics(Arc<Metrics>);
+
+impl crate::events::DeliveryObserver for EventMetrics {
+    fn delivered(&self, _event: &crate::store::OutboxEvent) {
+        self.0.event_delivered();
+    }
+
+    fn failed(&self, _event: &crate::store::OutboxEvent, _error: &crate::events::DeliveryError) {
+        self.0.event_failed();
+    }
+}
+
+/// Poll the source; an accepted revision makes every site due now.
+async fn poll_source(
+    core: &Arc<Core>,
+    reader: &SourceReader,
+    seen: &mut Option<String>,
+    schedule: &mut Schedule,
+) {
+    let last = core.fleet.borrow().clone();
+    let reader = reader.clone();
+    let previous = seen.clone();
+    let outcome =
+        tokio::task::spawn_blocking(move || reader.poll(previous.as_deref(), last.as_deref()))
+            .await
+            .unwrap_or_else(|e| ReadOutcome::Failed {
+                reason: format!("source reader panicked: {e}"),
+            });
+    core.metrics.source_read(outcome.label());
+    match outcome {
+        ReadOutcome::Unchanged => {}
+        ReadOutcome::Accepted(revision) => {
+            tracing::info!(
+                revision = %revision.revision,
+                sites = revision.fleet.sites.len(),
+                nodes = revision.fleet.nodes.len(),
+                "fleet revision accepted"
+            );
+            *seen = revision.revision.strip_prefix("commit:").map(str::to_owned);
+            let now = Instant::now();
+            for site in revision.fleet.sites.keys() {
+                schedule.due.insert(site.clone(), now);
+            }
+            *core.source_problem.lock().expect("lock") = None;
+            core.fleet.send_replace(Some(revision));
+        }
+        ReadOutcome::Rejected { commit, reason } => {
+            tracing::error!(commit = %commit, reason = %reason, "fleet revision rejected: nothing acts on it; the last accepted revision stays");
+            *seen = Some(commit.clone());
+            *core.source_problem.lock().expect("lock") =
+                Some(format!("commit {commit} rejected: {reason}"));
+        }
+        ReadOutcome::Failed { reason } => {
+            tracing::error!(reason = %reason, "cannot read the fleet source; retrying at the next poll");
+            *core.source_problem.lock().expect("lock") = Some(reason);
+        }
+    }
+}
+
+/// One site's reconcile: observe, plan, dispatch what the policy allows.
+async fn reconcile_site(
+    core: &Arc<Core>,
+    fleet: &Arc<FleetRevision>,
+    site: &SiteName,
+) -> ReconcileSummary {
+    let started = Instant::now();
+    let mut summary = ReconcileSummary {
+        site: site.to_string(),
+        revision: Some(fleet.revision.clone()),
+        ..ReconcileSummary::default()
+    };
+    let filter = SiteFilter::Only([site.clone()].into());
+    let snapshot = match crate::observe::observe(
+        &fleet.fleet,
+        &filter,
+        &core.store,
+        core.secrets.as_ref(),
+        &core.clients,
+    )
+    .await
+    {
+        Ok(snapshot) => snapshot,
+        Err(err) => {
+            tracing::error!(site = %site, error = %err, "reconcile: cannot observe");
+            core.metrics
+                .reconciled(site.as_str(), "error", started.elapsed().as_secs_f64());
+            summary.error = Some(err.to_string());
+            return summary;
+        }
+    };
+    let unreadable = snapshot.sites.values().find_map(|o| match o {
+        SiteObservation::Unreadable { error, .. } => Some(error.clone()),
+        _ => None,
+    });
+    let mut snapshot = snapshot;
+    let plan = crate::plan::plan(&fleet.fleet, &snapshot, &PlanOptions { sites: filter });
+    core.metrics.planned(site.as_str(), &plan);
+    summary.plan = plan.sites.first().map(|s| s.summary);
+    let dispatch = work::dispatch(&plan, &core.config.self_heal);
+    for (node, why) in &dispatch.held {
+        tracing::warn!(node = %node, why = %why, "plan item held by the self-heal policy");
+    }
+    summary.held = dispatch.held.len();
+    let runs = dispatch.items.into_iter().map(NodeRun::Onboarding).chain(
+        dispatch
+            .decommissions
+            .into_iter()
+            .map(NodeRun::Decommission),
+    );
+    for run in runs {
+        if spawn_node(core, run) {
+            summary.started += 1;
+        } else {
+            summary.in_flight += 1;
+        }
+    }
+    if let Ok(jobs) = core
+        .store
+        .list_jobs(
+            JobKind::Onboarding,
+            &JobFilter {
+                site: Some(site.to_string()),
+                ..JobFilter::default()
+            },
+        )
+        .await
+    {
+        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        for job in jobs {
+            *counts.entry(job.state.to_string()).or_default() += 1;
+        }
+        for (state, n) in counts {
+            core.metrics.jobs("onboarding", site.as_str(), &state, n);
+        }
+    }
+    // The drift pass on the observation this reconcile made (the pass re-reads a machine
+    // before it acts on it, so the minutes-old list decides nothing by itself).
+    let mut drift_failed = false;
+    if core.stop.is_stopped() {
+        tracing::info!(site = %site, "drift pass skipped: shutting down");
+    } else if let Some(site_config) = fleet.fleet.sites.get(site) {
+        let observation = snapshot.sites.remove(site);
+        match crate::drift::reconcile_site(&core.drift, site_config, observation).await {
+            Ok(report) => {
+                core.metrics.drift(&report);
+                log_drift(&report);
+                summary.drift = Some(report.pass_summary());
+            }
+            Err(err) => {
+                tracing::error!(site = %site, error = %err, "drift pass failed");
+                summary.error = Some(format!("drift pass: {err}"));
+                drift_failed = true;
+            }
+        }
+    }
+    let outcome = if let Some(error) = unreadable {
+        summary.error = Some(error);
+        "unreadable"
+    } else if drift_failed {
+        "error"
+    } else {
+        "ok"
+    };
+    core.metrics
+        .reconciled(site.as_str(), outcome, started.elapsed().as_secs_f64());
+    tracing::info!(
+        site = %site,
+        revision = %fleet.revision,
+        started = summary.started,
+        in_flight = summary.in_flight,
+        held = summary.held,
+        outcome,
+        "site reconciled"
+    );
+    summary
+}
+
+/// One JSON log line per drift finding that is new (at its severity), per action carried
+/// out, skipped or failed, and one for the pass. Open drift that was logged when detected is
+/// not repeated every interval; `/metrics` and `drift list` show it.
+fn log_drift(report: &DriftReport) {
+    let site = report.site.as_str();
+    if let Some(error) = &report.unreadable {
+        tracing::warn!(target: "metalform::drift", site, error = %error, "drift: MAAS unreadable; only the heartbeat was checked");
+    }
+    if let Some(guard) = &report.guard {
+        tracing::warn!(target: "metalform::drift", site, guard = %guard, "drift: absence guard held the quarantines back");
+    }
+    for finding in report.findings.iter().filter(|f| f.newly_detected) {
+        let maas = finding
+            .machine
+            .as_ref()
+            .map(|m| m.status.name.as_str())
+            .unwrap_or("absent");
+        macro_rules! detected {
+            ($level:ident) => {
+                tracing::$level!(
+                    target: "metalform::drift",
+                    site,
+                    node = %finding.node_id,
+                    hostname = %finding.hostname,
+                    rule = finding.rule.as_str(),
+                    severity = finding.severity.as_str(),
+                    alert = finding.rule.alert(),
+                    maas_status = maas,
+                    system_id = finding.system_id.as_deref().unwrap_or(""),
+                    expected = %finding.expected,
+                    observed = %finding.observed,
+                    "drift detected: {}",
+                    finding.message
+                )
+            };
+        }
+        match finding.severity {
+            Severity::Critical => detected!(error),
+            Severity::Warn => detected!(warn),
+            Severity::Info => detected!(info),
+            Severity::Debug | Severity::None => detected!(debug),
+        }
+    }
+    for outcome in &report.actions {
+        macro_rules! action {
+            ($level:ident) => {
+                tracing::$level!(
+                    target: "metalform::drift",
+                    site,
+                    node = %outcome.node_id,
+                    hostname = %outcome.hostname,
+                    action = outcome.action.as_str(),
+                    result = outcome.result.label(),
+                    reason = outcome.result.reason().unwrap_or(""),
+                    "drift action"
+                )
+            };
+        }
+        match outcome.result {
+            ActionResult::Taken | ActionResult::Skipped(_) => action!(info),
+            ActionResult::Failed(_) => action!(error),
+            // Held again at every pass while the policy or the node says so.
+            ActionResult::Held(_) => action!(debug),
+        }
+    }
+    for error in &report.errors {
+        tracing::warn!(target: "metalform::drift", site, error = %error, "drift: node not recorded");
+    }
+    let by_rule = serde_json::to_string(&report.by_rule).unwrap_or_default();
+    tracing::info!(
+        target: "metalform::drift",
+        site,
+        findings = report.findings.len(),
+        by_rule = %by_rule,
+        taken = report.taken().count(),
+        actions = report.actions.len(),
+        "drift pass"
+    );
+}
+
+/// One node's work: an onboarding job or a decommission job.
+enum NodeRun {
+    Onboarding(WorkItem),
+    Decommission(DecommissionWork),
+}
+
+impl NodeRun {
+    /// `site/hostname`: one run per node at a time, whichever kind.
+    fn label(&self) -> String {
+        match self {
+            NodeRun::Onboarding(item) => item.target.label(),
+            NodeRun::Decommission(work) => format!("{}/{}", work.target.site, work.target.hostname),
+        }
+    }
+
+    /// The node's profile, for its (site, profile) `maxParallel`; an agent-only decommission
+    /// of a node no longer in the manifests runs alone.
+    fn profile(&self) -> Option<&crate::model::Profile> {
+        match self {
+            NodeRun::Onboarding(item) => Some(&item.target.profile),
+            NodeRun::Decommission(work) => work.target.resolved.as_ref().map(|t| &t.profile),
+        }
+    }
+
+    fn site(&self) -> &str {
+        match self {
+            NodeRun::Onboarding(item) => item.target.site_name(),
+            NodeRun::Decommission(work) => &work.target.site,
+        }
+    }
+}
+
+/// Run one node's work as its own task (under its site/profile limit); false when the node is
+/// running already.
+fn spawn_node(core: &Arc<Core>, run: NodeRun) -> bool {
+    let label = run.label();
+    if !core.in_flight.lock().expect("lock").insert(label.clone()) {
+        return false;
+    }
+    let key = (
+        run.site().to_owned(),
+        run.profile()
+            .map(|p| p.name.to_string())
+            .unwrap_or_default(),
+    );
+    let parallel = run
+        .profile()
+        .map_or(1, |p| p.concurrency.max_parallel.max(1) as usize);
+    let limit = core
+        .limits
+        .lock()
+        .expect("lock")
+        .entry(key)
+        .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(parallel)))
+        .clone();
+    let task_core = core.clone();
+    core.tasks.lock().expect("lock").spawn(async move {
+        let permit = tokio::select! {
+            permit = limit.acquire_owned() => permit.ok(),
+            _ = task_core.stop.stopped() => None,
+        };
+        if permit.is_some() {
+            let report = match run {
+                NodeRun::Onboarding(item) => task_core.executor.run(vec![item]).await,
+                NodeRun::Decommission(work) => task_core.decommissions.run(vec![work]).await,
+            };
+            task_core.metrics.applied(&report);
+        }
+        task_core.in_flight.lock().expect("lock").remove(&label);
+    });
+    true
+}
+
+/// `/healthz`: what the daemon is doing.
+fn health(core: &Core) -> (bool, serde_json::Value) {
+    let fleet = core.fleet.borrow().clone();
+    let accepting = core.accepting.load(Ordering::SeqCst);
+    let problem = core.source_problem.lock().expect("lock").clone();
+    let ok = accepting && fleet.is_some();
+    (
+        ok,
+        serde_json::json!({
+            "status": if !accepting { "shutting_down" } else if fleet.is_some() { "ok" } else { "starting" },
+            "revision": fleet.as_ref().map(|f| f.revision.clone()),
+            "accepted_at": fleet.as_ref().map(|f| f.accepted_at),
+            "source_problem": problem,
+            "nodes_in_flight": core.in_flight.lock().expect("lock").len(),
+        }),
+    )
+}

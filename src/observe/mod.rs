@@ -130,8 +130,9 @@ pub async fn observe(
 }
 
 /// One site's MAAS: the machines list, the power parameters (both needed: without BMC
-/// addresses discovery could not match) and, best effort, the version.
-async fn observe_site(
+/// addresses discovery could not match) and, best effort, the version. The drift pass reads a
+/// site with it when the daemon has no fresh snapshot to hand over.
+pub async fn observe_site(
     site: &Site,
     secrets: &dyn SecretStore,
     maas: &MaasClients,

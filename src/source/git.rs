@@ -16,10 +16,6 @@ pub(super) fn read(fleet: &Path, rev: &str) -> Result<Snapshot, SourceError> {
         }
     })?;
     let repo_path = repo.path().to_path_buf();
-    let git_err = |err: git2::Error| SourceError::Git {
-        repo: repo_path.clone(),
-        message: err.message().to_string(),
-    };
     let workdir = repo.workdir().ok_or_else(|| SourceError::BareRepository {
         repo: repo_path.clone(),
     })?;
@@ -45,12 +41,29 @@ pub(super) fn read(fleet: &Path, rev: &str) -> Result<Snapshot, SourceError> {
             rev: rev.to_string(),
             repo: workdir.clone(),
         })?;
+    read_commit(&repo, &commit, &inside, fleet, rev)
+}
+
+/// The fleet at `inside` (a `/`-separated path in the tree, `""` for the root) of `commit`;
+/// `fleet` is how the operator named it (for messages), `rev` how the revision was named.
+/// Bare repositories work too (the daemon reads its fetched mirror).
+pub(crate) fn read_commit(
+    repo: &Repository,
+    commit: &git2::Commit<'_>,
+    inside: &str,
+    fleet: &Path,
+    rev: &str,
+) -> Result<Snapshot, SourceError> {
+    let git_err = |err: git2::Error| SourceError::Git {
+        repo: repo.path().to_path_buf(),
+        message: err.message().to_string(),
+    };
     let root = commit.tree().map_err(git_err)?;
     let missing = || SourceError::MissingAtRevision {
         path: if inside.is_empty() {
             ".".into()
         } else {
-            inside.clone()
+            inside.to_owned()
         },
         rev: rev.to_string(),
     };
@@ -59,14 +72,14 @@ pub(super) fn read(fleet: &Path, rev: &str) -> Result<Snapshot, SourceError> {
     let display_root;
     if inside.is_empty() {
         display_root = display_root_of(fleet);
-        collect_tree(&repo, &root, &mut files).map_err(git_err)?;
+        collect_tree(repo, &root, &mut files).map_err(git_err)?;
     } else {
-        let entry = root.get_path(Path::new(&inside)).map_err(|_| missing())?;
+        let entry = root.get_path(Path::new(inside)).map_err(|_| missing())?;
         match entry.kind() {
             Some(ObjectType::Tree) => {
                 display_root = display_root_of(fleet);
                 let tree = repo.find_tree(entry.id()).map_err(git_err)?;
-                collect_tree(&repo, &tree, &mut files).map_err(git_err)?;
+                collect_tree(repo, &tree, &mut files).map_err(git_err)?;
             }
             Some(ObjectType::Blob) => {
                 display_root = fleet

@@ -128,6 +128,18 @@ pub fn read(source: &FleetSource) -> Result<Snapshot, SourceError> {
     }
 }
 
+/// The fleet at `inside` (`/`-separated, `""` for the root) of a commit of an open repository,
+/// bare or not — the daemon reads the mirror it fetched. `display` is prefixed to file paths
+/// in messages.
+pub fn read_commit(
+    repo: &git2::Repository,
+    commit: &git2::Commit<'_>,
+    inside: &str,
+    display: &Path,
+) -> Result<Snapshot, SourceError> {
+    git::read_commit(repo, commit, inside, display, &commit.id().to_string())
+}
+
 /// Whether a file name is a manifest the fleet reads.
 fn is_manifest_name(name: &str) -> bool {
     !name.starts_with('.')

@@ -10,6 +10,7 @@
 
 mod agents;
 pub(crate) mod db;
+mod drift;
 mod jobs;
 mod leases;
 mod migrate;
@@ -32,6 +33,7 @@ pub use agents::{
     Enrolled, EnrollmentRequest,
 };
 pub use db::Backend;
+pub use drift::{DriftMark, DriftRecord, MaasObservation};
 pub use jobs::{
     EventStatus, Job, JobFailure, JobFilter, JobSpec, JobUpdate, NewDecommission, NewOnboarding,
     Observed, StageEvent, StageEventRow,

@@ -270,18 +270,18 @@ pub(crate) async fn transition_in(
 }
 
 /// The audit facts of one node write.
-struct NodeAudit<'a> {
-    actor: &'a Actor,
-    reason: Option<String>,
-    action: &'a str,
-    target: NodeState,
-    correlation_ids: serde_json::Value,
-    details: serde_json::Value,
+pub(crate) struct NodeAudit<'a> {
+    pub actor: &'a Actor,
+    pub reason: Option<String>,
+    pub action: &'a str,
+    pub target: NodeState,
+    pub correlation_ids: serde_json::Value,
+    pub details: serde_json::Value,
 }
 
 /// Finish a node write inside `tx`: the update conditional on the generation that was read
 /// (a concurrent writer makes it fail), the audit row, the store serial; returns the new row.
-async fn write_node(
+pub(crate) async fn write_node(
     tx: &mut Tx,
     now: DateTime<Utc>,
     node: &Node,

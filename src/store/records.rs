@@ -186,6 +186,56 @@ pub(crate) async fn read_maas_state(
     .transpose()
 }
 
+/// Insert or update a node's MAAS state row inside `tx` (see [`MaasStateUpdate`]).
+pub(crate) async fn write_maas_state(
+    tx: &mut Tx,
+    at: DateTime<Utc>,
+    update: &MaasStateUpdate,
+) -> Result<MaasState, StoreError> {
+    let now = format_time(at);
+    let ips = json!(update.ips).to_string();
+    tx.execute(
+        "INSERT INTO node_maas_state (node_id, site, maas_system_id, last_maas_status,
+            last_maas_power_state, last_maas_ips, last_reconciled_at, updated_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
+         ON CONFLICT (node_id) DO UPDATE SET site = $2, maas_system_id = $3,
+            last_maas_status = $4, last_maas_power_state = $5, last_maas_ips = $6,
+            last_reconciled_at = $7, updated_at = $7",
+        &params![
+            update.node_id.to_string(),
+            update.site.clone(),
+            update.maas_system_id.clone(),
+            update.status.clone(),
+            update.power_state.clone(),
+            ips,
+            now.clone(),
+        ],
+    )
+    .await?;
+    match &update.drift {
+        Some(Value::Null) => {
+            tx.execute(
+                "UPDATE node_maas_state SET drift_detected = $1, drift_resolved_at = $2
+                 WHERE node_id = $3 AND drift_detected = $4",
+                &params![false, now, update.node_id.to_string(), true],
+            )
+            .await?;
+        }
+        Some(details) => {
+            tx.execute(
+                "UPDATE node_maas_state SET drift_detected = $1, drift_details = $2,
+                    drift_resolved_at = NULL WHERE node_id = $3",
+                &params![true, details.to_string(), update.node_id.to_string()],
+            )
+            .await?;
+        }
+        None => {}
+    }
+    read_maas_state(tx, update.node_id)
+        .await?
+        .ok_or_else(|| StoreError::Corrupt("node_maas_state row vanished".into()))
+}
+
 /// A plan to record (the plan file's header; the body is the plan's JSON).
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewPlan {
@@ -286,50 +336,10 @@ impl Store {
         &self,
         update: &MaasStateUpdate,
     ) -> Result<MaasState, StoreError> {
-        let now = format_time(self.now());
+        let now = self.now();
         let mut tx = self.pool.write().await?;
         super::nodes::read_node(&mut tx, update.node_id).await?;
-        let ips = json!(update.ips).to_string();
-        tx.execute(
-            "INSERT INTO node_maas_state (node_id, site, maas_system_id, last_maas_status,
-                last_maas_power_state, last_maas_ips, last_reconciled_at, updated_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
-             ON CONFLICT (node_id) DO UPDATE SET site = $2, maas_system_id = $3,
-                last_maas_status = $4, last_maas_power_state = $5, last_maas_ips = $6,
-                last_reconciled_at = $7, updated_at = $7",
-            &params![
-                update.node_id.to_string(),
-                update.site.clone(),
-                update.maas_system_id.clone(),
-                update.status.clone(),
-                update.power_state.clone(),
-                ips,
-                now.clone(),
-            ],
-        )
-        .await?;
-        match &update.drift {
-            Some(Value::Null) => {
-                tx.execute(
-                    "UPDATE node_maas_state SET drift_detected = $1, drift_resolved_at = $2
-                     WHERE node_id = $3 AND drift_detected = $4",
-                    &params![false, now, update.node_id.to_string(), true],
-                )
-                .await?;
-            }
-            Some(details) => {
-                tx.execute(
-                    "UPDATE node_maas_state SET drift_detected = $1, drift_details = $2,
-                        drift_resolved_at = NULL WHERE node_id = $3",
-                    &params![true, details.to_string(), update.node_id.to_string()],
-                )
-                .await?;
-            }
-            None => {}
-        }
-        let state = read_maas_state(&mut tx, update.node_id)
-            .await?
-            .ok_or_else(|| StoreError::Corrupt("node_maas_state row vanished".into()))?;
+        let state = write_maas_state(&mut tx, now, update).await?;
         tx.commit().await?;
         Ok(state)
     }

@@ -1,0 +1,68 @@
+//! `metalform daemon --config FILE [--watch]` (DESIGN.md §3, §6; docs/daemon.md): run the
+//! reconciler until SIGTERM or SIGINT, then stop gracefully (running stages reach their next
+//! checkpoint) and exit 0. Logs are JSON lines on stderr.
+
+use std::path::PathBuf;
+
+use super::{CliError, Exit, GlobalArgs};
+use crate::daemon::{self, DaemonConfig, DaemonOptions};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The daemon's configuration (TOML; see examples/daemon.toml).
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// Also follow a local repository with filesystem notifications (a commit is picked up at
+    /// once instead of at the next poll).
+    #[arg(long)]
+    pub watch: bool,
+    /// Check the configuration and exit.
+    #[arg(long)]
+    pub check: bool,
+}
+
+pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
+    let mut config = DaemonConfig::load(&args.config).map_err(|e| {
+        let hint = e.hint.clone();
+        let err = CliError::user(e.to_string());
+        match hint {
+            Some(hint) => err.hint(hint),
+            None => err,
+        }
+    })?;
+    if let Some(state) = &global.state {
+        config.state_url = state.clone();
+    }
+    if args.check {
+        println!("{}: valid", args.config.display());
+        return Ok(Exit::Success);
+    }
+    let running = daemon::start(config, DaemonOptions { watch: args.watch })
+        .await
+        .map_err(|e| {
+            let hint = e.hint();
+            let err = CliError::user(e.to_string());
+            match hint {
+                Some(hint) => err.hint(hint),
+                None => err,
+            }
+        })?;
+    let trigger = running.shutdown_trigger();
+    tokio::spawn(async move {
+        let signal = wait_for_signal().await;
+        tracing::info!(signal, "signal received: stopping gracefully");
+        let _ = trigger.send(true);
+    });
+    running.wait().await;
+    Ok(Exit::Success)
+}
+
+async fn wait_for_signal() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("a SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("a SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    }
+}

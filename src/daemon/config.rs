@@ -1,0 +1,764 @@
+//! The daemon's TOML configuration (DESIGN.md §6; docs/daemon.md, examples/daemon.toml): the
+//! fleet repository and branch, poll and reconcile intervals, state and secret stores, the API's
+//! listen address, public URL and tokens (secret references or environment variables — never
+//! inline), the self-heal policy, the events sink, the drift policy (`[drift]`: the heartbeat
+//! threshold and the drift pass's self-heal switches, `crate::drift::DriftPolicy`).
+//!
+//! Every problem is reported as `FILE:LINE:COL: message` with a hint; unknown keys are errors
+//! (a misspelt key must not silently fall back to a default).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::api::TokenRole;
+use crate::drift::DriftPolicy;
+
+/// A bad configuration file, located.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{file}:{line}:{column}: {message}")]
+pub struct ConfigError {
+    pub file: String,
+    pub line: usize,
+    pub column: usize,
+    pub message: String,
+    pub hint: Option<String>,
+}
+
+/// `"30s"`, `"5m"`, `"2h"` (the manifests' duration syntax).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConfigDuration(pub Duration);
+
+impl<'de> Deserialize<'de> for ConfigDuration {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        crate::model::duration::parse(&text)
+            .map(ConfigDuration)
+            .map_err(|e| serde::de::Error::custom(format!("`{text}`: {e}")))
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    source: RawSource,
+    #[serde(default)]
+    state: RawState,
+    secrets: RawSecrets,
+    #[serde(default)]
+    reconcile: RawReconcile,
+    #[serde(default)]
+    self_heal: SelfHealPolicy,
+    api: RawApi,
+    #[serde(default)]
+    events: Option<RawEvents>,
+    #[serde(default)]
+    drift: DriftPolicy,
+    #[serde(default)]
+    executor: RawExecutor,
+    #[serde(default)]
+    peers: RawPeers,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSource {
+    repository: Spanned<String>,
+    #[serde(default = "default_branch")]
+    branch: String,
+    #[serde(default)]
+    path: Option<String>,
+    #[serde(default = "default_poll")]
+    poll_interval: ConfigDuration,
+}
+
+fn default_branch() -> String {
+    "main".into()
+}
+
+fn default_poll() -> ConfigDuration {
+    ConfigDuration(Duration::from_secs(60))
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawState {
+    url: Option<String>,
+    data_dir: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSecrets {
+    url: Spanned<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReconcile {
+    #[serde(default = "default_interval")]
+    interval: ConfigDuration,
+    #[serde(default)]
+    sites: BTreeMap<String, ConfigDuration>,
+}
+
+impl Default for RawReconcile {
+    fn default() -> Self {
+        Self {
+            interval: default_interval(),
+            sites: BTreeMap::new(),
+        }
+    }
+}
+
+fn default_interval() -> ConfigDuration {
+    ConfigDuration(Duration::from_secs(300))
+}
+
+/// What the daemon may do on its own (seed 000 §4.9, §6.4): items the policy holds back stay
+/// in the plan, are logged and counted, and wait for an operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SelfHealPolicy {
+    /// Start onboarding nodes newly committed to the manifests.
+    pub onboard: bool,
+    /// Continue interrupted jobs and `failed_retryable` ones whose recovery is resume/retry.
+    pub resume: bool,
+    /// Re-enter failed jobs from the top (000 §4.9 rerun) without an operator.
+    pub rerun: bool,
+    /// Accept deployed, enrolled machines as late successes.
+    pub adopt: bool,
+    /// Run the reimages, decommissions and retirements the manifests declare, and continue
+    /// open decommissions (those requested through the API too). The declarative ones are
+    /// destructive: they also need `allow_destructive`.
+    pub decommission: bool,
+    /// Apply items marked destructive (release, erase, redeploy) without an operator.
+    pub allow_destructive: bool,
+}
+
+impl Default for SelfHealPolicy {
+    fn default() -> Self {
+        Self {
+            onboard: true,
+            resume: true,
+            rerun: false,
+            adopt: true,
+            decommission: true,
+            allow_destructive: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawApi {
+    listen: SocketAddr,
+    public_url: Option<Spanned<String>>,
+    #[serde(default)]
+    max_body_bytes: Option<usize>,
+    #[serde(default)]
+    tokens: Vec<Spanned<RawToken>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawToken {
+    name: String,
+    role: TokenRole,
+    /// A KV v2 path in the secret store (`<mount>/<path>`), with `key`.
+    vault: Option<String>,
+    key: Option<String>,
+    /// An environment variable holding the token.
+    env: Option<String>,
+    /// Refused: token values never sit in the config file.
+    value: Option<Spanned<toml::Value>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEvents {
+    sink: Spanned<String>,
+    path: Option<String>,
+    url: Option<Spanned<String>>,
+    #[serde(default = "default_retry_base")]
+    retry_base: ConfigDuration,
+    #[serde(default = "default_retry_cap")]
+    retry_cap: ConfigDuration,
+    #[serde(default = "default_event_timeout")]
+    timeout: ConfigDuration,
+}
+
+fn default_retry_base() -> ConfigDuration {
+    ConfigDuration(Duration::from_secs(1))
+}
+
+fn default_retry_cap() -> ConfigDuration {
+    ConfigDuration(Duration::from_secs(300))
+}
+
+fn default_event_timeout() -> ConfigDuration {
+    ConfigDuration(Duration::from_secs(10))
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawExecutor {
+    poll_interval: ConfigDuration,
+    lease_ttl: ConfigDuration,
+    retry_base: ConfigDuration,
+    seed: Option<u64>,
+}
+
+impl Default for RawExecutor {
+    fn default() -> Self {
+        Self {
+            poll_interval: ConfigDuration(Duration::from_secs(10)),
+            lease_ttl: ConfigDuration(Duration::from_secs(60)),
+            retry_base: ConfigDuration(Duration::from_secs(2)),
+            seed: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPeers {
+    #[serde(default)]
+    sim_control: BTreeMap<String, String>,
+    ssh_identity: Option<String>,
+}
+
+/// Where the fleet comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceConfig {
+    /// A path to a git repository (bare or not) or a `file://` URL.
+    pub repository: String,
+    pub branch: String,
+    /// The fleet directory inside the repository (`""`: its root).
+    pub path: String,
+    pub poll_interval: Duration,
+}
+
+/// Where a configured API token's value is read from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenSource {
+    Vault { path: String, key: String },
+    Env(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenConfig {
+    pub name: String,
+    pub role: TokenRole,
+    pub source: TokenSource,
+}
+
+/// Where domain events go (seed 000 §8.0).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventSink {
+    /// Appended as JSON lines.
+    File(PathBuf),
+    /// POSTed one event per request as JSON.
+    Webhook(url::Url),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventsConfig {
+    pub sink: EventSink,
+    pub retry_base: Duration,
+    pub retry_cap: Duration,
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutorPacing {
+    pub poll_interval: Duration,
+    pub lease_ttl: Duration,
+    pub retry_base: Duration,
+    pub seed: Option<u64>,
+}
+
+/// A validated daemon configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DaemonConfig {
+    /// The file it came from.
+    pub file: PathBuf,
+    pub source: SourceConfig,
+    /// `None`: `sqlite://<data_dir>/state.db`.
+    pub state_url: String,
+    /// The fetched mirror and other daemon files.
+    pub data_dir: PathBuf,
+    pub secrets_url: String,
+    pub reconcile_interval: Duration,
+    pub site_intervals: BTreeMap<String, Duration>,
+    pub self_heal: SelfHealPolicy,
+    pub listen: SocketAddr,
+    pub public_url: Option<url::Url>,
+    pub max_body_bytes: usize,
+    pub tokens: Vec<TokenConfig>,
+    pub events: Option<EventsConfig>,
+    /// `[drift]`: the drift pass's heartbeat threshold and auto-actions (000 §6.3, §6.4).
+    pub drift: DriftPolicy,
+    pub executor: ExecutorPacing,
+    /// Simulator control URLs per site (BMC and host stand-ins, docs/contracts.md §3) instead
+    /// of ipmitool and ssh; for tests and demos.
+    pub sim_control: BTreeMap<String, url::Url>,
+    pub ssh_identity: Option<PathBuf>,
+}
+
+impl DaemonConfig {
+    /// The reconcile interval of a site (its own, else the default).
+    pub fn interval_of(&self, site: &str) -> Duration {
+        self.site_intervals
+            .get(site)
+            .copied()
+            .unwrap_or(self.reconcile_interval)
+    }
+
+    /// Read and validate a configuration file.
+    pub fn load(path: &Path) -> Result<DaemonConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: path.display().to_string(),
+            line: 0,
+            column: 0,
+            message: format!("cannot read the configuration: {e}"),
+            hint: Some("pass --config FILE (see examples/daemon.toml)".into()),
+        })?;
+        DaemonConfig::parse(&text, path)
+    }
+
+    /// Validate configuration text; `path` names it in errors and anchors relative paths.
+    pub fn parse(text: &str, path: &Path) -> Result<DaemonConfig, ConfigError> {
+        let at = |span: Option<Range<usize>>, message: String, hint: Option<&str>| {
+            let (line, column) = span.map(|s| line_col(text, s.start)).unwrap_or((1, 1));
+            ConfigError {
+                file: path.display().to_string(),
+                line,
+                column,
+                message,
+                hint: hint.map(str::to_owned),
+            }
+        };
+        let raw: Raw = toml::from_str(text).map_err(|e| {
+            at(
+                e.span(),
+                e.message().trim().to_owned(),
+                Some("see examples/daemon.toml and docs/daemon.md for every key"),
+            )
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let resolve = |p: &str| {
+            let p = PathBuf::from(p);
+            if p.is_absolute() { p } else { base.join(p) }
+        };
+
+        let repository = raw.source.repository.get_ref().trim().to_owned();
+        if repository.is_empty() {
+            return Err(at(
+                Some(raw.source.repository.span()),
+                "`source.repository` is empty".into(),
+                Some("a path to the fleet's git repository, or a file:// URL"),
+            ));
+        }
+        let repository = if repository.contains("://") {
+            if !repository.starts_with("file://") {
+                return Err(at(
+                    Some(raw.source.repository.span()),
+                    format!(
+                        "`{repository}`: only local repositories (a path or file:// URL) can be fetched by this build"
+                    ),
+                    Some(
+                        "mirror the remote to a local bare repository (e.g. a cron `git fetch`), or use --watch on a checkout",
+                    ),
+                ));
+            }
+            repository
+        } else {
+            resolve(&repository).display().to_string()
+        };
+
+        let data_dir = raw
+            .state
+            .data_dir
+            .as_deref()
+            .map(resolve)
+            .unwrap_or_else(|| base.join(".metalform-daemon"));
+        let state_url = raw
+            .state
+            .url
+            .clone()
+            .unwrap_or_else(|| format!("sqlite://{}", data_dir.join("state.db").display()));
+
+        let secrets_url = raw.secrets.url.get_ref().clone();
+        // The scheme only: the backend (and VAULT_TOKEN) is checked when the daemon starts.
+        if !["vault://", "vault+https://", "file://"]
+            .iter()
+            .any(|scheme| secrets_url.starts_with(scheme))
+        {
+            return Err(at(
+                Some(raw.secrets.url.span()),
+                format!("invalid secrets URL `{secrets_url}`"),
+                Some(
+                    "vault://HOST:PORT (token from VAULT_TOKEN), vault+https://HOST:PORT, or file://PATH",
+                ),
+            ));
+        }
+
+        let public_url = match &raw.api.public_url {
+            Some(text) => {
+                let url = url::Url::parse(text.get_ref()).map_err(|e| {
+                    at(
+                        Some(text.span()),
+                        format!("`api.public_url` `{}`: {e}", text.get_ref()),
+                        Some("the URL deployed hosts reach the daemon at, e.g. http://10.176.46.5:8740/"),
+                    )
+                })?;
+                if !matches!(url.scheme(), "http" | "https") {
+                    return Err(at(
+                        Some(text.span()),
+                        format!(
+                            "`api.public_url` must be http or https, not {}",
+                            url.scheme()
+                        ),
+                        None,
+                    ));
+                }
+                Some(url)
+            }
+            None if raw.api.listen.ip().is_unspecified() => {
+                return Err(at(
+                    None,
+                    format!(
+                        "`api.listen` is {} (every interface) and no `api.public_url` is set: deployed hosts would not know where to enroll",
+                        raw.api.listen
+                    ),
+                    Some("set api.public_url to the URL the hosts' deploy network reaches"),
+                ));
+            }
+            None => None,
+        };
+
+        let mut tokens = Vec::new();
+        let mut names = std::collections::BTreeSet::new();
+        for token in &raw.api.tokens {
+            let span = Some(token.span());
+            let t = token.get_ref();
+            if let Some(value) = &t.value {
+                return Err(at(
+                    Some(value.span()),
+                    format!(
+                        "token `{}` has an inline `value`: token values never sit in the configuration",
+                        t.name
+                    ),
+                    Some("use `env = \"VARIABLE\"` or `vault = \"<mount>/<path>\"` with `key`"),
+                ));
+            }
+            if t.name.trim().is_empty() {
+                return Err(at(
+                    span,
+                    "a token needs a `name` (the audit log's actor)".into(),
+                    None,
+                ));
+            }
+            if !names.insert(t.name.clone()) {
+                return Err(at(
+                    span,
+                    format!("token name `{}` is used twice", t.name),
+                    None,
+                ));
+            }
+            let source = match (&t.vault, &t.key, &t.env) {
+                (Some(path), Some(key), None) => TokenSource::Vault {
+                    path: path.clone(),
+                    key: key.clone(),
+                },
+                (None, None, Some(env)) => TokenSource::Env(env.clone()),
+                _ => {
+                    return Err(at(
+                        span,
+                        format!(
+                            "token `{}` needs either `env` or `vault` with `key`",
+                            t.name
+                        ),
+                        Some(
+                            "e.g. env = \"METALFORM_TOKEN_OPS\", or vault = \"kv/metalform/api-tokens\" and key = \"ops\"",
+                        ),
+                    ));
+                }
+            };
+            tokens.push(TokenConfig {
+                name: t.name.clone(),
+                role: t.role,
+                source,
+            });
+        }
+
+        let events = match &raw.events {
+            None => None,
+            Some(events) => {
+                let sink = match events.sink.get_ref().as_str() {
+                    "file" => {
+                        EventSink::File(resolve(events.path.as_deref().ok_or_else(|| {
+                            at(
+                                Some(events.sink.span()),
+                                "`events.sink = \"file\"` needs `events.path`".into(),
+                                None,
+                            )
+                        })?))
+                    }
+                    "webhook" => {
+                        let url = events.url.as_ref().ok_or_else(|| {
+                            at(
+                                Some(events.sink.span()),
+                                "`events.sink = \"webhook\"` needs `events.url`".into(),
+                                None,
+                            )
+                        })?;
+                        EventSink::Webhook(url::Url::parse(url.get_ref()).map_err(|e| {
+                            at(Some(url.span()), format!("`events.url`: {e}"), None)
+                        })?)
+                    }
+                    other => {
+                        return Err(at(
+                            Some(events.sink.span()),
+                            format!("unknown events sink `{other}`"),
+                            Some("`file` (JSON lines) or `webhook` (HTTP POST)"),
+                        ));
+                    }
+                };
+                Some(EventsConfig {
+                    sink,
+                    retry_base: events.retry_base.0,
+                    retry_cap: events.retry_cap.0.max(events.retry_base.0),
+                    timeout: events.timeout.0,
+                })
+            }
+        };
+
+        let mut sim_control = BTreeMap::new();
+        for (site, text) in &raw.peers.sim_control {
+            let url = url::Url::parse(text).map_err(|e| {
+                at(
+                    None,
+                    format!("`peers.sim_control.{site}` `{text}`: {e}"),
+                    Some("the simulator's base URL, e.g. http://127.0.0.1:5240"),
+                )
+            })?;
+            sim_control.insert(site.clone(), url);
+        }
+
+        Ok(DaemonConfig {
+            file: path.to_path_buf(),
+            source: SourceConfig {
+                repository,
+                branch: raw.source.branch,
+                path: raw
+                    .source
+                    .path
+                    .map(|p| p.trim_matches('/').trim_start_matches("./").to_owned())
+                    .filter(|p| p != ".")
+                    .unwrap_or_default(),
+                poll_interval: raw.source.poll_interval.0,
+            },
+            state_url,
+            data_dir,
+            secrets_url,
+            reconcile_interval: raw.reconcile.interval.0,
+            site_intervals: raw
+                .reconcile
+                .sites
+                .into_iter()
+                .map(|(k, v)| (k, v.0))
+                .collect(),
+            self_heal: raw.self_heal,
+            listen: raw.api.listen,
+            public_url,
+            max_body_bytes: raw
+                .api
+                .max_body_bytes
+                .unwrap_or(crate::api::DEFAULT_MAX_BODY_BYTES),
+            tokens,
+            events,
+            drift: raw.drift,
+            executor: ExecutorPacing {
+                poll_interval: raw.executor.poll_interval.0,
+                lease_ttl: raw.executor.lease_ttl.0,
+                retry_base: raw.executor.retry_base.0,
+                seed: raw.executor.seed,
+            },
+            sim_control,
+            ssh_identity: raw.peers.ssh_identity.as_deref().map(resolve),
+        })
+    }
+}
+
+/// 1-based line and column (in characters) of a byte offset.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let column = before
+        .rsplit('\n')
+        .next()
+        .map(|l| l.chars().count())
+        .unwrap_or(0)
+        + 1;
+    (line, column)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[source]
+repository = "fleet.git"
+branch = "main"
+poll_interval = "30s"
+
+[secrets]
+url = "file:///etc/metalform/secrets.json"
+
+[reconcile]
+interval = "5m"
+sites = { dc1 = "2m" }
+
+[api]
+listen = "127.0.0.1:8740"
+
+[[api.tokens]]
+name = "ops"
+role = "admin"
+env = "METALFORM_TOKEN_OPS"
+
+[[api.tokens]]
+name = "agents"
+role = "agent"
+vault = "kv/metalform/api-tokens"
+key = "agents"
+
+[events]
+sink = "file"
+path = "events.jsonl"
+"#;
+
+    fn parse(text: &str) -> Result<DaemonConfig, ConfigError> {
+        DaemonConfig::parse(text, Path::new("/etc/metalform/daemon.toml"))
+    }
+
+    #[test]
+    fn the_example_configuration_is_valid() {
+        let text = include_str!("../../examples/daemon.toml");
+        let config = parse(text).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(config.tokens.len(), 2);
+        assert_eq!(
+            config.public_url.unwrap().as_str(),
+            "http://10.176.46.5:8740/"
+        );
+        assert!(matches!(config.events.unwrap().sink, EventSink::Webhook(_)));
+        // The example spells out the drift policy's defaults.
+        assert_eq!(config.drift, crate::drift::DriftPolicy::default());
+    }
+
+    #[test]
+    fn a_good_file_resolves_paths_and_defaults() {
+        let config = parse(GOOD).unwrap();
+        assert_eq!(config.source.repository, "/etc/metalform/fleet.git");
+        assert_eq!(config.source.poll_interval, Duration::from_secs(30));
+        assert_eq!(config.interval_of("dc1"), Duration::from_secs(120));
+        assert_eq!(config.interval_of("dc2"), Duration::from_secs(300));
+        assert_eq!(
+            config.state_url,
+            "sqlite:///etc/metalform/.metalform-daemon/state.db"
+        );
+        assert_eq!(config.tokens.len(), 2);
+        assert_eq!(
+            config.tokens[1].source,
+            TokenSource::Vault {
+                path: "kv/metalform/api-tokens".into(),
+                key: "agents".into()
+            }
+        );
+        assert_eq!(
+            config.events.unwrap().sink,
+            EventSink::File("/etc/metalform/events.jsonl".into())
+        );
+        assert_eq!(config.self_heal, SelfHealPolicy::default());
+        assert_eq!(config.drift, crate::drift::DriftPolicy::default());
+    }
+
+    #[test]
+    fn the_drift_table_is_the_drift_policy_with_located_errors() {
+        let text = format!("{GOOD}\n[drift]\nheartbeat_threshold = \"90s\"\nquarantine = false\n");
+        let config = parse(&text).unwrap();
+        assert_eq!(config.drift.heartbeat_threshold, Duration::from_secs(90));
+        assert!(!config.drift.quarantine);
+        assert!(config.drift.release_retired);
+
+        let lines = GOOD.lines().count();
+        let err = parse(&format!("{GOOD}\n[drift]\nquarantine_all = true\n")).unwrap_err();
+        assert_eq!(err.line, lines + 3, "{err}");
+        assert!(
+            err.message.contains("unknown field `quarantine_all`"),
+            "{err}"
+        );
+        let err = parse(&format!("{GOOD}\n[drift]\nabsent_guard_fraction = 1.5\n")).unwrap_err();
+        assert_eq!(err.line, lines + 3, "{err}");
+        assert!(err.message.contains("between 0 and 1"), "{err}");
+    }
+
+    #[test]
+    fn errors_carry_file_line_and_column() {
+        let bad = GOOD.replace("poll_interval = \"30s\"", "poll_interval = \"30 parsecs\"");
+        let err = parse(&bad).unwrap_err();
+        assert_eq!((err.line, err.column), (5, 17), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("/etc/metalform/daemon.toml:5:17: "),
+            "{err}"
+        );
+        assert!(err.message.contains("30 parsecs"), "{err}");
+
+        let bad = GOOD.replace("branch = \"main\"", "brnach = \"main\"");
+        let err = parse(&bad).unwrap_err();
+        assert_eq!(err.line, 4, "{err}");
+        assert!(err.message.contains("unknown field `brnach`"), "{err}");
+    }
+
+    #[test]
+    fn inline_token_values_are_refused_without_echoing_them() {
+        let bad = GOOD.replace(
+            "env = \"METALFORM_TOKEN_OPS\"",
+            "value = \"s3cr3t-token-value\"",
+        );
+        let err = parse(&bad).unwrap_err();
+        assert_eq!(err.line, 20, "{err}");
+        assert!(err.message.contains("inline `value`"), "{err}");
+        assert!(!err.to_string().contains("s3cr3t"), "{err}");
+        assert!(err.hint.unwrap().contains("env"));
+    }
+
+    #[test]
+    fn semantic_errors_point_at_their_value() {
+        let bad = GOOD.replace("sink = \"file\"", "sink = \"kafka\"");
+        let err = parse(&bad).unwrap_err();
+        assert_eq!((err.line, err.column), (29, 8), "{err}");
+        assert_eq!(err.message, "unknown events sink `kafka`");
+
+        let bad = GOOD.replace("127.0.0.1:8740", "0.0.0.0:8740");
+        let err = parse(&bad).unwrap_err();
+        assert!(err.message.contains("no `api.public_url`"), "{err}");
+
+        let bad = GOOD.replace(
+            "repository = \"fleet.git\"",
+            "repository = \"https://git.example/fleet.git\"",
+        );
+        let err = parse(&bad).unwrap_err();
+        assert_eq!((err.line, err.column), (3, 14), "{err}");
+    }
+}

@@ -1,0 +1,272 @@
+//! Domain-event delivery from the outbox (seed 000 §8.0; docs/daemon.md "Events"): the events
+//! the store wrote in the transactions that caused them (`node.onboarding.*`,
+//! `node.decommission.*`) go to a JSON-lines file or an HTTP webhook, at least once, in outbox
+//! order.
+//!
+//! An event is marked delivered only after the sink acknowledged it (the file written and
+//! flushed, a 2xx from the webhook). A failure is counted on the event and retried with capped
+//! exponential backoff; later events wait behind it, so order holds. A crash between delivery
+//! and marking re-delivers the event: consumers deduplicate by `id`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::io::AsyncWriteExt;
+
+use crate::store::{OutboxEvent, Store};
+
+/// Where events go.
+#[derive(Debug, Clone)]
+pub enum Sink {
+    /// One JSON object per line, appended.
+    File(PathBuf),
+    /// One `POST` of a JSON object per event; any 2xx acknowledges it.
+    Webhook {
+        url: url::Url,
+        client: reqwest::Client,
+    },
+}
+
+/// The wire form of an event (one line, or one webhook body).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EventMessage<'a> {
+    /// The outbox id: the deduplication key.
+    pub id: i64,
+    #[serde(rename = "type")]
+    pub event_type: &'a str,
+    pub subject: &'a str,
+    pub occurred_at: chrono::DateTime<chrono::Utc>,
+    pub data: &'a serde_json::Value,
+}
+
+impl<'a> From<&'a OutboxEvent> for EventMessage<'a> {
+    fn from(event: &'a OutboxEvent) -> Self {
+        Self {
+            id: event.id,
+            event_type: &event.event_type,
+            subject: &event.subject_id,
+            occurred_at: event.created_at,
+            data: &event.payload,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DeliveryError {
+    #[error("writing {path}: {source}")]
+    File {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("webhook {url}: {message}")]
+    Webhook { url: String, message: String },
+}
+
+impl Sink {
+    /// A webhook sink with a per-request timeout.
+    pub fn webhook(url: url::Url, timeout: Duration) -> Self {
+        // The process's TLS provider, as every other HTTPS client here (idempotent).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder()
+            .timeout(timeout)
+            .build()
+            .expect("an HTTP client with default TLS settings");
+        Sink::Webhook { url, client }
+    }
+
+    /// Deliver one event; `Ok` only once the sink has it.
+    pub async fn deliver(&self, event: &OutboxEvent) -> Result<(), DeliveryError> {
+        let message = EventMessage::from(event);
+        match self {
+            Sink::File(path) => {
+                let file_error = |source| DeliveryError::File {
+                    path: path.clone(),
+                    source,
+                };
+                if let Some(dir) = path.parent() {
+                    tokio::fs::create_dir_all(dir).await.map_err(file_error)?;
+                }
+                let mut line = serde_json::to_string(&message).expect("JSON");
+                line.push('\n');
+                let mut file = tokio::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .await
+                    .map_err(file_error)?;
+                file.write_all(line.as_bytes()).await.map_err(file_error)?;
+                file.sync_data().await.map_err(file_error)?;
+                Ok(())
+            }
+            Sink::Webhook { url, client } => {
+                let failed = |message: String| DeliveryError::Webhook {
+                    url: url.to_string(),
+                    message,
+                };
+                let response = client
+                    .post(url.clone())
+                    .header("X-Metalform-Event", event.event_type.as_str())
+                    .header("X-Metalform-Event-Id", event.id.to_string())
+                    .json(&message)
+                    .send()
+                    .await
+                    .map_err(|e| failed(e.to_string()))?;
+                if response.status().is_success() {
+                    Ok(())
+                } else {
+                    Err(failed(format!("answered {}", response.status())))
+                }
+            }
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            Sink::File(path) => format!("file {}", path.display()),
+            Sink::Webhook { url, .. } => format!("webhook {url}"),
+        }
+    }
+}
+
+/// How the delivery loop paces itself.
+#[derive(Debug, Clone, Copy)]
+pub struct Pacing {
+    /// Between outbox reads when there is nothing to deliver.
+    pub idle: Duration,
+    /// First retry delay after a failure; doubles up to `retry_cap`.
+    pub retry_base: Duration,
+    pub retry_cap: Duration,
+    /// Events read per batch.
+    pub batch: i64,
+}
+
+impl Default for Pacing {
+    fn default() -> Self {
+        Self {
+            idle: Duration::from_secs(1),
+            retry_base: Duration::from_secs(1),
+            retry_cap: Duration::from_secs(300),
+            batch: 100,
+        }
+    }
+}
+
+/// What a delivery pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Delivered {
+    pub delivered: usize,
+    pub failed: bool,
+}
+
+/// Observes deliveries (the daemon counts them).
+pub trait DeliveryObserver: Send + Sync {
+    fn delivered(&self, _event: &OutboxEvent) {}
+    fn failed(&self, _event: &OutboxEvent, _error: &DeliveryError) {}
+}
+
+impl DeliveryObserver for () {}
+
+/// Delivers the outbox to a sink.
+pub struct Outbox {
+    store: Store,
+    sink: Sink,
+    pacing: Pacing,
+    observer: Arc<dyn DeliveryObserver>,
+}
+
+impl Outbox {
+    pub fn new(
+        store: Store,
+        sink: Sink,
+        pacing: Pacing,
+        observer: Arc<dyn DeliveryObserver>,
+    ) -> Self {
+        Self {
+            store,
+            sink,
+            pacing,
+            observer,
+        }
+    }
+
+    /// Deliver pending events in order until one fails or none is left.
+    pub async fn deliver_pending(&self) -> Delivered {
+        let mut done = Delivered::default();
+        loop {
+            let events = match self.store.pending_events(self.pacing.batch).await {
+                Ok(events) => events,
+                Err(err) => {
+                    tracing::warn!(error = %err, "cannot read the outbox");
+                    done.failed = true;
+                    return done;
+                }
+            };
+            if events.is_empty() {
+                return done;
+            }
+            for event in &events {
+                if let Err(err) = self.sink.deliver(event).await {
+                    tracing::warn!(event = event.id, event_type = %event.event_type, attempts = event.attempts + 1, error = %err, "event delivery failed; retrying");
+                    self.observer.failed(event, &err);
+                    let _ = self.store.mark_delivery_failed(event.id).await;
+                    done.failed = true;
+                    return done;
+                }
+                if let Err(err) = self.store.mark_delivered(&[event.id]).await {
+                    // Delivered but not marked: it goes again (at least once).
+                    tracing::warn!(event = event.id, error = %err, "cannot mark an event delivered");
+                    done.failed = true;
+                    return done;
+                }
+                self.observer.delivered(event);
+                done.delivered += 1;
+            }
+        }
+    }
+
+    /// Deliver until `stop` resolves: idle polls when the outbox is empty, capped exponential
+    /// backoff after a failure.
+    pub async fn run(self, stop: impl std::future::Future<Output = ()>) {
+        tokio::pin!(stop);
+        let mut failures: u32 = 0;
+        tracing::info!(sink = %self.sink.describe(), "delivering domain events");
+        loop {
+            let pass = self.deliver_pending().await;
+            let wait = if pass.failed {
+                failures = failures.saturating_add(1);
+                backoff(self.pacing.retry_base, self.pacing.retry_cap, failures)
+            } else {
+                failures = 0;
+                self.pacing.idle
+            };
+            tokio::select! {
+                _ = &mut stop => return,
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+}
+
+/// `base · 2^(failures-1)`, at most `cap`.
+pub fn backoff(base: Duration, cap: Duration, failures: u32) -> Duration {
+    let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(20));
+    base.saturating_mul(factor).min(cap)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        let s = Duration::from_secs;
+        assert_eq!(backoff(s(1), s(10), 1), s(1));
+        assert_eq!(backoff(s(1), s(10), 2), s(2));
+        assert_eq!(backoff(s(1), s(10), 4), s(8));
+        assert_eq!(backoff(s(1), s(10), 5), s(10));
+        assert_eq!(backoff(s(1), s(10), 400), s(10));
+    }
+}

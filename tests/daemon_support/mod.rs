@@ -1,0 +1,182 @@
+//! A daemon test bed: the executor bed (simulated MAAS sites, real manifests, dev secrets,
+//! SQLite) with its fleet in a real git repository made with real git, API tokens in the dev
+//! secret store, and a daemon configuration pointing at all of it.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::onboard_support::{Bed, Setup};
+use metalform::lifecycle::NodeState;
+
+pub const ADMIN_TOKEN: &str = "admin-token-0123456789abcdef";
+pub const AGENT_TOKEN: &str = "agent-token-0123456789abcdef";
+
+pub fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "user.name=Fleet Operator",
+            "-c",
+            "user.email=ops@example.invalid",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Commit everything in the fleet repository.
+pub fn commit(dir: &Path, message: &str) {
+    git(dir, &["add", "-A"]);
+    git(dir, &["commit", "-q", "--allow-empty", "-m", message]);
+}
+
+pub struct DaemonBed {
+    pub bed: Bed,
+    pub config_path: PathBuf,
+    pub events_path: PathBuf,
+}
+
+impl DaemonBed {
+    /// The executor bed, its fleet committed on `main`, tokens in the secret store, and a
+    /// daemon configuration (`extra` appended to it).
+    pub async fn start(setup: Setup, extra: &str) -> DaemonBed {
+        let bed = Bed::start(setup).await;
+        git(&bed.fleet_dir, &["init", "-q", "-b", "main"]);
+        commit(&bed.fleet_dir, "fleet: first sites and nodes");
+        bed.put_secret(
+            "kv/metalform/api-tokens",
+            serde_json::json!({"admin": ADMIN_TOKEN, "agent": AGENT_TOKEN}),
+        );
+        let sims: Vec<String> = bed
+            .sims
+            .iter()
+            .map(|(name, sim)| format!("{name} = \"{}\"", sim.base_url()))
+            .collect();
+        let events_path = bed.dir.path().join("events.jsonl");
+        let config = format!(
+            r#"[source]
+repository = "{repo}"
+branch = "main"
+poll_interval = "200ms"
+
+[state]
+url = "{state}"
+data_dir = "{data}"
+
+[secrets]
+url = "file://{secrets}"
+
+[reconcile]
+interval = "1s"
+
+[api]
+listen = "127.0.0.1:0"
+
+[[api.tokens]]
+name = "ops-alice"
+role = "admin"
+vault = "kv/metalform/api-tokens"
+key = "admin"
+
+[[api.tokens]]
+name = "agents"
+role = "agent"
+vault = "kv/metalform/api-tokens"
+key = "agent"
+
+[events]
+sink = "file"
+path = "{events}"
+
+[executor]
+poll_interval = "40ms"
+lease_ttl = "3s"
+retry_base = "50ms"
+seed = 7
+
+[peers]
+sim_control = {{ {sims} }}
+{extra}"#,
+            repo = bed.fleet_dir.display(),
+            state = bed.state_url,
+            data = bed.dir.path().join("daemon").display(),
+            secrets = bed.secrets_path.display(),
+            events = events_path.display(),
+            sims = sims.join(", "),
+        );
+        let config_path = bed.dir.path().join("daemon.toml");
+        std::fs::write(&config_path, config).unwrap();
+        DaemonBed {
+            bed,
+            config_path,
+            events_path,
+        }
+    }
+
+    pub fn config(&self) -> metalform::daemon::DaemonConfig {
+        metalform::daemon::DaemonConfig::load(&self.config_path).expect("the test config is valid")
+    }
+
+    /// Wait until every (site, hostname) is an active node.
+    pub async fn converged(&self, nodes: &[(&str, &str)], within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let mut missing = Vec::new();
+            for (site, host) in nodes {
+                let node = self.bed.store.find_node(site, host).await.unwrap();
+                if node.is_none_or(|n| n.status != NodeState::Active) {
+                    missing.push(format!("{site}/{host}"));
+                }
+            }
+            if missing.is_empty() {
+                return;
+            }
+            if Instant::now() > deadline {
+                let jobs: Vec<String> = self
+                    .bed
+                    .jobs()
+                    .await
+                    .iter()
+                    .map(|j| {
+                        format!(
+                            "{} {} {} {:?}",
+                            j.hostname, j.state, j.stage, j.error_message
+                        )
+                    })
+                    .collect();
+                panic!("not converged: {missing:?}; jobs: {jobs:#?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// A JSON request to the daemon.
+pub async fn call(
+    method: reqwest::Method,
+    url: String,
+    token: Option<&str>,
+    body: Option<serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    let client = reqwest::Client::new();
+    let mut request = client.request(method, url);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.expect("the daemon answers");
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    let json = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
+    (status, json)
+}

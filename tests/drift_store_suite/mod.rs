@@ -1,0 +1,339 @@
+//! The drift store suite (seed 000 §6.3 last agent contact, §6.5 `node_maas_state`, §6.6
+//! resolve), run on SQLite (tests/drift_store.rs, hermetic) and on a real PostgreSQL
+//! (tests/drift_store_postgres.rs, `--features services`). Each case takes the URL of an empty
+//! store; nodes are onboarded through the agent suite's helpers (real enrollment tokens).
+
+#![allow(dead_code)]
+
+use chrono::Duration;
+use metalform::drift::{self, Resolution, ResolveError};
+use metalform::lifecycle::{DecommissionMode, JobKind, JobState, NodeState, Owner};
+use metalform::store::{
+    Actor, DriftMark, DriftRecord, JobUpdate, MaasObservation, NewDecommission, NodeTransition,
+    Store, StoreError,
+};
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::agent_suite::{self, Onboarding, open, request, t0};
+
+fn reconciler() -> Actor {
+    Actor::system("metalform-drift")
+}
+
+/// An onboarded node: its agent enrolled at t0 + 12 min, the onboarding completed, active.
+async fn active(
+    store: &Store,
+    clock: &metalform::clock::ManualClock,
+    hostname: &str,
+) -> (Onboarding, metalform::secrets::Secret) {
+    let o = agent_suite::onboarding(store, hostname, &format!("sys-{hostname}")).await;
+    clock.advance(Duration::minutes(12));
+    let enrolled = store
+        .enroll_agent(&request(&o.token, hostname, &format!("sys-{hostname}")))
+        .await
+        .unwrap();
+    let mut done = JobUpdate::new(JobState::Completed);
+    done.node_transition = Some(NodeTransition::new(
+        NodeState::Active,
+        Owner::OnboardingWorkflow,
+        Actor::system("apply"),
+    ));
+    store
+        .advance_job(JobKind::Onboarding, o.job, &done)
+        .await
+        .unwrap();
+    (o, enrolled.agent_token)
+}
+
+fn observation(hostname: &str, status: Option<&str>) -> MaasObservation {
+    MaasObservation {
+        site: "dc1".into(),
+        system_id: format!("sys-{hostname}"),
+        status: status.map(str::to_owned),
+        power_state: Some("on".into()),
+        ips: vec!["10.0.0.5".into()],
+    }
+}
+
+pub async fn agent_contact_is_the_newest_authenticated_call(url: String) {
+    let (store, clock) = open(&url).await;
+    let o = agent_suite::onboarding(&store, "c07u43", "x7k3pa").await;
+    assert_eq!(store.last_agent_contact(o.node).await.unwrap(), None);
+    clock.advance(Duration::minutes(12));
+    let enrolled = store
+        .enroll_agent(&request(&o.token, "c07u43", "x7k3pa"))
+        .await
+        .unwrap();
+    let enrolled_at = t0() + Duration::minutes(12);
+    assert_eq!(
+        store.last_agent_contact(o.node).await.unwrap(),
+        Some(enrolled_at)
+    );
+    // The agent's later calls with its token (task polls) move it on.
+    clock.advance(Duration::minutes(40));
+    store
+        .authenticate_agent(&enrolled.agent_token)
+        .await
+        .unwrap()
+        .expect("a current agent token");
+    let polled_at = enrolled_at + Duration::minutes(40);
+    assert_eq!(
+        store.last_agent_contact(o.node).await.unwrap(),
+        Some(polled_at)
+    );
+    let contacts = store.agent_contacts(Some("dc1")).await.unwrap();
+    assert_eq!(contacts.get(&o.node), Some(&polled_at));
+    assert!(store.agent_contacts(Some("dc2")).await.unwrap().is_empty());
+    assert!(matches!(
+        store.last_agent_contact(Uuid::new_v4()).await,
+        Err(StoreError::NotFound { kind: "node", .. })
+    ));
+}
+
+pub async fn a_drift_record_is_written_whole_or_not_at_all(url: String) {
+    let (store, clock) = open(&url).await;
+    let (o, _) = active(&store, &clock, "c07u43").await;
+    let node = store.node(o.node).await.unwrap();
+    let serial = store.serial().await.unwrap();
+    let quarantine = |node: &metalform::store::Node| {
+        let mut record = DriftRecord::new(node, reconciler());
+        record.observation = Some(observation("c07u43", Some("Ready")));
+        record.mark = DriftMark::Flag(json!({"rule": "released_outside_workflow"}));
+        record.transition = Some((NodeState::Quarantined, Owner::Reconciler));
+        record.reason = Some("drift released_outside_workflow".into());
+        record.audit = Some((
+            "node.drift_detected".into(),
+            json!({"rule": "released_outside_workflow"}),
+        ));
+        record
+    };
+
+    // Decided on an older read of the node: refused, nothing written.
+    let mut stale = quarantine(&node);
+    stale.expected_generation -= 1;
+    assert!(matches!(
+        store.record_drift(&stale).await,
+        Err(StoreError::StaleGeneration { .. })
+    ));
+    // An illegal move (the reconciler may not retire a node): refused, and none of the record
+    // (observation, flag, audit) is written.
+    let mut illegal = quarantine(&node);
+    illegal.transition = Some((NodeState::Retired, Owner::Reconciler));
+    assert!(matches!(
+        store.record_drift(&illegal).await,
+        Err(StoreError::Transition { .. })
+    ));
+    assert_eq!(store.serial().await.unwrap(), serial);
+    assert_eq!(store.maas_state(o.node).await.unwrap(), None);
+    assert_eq!(store.node(o.node).await.unwrap().status, NodeState::Active);
+
+    // A job opened meanwhile owns the node: refused.
+    let job = store
+        .create_decommission(&NewDecommission {
+            node_id: o.node,
+            mode: DecommissionMode::SoftReset,
+            erase: None,
+            storage_cleanup: None,
+            reason: None,
+            requested_by: None,
+            plan_id: None,
+        })
+        .await
+        .unwrap();
+    let node = store.node(o.node).await.unwrap();
+    assert!(matches!(
+        store.record_drift(&quarantine(&node)).await,
+        Err(StoreError::JobOpen {
+            kind: "decommission",
+            ..
+        })
+    ));
+    assert_eq!(store.maas_state(o.node).await.unwrap(), None);
+    store
+        .advance_job(
+            JobKind::Decommission,
+            job.id,
+            &JobUpdate::new(JobState::Cancelled),
+        )
+        .await
+        .unwrap();
+
+    // Otherwise: the observation, the flag, the quarantine and both audit rows at once.
+    clock.advance(Duration::minutes(1));
+    let node = store.node(o.node).await.unwrap();
+    let (after, state) = store.record_drift(&quarantine(&node)).await.unwrap();
+    assert_eq!(after.status, NodeState::Quarantined);
+    let state = state.unwrap();
+    assert_eq!(state.last_maas_status.as_deref(), Some("Ready"));
+    assert_eq!(state.last_reconciled_at, Some(clock_now(&clock)));
+    assert!(state.drift_detected);
+    assert_eq!(state.drift_details["rule"], "released_outside_workflow");
+    let actions: Vec<String> = store
+        .audit_log("node", &o.node.to_string())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|a| a.action)
+        .filter(|a| a.starts_with("node.drift") || a == "node.transition")
+        .collect();
+    assert_eq!(
+        actions.last().map(String::as_str),
+        Some("node.drift_detected")
+    );
+    assert!(actions.contains(&"node.transition".to_owned()));
+
+    // Clear only touches a flagged row, and stamps the resolution time.
+    clock.advance(Duration::minutes(1));
+    let node = store.node(o.node).await.unwrap();
+    let mut clear = DriftRecord::new(&node, reconciler());
+    clear.mark = DriftMark::Clear;
+    let (_, state) = store.record_drift(&clear).await.unwrap();
+    let state = state.unwrap();
+    assert!(!state.drift_detected);
+    assert_eq!(state.drift_resolved_at, Some(clock_now(&clock)));
+    assert_eq!(
+        state.drift_details["rule"], "released_outside_workflow",
+        "kept"
+    );
+}
+
+fn clock_now(clock: &metalform::clock::ManualClock) -> chrono::DateTime<chrono::Utc> {
+    use metalform::clock::Clock;
+    clock.now()
+}
+
+pub async fn resolve_acknowledges_or_reactivates_and_refuses_otherwise(url: String) {
+    let (store, clock) = open(&url).await;
+    let (o, _) = active(&store, &clock, "c07u43").await;
+    let admin = Actor::admin("oncall");
+    let node = store.node(o.node).await.unwrap();
+    let mut record = DriftRecord::new(&node, reconciler());
+    record.observation = Some(observation("c07u43", Some("Broken")));
+    record.mark = DriftMark::Flag(json!({"rule": "hardware_failure", "maas_status": "Broken"}));
+    record.transition = Some((NodeState::Quarantined, Owner::Reconciler));
+    store.record_drift(&record).await.unwrap();
+
+    let refuse = |r: Result<drift::Resolved, ResolveError>| r.unwrap_err();
+    let err = refuse(drift::resolve(&store, o.node, Resolution::Acknowledge, &admin, " ").await);
+    assert!(matches!(err, ResolveError::MissingReason));
+    let err =
+        refuse(drift::resolve(&store, Uuid::nil(), Resolution::Acknowledge, &admin, "x").await);
+    assert_eq!(err.http_status(), 404);
+    let err = refuse(drift::resolve(&store, o.node, Resolution::Reactivate, &admin, "x").await);
+    assert_eq!(err.kind(), "refused");
+    assert!(
+        err.to_string()
+            .contains("MAAS last showed Broken for sys-c07u43"),
+        "{err}"
+    );
+
+    let done = drift::resolve(
+        &store,
+        o.node,
+        Resolution::Acknowledge,
+        &admin,
+        "known DIMM",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        done.node.status,
+        NodeState::Quarantined,
+        "acknowledge does not move it"
+    );
+    let state = done.maas_state.unwrap();
+    assert!(!state.drift_detected);
+    assert_eq!(state.drift_details["acknowledged"]["reason"], "known DIMM");
+    let err = refuse(drift::resolve(&store, o.node, Resolution::Acknowledge, &admin, "x").await);
+    assert_eq!((err.kind(), err.http_status()), ("nothing_to_resolve", 409));
+
+    // MAAS shows it Deployed again: reactivation by an operator.
+    let node = store.node(o.node).await.unwrap();
+    let mut seen = DriftRecord::new(&node, reconciler());
+    seen.observation = Some(observation("c07u43", Some("Deployed")));
+    store.record_drift(&seen).await.unwrap();
+    let done = drift::resolve(&store, o.node, Resolution::Reactivate, &admin, "fixed")
+        .await
+        .unwrap();
+    assert_eq!(done.node.status, NodeState::Active);
+    let err = refuse(drift::resolve(&store, o.node, Resolution::Reactivate, &admin, "x").await);
+    assert!(
+        err.to_string()
+            .ends_with("it is active; only a quarantined node is reactivated"),
+        "{err}"
+    );
+    let audit = store.audit_log("node", &o.node.to_string()).await.unwrap();
+    let resolved: Vec<(&str, &str, Option<&str>)> = audit
+        .iter()
+        .filter(|a| a.action.starts_with("node.drift_"))
+        .map(|a| (a.action.as_str(), a.actor.as_str(), a.reason.as_deref()))
+        .collect();
+    assert_eq!(
+        resolved,
+        vec![
+            ("node.drift_acknowledged", "oncall", Some("known DIMM")),
+            ("node.drift_reactivated", "oncall", Some("fixed")),
+        ]
+    );
+}
+
+pub async fn the_summary_counts_ok_drifted_and_unreconciled(url: String) {
+    let (store, clock) = open(&url).await;
+    let (a, _) = active(&store, &clock, "a1").await;
+    let (b, _) = active(&store, &clock, "b1").await;
+    active(&store, &clock, "c1").await;
+    agent_suite::onboarding(&store, "d1", "sys-d1").await; // enrolling: not watched
+    for (o, hostname, mark) in [
+        (&a, "a1", DriftMark::Clear),
+        (
+            &b,
+            "b1",
+            DriftMark::Flag(json!({"rule": "unexpected_recommission"})),
+        ),
+    ] {
+        let node = store.node(o.node).await.unwrap();
+        let mut record = DriftRecord::new(&node, reconciler());
+        record.observation = Some(observation(hostname, Some("Deployed")));
+        record.mark = mark;
+        store.record_drift(&record).await.unwrap();
+    }
+    let summary = drift::summary(&store).await.unwrap();
+    assert_eq!(summary.nodes, 3);
+    assert_eq!(
+        (
+            summary.counts.ok,
+            summary.counts.drifted,
+            summary.counts.unreconciled
+        ),
+        (1, 1, 1)
+    );
+    assert_eq!(summary.by_rule["unexpected_recommission"], 1);
+    assert_eq!(summary.sites["dc1"].unreconciled, 1);
+    let open = drift::list(&store, &drift::DriftFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(open.len(), 1);
+    assert_eq!(open[0].hostname, "b1");
+    assert_eq!(open[0].rule.as_deref(), Some("unexpected_recommission"));
+}
+
+#[macro_export]
+macro_rules! drift_store_suite_tests {
+    ($make_url:path) => {
+        $crate::drift_store_suite_tests!(@cases $make_url;
+            agent_contact_is_the_newest_authenticated_call,
+            a_drift_record_is_written_whole_or_not_at_all,
+            resolve_acknowledges_or_reactivates_and_refuses_otherwise,
+            the_summary_counts_ok_drifted_and_unreconciled,
+        );
+    };
+    (@cases $make_url:path; $($case:ident),+ $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                drift_store_suite::$case($make_url().await).await;
+            }
+        )+
+    };
+}
