@@ -190,7 +190,7 @@ async fn the_daemon_detects_and_handles_out_of_band_changes_and_serves_the_drift
     let changed = reconciles(&base).await;
     reconciled(&base, changed + 2).await;
     eprintln!(
-        "handled within {:?} of the changes ({} reconciles)",
+        "checked {:?} after the changes, {} reconciles later",
         changed_at.elapsed(),
         reconciles(&base).await - changed
     );

@@ -6,9 +6,9 @@
 //! site is reconciled at its interval, when due, or when the API asks: observe → plan →
 //! dispatch the plan's change items the self-heal policy allows → the drift pass (seed 000
 //! §6.3–§6.5) on the same observation (one MAAS machines list per site per reconcile), under
-//! the `[drift]` policy; its report feeds the metrics and the JSON logs. Dispatched nodes run as their
-//! own tasks under per-(site, profile) concurrency limits, so a site's next reconcile does not
-//! wait for a long deploy; a node already running is not dispatched twice.
+//! the `[drift]` policy; its report feeds the metrics and the JSON logs. Dispatched nodes run
+//! as their own tasks under per-(site, profile) concurrency limits, so a site's next reconcile
+//! does not wait for a long deploy; a node already running is not dispatched twice.
 //!
 //! Shutdown (SIGTERM) stops taking work — no polls, no reconciles, the API answers 503 to new
 //! work — raises the executor's stop signal so running nodes stop at their next stage boundary
@@ -760,7 +760,7 @@ async fn reconcile_site(
         ..ReconcileSummary::default()
     };
     let filter = SiteFilter::Only([site.clone()].into());
-    let snapshot = match crate::observe::observe(
+    let mut snapshot = match crate::observe::observe(
         &fleet.fleet,
         &filter,
         &core.store,
@@ -782,7 +782,6 @@ async fn reconcile_site(
         SiteObservation::Unreadable { error, .. } => Some(error.clone()),
         _ => None,
     });
-    let mut snapshot = snapshot;
     let plan = crate::plan::plan(&fleet.fleet, &snapshot, &PlanOptions { sites: filter });
     core.metrics.planned(site.as_str(), &plan);
     summary.plan = plan.sites.first().map(|s| s.summary);
@@ -824,7 +823,8 @@ async fn reconcile_site(
         }
     }
     // The drift pass on the observation this reconcile made (the pass re-reads a machine
-    // before it acts on it, so the minutes-old list decides nothing by itself).
+    // before it acts on it, so the list taken before the dispatch decides nothing by itself;
+    // nodes just dispatched have open jobs and are left to them).
     let mut drift_failed = false;
     if core.stop.is_stopped() {
         tracing::info!(site = %site, "drift pass skipped: shutting down");
@@ -877,11 +877,12 @@ fn log_drift(report: &DriftReport) {
         tracing::warn!(target: "metalform::drift", site, guard = %guard, "drift: absence guard held the quarantines back");
     }
     for finding in report.findings.iter().filter(|f| f.newly_detected) {
+        // Empty when the machine is absent or unknown (`observed` says which).
         let maas = finding
             .machine
             .as_ref()
             .map(|m| m.status.name.as_str())
-            .unwrap_or("absent");
+            .unwrap_or("");
         macro_rules! detected {
             ($level:ident) => {
                 tracing::$level!(
