@@ -56,7 +56,7 @@ async fn every_row_of_the_table_is_detected_and_handled_in_one_pass() {
     bed.sim("dc1")
         .with_world(|w| w.config.timings.deploying_secs = 30.0 * 86_400.0);
     out_of_band(&bed, &redeployed_sid, "redeploy").await;
-    silence_agent(&bed, silent.id, chrono::Duration::hours(1)).await;
+    silence_agent(&bed, silent.id, &silent_sid, chrono::Duration::hours(1)).await;
     retire_without_maas(&bed.store, retired.id).await;
     let new_ip = bed.sim("dc1").with_world(|w| {
         let m = w.machine(&moved_sid).unwrap();

@@ -1524,6 +1524,15 @@ impl World {
                 );
                 Ok(())
             }
+            "stop_agent" => {
+                if status != Status::Deployed {
+                    return Err(deployed_only("stop the agent"));
+                }
+                let boot = self.machines[&id].boot;
+                let system_id = self.machines[&id].system_id.clone();
+                self.stop_agent(system_id, boot);
+                Ok(())
+            }
             "change_ip" => {
                 if status != Status::Deployed {
                     return Err(deployed_only("change the IP"));
@@ -1553,7 +1562,7 @@ impl World {
                 Ok(())
             }
             other => Err(MaasError::BadRequest(format!(
-                "Unknown out-of-band action '{other}': expected release, delete, power_off, redeploy, recommission, mark_broken, fail_testing or change_ip."
+                "Unknown out-of-band action '{other}': expected release, delete, power_off, redeploy, recommission, mark_broken, fail_testing, change_ip or stop_agent."
             ))),
         }
     }

@@ -165,6 +165,9 @@ pub struct World {
     pub agent_task_faults: Vec<(super::config::TaskFault, u32)>,
     /// Every task a simulated agent ran.
     pub agent_task_log: Vec<super::agent::AgentTaskRecord>,
+    /// (system id, boot) of hosts whose agent process was stopped out of band: the host stays
+    /// up, the agent neither enrolls nor polls until the machine boots again.
+    stopped_agents: BTreeSet<(String, u64)>,
     timeline: BTreeSet<(DateTime<Utc>, u64, Timer)>,
     timer_seq: u64,
     next_id: u64,
@@ -280,6 +283,7 @@ impl World {
                 .map(|f| (f.clone(), 0))
                 .collect(),
             agent_task_log: Vec::new(),
+            stopped_agents: BTreeSet::new(),
             timeline: BTreeSet::new(),
             timer_seq: 0,
             next_id: 1,
@@ -1192,10 +1196,16 @@ impl World {
     }
 
     /// Whether the agent of `boot` still runs (the machine is Deployed, powered, same boot).
+    /// The agent of this boot of the machine stops (out of band): it stops polling after its
+    /// current request.
+    pub fn stop_agent(&mut self, system_id: String, boot: u64) {
+        self.stopped_agents.insert((system_id, boot));
+    }
+
     pub fn agent_alive(&self, system_id: &str, boot: u64) -> bool {
         self.machine(system_id).is_some_and(|m| {
             m.boot == boot && m.status == Status::Deployed && m.power_state == PowerState::On
-        })
+        }) && !self.stopped_agents.contains(&(system_id.to_owned(), boot))
     }
 
     // ----- enlistment ----------------------------------------------------------------------------

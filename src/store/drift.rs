@@ -270,18 +270,16 @@ impl Store {
     }
 }
 
-/// Last contact per node: the newer of `nodes.last_agent_contact_at` (enrollment, agent calls)
-/// and the newest `agent_credentials.last_used_at` of the node's tokens.
+/// Last contact per node: `nodes.last_agent_contact_at`, written by the enrollment and by every
+/// authenticated agent call (`Store::authenticate_agent`, each task poll).
 async fn contacts(
     tx: &mut Tx,
     node: Option<Uuid>,
     site: Option<&str>,
 ) -> Result<BTreeMap<Uuid, DateTime<Utc>>, StoreError> {
     let mut sql = String::from(
-        "SELECT n.id AS id, n.last_agent_contact_at AS node_contact,
-            (SELECT MAX(c.last_used_at) FROM agent_credentials c WHERE c.node_id = n.id)
-                AS token_contact
-         FROM nodes n WHERE 1 = 1",
+        "SELECT n.id AS id, n.last_agent_contact_at AS contact FROM nodes n
+         WHERE n.last_agent_contact_at IS NOT NULL",
     );
     let mut values: Vec<Param> = Vec::new();
     if let Some(node) = node {
@@ -294,14 +292,7 @@ async fn contacts(
     }
     let mut out = BTreeMap::new();
     for row in tx.fetch_all(sql, &values).await? {
-        let newest = [
-            parse_opt_time(row.opt_text("node_contact")?)?,
-            parse_opt_time(row.opt_text("token_contact")?)?,
-        ]
-        .into_iter()
-        .flatten()
-        .max();
-        if let Some(at) = newest {
+        if let Some(at) = parse_opt_time(row.opt_text("contact")?)? {
             out.insert(parse_uuid(&row.text("id")?)?, at);
         }
     }

@@ -165,9 +165,12 @@ pub async fn audits(store: &Store, node: Uuid, action: &str) -> Vec<AuditRecord>
         .collect()
 }
 
-/// Make the node's agent look silent since `ago` (its contact written by a store whose clock
-/// is that far back, on the same database).
-pub async fn silence_agent(bed: &Bed, node: Uuid, ago: chrono::Duration) {
+/// Make the node's agent silent since `ago`: its agent process stops (out of band), its last
+/// long-poll (2 s) ends, then its last contact is written by a store whose clock is `ago` back,
+/// on the same database.
+pub async fn silence_agent(bed: &Bed, node: Uuid, system_id: &str, ago: chrono::Duration) {
+    out_of_band(bed, system_id, "stop_agent").await;
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
     let past = metalform::clock::ManualClock::new(chrono::Utc::now() - ago);
     let store = Store::open(&bed.state_url, Arc::new(past)).await.unwrap();
     store.touch_agent_contact(node).await.unwrap();
