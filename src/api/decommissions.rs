@@ -267,8 +267,7 @@ async fn cancel(
 #[serde(deny_unknown_fields)]
 struct SoftResetBody {
     reason: Option<String>,
-    /// Storage cleanup scope of the soft reset: none | local | weka | all (default: the
-    /// stage's own, all).
+    /// Storage cleanup scope of the soft reset: none | local | weka | all (default none).
     storage_cleanup: Option<String>,
 }
 
@@ -397,7 +396,10 @@ async fn declarative(
     let node = state.store().node(id).await?;
     let (file, at) = match manifest_node(&accepted.fleet, &node.site, &node.hostname) {
         Some(n) => (n.provenance.file.clone(), n.provenance.to_string()),
-        None => ("nodes/".to_owned(), "the node's manifest under nodes/".to_owned()),
+        None => (
+            "nodes/".to_owned(),
+            "the node's manifest under nodes/".to_owned(),
+        ),
     };
     Err(ApiError::owned_by_git(
         format!(
