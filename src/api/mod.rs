@@ -11,11 +11,13 @@
 //! JSON with a size limit (413).
 //!
 //! The routes are declared once in a [`RouteTable`], which both builds the router and lists
-//! what is served: a test holds that list equal to openapi.yaml. Decommissions (000 §5.7) and
-//! drift (000 §6.6 status, drift, resolve) mount into the same table.
+//! what is served: a test holds that list equal to openapi.yaml. Decommissions (000 §5.7: read,
+//! retry, cancel, and the runtime soft reset and storage cleanup) and drift (000 §6.6 status,
+//! drift, resolve) mount into the same table.
 
 mod auth;
 mod body;
+mod decommissions;
 mod error;
 mod onboardings;
 mod reconciliation;
@@ -115,6 +117,10 @@ pub trait Control: Send + Sync + 'static {
         site: SiteName,
         actor: Actor,
     ) -> Result<BoxFuture<'static, ReconcileSummary>, ControlError>;
+
+    /// The node lease's time to live of the daemon's executors (a cancel waits for a live
+    /// executor up to 1.5 times it).
+    fn lease_ttl(&self) -> std::time::Duration;
 
     /// Run a recorded recovery action in the background (its stages may take an hour).
     fn carry_out(&self, target: NodeTarget, recovery: Recovery) -> Result<(), ControlError>;
@@ -254,6 +260,7 @@ pub fn admin_routes() -> RouteTable {
     let mut table = RouteTable::default();
     sites::routes(&mut table);
     onboardings::routes(&mut table);
+    decommissions::routes(&mut table);
     reconciliation::routes(&mut table);
     table
 }

@@ -45,7 +45,7 @@ use crate::apply::{
 };
 use crate::clock::{Clock, SystemClock};
 use crate::drift::{ActionResult, DriftEnv, DriftReport, Severity};
-use crate::lifecycle::JobKind;
+use crate::lifecycle::{JobKind, JobState};
 use crate::model::SiteName;
 use crate::observe::{MaasClients, SiteFilter, SiteObservation};
 use crate::plan::PlanOptions;
@@ -477,6 +477,10 @@ impl Control for Handle {
         .boxed())
     }
 
+    fn lease_ttl(&self) -> std::time::Duration {
+        self.core.config.executor.lease_ttl
+    }
+
     fn carry_out(
         &self,
         target: crate::plan::NodeTarget,
@@ -747,6 +751,29 @@ async fn poll_source(
     }
 }
 
+/// The `metalform_jobs` gauge of a site: onboarding and decommission jobs by state. Every
+/// state is set (zero when none), so a job that moved on leaves no stale count behind.
+async fn record_job_counts(core: &Arc<Core>, site: &SiteName) {
+    for kind in [JobKind::Onboarding, JobKind::Decommission] {
+        let filter = JobFilter {
+            site: Some(site.to_string()),
+            ..JobFilter::default()
+        };
+        let Ok(jobs) = core.store.list_jobs(kind, &filter).await else {
+            continue;
+        };
+        let mut counts: BTreeMap<JobState, usize> =
+            JobState::ALL.iter().map(|state| (*state, 0)).collect();
+        for job in jobs {
+            *counts.entry(job.state).or_default() += 1;
+        }
+        for (state, n) in counts {
+            core.metrics
+                .jobs(kind.as_str(), site.as_str(), state.as_str(), n);
+        }
+    }
+}
+
 /// One site's reconcile: observe, plan, dispatch what the policy allows.
 async fn reconcile_site(
     core: &Arc<Core>,
@@ -803,25 +830,7 @@ async fn reconcile_site(
             summary.in_flight += 1;
         }
     }
-    if let Ok(jobs) = core
-        .store
-        .list_jobs(
-            JobKind::Onboarding,
-            &JobFilter {
-                site: Some(site.to_string()),
-                ..JobFilter::default()
-            },
-        )
-        .await
-    {
-        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-        for job in jobs {
-            *counts.entry(job.state.to_string()).or_default() += 1;
-        }
-        for (state, n) in counts {
-            core.metrics.jobs("onboarding", site.as_str(), &state, n);
-        }
-    }
+    record_job_counts(core, site).await;
     // The drift pass on the observation this reconcile made (the pass re-reads a machine
     // before it acts on it, so the list taken before the dispatch decides nothing by itself;
     // nodes just dispatched have open jobs and are left to them).

@@ -1,0 +1,411 @@
+//! Decommissions (seed 000 §5.7 monitoring, §5.2 soft reset and §5.5 storage-only cleanup as
+//! runtime triggers, §5.8 retry and cancel): the read model, the recovery actions and the two
+//! runtime requests, each through the library services of `apply::decommission` (the same code
+//! as `metalform decommissions`), audited there with the token's name, role and the reason. A
+//! request or a retry is run by the daemon: the API asks for an immediate reconcile of the
+//! node's site, whose plan resumes the open job (`Action::ResumeDecommission`). Reimage, full
+//! decommission and retirement are declarative and refused as owned by git.
+
+use axum::Extension;
+use axum::extract::{Path, Query, State};
+use axum::http::{Method, StatusCode};
+use axum::response::IntoResponse;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::{Access, ApiError, ApiState, JsonBody, Principal, RouteTable, required_reason};
+use crate::apply::decommission::{self, ConflictReason, ServiceError};
+use crate::lifecycle::JobState;
+use crate::model::Node as ManifestNode;
+use crate::store::{Job, JobFilter, Node};
+
+const BASE: &str = "/api/v1/admin/decommissions";
+const NODES: &str = "/api/v1/admin/nodes";
+
+/// The declarative modes (000 §5.3, §5.4, seed 004): path segment, what the manifest says.
+const DECLARATIVE: &[(&str, &str)] = &[
+    ("reimage", "bump `reimage.generation`"),
+    ("decommission", "set `lifecycle: decommissioned`"),
+    ("retire", "set `lifecycle: retired` (and `retiredReason`)"),
+];
+
+pub(super) fn routes(table: &mut RouteTable) {
+    table.add(Method::GET, BASE, Access::Admin, list);
+    table.add(Method::GET, &format!("{BASE}/{{id}}"), Access::Admin, get);
+    table.add(
+        Method::POST,
+        &format!("{BASE}/{{id}}/retry"),
+        Access::Admin,
+        retry,
+    );
+    table.add(
+        Method::POST,
+        &format!("{BASE}/{{id}}/cancel"),
+        Access::Admin,
+        cancel,
+    );
+    table.add(
+        Method::POST,
+        &format!("{NODES}/{{node_id}}/soft-reset"),
+        Access::Admin,
+        soft_reset,
+    );
+    table.add(
+        Method::POST,
+        &format!("{NODES}/{{node_id}}/storage-cleanup"),
+        Access::Admin,
+        storage_cleanup,
+    );
+    for (segment, change) in DECLARATIVE {
+        table.add(
+            Method::POST,
+            &format!("{NODES}/{{node_id}}/{segment}"),
+            Access::Admin,
+            move |state: State<ApiState>, path: Path<String>, body: JsonBody<Value>| {
+                declarative(state, path, body, segment, change)
+            },
+        );
+    }
+}
+
+/// The services' refusals, classified once: unknown → 404, a conflict → 409 whose code is its
+/// reason, the manifests' business → 409 `owned_by_git`, the store's → as the store's.
+impl From<ServiceError> for ApiError {
+    fn from(err: ServiceError) -> Self {
+        match err {
+            ServiceError::NotFound { .. } => ApiError::not_found(err.to_string()),
+            ServiceError::Conflict { reason, message } => {
+                let (code, hint) = match reason {
+                    ConflictReason::DecommissionOpen => (
+                        "decommission_open",
+                        "GET /api/v1/admin/decommissions?node_id=… shows the open job: wait for it, retry or cancel it",
+                    ),
+                    ConflictReason::NodeState => (
+                        "node_state",
+                        "the node's state does not allow this; GET the node's drift or jobs for why",
+                    ),
+                    ConflictReason::JobState => (
+                        "job_state",
+                        "GET the decommission: its state and recommended action say which recovery applies",
+                    ),
+                    ConflictReason::Protected => (
+                        "protected",
+                        "the node is protected: remove `protected: true` from its manifest first",
+                    ),
+                };
+                ApiError::new(StatusCode::CONFLICT, code, message).hint(hint)
+            }
+            ServiceError::OwnedByGit { file, message } => ApiError::owned_by_git(message, &file),
+            ServiceError::Store(err) => err.into(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    node_id: Option<String>,
+    /// The job state (`failed` matches both failed states).
+    status: Option<String>,
+    site: Option<String>,
+    #[serde(default)]
+    open: bool,
+}
+
+fn uuid_of(text: &str, what: &str, hint: &str) -> Result<Uuid, ApiError> {
+    Uuid::parse_str(text)
+        .map_err(|_| ApiError::bad_request(format!("`{text}` is not {what} (a UUID)")).hint(hint))
+}
+
+fn job_id(text: &str) -> Result<Uuid, ApiError> {
+    uuid_of(
+        text,
+        "a decommission id",
+        "GET /api/v1/admin/decommissions?node_id=NODE lists a node's decommissions",
+    )
+}
+
+fn node_id(text: &str) -> Result<Uuid, ApiError> {
+    uuid_of(
+        text,
+        "a node id",
+        "the node id is the inventory's (`metalform status --format json`, or a job's node_id)",
+    )
+}
+
+/// `status`: a job state, or `failed` for both failed states (000 §5.7 `?status=failed`).
+fn status_filter(status: &str) -> Result<Vec<JobState>, ApiError> {
+    if status == "failed" {
+        return Ok(vec![
+            JobState::FailedRetryable,
+            JobState::FailedManualIntervention,
+        ]);
+    }
+    status.parse::<JobState>().map(|s| vec![s]).map_err(|e| {
+        ApiError::bad_request(format!("status `{status}`: {e}")).hint(
+            "one of pending, running, completed, failed (both failed states), failed_retryable, failed_manual_intervention, cancelled, compensating",
+        )
+    })
+}
+
+async fn list(
+    State(state): State<ApiState>,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<impl IntoResponse, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let node = query.node_id.as_deref().map(node_id).transpose()?;
+    let states = query.status.as_deref().map(status_filter).transpose()?;
+    let filter = JobFilter {
+        node_id: node,
+        site: query.site,
+        open_only: query.open,
+        ..JobFilter::default()
+    };
+    let jobs: Vec<Job> = decommission::list_decommissions(state.store(), &filter)
+        .await?
+        .into_iter()
+        .filter(|j| states.as_ref().is_none_or(|s| s.contains(&j.state)))
+        .collect();
+    Ok(axum::Json(json!({"decommissions": jobs})))
+}
+
+async fn get(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    let view = decommission::show_decommission(state.store(), job_id(&id)?).await?;
+    Ok(axum::Json(json!({
+        "decommission": view.job,
+        "events": view.events,
+        "follow_ups": view.follow_ups,
+    })))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReasonBody {
+    reason: Option<String>,
+}
+
+/// Ask the daemon to reconcile `site` now (its plan resumes the open job); the outcome is
+/// the job's, so nothing waits for the reconcile.
+fn run_soon(state: &ApiState, principal: &Principal, site: &str) -> Result<(), ApiError> {
+    let site = crate::model::SiteName::new(site);
+    drop(state.inner.control.reconcile(site, principal.actor())?);
+    Ok(())
+}
+
+/// 503 once the daemon is shutting down: nothing new is recorded it would not run.
+fn accepting(state: &ApiState) -> Result<(), ApiError> {
+    if state.inner.control.accepting() {
+        Ok(())
+    } else {
+        Err(super::ControlError::ShuttingDown.into())
+    }
+}
+
+async fn retry(
+    State(state): State<ApiState>,
+    Extension(principal): Extension<Principal>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<ReasonBody>,
+) -> Result<impl IntoResponse, ApiError> {
+    let id = job_id(&id)?;
+    let reason = required_reason(body.reason.as_deref())?;
+    accepting(&state)?;
+    let prior = state
+        .store()
+        .job(crate::lifecycle::JobKind::Decommission, id)
+        .await?;
+    reconciled(&state, &prior.site, &prior.hostname)?;
+    let job =
+        decommission::retry_decommission(state.store(), id, &principal.actor(), Some(&reason))
+            .await?;
+    tracing::info!(decommission = %id, actor = %principal.name, from = %prior.state, "decommission retry recorded");
+    run_soon(&state, &principal, &job.site)?;
+    Ok((
+        StatusCode::ACCEPTED,
+        axum::Json(json!({
+            "action": "retry",
+            "prior_state": prior.state,
+            "decommission": job,
+            "execution": "queued",
+        })),
+    ))
+}
+
+async fn cancel(
+    State(state): State<ApiState>,
+    Extension(principal): Extension<Principal>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<ReasonBody>,
+) -> Result<impl IntoResponse, ApiError> {
+    let id = job_id(&id)?;
+    let reason = required_reason(body.reason.as_deref())?;
+    let prior = state
+        .store()
+        .job(crate::lifecycle::JobKind::Decommission, id)
+        .await?;
+    let job = decommission::cancel_decommission(
+        state.store(),
+        id,
+        &principal.actor(),
+        Some(&reason),
+        state.inner.control.lease_ttl(),
+    )
+    .await?;
+    tracing::info!(decommission = %id, actor = %principal.name, from = %prior.state, to = %job.state, "decommission cancelled");
+    Ok(axum::Json(json!({
+        "action": "cancel",
+        "prior_state": prior.state,
+        "decommission": job,
+    })))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SoftResetBody {
+    reason: Option<String>,
+    /// Storage cleanup scope of the soft reset: none | local | weka | all (default none).
+    storage_cleanup: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StorageCleanupBody {
+    reason: Option<String>,
+    /// local | weka | all (default all).
+    scope: Option<String>,
+}
+
+fn scope_of(scope: &str, allowed: &[&str]) -> Result<(), ApiError> {
+    if allowed.contains(&scope) {
+        Ok(())
+    } else {
+        Err(
+            ApiError::bad_request(format!("storage cleanup scope `{scope}` is not known"))
+                .hint(format!("one of {}", allowed.join(", "))),
+        )
+    }
+}
+
+/// The inventory node of a runtime request and its manifest: it must be one the daemon
+/// reconciles (in the accepted fleet), since the daemon runs the job.
+async fn runtime_node(state: &ApiState, id: &str) -> Result<Node, ApiError> {
+    let id = node_id(id)?;
+    accepting(state)?;
+    let node = state.store().node(id).await?;
+    reconciled(state, &node.site, &node.hostname)?;
+    Ok(node)
+}
+
+/// 409 unless the node is in the accepted fleet: the daemon runs the jobs of the nodes it
+/// reconciles, and nothing is recorded that would wait for ever.
+fn reconciled(state: &ApiState, site: &str, hostname: &str) -> Result<(), ApiError> {
+    let accepted = state.fleet()?;
+    if manifest_node(&accepted.fleet, site, hostname).is_some() {
+        Ok(())
+    } else {
+        Err(ApiError::conflict(format!(
+            "{site}/{hostname} is not in the fleet's manifests: the daemon runs decommissions of the nodes it reconciles"
+        ))
+        .hint("add the node back to the manifests and commit, or cancel the job"))
+    }
+}
+
+/// The manifest entry of the node `site`/`hostname`.
+fn manifest_node<'a>(
+    fleet: &'a crate::model::Fleet,
+    site: &str,
+    hostname: &str,
+) -> Option<&'a ManifestNode> {
+    fleet
+        .nodes
+        .values()
+        .find(|n| n.id.site.as_str() == site && n.id.hostname.as_str() == hostname)
+}
+
+/// 202 with the recorded job, after asking for the reconcile that runs it.
+fn requested(
+    state: &ApiState,
+    principal: &Principal,
+    job: Job,
+) -> Result<impl IntoResponse + use<>, ApiError> {
+    tracing::info!(decommission = %job.id, node = %job.hostname, actor = %principal.name, "decommission requested");
+    run_soon(state, principal, &job.site)?;
+    Ok((
+        StatusCode::ACCEPTED,
+        axum::Json(json!({"decommission": job, "execution": "queued"})),
+    ))
+}
+
+async fn soft_reset(
+    State(state): State<ApiState>,
+    Extension(principal): Extension<Principal>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<SoftResetBody>,
+) -> Result<impl IntoResponse, ApiError> {
+    let reason = required_reason(body.reason.as_deref())?;
+    if let Some(scope) = body.storage_cleanup.as_deref() {
+        scope_of(scope, &["none", "local", "weka", "all"])?;
+    }
+    let node = runtime_node(&state, &id).await?;
+    let job = decommission::request_soft_reset(
+        state.store(),
+        node.id,
+        body.storage_cleanup.as_deref(),
+        &principal.actor(),
+        Some(&reason),
+    )
+    .await?;
+    requested(&state, &principal, job)
+}
+
+async fn storage_cleanup(
+    State(state): State<ApiState>,
+    Extension(principal): Extension<Principal>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<StorageCleanupBody>,
+) -> Result<impl IntoResponse, ApiError> {
+    let reason = required_reason(body.reason.as_deref())?;
+    let scope = body.scope.as_deref().unwrap_or("all");
+    scope_of(scope, &["local", "weka", "all"])?;
+    let node = runtime_node(&state, &id).await?;
+    let job = decommission::request_storage_cleanup(
+        state.store(),
+        node.id,
+        scope,
+        &principal.actor(),
+        Some(&reason),
+    )
+    .await?;
+    requested(&state, &principal, job)
+}
+
+/// Reimage, full decommission, retire: 409 `owned_by_git` naming the node's manifest.
+async fn declarative(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+    JsonBody(_): JsonBody<Value>,
+    segment: &str,
+    change: &str,
+) -> Result<(), ApiError> {
+    let id = node_id(&id)?;
+    let accepted = state.fleet()?;
+    let node = state.store().node(id).await?;
+    let (file, at) = match manifest_node(&accepted.fleet, &node.site, &node.hostname) {
+        Some(n) => (n.provenance.file.clone(), n.provenance.to_string()),
+        None => (
+            "nodes/".to_owned(),
+            "the node's manifest under nodes/".to_owned(),
+        ),
+    };
+    Err(ApiError::owned_by_git(
+        format!(
+            "{segment} of {}/{} is declared in the manifests: {change} for {} in {at}",
+            node.site, node.hostname, node.hostname
+        ),
+        &file,
+    ))
+}
