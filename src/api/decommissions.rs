@@ -83,7 +83,7 @@ impl From<ServiceError> for ApiError {
                     ),
                     ConflictReason::NodeState => (
                         "node_state",
-                        "the node's state does not allow this; GET the node's drift or jobs for why",
+                        "the message lists the node states this starts from; GET /api/v1/admin/reconciliation/drift?all=true says why the node is where it is",
                     ),
                     ConflictReason::JobState => (
                         "job_state",
