@@ -14,7 +14,7 @@
 use serde_json::json;
 use uuid::Uuid;
 
-use super::lease::{NodeLease, onboarding_lease_name};
+use super::lease::NodeLease;
 use super::progress::{ProgressEvent, ProgressStatus};
 use super::runner::Shared;
 use super::{NodeOutcome, NodeResult, NodeTarget};
@@ -72,13 +72,12 @@ async fn compensate(
     kind: Compensation,
 ) -> Result<NodeOutcome, StoreError> {
     let env = &shared.env;
-    let ttl = shared.options.lease_ttl;
-    let lease = match NodeLease::acquire(
+    let lease = match NodeLease::acquire_node(
         &env.store,
-        &onboarding_lease_name(target.site_name(), target.hostname()),
+        target.site_name(),
+        target.hostname(),
         &shared.options.holder,
-        ttl,
-        ttl + ttl / 2,
+        shared.options.lease_ttl,
     )
     .await
     {

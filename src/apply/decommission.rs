@@ -19,8 +19,9 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::backoff;
-use super::lease::{LeaseRefusal, NodeLease, onboarding_lease_name};
-use super::progress::{Progress, ProgressEvent, ProgressStatus};
+use super::lease::{LeaseRefusal, NodeLease};
+use super::progress::{Progress, ProgressStatus};
+use super::runner::open_attempt;
 use super::{ExecutorOptions, NodeOutcome, NodeResult};
 use crate::lifecycle::{
     DecommissionMode, DecommissionStage, JobKind, JobState, NodeState, OnboardingStage, Owner,
@@ -30,7 +31,7 @@ use crate::stages::decommission::{
     DecommissionCheckpoint, DecommissionCtx, DecommissionFacts, DecommissionTarget,
     DecommissionTiming, onboarding_stage, retry_budget, run_stage,
 };
-use crate::stages::onboard::{NodeMemory, StageClock, StageEnv};
+use crate::stages::onboard::{NodeMemory, StageEnv};
 use crate::stages::{Next, Retry, StageFailure, StageOutcome};
 use crate::store::{
     Actor, EventStatus, Fence, Job, JobFailure, JobFilter, JobUpdate, NewDecommission,
@@ -110,12 +111,7 @@ impl DecommissionExecutor {
 }
 
 fn report(inner: &Inner, node: &str, stage: &str, status: ProgressStatus, message: &str) {
-    inner.progress.report(ProgressEvent {
-        node: node.to_owned(),
-        stage: stage.to_owned(),
-        status,
-        message: message.to_owned(),
-    });
+    super::progress::report(inner.progress.as_ref(), node, stage, status, message);
 }
 
 enum Stop {
@@ -137,25 +133,18 @@ impl From<StoreError> for Stop {
 
 async fn run_item(inner: &Inner, item: DecommissionWork) -> NodeResult {
     let label = item.target.label();
-    let ttl = inner.options.lease_ttl;
-    let name = onboarding_lease_name(&item.target.site, &item.target.hostname);
-    let lease = match NodeLease::acquire(
+    let lease = match NodeLease::acquire_node(
         &inner.env.store,
-        &name,
+        &item.target.site,
+        &item.target.hostname,
         &inner.options.holder,
-        ttl,
-        ttl + ttl / 2,
+        inner.options.lease_ttl,
     )
     .await
     {
         Ok(lease) => lease,
         Err(refusal) => {
-            let reason = match refusal {
-                LeaseRefusal::Busy { holder, until } => format!(
-                    "another executor ({holder}) is working on this node (lease until {until})"
-                ),
-                LeaseRefusal::Store(err) => format!("cannot take the node lease: {err}"),
-            };
+            let reason = refusal.reason();
             report(inner, &label, "-", ProgressStatus::Left, &reason);
             return NodeResult {
                 node: label,
@@ -182,21 +171,7 @@ async fn run_item(inner: &Inner, item: DecommissionWork) -> NodeResult {
         Err(Stop::Result(outcome)) => (None, outcome),
     };
     lease.release().await;
-    let (status, message) = match &outcome {
-        NodeOutcome::Converged { state } => (ProgressStatus::Converged, format!("job {state}")),
-        NodeOutcome::Failed {
-            state,
-            class,
-            code,
-            message,
-        } => (
-            ProgressStatus::Failed,
-            format!("{state} ({class}, {code}): {message}"),
-        ),
-        NodeOutcome::Left { reason } | NodeOutcome::Aborted { reason } => {
-            (ProgressStatus::Left, reason.clone())
-        }
-    };
+    let (status, message) = outcome.progress();
     report(inner, &label, "-", status, &message);
     NodeResult {
         node: label,
@@ -519,46 +494,11 @@ impl Run<'_> {
         facts: &mut DecommissionFacts,
     ) -> Result<Job, Stop> {
         let now = self.inner.env.clock.now();
-        let (attempt, started_at, resumed) = match &facts.base.clock {
-            Some(clock) if clock.stage == job.stage && clock.attempt == job.attempt => {
-                if clock.open {
-                    return Ok(job.clone());
-                }
-                (job.attempt + 1, clock.started_at, false)
-            }
-            Some(_) => {
-                // An operator moved the job (retry): fresh budgets and deadline.
-                facts.base.retries = 0;
-                facts.base.enrollment.token_refreshes = 0;
-                (job.attempt.max(1), now, true)
-            }
-            None => (job.attempt + 1, now, false),
+        let Some(opened) = open_attempt(job, &mut facts.base, now) else {
+            return Ok(job.clone());
         };
-        facts.base.clock = Some(StageClock {
-            stage: job.stage.clone(),
-            attempt,
-            started_at,
-            open: true,
-        });
-        let mut update = JobUpdate::new(JobState::Running);
-        update.attempt = Some(attempt);
-        update.event = Some(StageEvent {
-            stage: job.stage.clone(),
-            attempt,
-            status: EventStatus::Started,
-            message: resumed.then(|| "after an operator's recovery action".to_owned()),
-            details: json!({}),
-        });
-        let updated = self.write(job, update, facts).await?;
-        self.report(
-            stage.as_str(),
-            ProgressStatus::Started,
-            &if attempt > 1 {
-                format!("attempt {attempt}")
-            } else {
-                String::new()
-            },
-        );
+        let updated = self.write(job, opened.update, facts).await?;
+        self.report(stage.as_str(), ProgressStatus::Started, &opened.note);
         Ok(updated)
     }
 
@@ -859,13 +799,7 @@ pub async fn cancel_decommission(
         )
         .await?;
     let holder = format!("cancel:{}", super::default_holder());
-    let lease = NodeLease::acquire(
-        store,
-        &onboarding_lease_name(&moved.site, &moved.hostname),
-        &holder,
-        lease_ttl,
-        lease_ttl + lease_ttl / 2,
-    )
+    let lease = NodeLease::acquire_node(store, &moved.site, &moved.hostname, &holder, lease_ttl)
     .await
     .map_err(|refusal| match refusal {
         LeaseRefusal::Busy { holder, until } => ServiceError::Conflict {

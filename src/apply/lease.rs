@@ -28,6 +28,18 @@ pub enum LeaseRefusal {
     Store(StoreError),
 }
 
+impl LeaseRefusal {
+    /// Why the node was left alone, for progress lines and reports.
+    pub fn reason(&self) -> String {
+        match self {
+            LeaseRefusal::Busy { holder, until } => {
+                format!("another executor ({holder}) is working on this node (lease until {until})")
+            }
+            LeaseRefusal::Store(err) => format!("cannot take the node lease: {err}"),
+        }
+    }
+}
+
 /// A held lease with its heartbeat.
 pub struct NodeLease {
     store: Store,
@@ -36,6 +48,20 @@ pub struct NodeLease {
 }
 
 impl NodeLease {
+    /// The lease of one node (onboarding and decommission share it: one job runs on a node
+    /// at a time), with a `ttl` lifetime, waiting up to 1.5 × `ttl` for a dead holder's lease
+    /// to expire.
+    pub async fn acquire_node(
+        store: &Store,
+        site: &str,
+        hostname: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<NodeLease, LeaseRefusal> {
+        let name = onboarding_lease_name(site, hostname);
+        Self::acquire(store, &name, holder, ttl, ttl + ttl / 2).await
+    }
+
     /// Take the lease, waiting up to `wait` for a holder that stopped renewing (its lease
     /// expires) before giving up on a live one.
     pub async fn acquire(

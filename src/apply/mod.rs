@@ -214,6 +214,27 @@ pub enum NodeOutcome {
     Aborted { reason: String },
 }
 
+impl NodeOutcome {
+    /// The node's last progress line: its status and message.
+    pub(crate) fn progress(&self) -> (ProgressStatus, String) {
+        match self {
+            NodeOutcome::Converged { state } => (ProgressStatus::Converged, format!("job {state}")),
+            NodeOutcome::Failed {
+                state,
+                class,
+                code,
+                message,
+            } => (
+                ProgressStatus::Failed,
+                format!("{state} ({class}, {code}): {message}"),
+            ),
+            NodeOutcome::Left { reason } | NodeOutcome::Aborted { reason } => {
+                (ProgressStatus::Left, reason.clone())
+            }
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct NodeResult {
     /// `site/hostname`.

@@ -70,6 +70,22 @@ pub trait Progress: Send + Sync {
     fn finish(&self) {}
 }
 
+/// Report one node's stage transition (`stage` is `-` for whole-node events).
+pub(super) fn report(
+    progress: &dyn Progress,
+    node: &str,
+    stage: &str,
+    status: ProgressStatus,
+    message: &str,
+) {
+    progress.report(ProgressEvent {
+        node: node.to_owned(),
+        stage: stage.to_owned(),
+        status,
+        message: message.to_owned(),
+    });
+}
+
 /// Lines on stderr, with a bar when stderr is a terminal.
 pub struct StderrProgress {
     started: Instant,

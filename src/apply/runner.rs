@@ -19,8 +19,8 @@ use uuid::Uuid;
 
 use super::backoff;
 use super::compensate::{self, Compensation};
-use super::lease::{LeaseRefusal, NodeLease, onboarding_lease_name};
-use super::progress::{Progress, ProgressEvent, ProgressStatus};
+use super::lease::NodeLease;
+use super::progress::{Progress, ProgressStatus};
 use super::{ExecutorOptions, FromPlan, NodeOutcome, NodeResult, Work, WorkItem};
 use crate::lifecycle::{JobKind, JobState, NodeState, OnboardingStage, Owner, RecoveryAction};
 use crate::plan::NodeTarget;
@@ -72,25 +72,18 @@ struct NodeRun<'a> {
 /// Take up one work item and drive it to a resting state.
 pub(super) async fn run_item(shared: &Shared, item: WorkItem) -> NodeResult {
     let label = item.target.label();
-    let name = onboarding_lease_name(item.target.site_name(), item.target.hostname());
-    let ttl = shared.options.lease_ttl;
-    let lease = match NodeLease::acquire(
+    let lease = match NodeLease::acquire_node(
         &shared.env.store,
-        &name,
+        item.target.site_name(),
+        item.target.hostname(),
         &shared.options.holder,
-        ttl,
-        ttl + ttl / 2,
+        shared.options.lease_ttl,
     )
     .await
     {
         Ok(lease) => lease,
         Err(refusal) => {
-            let reason = match refusal {
-                LeaseRefusal::Busy { holder, until } => format!(
-                    "another executor ({holder}) is working on this node (lease until {until})"
-                ),
-                LeaseRefusal::Store(err) => format!("cannot take the node lease: {err}"),
-            };
+            let reason = refusal.reason();
             report(shared, &label, "-", ProgressStatus::Left, &reason);
             return NodeResult {
                 node: label,
@@ -109,21 +102,7 @@ pub(super) async fn run_item(shared: &Shared, item: WorkItem) -> NodeResult {
     };
     let (job_id, outcome) = run.drive(item.work).await;
     lease.release().await;
-    let (status, message) = match &outcome {
-        NodeOutcome::Converged { state } => (ProgressStatus::Converged, format!("job {state}")),
-        NodeOutcome::Failed {
-            state,
-            class,
-            code,
-            message,
-        } => (
-            ProgressStatus::Failed,
-            format!("{state} ({class}, {code}): {message}"),
-        ),
-        NodeOutcome::Left { reason } | NodeOutcome::Aborted { reason } => {
-            (ProgressStatus::Left, reason.clone())
-        }
-    };
+    let (status, message) = outcome.progress();
     report(shared, &label, "-", status, &message);
     NodeResult {
         node: label,
@@ -145,12 +124,67 @@ pub(super) fn not_started(shared: &Shared, item: WorkItem) -> NodeResult {
 }
 
 fn report(shared: &Shared, node: &str, stage: &str, status: ProgressStatus, message: &str) {
-    shared.progress.report(ProgressEvent {
-        node: node.to_owned(),
-        stage: stage.to_owned(),
-        status,
-        message: message.to_owned(),
+    super::progress::report(shared.progress.as_ref(), node, stage, status, message);
+}
+
+/// A stage attempt opened by [`open_attempt`].
+pub(super) struct OpenedAttempt {
+    /// The journal write that records it started.
+    pub update: JobUpdate,
+    /// An operator moved the job (retry, resume, rerun): retry budgets and the deadline were
+    /// reset.
+    pub moved: bool,
+    /// The progress message (`attempt N` after the first).
+    pub note: String,
+}
+
+/// Open a stage attempt on the facts' clock (000 §4.10), shared by the onboarding and the
+/// decommission executors: `None` when the journal's attempt is still open (after a crash the
+/// attempt goes on, and so does its deadline); else the next attempt, keeping the stage's
+/// deadline, or — when an operator moved the job — a fresh attempt with fresh budgets.
+pub(super) fn open_attempt(
+    job: &Job,
+    facts: &mut Facts,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Option<OpenedAttempt> {
+    let (attempt, started_at, moved) = match &facts.clock {
+        Some(clock) if clock.stage == job.stage && clock.attempt == job.attempt => {
+            if clock.open {
+                return None;
+            }
+            (job.attempt + 1, clock.started_at, false)
+        }
+        Some(_) => {
+            facts.retries = 0;
+            facts.enrollment.token_refreshes = 0;
+            (job.attempt.max(1), now, true)
+        }
+        None => (job.attempt + 1, now, false),
+    };
+    facts.clock = Some(StageClock {
+        stage: job.stage.clone(),
+        attempt,
+        started_at,
+        open: true,
     });
+    let mut update = JobUpdate::new(JobState::Running);
+    update.attempt = Some(attempt);
+    update.event = Some(StageEvent {
+        stage: job.stage.clone(),
+        attempt,
+        status: EventStatus::Started,
+        message: moved.then(|| "after an operator's recovery action".to_owned()),
+        details: json!({}),
+    });
+    Some(OpenedAttempt {
+        update,
+        moved,
+        note: if attempt > 1 {
+            format!("attempt {attempt}")
+        } else {
+            String::new()
+        },
+    })
 }
 
 /// The open onboarding of a site/hostname, if any.
@@ -676,50 +710,15 @@ impl NodeRun<'_> {
         facts: &mut Facts,
     ) -> Result<Job, Stop> {
         let now = self.shared.env.clock.now();
-        let (attempt, started_at, resumed) = match &facts.clock {
-            Some(clock) if clock.stage == job.stage && clock.attempt == job.attempt => {
-                if clock.open {
-                    // After a crash: the attempt goes on, and so does its deadline.
-                    return Ok(job.clone());
-                }
-                (job.attempt + 1, clock.started_at, false)
-            }
-            Some(_) => {
-                // An operator moved the job (retry, resume, rerun): fresh budgets and deadline.
-                facts.retries = 0;
-                facts.enrollment.token_refreshes = 0;
-                if stage == OnboardingStage::first() {
-                    facts.datasource_retries = 0;
-                }
-                (job.attempt.max(1), now, true)
-            }
-            None => (job.attempt + 1, now, false),
+        let Some(opened) = open_attempt(job, facts, now) else {
+            return Ok(job.clone());
         };
-        facts.clock = Some(StageClock {
-            stage: job.stage.clone(),
-            attempt,
-            started_at,
-            open: true,
-        });
-        let mut update = JobUpdate::new(JobState::Running);
-        update.attempt = Some(attempt);
-        update.event = Some(StageEvent {
-            stage: job.stage.clone(),
-            attempt,
-            status: EventStatus::Started,
-            message: resumed.then(|| "after an operator's recovery action".to_owned()),
-            details: json!({}),
-        });
-        let updated = self.write(job, update, facts).await?;
-        self.report(
-            stage.as_str(),
-            ProgressStatus::Started,
-            &if attempt > 1 {
-                format!("attempt {attempt}")
-            } else {
-                String::new()
-            },
-        );
+        if opened.moved && stage == OnboardingStage::first() {
+            // Rerun from the top: the bounded datasource redeploy is available again.
+            facts.datasource_retries = 0;
+        }
+        let updated = self.write(job, opened.update, facts).await?;
+        self.report(stage.as_str(), ProgressStatus::Started, &opened.note);
         Ok(updated)
     }
 
