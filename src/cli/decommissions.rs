@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use super::apply::{ExecArgs, Runtime, finish, operator, render_report};
 use super::output::ReportFormat;
-use super::status::{open_store, store_error, table, time};
+use super::status::{detail_view, open_store, store_error, table, time};
 use super::{CliError, Exit, GlobalArgs};
 use crate::apply::decommission::{
     DecommissionExecutor, DecommissionJob, DecommissionView, DecommissionWork, ServiceError,
@@ -350,29 +350,7 @@ fn render(view: &DecommissionView) -> String {
     }
     lines.push(("requested", time(job.requested_at)));
     lines.push(("updated", time(job.updated_at)));
-    let width = lines.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
-    let mut out: String = lines
-        .iter()
-        .map(|(k, v)| format!("{k:<width$}  {v}\n"))
-        .collect();
-    if !view.events.is_empty() {
-        out.push_str("\nevents\n");
-        for event in &view.events {
-            out.push_str(&format!(
-                "  {}  {}#{}  {}{}\n",
-                time(event.occurred_at),
-                event.stage,
-                event.attempt,
-                event.status,
-                event
-                    .message
-                    .as_deref()
-                    .map(|m| format!("  {m}"))
-                    .unwrap_or_default()
-            ));
-        }
-    }
-    out
+    detail_view(&lines, "events", &view.events)
 }
 
 async fn retry(global: &GlobalArgs, args: ActionArgs) -> Result<Exit, CliError> {

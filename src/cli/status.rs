@@ -389,13 +389,27 @@ fn render_detail(
             lines.push(("updated".into(), time(job.updated_at)));
         }
     }
-    let width = lines.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    detail_view(&lines, "recent events", events)
+}
+
+/// A detail view: `key  value` lines aligned on the longest key, then the stage events under
+/// `events_title`.
+pub(super) fn detail_view<K: AsRef<str>>(
+    lines: &[(K, String)],
+    events_title: &str,
+    events: &[StageEventRow],
+) -> String {
+    let width = lines
+        .iter()
+        .map(|(k, _)| k.as_ref().len())
+        .max()
+        .unwrap_or(0);
     let mut out: String = lines
         .iter()
-        .map(|(k, v)| format!("{k:<width$}  {v}\n"))
+        .map(|(k, v)| format!("{:<width$}  {v}\n", k.as_ref()))
         .collect();
     if !events.is_empty() {
-        out.push_str("\nrecent events\n");
+        out.push_str(&format!("\n{events_title}\n"));
         for event in events {
             out.push_str(&format!(
                 "  {}  {}#{}  {}{}\n",
