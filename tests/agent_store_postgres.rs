@@ -4,25 +4,8 @@
 #![cfg(feature = "services")]
 
 mod agent_suite;
+mod postgres_support;
 
-use sqlx::{AssertSqlSafe, Connection, PgConnection};
+use postgres_support::fresh_database;
 
-/// Create a fresh database on the test server and return its URL.
-async fn pg_url() -> String {
-    let admin = std::env::var("METALFORM_TEST_POSTGRES_URL").expect(
-        "METALFORM_TEST_POSTGRES_URL is not set: run scripts/test-all, which starts PostgreSQL",
-    );
-    let mut conn = PgConnection::connect(&admin)
-        .await
-        .unwrap_or_else(|e| panic!("PostgreSQL at {admin} is unreachable: {e}"));
-    let name = format!("mf_{}", uuid::Uuid::new_v4().simple());
-    sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&mut conn)
-        .await
-        .expect("create test database");
-    let mut url = url::Url::parse(&admin).expect("METALFORM_TEST_POSTGRES_URL is a URL");
-    url.set_path(&name);
-    url.to_string()
-}
-
-agent_suite_tests!(pg_url);
+agent_suite_tests!(fresh_database);

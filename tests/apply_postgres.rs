@@ -5,27 +5,11 @@
 #![cfg(feature = "services")]
 
 mod onboard_support;
+mod postgres_support;
 
 use metalform::lifecycle::JobState;
 use onboard_support::{Bed, Setup, SiteSetup, free_port};
-use sqlx::{AssertSqlSafe, Connection, PgConnection};
-
-async fn fresh_database() -> String {
-    let admin = std::env::var("METALFORM_TEST_POSTGRES_URL").expect(
-        "METALFORM_TEST_POSTGRES_URL is not set: run scripts/test-all, which starts PostgreSQL",
-    );
-    let mut conn = PgConnection::connect(&admin)
-        .await
-        .unwrap_or_else(|e| panic!("PostgreSQL at {admin} is unreachable: {e}"));
-    let name = format!("mf_apply_{}", uuid::Uuid::new_v4().simple());
-    sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    let mut url = url::Url::parse(&admin).unwrap();
-    url.set_path(&name);
-    url.to_string()
-}
+use postgres_support::fresh_database;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_executors_on_one_postgres_store_onboard_each_node_once() {

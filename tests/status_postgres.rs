@@ -2,30 +2,15 @@
 //! Fails, never skips, when the service is missing.
 #![cfg(feature = "services")]
 
+mod postgres_support;
+
 use std::process::Command;
 use std::sync::Arc;
 
 use metalform::clock::SystemClock;
 use metalform::lifecycle::{NodeState, Provider};
 use metalform::store::{Actor, NewNode, Store};
-use sqlx::{AssertSqlSafe, Connection, PgConnection};
-
-async fn fresh_database() -> String {
-    let admin = std::env::var("METALFORM_TEST_POSTGRES_URL").expect(
-        "METALFORM_TEST_POSTGRES_URL is not set: run scripts/test-all, which starts PostgreSQL",
-    );
-    let mut conn = PgConnection::connect(&admin)
-        .await
-        .unwrap_or_else(|e| panic!("PostgreSQL at {admin} is unreachable: {e}"));
-    let name = format!("mf_status_{}", uuid::Uuid::new_v4().simple());
-    sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    let mut url = url::Url::parse(&admin).unwrap();
-    url.set_path(&name);
-    url.to_string()
-}
+use postgres_support::fresh_database;
 
 fn status(url: &str) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_metalform"))

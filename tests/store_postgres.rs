@@ -3,35 +3,18 @@
 //! when the service is missing.
 #![cfg(feature = "services")]
 
+mod postgres_support;
 mod store_suite;
 
-use sqlx::{AssertSqlSafe, Connection, PgConnection};
+use postgres_support::fresh_database;
 
-/// Create a fresh database on the test server and return its URL.
-async fn pg_url() -> String {
-    let admin = std::env::var("METALFORM_TEST_POSTGRES_URL").expect(
-        "METALFORM_TEST_POSTGRES_URL is not set: run scripts/test-all, which starts PostgreSQL",
-    );
-    let mut conn = PgConnection::connect(&admin)
-        .await
-        .unwrap_or_else(|e| panic!("PostgreSQL at {admin} is unreachable: {e}"));
-    let name = format!("mf_{}", uuid::Uuid::new_v4().simple());
-    sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&mut conn)
-        .await
-        .expect("create test database");
-    let mut url = url::Url::parse(&admin).expect("METALFORM_TEST_POSTGRES_URL is a URL");
-    url.set_path(&name);
-    url.to_string()
-}
-
-store_suite_tests!(pg_url);
+store_suite_tests!(fresh_database);
 
 /// Two concurrent opens of a fresh database from two separate pools: the advisory lock makes
 /// the second wait, and both see one applied schema.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_concurrent_opens_migrate_once() {
-    let url = pg_url().await;
+    let url = fresh_database().await;
     let opens: Vec<_> = (0..6)
         .map(|_| {
             let url = url.clone();
