@@ -109,6 +109,25 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     crate::model::duration::parse(text).map_err(|e| e.to_string())
 }
 
+/// The `--reason` of an audited recovery action (`what`), trimmed; refused when missing or
+/// blank, with `example` as the hint.
+pub(super) fn required_reason(
+    reason: Option<&str>,
+    what: &str,
+    example: &str,
+) -> Result<String, CliError> {
+    reason
+        .map(str::trim)
+        .filter(|r| !r.is_empty())
+        .map(str::to_owned)
+        .ok_or_else(|| {
+            CliError::argument(format!(
+                "{what} needs --reason: every recovery action is audited"
+            ))
+            .hint(format!("say why, e.g. --reason \"{example}\""))
+        })
+}
+
 /// The operator behind a command.
 pub(super) fn operator(name: Option<&str>) -> Actor {
     let name = name

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::json;
 use uuid::Uuid;
 
-use super::apply::{ExecArgs, Runtime, finish, operator, render_report};
+use super::apply::{ExecArgs, Runtime, finish, operator, render_report, required_reason};
 use super::output::ReportFormat;
 use super::status::{detail_view, open_store, store_error, table, time};
 use super::{CliError, Exit, GlobalArgs};
@@ -130,18 +130,8 @@ fn service_error(err: ServiceError) -> CliError {
     }
 }
 
-fn required_reason(reason: Option<&str>, what: &str) -> Result<String, CliError> {
-    reason
-        .map(str::trim)
-        .filter(|r| !r.is_empty())
-        .map(str::to_owned)
-        .ok_or_else(|| {
-            CliError::argument(format!(
-                "{what} needs --reason: every recovery action is audited"
-            ))
-            .hint("say why, e.g. --reason \"agent restarted on the host (ticket OPS-117)\"")
-        })
-}
+/// The hint's example of a decommission recovery reason.
+const REASON_EXAMPLE: &str = "agent restarted on the host (ticket OPS-117)";
 
 /// A job by id, or the latest decommission of a hostname.
 async fn find_job(store: &Store, wanted: &str, site: Option<&str>) -> Result<Job, CliError> {
@@ -354,7 +344,7 @@ fn render(view: &DecommissionView) -> String {
 }
 
 async fn retry(global: &GlobalArgs, args: ActionArgs) -> Result<Exit, CliError> {
-    let reason = required_reason(args.reason.as_deref(), "retry")?;
+    let reason = required_reason(args.reason.as_deref(), "retry", REASON_EXAMPLE)?;
     let actor = operator(args.exec.actor.as_deref());
     let progress: Arc<dyn Progress> = Arc::new(StderrProgress::new());
     let runtime = Runtime::start(
@@ -406,7 +396,7 @@ async fn retry(global: &GlobalArgs, args: ActionArgs) -> Result<Exit, CliError> 
 }
 
 async fn cancel(global: &GlobalArgs, args: CancelArgs) -> Result<Exit, CliError> {
-    let reason = required_reason(args.reason.as_deref(), "cancel")?;
+    let reason = required_reason(args.reason.as_deref(), "cancel", REASON_EXAMPLE)?;
     let actor = operator(args.actor.as_deref());
     let store = open_store(global, &args.fleet).await?;
     let result = async {

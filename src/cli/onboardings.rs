@@ -11,7 +11,7 @@ use std::sync::Arc;
 use serde_json::json;
 use uuid::Uuid;
 
-use super::apply::{ExecArgs, Runtime, finish, operator, render_report};
+use super::apply::{ExecArgs, Runtime, finish, operator, render_report, required_reason};
 use super::output::ReportFormat;
 use super::status::{detail_view, open_store, store_error, table, time};
 use super::{CliError, Exit, GlobalArgs};
@@ -294,18 +294,11 @@ async fn act(
     args: ActionArgs,
     action: RecoveryAction,
 ) -> Result<Exit, CliError> {
-    let reason = args
-        .reason
-        .as_deref()
-        .map(str::trim)
-        .filter(|r| !r.is_empty())
-        .ok_or_else(|| {
-            CliError::argument(format!(
-                "{action} needs --reason: every recovery action is audited"
-            ))
-            .hint("say why, e.g. --reason \"BOSS card replaced (ticket HW-2291)\"")
-        })?
-        .to_owned();
+    let reason = required_reason(
+        args.reason.as_deref(),
+        &action.to_string(),
+        "BOSS card replaced (ticket HW-2291)",
+    )?;
     let actor = operator(args.exec.actor.as_deref());
     if action == RecoveryAction::MarkManualInterventionRequired {
         // Recorded only: nothing to execute.
