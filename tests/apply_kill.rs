@@ -36,6 +36,9 @@ enum KillAt {
     /// While a deploy call is in flight: its intent is in the journal, MAAS has not answered
     /// (the simulator delays deploy answers for this).
     DeployInFlight,
+    /// Once some job reached a post-deploy stage. Random delays alone land there only when the
+    /// machine runs fast enough, so the phase is also reached on purpose.
+    PostDeploy,
 }
 
 /// Waits until some job recorded a deploy intent MAAS has not confirmed.
@@ -51,6 +54,23 @@ async fn deploy_in_flight(bed: &Bed) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     panic!("no deploy went in flight");
+}
+
+/// Waits until some running job is in a post-deploy stage.
+async fn post_deploy(bed: &Bed) {
+    for _ in 0..3000 {
+        let jobs = bed.jobs().await;
+        let stages: Vec<String> = jobs
+            .into_iter()
+            .filter(|j| j.state == JobState::Running)
+            .map(|j| j.stage)
+            .collect();
+        if phases(&stages).contains("post-deploy") {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no job reached a post-deploy stage");
 }
 
 async fn trial(number: u64, at: KillAt) -> BTreeSet<&'static str> {
@@ -79,6 +99,7 @@ async fn trial(number: u64, at: KillAt) -> BTreeSet<&'static str> {
     match at {
         KillAt::After(delay) => tokio::time::sleep(delay).await,
         KillAt::DeployInFlight => deploy_in_flight(&bed).await,
+        KillAt::PostDeploy => post_deploy(&bed).await,
     }
     // SIGKILL: no cleanup, leases stay held until they expire.
     first.kill().unwrap();
@@ -140,6 +161,9 @@ async fn kill_nine_at_random_points_then_apply_again_converges_with_one_deploy_e
     }
     for number in TRIALS..TRIALS + 3 {
         seen.extend(trial(number, KillAt::DeployInFlight).await);
+    }
+    for number in TRIALS + 3..TRIALS + 5 {
+        seen.extend(trial(number, KillAt::PostDeploy).await);
     }
     assert_eq!(
         seen,
