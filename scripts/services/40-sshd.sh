@@ -1,7 +1,8 @@
 # OpenSSH for the hardware-sync credential push over real ssh (DESIGN.md §9; seed 000 §4.3
-# EnsureHardwareSyncConfigured): Debian `openssh-server`, an sshd on 127.0.0.1 with its own
-# host key, accepting one throwaway client key for the current user. Exports
-# METALFORM_TEST_SSH (user@127.0.0.1:PORT) and METALFORM_TEST_SSH_KEY (the client key).
+# EnsureHardwareSyncConfigured) and the daemon's ssh fleet fetch: Debian `openssh-server`, an
+# sshd on 127.0.0.1 with its own host key, accepting one throwaway client key for the current
+# user. Exports METALFORM_TEST_SSH (user@127.0.0.1:PORT), METALFORM_TEST_SSH_KEY (the client
+# key) and METALFORM_TEST_SSH_HOST_KEY (the server's public host key).
 apt_install openssh-server openssh-client
 ssh_dir="$(mktemp -d /tmp/metalform-sshd.XXXXXX)"
 chmod 700 "$ssh_dir"
@@ -29,4 +30,6 @@ on_stop "kill $ssh_pid 2>/dev/null; rm -rf '$ssh_dir'"
 wait_port "$ssh_port" || { cat "$ssh_dir/sshd.log" >&2; return 1; }
 export METALFORM_TEST_SSH="$(id -un)@127.0.0.1:$ssh_port"
 export METALFORM_TEST_SSH_KEY="$ssh_dir/client_key"
+# The server's public host key, for tests that pin it in a known_hosts file.
+export METALFORM_TEST_SSH_HOST_KEY="$ssh_dir/host_key.pub"
 echo "sshd: $METALFORM_TEST_SSH" >&2

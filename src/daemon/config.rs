@@ -75,6 +75,32 @@ struct RawSource {
     path: Option<String>,
     #[serde(default = "default_poll")]
     poll_interval: ConfigDuration,
+    #[serde(default = "default_fetch_timeout")]
+    fetch_timeout: ConfigDuration,
+    ssh_key: Option<Spanned<String>>,
+    known_hosts: Option<Spanned<String>>,
+    token: Option<Spanned<RawSourceToken>>,
+}
+
+/// The HTTPS token of the fleet repository: a secret reference, like the API tokens.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSourceToken {
+    #[serde(default = "default_token_username")]
+    username: String,
+    vault: Option<String>,
+    key: Option<String>,
+    env: Option<String>,
+    /// Refused: token values never sit in the config file.
+    value: Option<Spanned<toml::Value>>,
+}
+
+fn default_token_username() -> String {
+    "git".into()
+}
+
+fn default_fetch_timeout() -> ConfigDuration {
+    ConfigDuration(Duration::from_secs(120))
 }
 
 fn default_branch() -> String {
@@ -236,19 +262,130 @@ struct RawPeers {
 /// Where the fleet comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceConfig {
-    /// A path to a git repository (bare or not) or a `file://` URL.
+    /// A path to a git repository (bare or not), or a `file://`, `https://`, `ssh://` or
+    /// scp-like (`git@host:org/fleet.git`) URL. Never carries credentials (refused).
     pub repository: String,
+    pub transport: Transport,
     pub branch: String,
     /// The fleet directory inside the repository (`""`: its root).
     pub path: String,
     pub poll_interval: Duration,
+    /// How long one fetch may take before it is abandoned (and retried at the next poll).
+    pub fetch_timeout: Duration,
+    /// ssh only: the private key (`-i`) and the known-hosts file (strict checking).
+    pub ssh_key: Option<PathBuf>,
+    pub known_hosts: Option<PathBuf>,
+    /// HTTP(S) only: sent as basic authentication.
+    pub token: Option<SourceToken>,
 }
 
-/// Where a configured API token's value is read from.
+impl SourceConfig {
+    /// The repository's path when it is on this machine (what `--watch` follows).
+    pub fn local_path(&self) -> Option<&Path> {
+        (self.transport == Transport::Local).then(|| {
+            Path::new(
+                self.repository
+                    .strip_prefix("file://")
+                    .unwrap_or(&self.repository),
+            )
+        })
+    }
+}
+
+/// How the fleet repository is reached. Transports that anyone on the path could alter
+/// (`git://`, `http://` off this machine) are refused: the daemon acts on what it reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    Local,
+    Https,
+    /// `http://` to a loopback address (a local mirror or proxy).
+    LoopbackHttp,
+    Ssh,
+}
+
+impl Transport {
+    /// What a `repository` value names, or why it is refused (message, hint).
+    fn of(repository: &str) -> Result<Transport, (String, &'static str)> {
+        const TAMPER: &str = "use https:// or ssh://, or a local mirror";
+        let Some((scheme, _)) = repository.split_once("://") else {
+            // git's rule: a colon before the first slash is scp-like ssh (`host:path`); a
+            // one-letter "host" would be a drive letter, so that stays a path.
+            return Ok(match repository.split_once(':') {
+                Some((host, _)) if !host.contains('/') && host.len() > 1 => Transport::Ssh,
+                _ => Transport::Local,
+            });
+        };
+        let scheme = scheme.to_ascii_lowercase();
+        if scheme == "file" {
+            return Ok(Transport::Local);
+        }
+        let url = url::Url::parse(repository)
+            .map_err(|e| (format!("`{repository}` is not a valid URL: {e}"), TAMPER))?;
+        let credentials = || {
+            (
+                "the repository URL carries credentials; they would show in logs and /healthz"
+                    .to_owned(),
+                "put the token in `[source.token]` (env or vault) and remove it from the URL",
+            )
+        };
+        match scheme.as_str() {
+            "https" if url.username().is_empty() && url.password().is_none() => {
+                Ok(Transport::Https)
+            }
+            "https" | "http" if !url.username().is_empty() || url.password().is_some() => {
+                Err(credentials())
+            }
+            "http" => match url.host() {
+                Some(url::Host::Ipv4(ip)) if ip.is_loopback() => Ok(Transport::LoopbackHttp),
+                Some(url::Host::Ipv6(ip)) if ip.is_loopback() => Ok(Transport::LoopbackHttp),
+                Some(url::Host::Domain("localhost")) => Ok(Transport::LoopbackHttp),
+                _ => Err((
+                    format!(
+                        "`{repository}`: plain http:// can be altered in transit, and the daemon acts on what it reads"
+                    ),
+                    TAMPER,
+                )),
+            },
+            "ssh" | "git+ssh" | "ssh+git" if url.password().is_some() => Err(credentials()),
+            "ssh" | "git+ssh" | "ssh+git" => Ok(Transport::Ssh),
+            "git" => Err((
+                format!("`{repository}`: git:// is unauthenticated and can be altered in transit"),
+                TAMPER,
+            )),
+            other => Err((
+                format!("`{repository}`: unknown transport `{other}://`"),
+                "a path, or a file://, https:// or ssh:// URL, or git@host:path",
+            )),
+        }
+    }
+}
+
+/// The fleet repository's HTTPS token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceToken {
+    pub username: String,
+    pub source: TokenSource,
+}
+
+/// Where a configured token's value is read from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TokenSource {
     Vault { path: String, key: String },
     Env(String),
+}
+
+impl TokenSource {
+    /// Exactly one of `env`, or `vault` with `key`.
+    fn of(vault: &Option<String>, key: &Option<String>, env: &Option<String>) -> Option<Self> {
+        match (vault, key, env) {
+            (Some(path), Some(key), None) => Some(TokenSource::Vault {
+                path: path.clone(),
+                key: key.clone(),
+            }),
+            (None, None, Some(env)) => Some(TokenSource::Env(env.clone())),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -357,30 +494,7 @@ impl DaemonConfig {
             if p.is_absolute() { p } else { base.join(p) }
         };
 
-        let repository = raw.source.repository.get_ref().trim().to_owned();
-        if repository.is_empty() {
-            return Err(at(
-                Some(raw.source.repository.span()),
-                "`source.repository` is empty".into(),
-                Some("a path to the fleet's git repository, or a file:// URL"),
-            ));
-        }
-        let repository = if repository.contains("://") {
-            if !repository.starts_with("file://") {
-                return Err(at(
-                    Some(raw.source.repository.span()),
-                    format!(
-                        "`{repository}`: only local repositories (a path or file:// URL) can be fetched by this build"
-                    ),
-                    Some(
-                        "mirror the remote to a local bare repository (e.g. a cron `git fetch`), or use --watch on a checkout",
-                    ),
-                ));
-            }
-            repository
-        } else {
-            resolve(&repository).display().to_string()
-        };
+        let source = source_config(&raw.source, &at, &resolve)?;
 
         let data_dir = raw
             .state
@@ -472,25 +586,18 @@ impl DaemonConfig {
                     None,
                 ));
             }
-            let source = match (&t.vault, &t.key, &t.env) {
-                (Some(path), Some(key), None) => TokenSource::Vault {
-                    path: path.clone(),
-                    key: key.clone(),
-                },
-                (None, None, Some(env)) => TokenSource::Env(env.clone()),
-                _ => {
-                    return Err(at(
-                        span,
-                        format!(
-                            "token `{}` needs either `env` or `vault` with `key`",
-                            t.name
-                        ),
-                        Some(
-                            "e.g. env = \"METALFORM_TOKEN_OPS\", or vault = \"kv/metalform/api-tokens\" and key = \"ops\"",
-                        ),
-                    ));
-                }
-            };
+            let source = TokenSource::of(&t.vault, &t.key, &t.env).ok_or_else(|| {
+                at(
+                    span.clone(),
+                    format!(
+                        "token `{}` needs either `env` or `vault` with `key`",
+                        t.name
+                    ),
+                    Some(
+                        "e.g. env = \"METALFORM_TOKEN_OPS\", or vault = \"kv/metalform/api-tokens\" and key = \"ops\"",
+                    ),
+                )
+            })?;
             tokens.push(TokenConfig {
                 name: t.name.clone(),
                 role: t.role,
@@ -554,17 +661,7 @@ impl DaemonConfig {
 
         Ok(DaemonConfig {
             file: path.to_path_buf(),
-            source: SourceConfig {
-                repository,
-                branch: raw.source.branch,
-                path: raw
-                    .source
-                    .path
-                    .map(|p| p.trim_matches('/').trim_start_matches("./").to_owned())
-                    .filter(|p| p != ".")
-                    .unwrap_or_default(),
-                poll_interval: raw.source.poll_interval.0,
-            },
+            source,
             state_url,
             data_dir,
             secrets_url,
@@ -595,6 +692,92 @@ impl DaemonConfig {
             ssh_identity: raw.peers.ssh_identity.as_deref().map(resolve),
         })
     }
+}
+
+/// `[source]`: the repository and how it is reached. `at` locates an error, `resolve` anchors a
+/// relative path at the configuration file.
+fn source_config(
+    raw: &RawSource,
+    at: &impl Fn(Option<Range<usize>>, String, Option<&str>) -> ConfigError,
+    resolve: &impl Fn(&str) -> PathBuf,
+) -> Result<SourceConfig, ConfigError> {
+    let repository = raw.repository.get_ref().trim().to_owned();
+    let repository_at = Some(raw.repository.span());
+    if repository.is_empty() {
+        return Err(at(
+            repository_at,
+            "`source.repository` is empty".into(),
+            Some("a path to the fleet's git repository, or an https:// or ssh:// URL"),
+        ));
+    }
+    let transport = Transport::of(&repository)
+        .map_err(|(message, hint)| at(repository_at.clone(), message, Some(hint)))?;
+    let repository = match transport {
+        Transport::Local if !repository.contains("://") => {
+            resolve(&repository).display().to_string()
+        }
+        _ => repository,
+    };
+    let ssh_only = |field: &Option<Spanned<String>>, name: &str| match field {
+        Some(value) if transport != Transport::Ssh => Err(at(
+            Some(value.span()),
+            format!("`source.{name}` applies to ssh repositories only"),
+            Some("remove it, or use an ssh://host/path or git@host:path repository"),
+        )),
+        Some(value) => Ok(Some(resolve(value.get_ref()))),
+        None => Ok(None),
+    };
+    let ssh_key = ssh_only(&raw.ssh_key, "ssh_key")?;
+    let known_hosts = ssh_only(&raw.known_hosts, "known_hosts")?;
+    let token = match &raw.token {
+        None => None,
+        Some(spanned) => {
+            let span = Some(spanned.span());
+            let token = spanned.get_ref();
+            if let Some(value) = &token.value {
+                return Err(at(
+                    Some(value.span()),
+                    "`source.token` has an inline `value`: token values never sit in the configuration".into(),
+                    Some("use `env = \"VARIABLE\"` or `vault = \"<mount>/<path>\"` with `key`"),
+                ));
+            }
+            if !matches!(transport, Transport::Https | Transport::LoopbackHttp) {
+                return Err(at(
+                    span,
+                    "`source.token` is sent over https:// only".into(),
+                    Some("use an https:// repository, or ssh_key for ssh"),
+                ));
+            }
+            let source =
+                TokenSource::of(&token.vault, &token.key, &token.env).ok_or_else(|| {
+                    at(
+                        span.clone(),
+                        "`source.token` needs either `env` or `vault` with `key`".into(),
+                        Some("e.g. token = { env = \"FLEET_GIT_TOKEN\" }"),
+                    )
+                })?;
+            Some(SourceToken {
+                username: token.username.clone(),
+                source,
+            })
+        }
+    };
+    Ok(SourceConfig {
+        repository,
+        transport,
+        branch: raw.branch.clone(),
+        path: raw
+            .path
+            .as_deref()
+            .map(|p| p.trim_matches('/').trim_start_matches("./").to_owned())
+            .filter(|p| p != ".")
+            .unwrap_or_default(),
+        poll_interval: raw.poll_interval.0,
+        fetch_timeout: raw.fetch_timeout.0,
+        ssh_key,
+        known_hosts,
+        token,
+    })
 }
 
 /// 1-based line and column (in characters) of a byte offset.
@@ -753,12 +936,124 @@ path = "events.jsonl"
         let bad = GOOD.replace("127.0.0.1:8740", "0.0.0.0:8740");
         let err = parse(&bad).unwrap_err();
         assert!(err.message.contains("no `api.public_url`"), "{err}");
+    }
 
-        let bad = GOOD.replace(
-            "repository = \"fleet.git\"",
-            "repository = \"https://git.example/fleet.git\"",
+    fn with_source(lines: &str) -> Result<DaemonConfig, ConfigError> {
+        parse(&GOOD.replace("repository = \"fleet.git\"", lines))
+    }
+
+    #[test]
+    fn repositories_are_reached_by_their_transport() {
+        let cases = [
+            ("/srv/git/fleet.git", Transport::Local),
+            ("file:///srv/git/fleet.git", Transport::Local),
+            ("https://git.example/infra/fleet.git", Transport::Https),
+            ("http://127.0.0.1:8080/fleet.git", Transport::LoopbackHttp),
+            ("http://localhost/fleet.git", Transport::LoopbackHttp),
+            ("ssh://git@git.example:2222/infra/fleet.git", Transport::Ssh),
+            ("git@git.example:infra/fleet.git", Transport::Ssh),
+            ("./fleet:v2/repo", Transport::Local),
+        ];
+        for (repository, transport) in cases {
+            let config = with_source(&format!("repository = \"{repository}\"")).unwrap();
+            assert_eq!(config.source.transport, transport, "{repository}");
+            assert_eq!(
+                config.source.local_path().is_some(),
+                transport == Transport::Local,
+                "{repository}"
+            );
+        }
+        let config = with_source("repository = \"fleet.git\"").unwrap();
+        assert_eq!(
+            config.source.local_path(),
+            Some(Path::new("/etc/metalform/fleet.git"))
         );
-        let err = parse(&bad).unwrap_err();
-        assert_eq!((err.line, err.column), (3, 14), "{err}");
+        assert_eq!(config.source.fetch_timeout, Duration::from_secs(120));
+    }
+
+    #[test]
+    fn tamperable_transports_and_inline_credentials_are_refused() {
+        let refused = [
+            (
+                "http://git.example/fleet.git",
+                "`http://git.example/fleet.git`: plain http:// can be altered in transit, and the daemon acts on what it reads",
+            ),
+            (
+                "git://git.example/fleet.git",
+                "`git://git.example/fleet.git`: git:// is unauthenticated and can be altered in transit",
+            ),
+            (
+                "https://deploy:hunter2-token@git.example/fleet.git",
+                "the repository URL carries credentials; they would show in logs and /healthz",
+            ),
+            (
+                "ssh://git:hunter2-token@git.example/fleet.git",
+                "the repository URL carries credentials; they would show in logs and /healthz",
+            ),
+            (
+                "ftp://git.example/fleet.git",
+                "`ftp://git.example/fleet.git`: unknown transport `ftp://`",
+            ),
+        ];
+        for (repository, message) in refused {
+            let err = with_source(&format!("repository = \"{repository}\"")).unwrap_err();
+            assert_eq!((err.line, err.column), (3, 14), "{err}");
+            assert_eq!(err.message, message);
+            assert!(err.hint.is_some());
+            if message.contains("credentials") {
+                assert!(!err.to_string().contains("hunter2"), "{err}");
+            }
+        }
+    }
+
+    #[test]
+    fn source_credentials_match_the_transport() {
+        let config = with_source(
+            "repository = \"https://git.example/fleet.git\"\ntoken = { env = \"FLEET_GIT_TOKEN\", username = \"x-access-token\" }",
+        )
+        .unwrap();
+        assert_eq!(
+            config.source.token,
+            Some(SourceToken {
+                username: "x-access-token".into(),
+                source: TokenSource::Env("FLEET_GIT_TOKEN".into()),
+            })
+        );
+        let config = with_source(
+            "repository = \"git@git.example:fleet.git\"\nssh_key = \"keys/deploy\"\nknown_hosts = \"/etc/metalform/known_hosts\"\nfetch_timeout = \"30s\"",
+        )
+        .unwrap();
+        assert_eq!(
+            config.source.ssh_key.as_deref(),
+            Some(Path::new("/etc/metalform/keys/deploy"))
+        );
+        assert_eq!(config.source.fetch_timeout, Duration::from_secs(30));
+
+        let err = with_source(
+            "repository = \"ssh://git.example/fleet.git\"\ntoken = { env = \"FLEET_GIT_TOKEN\" }",
+        )
+        .unwrap_err();
+        assert_eq!((err.line, err.column), (4, 9), "{err}");
+        assert_eq!(err.message, "`source.token` is sent over https:// only");
+        let err = with_source("repository = \"fleet.git\"\nssh_key = \"id\"").unwrap_err();
+        assert_eq!((err.line, err.column), (4, 11), "{err}");
+        assert_eq!(
+            err.message,
+            "`source.ssh_key` applies to ssh repositories only"
+        );
+        let err = with_source(
+            "repository = \"https://git.example/fleet.git\"\ntoken = { value = \"hunter2-token\" }",
+        )
+        .unwrap_err();
+        assert!(err.message.contains("inline `value`"), "{err}");
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+        let err = with_source(
+            "repository = \"https://git.example/fleet.git\"\ntoken = { username = \"ci\" }",
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.message,
+            "`source.token` needs either `env` or `vault` with `key`"
+        );
     }
 }

@@ -76,6 +76,8 @@ pub enum DaemonError {
     },
     #[error("cannot watch {path}: {message}")]
     Watch { path: String, message: String },
+    #[error("fleet source: {0}")]
+    Source(String),
 }
 
 impl DaemonError {
@@ -93,6 +95,9 @@ impl DaemonError {
                 Some("--watch needs source.repository to be a local repository".into())
             }
             DaemonError::Store(_) => Some("check [state] url and that the store is reachable".into()),
+            DaemonError::Source(_) => Some(
+                "see [source] in docs/daemon.md: git must be installed, the token readable, the ssh key present".into(),
+            ),
         }
     }
 }
@@ -136,6 +141,7 @@ struct Core {
     commands: mpsc::UnboundedSender<Command>,
     /// The last source problem, for /healthz.
     source_problem: Mutex<Option<String>>,
+    source: SourceReader,
 }
 
 /// Progress → JSON log lines and stage metrics.
@@ -209,24 +215,12 @@ async fn read_tokens(
 ) -> Result<Tokens, DaemonError> {
     let mut tokens = Vec::new();
     for token in &config.tokens {
-        let value = match &token.source {
-            config::TokenSource::Env(var) => {
-                std::env::var(var).map_err(|_| DaemonError::Token {
-                    name: token.name.clone(),
-                    message: format!("environment variable {var} is not set"),
-                })?
-            }
-            config::TokenSource::Vault { path, key } => secrets
-                .read(path)
-                .await
-                .and_then(|data| data.field(key).cloned())
-                .map_err(|e| DaemonError::Token {
-                    name: token.name.clone(),
-                    message: e.to_string(),
-                })?
-                .expose()
-                .to_owned(),
-        };
+        let value = read_token(&token.source, secrets)
+            .await
+            .map_err(|message| DaemonError::Token {
+                name: token.name.clone(),
+                message,
+            })?;
         if value.len() < 16 {
             return Err(DaemonError::Token {
                 name: token.name.clone(),
@@ -240,6 +234,55 @@ async fn read_tokens(
         });
     }
     Ok(Tokens::new(&tokens))
+}
+
+/// A token's value from its environment variable or the secret store.
+async fn read_token(
+    source: &config::TokenSource,
+    secrets: &dyn SecretStore,
+) -> Result<String, String> {
+    match source {
+        config::TokenSource::Env(var) => {
+            std::env::var(var).map_err(|_| format!("environment variable {var} is not set"))
+        }
+        config::TokenSource::Vault { path, key } => secrets
+            .read(path)
+            .await
+            .and_then(|data| data.field(key).cloned())
+            .map(|value| value.expose().to_owned())
+            .map_err(|e| e.to_string()),
+    }
+}
+
+/// The source reader, once `git` runs, the token is read and the ssh files exist.
+async fn source_reader(
+    config: &DaemonConfig,
+    secrets: &dyn SecretStore,
+) -> Result<SourceReader, DaemonError> {
+    source::check_git().await.map_err(DaemonError::Source)?;
+    let source = &config.source;
+    for (name, path) in [
+        ("ssh_key", &source.ssh_key),
+        ("known_hosts", &source.known_hosts),
+    ] {
+        if let Some(path) = path
+            && let Err(e) = std::fs::metadata(path)
+        {
+            return Err(DaemonError::Source(format!(
+                "source.{name} {}: {e}",
+                path.display()
+            )));
+        }
+    }
+    let token = match &source.token {
+        None => None,
+        Some(token) => Some(crate::secrets::Secret::new(
+            read_token(&token.source, secrets)
+                .await
+                .map_err(|e| DaemonError::Source(format!("source.token: {e}")))?,
+        )),
+    };
+    Ok(SourceReader::new(source.clone(), &config.data_dir, token))
 }
 
 fn peers(config: &DaemonConfig) -> Peers {
@@ -278,6 +321,7 @@ pub async fn start(
     let store = Store::open(&config.state_url, clock.clone()).await?;
     let secrets = crate::secrets::open(&config.secrets_url)?;
     let tokens = read_tokens(&config, secrets.as_ref()).await?;
+    let source = source_reader(&config, secrets.as_ref()).await?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|source| DaemonError::Bind {
@@ -362,6 +406,7 @@ pub async fn start(
         tasks: Mutex::new(JoinSet::new()),
         commands,
         source_problem: Mutex::new(None),
+        source,
     });
 
     let control: Arc<dyn Control> = Arc::new(Handle { core: core.clone() });
@@ -412,11 +457,17 @@ struct SourceWatch {
 
 fn watch_source(core: &Core) -> Result<SourceWatch, DaemonError> {
     use notify::Watcher;
-    let reader = SourceReader::new(core.config.source.clone(), &core.config.data_dir);
-    let path = reader.watch_path().ok_or_else(|| DaemonError::Watch {
-        path: core.config.source.repository.clone(),
-        message: "not a local git repository".into(),
-    })?;
+    // The repository's git directory: a new commit moves a ref there.
+    let path = core
+        .config
+        .source
+        .local_path()
+        .and_then(|path| git2::Repository::open(path).ok())
+        .map(|repo| repo.path().to_path_buf())
+        .ok_or_else(|| DaemonError::Watch {
+            path: core.config.source.repository.clone(),
+            message: "not a local git repository".into(),
+        })?;
     let (tx, pokes) = mpsc::unbounded_channel();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         if event.is_ok() {
@@ -566,7 +617,6 @@ async fn run(
         })
     });
 
-    let reader = SourceReader::new(core.config.source.clone(), &core.config.data_dir);
     let mut seen: Option<String> = None;
     let mut schedule = Schedule::default();
     let mut reconciles: JoinSet<(SiteName, ReconcileSummary)> = JoinSet::new();
@@ -577,6 +627,9 @@ async fn run(
         None => (None, None),
     };
     let mut reap = tokio::time::interval(Duration::from_secs(1));
+    // The fetch runs beside the loop (a slow remote must not hold up reconciles, API requests
+    // or SIGTERM); a poll asked for while one runs starts when it ends.
+    let mut polling = SourcePoll::default();
 
     loop {
         let next_due = schedule
@@ -588,14 +641,18 @@ async fn run(
         let sleep_until = next_due.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
         tokio::select! {
             _ = async { let _ = shutdown.wait_for(|s| *s).await; } => break,
-            _ = poll.tick() => {
-                poll_source(&core, &reader, &mut seen, &mut schedule).await;
-            }
+            _ = poll.tick() => polling.start(&core, &seen),
             Some(()) = async { match pokes.as_mut() { Some(p) => p.recv().await, None => None } } => {
                 // Debounce: a commit touches several files of .git.
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 if let Some(p) = pokes.as_mut() { while p.try_recv().is_ok() {} }
-                poll_source(&core, &reader, &mut seen, &mut schedule).await;
+                polling.start(&core, &seen);
+            }
+            outcome = polling.finished() => {
+                take_outcome(&core, outcome, &mut seen, &mut schedule);
+                if std::mem::take(&mut polling.again) {
+                    polling.start(&core, &seen);
+                }
             }
             Some(command) = commands.recv() => match command {
                 Command::Reconcile { site, actor, reply } => {
@@ -654,8 +711,10 @@ async fn run(
         }
     }
 
-    // Shutdown: no new work; running nodes stop at their next stage boundary.
+    // Shutdown: no new work; running nodes stop at their next stage boundary. A fetch in
+    // flight is abandoned (its git process is killed).
     tracing::info!("shutting down: running stages finish to their next checkpoint");
+    polling.abort();
     core.accepting.store(false, Ordering::SeqCst);
     core.stop.stop();
     while let Some(done) = reconciles.join_next().await {
@@ -704,22 +763,54 @@ impl crate::events::DeliveryObserver for EventMetrics {
     }
 }
 
-/// Poll the source; an accepted revision makes every site due now.
-async fn poll_source(
+/// The source poll in flight, if any.
+#[derive(Default)]
+struct SourcePoll {
+    running: Option<tokio::task::JoinHandle<ReadOutcome>>,
+    /// A poll was asked for while one ran.
+    again: bool,
+}
+
+impl SourcePoll {
+    fn start(&mut self, core: &Arc<Core>, seen: &Option<String>) {
+        if self.running.is_some() {
+            self.again = true;
+            return;
+        }
+        let core = core.clone();
+        let seen = seen.clone();
+        self.running = Some(tokio::spawn(async move {
+            let last = core.fleet.borrow().clone();
+            core.source.poll(seen, last).await
+        }));
+    }
+
+    /// The outcome of the running poll (pending while none runs).
+    async fn finished(&mut self) -> ReadOutcome {
+        let Some(running) = self.running.as_mut() else {
+            return std::future::pending().await;
+        };
+        let outcome = running.await.unwrap_or_else(|e| ReadOutcome::Failed {
+            reason: format!("the source poll stopped: {e}"),
+        });
+        self.running = None;
+        outcome
+    }
+
+    fn abort(&mut self) {
+        if let Some(running) = self.running.take() {
+            running.abort();
+        }
+    }
+}
+
+/// Take a poll's outcome; an accepted revision makes every site due now.
+fn take_outcome(
     core: &Arc<Core>,
-    reader: &SourceReader,
+    outcome: ReadOutcome,
     seen: &mut Option<String>,
     schedule: &mut Schedule,
 ) {
-    let last = core.fleet.borrow().clone();
-    let reader = reader.clone();
-    let previous = seen.clone();
-    let outcome =
-        tokio::task::spawn_blocking(move || reader.poll(previous.as_deref(), last.as_deref()))
-            .await
-            .unwrap_or_else(|e| ReadOutcome::Failed {
-                reason: format!("source reader panicked: {e}"),
-            });
     core.metrics.source_read(outcome.label());
     match outcome {
         ReadOutcome::Unchanged => {}

@@ -1,6 +1,6 @@
 //! The daemon's fleet source (DESIGN.md §4 "empty/partial-source guard", §6): fetch the
-//! configured branch into a local mirror with git2, read the fleet at the fetched commit,
-//! validate it, and accept it only when it is whole.
+//! configured branch into a local mirror with the `git` program (local, https or ssh), read
+//! the fleet at the fetched commit with git2, validate it, and accept it only when it is whole.
 //!
 //! A read is never acted on unless it is accepted: a failed fetch, a branch that does not
 //! exist, a fleet path missing from the commit, manifests that do not validate, or a fleet that
@@ -12,11 +12,15 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use std::process::Stdio;
+
+use base64::Engine;
 use git2::Repository;
 
-use super::config::SourceConfig;
+use super::config::{SourceConfig, Transport};
 use crate::api::FleetRevision;
 use crate::model::Fleet;
+use crate::secrets::Secret;
 
 /// What one poll of the source found.
 #[derive(Debug)]
@@ -48,14 +52,17 @@ impl ReadOutcome {
 pub struct SourceReader {
     config: SourceConfig,
     mirror: PathBuf,
+    /// The HTTPS token's value (`[source.token]`), read when the daemon started.
+    token: Option<Secret>,
 }
 
 impl SourceReader {
     /// The mirror lives in `data_dir/fleet.git`.
-    pub fn new(config: SourceConfig, data_dir: &Path) -> Self {
+    pub fn new(config: SourceConfig, data_dir: &Path, token: Option<Secret>) -> Self {
         Self {
             config,
             mirror: data_dir.join("fleet.git"),
+            token,
         }
     }
 
@@ -63,40 +70,56 @@ impl SourceReader {
         &self.config
     }
 
-    /// Where `--watch` looks for changes: the repository's git directory when it is a local
-    /// path (a new commit moves a ref there).
-    pub fn watch_path(&self) -> Option<PathBuf> {
-        let repo = self
-            .config
-            .repository
-            .strip_prefix("file://")
-            .unwrap_or(&self.config.repository);
-        let repo = Repository::open(repo).ok()?;
-        Some(repo.path().to_path_buf())
+    /// Fetch, then read on a blocking thread. `seen` is the commit of the last read, accepted
+    /// or rejected, so an unchanged branch is not re-validated.
+    pub async fn poll(
+        &self,
+        seen: Option<String>,
+        last: Option<Arc<FleetRevision>>,
+    ) -> ReadOutcome {
+        if let Err(reason) = self.fetch().await {
+            return ReadOutcome::Failed { reason };
+        }
+        let reader = self.clone();
+        tokio::task::spawn_blocking(move || reader.read(seen.as_deref(), last.as_deref()))
+            .await
+            .unwrap_or_else(|e| ReadOutcome::Failed {
+                reason: format!("source reader panicked: {e}"),
+            })
     }
 
-    /// Fetch and read (blocking: run it on a blocking thread). `seen` is the commit of the
-    /// last read, accepted or rejected, so an unchanged branch is not re-validated.
-    pub fn poll(&self, seen: Option<&str>, last: Option<&FleetRevision>) -> ReadOutcome {
-        let (repo, commit) = match self.fetch() {
-            Ok(fetched) => fetched,
-            Err(reason) => return ReadOutcome::Failed { reason },
+    /// The ref the branch is fetched into.
+    fn tracking_ref(&self) -> String {
+        format!("refs/metalform/source/{}", self.config.branch)
+    }
+
+    /// Read the fetched commit from the mirror (blocking).
+    fn read(&self, seen: Option<&str>, last: Option<&FleetRevision>) -> ReadOutcome {
+        let failed = |e: git2::Error| ReadOutcome::Failed {
+            reason: format!(
+                "reading the mirror {}: {}",
+                self.mirror.display(),
+                e.message()
+            ),
         };
-        let commit_id = commit.to_string();
+        let repo = match Repository::open_bare(&self.mirror) {
+            Ok(repo) => repo,
+            Err(e) => return failed(e),
+        };
+        let commit = match repo
+            .find_reference(&self.tracking_ref())
+            .and_then(|r| r.peel_to_commit())
+        {
+            Ok(commit) => commit,
+            Err(e) => return failed(e),
+        };
+        let commit_id = commit.id().to_string();
         if seen == Some(commit_id.as_str()) {
             return ReadOutcome::Unchanged;
         }
         let reject = |reason: String| ReadOutcome::Rejected {
             commit: commit_id.clone(),
             reason,
-        };
-        let commit = match repo.find_commit(commit) {
-            Ok(commit) => commit,
-            Err(e) => {
-                return ReadOutcome::Failed {
-                    reason: e.message().to_owned(),
-                };
-            }
         };
         let display = if self.config.path.is_empty() {
             PathBuf::from(".")
@@ -138,46 +161,161 @@ impl SourceReader {
         }))
     }
 
-    /// Fetch the branch into the mirror; the fetched commit.
-    fn fetch(&self) -> Result<(Repository, git2::Oid), String> {
-        let describe = |e: git2::Error| {
-            format!(
-                "fetching branch `{}` of {}: {}",
-                self.config.branch,
-                self.config.repository,
-                e.message()
-            )
-        };
-        let repo = match Repository::open_bare(&self.mirror) {
-            Ok(repo) => repo,
-            Err(_) => {
-                std::fs::create_dir_all(&self.mirror)
-                    .map_err(|e| format!("creating {}: {e}", self.mirror.display()))?;
-                Repository::init_bare(&self.mirror).map_err(describe)?
-            }
-        };
-        let tracking = format!("refs/metalform/source/{}", self.config.branch);
-        {
-            let mut remote = repo
-                .remote_anonymous(&self.config.repository)
-                .map_err(describe)?;
-            let refspec = format!("+refs/heads/{}:{tracking}", self.config.branch);
-            remote
-                .fetch(&[refspec.as_str()], None, None)
-                .map_err(describe)?;
+    /// Fetch the branch into the mirror with the `git` program, which brings the operator's
+    /// transports, proxies and CA bundles along. Never prompts; abandoned after
+    /// `fetch_timeout`.
+    async fn fetch(&self) -> Result<(), String> {
+        let what = format!(
+            "fetching branch `{}` of {}",
+            self.config.branch, self.config.repository
+        );
+        if !self.mirror.join("HEAD").exists() {
+            std::fs::create_dir_all(&self.mirror)
+                .map_err(|e| format!("creating {}: {e}", self.mirror.display()))?;
+            self.git(&["init", "--bare", "--quiet"])
+                .await
+                .map_err(|e| format!("{what}: creating the mirror: {e}"))?;
         }
-        let commit = repo
-            .find_reference(&tracking)
-            .and_then(|r| r.peel_to_commit())
-            .map_err(|_| {
-                format!(
+        let refspec = format!("+refs/heads/{}:{}", self.config.branch, self.tracking_ref());
+        let fetch = [
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--no-write-fetch-head",
+            "--no-recurse-submodules",
+            "--",
+            self.config.repository.as_str(),
+            refspec.as_str(),
+        ];
+        self.git(&fetch).await.map_err(|e| {
+            if e.contains("couldn't find remote ref") {
+                return format!(
                     "branch `{}` does not exist in {}",
                     self.config.branch, self.config.repository
-                )
-            })?
-            .id();
-        Ok((repo, commit))
+                );
+            }
+            format!("{what}: {}", self.explain(e))
+        })
     }
+
+    /// git's words for the failures an operator fixes in `[source]`, said in those terms.
+    fn explain(&self, stderr: String) -> String {
+        if stderr.contains("could not read Username") || stderr.contains("Authentication failed") {
+            return if self.token.is_some() {
+                "the server refused the credentials (HTTP 401); check [source.token]".into()
+            } else {
+                "the server asks for credentials; set [source.token]".into()
+            };
+        }
+        if stderr.contains("Host key verification failed") {
+            return "the ssh server's host key is not the one in known_hosts (or is unknown); check source.known_hosts".into();
+        }
+        if stderr.contains("Permission denied (publickey") {
+            return "the ssh server refused the key; check source.ssh_key and the server's deploy keys".into();
+        }
+        stderr
+    }
+
+    /// Run `git --git-dir MIRROR ARGS`; its stderr (the token masked) when it fails.
+    async fn git(&self, args: &[&str]) -> Result<(), String> {
+        let mut command = tokio::process::Command::new("git");
+        command
+            .arg("--git-dir")
+            .arg(&self.mirror)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            // A daemon has nobody to answer a prompt: fail instead of hanging.
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GCM_INTERACTIVE", "never")
+            .env_remove("GIT_ASKPASS")
+            .env_remove("SSH_ASKPASS")
+            .env_remove("GIT_DIR")
+            .env_remove("GIT_WORK_TREE");
+        if self.config.transport == Transport::Ssh {
+            command.env("GIT_SSH_COMMAND", ssh_command(&self.config));
+        }
+        if let Some(token) = &self.token {
+            // Through the environment, not the command line (which `ps` shows).
+            let username = self
+                .config
+                .token
+                .as_ref()
+                .map(|t| t.username.as_str())
+                .unwrap_or("git");
+            let basic = base64::engine::general_purpose::STANDARD
+                .encode(format!("{username}:{}", token.expose()));
+            command
+                .env("GIT_CONFIG_COUNT", "1")
+                .env("GIT_CONFIG_KEY_0", "http.extraHeader")
+                .env(
+                    "GIT_CONFIG_VALUE_0",
+                    format!("Authorization: Basic {basic}"),
+                );
+        }
+        let timeout = self.config.fetch_timeout;
+        let output = match tokio::time::timeout(timeout, command.output()).await {
+            Err(_) => {
+                return Err(format!(
+                    "no answer within {} (source.fetch_timeout); abandoned",
+                    crate::model::duration::format(timeout)
+                ));
+            }
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(GIT_MISSING.into());
+            }
+            Ok(Err(e)) => return Err(format!("running git: {e}")),
+            Ok(Ok(output)) => output,
+        };
+        if output.status.success() {
+            return Ok(());
+        }
+        let mut stderr = String::from_utf8_lossy(&output.stderr).trim().to_owned();
+        if let Some(token) = &self.token {
+            stderr = stderr.replace(token.expose(), "***");
+        }
+        if stderr.is_empty() {
+            stderr = format!("git exited with {}", output.status);
+        }
+        Err(stderr.lines().collect::<Vec<_>>().join("; "))
+    }
+}
+
+/// Why the daemon cannot fetch at all.
+pub const GIT_MISSING: &str =
+    "the `git` program is not installed or not on PATH (the daemon fetches the fleet with it)";
+
+/// Check that `git` runs, before the daemon starts.
+pub async fn check_git() -> Result<(), String> {
+    match tokio::process::Command::new("git")
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+        .await
+    {
+        Ok(output) if output.status.success() => Ok(()),
+        Ok(output) => Err(format!("`git --version` failed: {}", output.status)),
+        Err(_) => Err(GIT_MISSING.into()),
+    }
+}
+
+/// `GIT_SSH_COMMAND` for the configured key and known-hosts file. Batch mode: a missing key or
+/// an unknown host key fails the fetch instead of prompting.
+fn ssh_command(config: &SourceConfig) -> String {
+    let quote = |p: &Path| format!("'{}'", p.display().to_string().replace('\'', "'\\''"));
+    let mut command = String::from("ssh -o BatchMode=yes -o ConnectTimeout=30");
+    if let Some(key) = &config.ssh_key {
+        command += &format!(" -i {} -o IdentitiesOnly=yes", quote(key));
+    }
+    if let Some(known_hosts) = &config.known_hosts {
+        command += &format!(
+            " -o UserKnownHostsFile={} -o StrictHostKeyChecking=yes",
+            quote(known_hosts)
+        );
+    }
+    command
 }
 
 /// The empty/partial-source guard: a fleet that lost every node, or every node of a site it

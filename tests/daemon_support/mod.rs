@@ -3,6 +3,8 @@
 //! secret store, and a daemon configuration pointing at all of it.
 #![allow(dead_code)]
 
+pub mod git_http;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -119,6 +121,15 @@ sim_control = {{ {sims} }}
             config_path,
             events_path,
         }
+    }
+
+    /// Replace the configuration's `repository = …` line with `lines` (a remote repository
+    /// and its credentials).
+    pub fn set_source(&self, lines: &str) {
+        let text = std::fs::read_to_string(&self.config_path).unwrap();
+        let local = format!("repository = \"{}\"", self.bed.fleet_dir.display());
+        assert!(text.contains(&local));
+        std::fs::write(&self.config_path, text.replace(&local, lines)).unwrap();
     }
 
     pub fn config(&self) -> metalform::daemon::DaemonConfig {
