@@ -8,15 +8,13 @@ mod onboard_support;
 
 use std::time::Duration;
 
-use daemon_support::{ADMIN_TOKEN, DaemonBed, call, commit};
+use daemon_support::{ADMIN_TOKEN, DaemonBed, call, commit, one_site};
 use metalform::daemon::{DaemonOptions, start};
-use onboard_support::{Setup, SiteSetup, hostname_of, write_fleet};
+use onboard_support::{Setup, hostname_of, write_fleet};
 use reqwest::Method;
 
 fn setup(declared: Vec<usize>) -> Setup {
-    let mut site = SiteSetup::generated("dc1", 61, 4, 0);
-    site.declared = Some(declared);
-    Setup::one_site(site).profile("  timeouts: {enrollment: 30s}\n")
+    one_site(61, declared)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -29,29 +27,15 @@ async fn commits_add_nodes_and_they_converge_and_an_empty_commit_is_not_acted_on
 
     let first: Vec<String> = (0..2).map(host).collect();
     let all: Vec<String> = (0..4).map(host).collect();
-    let pairs = |names: &[String]| {
-        names
-            .iter()
-            .map(|h| ("dc1".to_owned(), h.clone()))
-            .collect::<Vec<_>>()
-    };
-    let wait = |names: Vec<(String, String)>| {
-        let d = &d;
-        async move {
-            let refs: Vec<(&str, &str)> = names
-                .iter()
-                .map(|(s, h)| (s.as_str(), h.as_str()))
-                .collect();
-            d.converged(&refs, Duration::from_secs(90)).await;
-        }
-    };
-    wait(pairs(&first)).await;
+    d.converged_hosts("dc1", &first, Duration::from_secs(90))
+        .await;
     let revision_one = daemon.revision().unwrap().revision.clone();
 
     // A commit adds two nodes: the daemon picks it up at its next poll and onboards them.
     write_fleet(&d.bed.fleet_dir, &setup(vec![0, 1, 2, 3]), &d.bed.sims);
     commit(&d.bed.fleet_dir, "fleet: two more nodes");
-    wait(pairs(&all)).await;
+    d.converged_hosts("dc1", &all, Duration::from_secs(90))
+        .await;
     let revision_two = daemon.revision().unwrap().revision.clone();
     assert_ne!(revision_one, revision_two);
     let deploys = d.bed.deploys("dc1");

@@ -10,38 +10,13 @@ mod drift_support;
 mod onboard_support;
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
-use daemon_support::DaemonBed;
+use daemon_support::{DaemonBed, signal};
 use metalform::lifecycle::{JobKind, JobState, NodeState};
 use metalform::stages::onboard::Facts;
 use onboard_support::{Setup, SiteSetup, hostname_of};
-
-fn spawn(d: &DaemonBed, log: &std::path::Path) -> Child {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .unwrap();
-    Command::new(env!("CARGO_BIN_EXE_metalform"))
-        .args(["daemon", "--config"])
-        .arg(&d.config_path)
-        .env_remove("METALFORM_STATE")
-        .env_remove("METALFORM_LOG")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap()
-}
-
-fn sigterm(child: &Child) {
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
 
 async fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
     let deadline = Instant::now() + within;
@@ -69,11 +44,9 @@ async fn sigterm_mid_apply_then_restart_loses_nothing_and_runs_no_stage_twice() 
     )
     .await;
     // A stable address: deployed hosts carry the enrollment URL across the restart.
-    let text = std::fs::read_to_string(&d.config_path).unwrap();
-    let listen = format!("127.0.0.1:{}", onboard_support::free_port());
-    std::fs::write(&d.config_path, text.replace("127.0.0.1:0", &listen)).unwrap();
+    d.listen_on_free_port();
     let log = d.bed.dir.path().join("daemon.log");
-    let mut first = spawn(&d, &log);
+    let mut first = d.spawn(&log);
 
     // Wait until some node's deploy is under way (intent journaled) and not every node is done.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -88,7 +61,7 @@ async fn sigterm_mid_apply_then_restart_loses_nothing_and_runs_no_stage_twice() 
         assert!(Instant::now() < deadline, "no deploy started: {jobs:#?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    sigterm(&first);
+    signal(&first, "TERM");
     let status = wait_exit(&mut first, Duration::from_secs(30)).await;
     assert_eq!(status.code(), Some(0), "exit status after SIGTERM");
     let jobs = d.bed.jobs().await;
@@ -116,7 +89,7 @@ async fn sigterm_mid_apply_then_restart_loses_nothing_and_runs_no_stage_twice() 
     assert!(log_text.contains("shutting down"), "{log_text}");
 
     // Restart: every node converges; nothing is deployed twice.
-    let mut second = spawn(&d, &log);
+    let mut second = d.spawn(&log);
     let pairs: Vec<(&str, &str)> = hosts.iter().map(|h| ("dc1", h.as_str())).collect();
     d.converged(&pairs, Duration::from_secs(120)).await;
 
@@ -128,7 +101,7 @@ async fn sigterm_mid_apply_then_restart_loses_nothing_and_runs_no_stage_twice() 
         assert!(Instant::now() < deadline, "not quarantined");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    sigterm(&second);
+    signal(&second, "TERM");
     assert_eq!(
         wait_exit(&mut second, Duration::from_secs(30)).await.code(),
         Some(0)

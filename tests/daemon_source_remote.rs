@@ -10,18 +10,16 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use daemon_support::git_http::GitHttp;
-use daemon_support::{DaemonBed, commit, git};
+use daemon_support::{DaemonBed, commit, git, one_site};
 use metalform::daemon::config::{SourceConfig, SourceToken, TokenSource, Transport};
 use metalform::daemon::{DaemonOptions, ReadOutcome, SourceReader, start};
 use metalform::secrets::Secret;
-use onboard_support::{Setup, SiteSetup, hostname_of, write_fleet};
+use onboard_support::{Setup, hostname_of, write_fleet};
 
 const FLEET_TOKEN: &str = "fleet-token-5ecr3t-0123456789";
 
 fn setup(declared: Vec<usize>) -> Setup {
-    let mut site = SiteSetup::generated("dc1", 71, 4, 0);
-    site.declared = Some(declared);
-    Setup::one_site(site).profile("  timeouts: {enrollment: 30s}\n")
+    one_site(71, declared)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -42,27 +40,15 @@ async fn the_daemon_follows_a_fleet_served_over_http_with_a_token() {
     ));
     let daemon = start(d.config(), DaemonOptions::default()).await.unwrap();
     let sim_config = setup(vec![]).sites[0].config.clone();
-    let nodes = |n: usize| -> Vec<(String, String)> {
-        (0..n)
-            .map(|i| ("dc1".to_owned(), hostname_of(&sim_config, i)))
-            .collect()
-    };
-    let converged = |names: Vec<(String, String)>| {
-        let d = &d;
-        async move {
-            let refs: Vec<(&str, &str)> = names
-                .iter()
-                .map(|(s, h)| (s.as_str(), h.as_str()))
-                .collect();
-            d.converged(&refs, Duration::from_secs(90)).await;
-        }
-    };
-    converged(nodes(2)).await;
+    let hosts = |n: usize| -> Vec<String> { (0..n).map(|i| hostname_of(&sim_config, i)).collect() };
+    d.converged_hosts("dc1", &hosts(2), Duration::from_secs(90))
+        .await;
     let first = daemon.revision().unwrap().revision.clone();
 
     write_fleet(&d.bed.fleet_dir, &setup(vec![0, 1, 2, 3]), &d.bed.sims);
     commit(&d.bed.fleet_dir, "fleet: two more nodes");
-    converged(nodes(4)).await;
+    d.converged_hosts("dc1", &hosts(4), Duration::from_secs(90))
+        .await;
     assert_ne!(daemon.revision().unwrap().revision, first);
     assert!(
         d.bed.deploys("dc1").values().all(|n| *n == 1),

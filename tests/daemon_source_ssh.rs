@@ -39,19 +39,6 @@ fn server() -> Server {
     }
 }
 
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
-}
-
 /// A fresh ed25519 key pair; the private key's path.
 fn new_key(dir: &Path, name: &str) -> PathBuf {
     let path = dir.join(name);
@@ -81,10 +68,13 @@ async fn the_fleet_is_fetched_over_ssh_with_a_deploy_key_and_a_pinned_host_key()
     let server = server();
     let dir = tempfile::tempdir().unwrap();
     let repo = dir.path().join("fleet");
-    copy_tree(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/quickstart"),
-        &repo,
-    );
+    let copied = Command::new("cp")
+        .arg("-r")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/quickstart"))
+        .arg(&repo)
+        .status()
+        .unwrap();
+    assert!(copied.success());
     git(&repo, &["init", "-q", "-b", "main"]);
     commit(&repo, "the quickstart fleet");
     let url = format!(

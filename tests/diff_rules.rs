@@ -53,7 +53,7 @@ fn identical_fleets_have_no_changes_even_when_defaults_are_spelled_out() {
 }
 
 #[test]
-fn removal_is_destructive_only_where_the_site_prunes() {
+fn removal_destroys_nothing_while_pruning_is_not_carried_out() {
     let kept = diff(
         &fleet(false, "skip", "quick", &format!("{A}{B}")),
         &fleet(false, "skip", "quick", A),
@@ -70,9 +70,15 @@ fn removal_is_destructive_only_where_the_site_prunes() {
         &fleet(true, "skip", "quick", &format!("{A}{B}")),
         &fleet(true, "skip", "quick", A),
     );
+    // The planner leaves removed nodes alone even where the site prunes (docs/plan.md): the
+    // review must not promise a decommission.
+    let change = only(&pruned);
+    assert!(!change.is_destructive());
     assert_eq!(
-        only(&pruned).destructive,
-        ["node removed and site dc1 prunes: it will be decommissioned (erase quick)"]
+        change.notes,
+        [
+            "site dc1 prunes, but pruning is not carried out yet: the machine is left as it is and no longer managed; to decommission it (erase quick), set `lifecycle: decommissioned` and remove it once that finished"
+        ]
     );
 
     let already = "    - {hostname: b, bmc: {ipmiIp: 10.1.0.2}, lifecycle: decommissioned}\n";
@@ -87,14 +93,15 @@ fn removal_is_destructive_only_where_the_site_prunes() {
 }
 
 #[test]
-fn turning_pruning_on_is_flagged_on_the_site() {
+fn turning_pruning_on_is_noted_on_the_site() {
     let d = diff(
         &fleet(false, "skip", "quick", A),
         &fleet(true, "skip", "quick", A),
     );
     let change = only(&d);
     assert_eq!(change.id, "dc1");
-    assert!(change.destructive[0].starts_with("pruning turned on"));
+    assert!(!change.is_destructive());
+    assert!(change.notes[0].starts_with("pruning turned on: not carried out yet"));
 }
 
 #[test]

@@ -115,11 +115,16 @@ pub(super) async fn require_admin(
     let Some(token) = bearer(&request) else {
         return Err(ApiError::unauthorized("no bearer token"));
     };
-    match state.inner.tokens.lookup(token) {
+    let found = state
+        .inner
+        .tokens
+        .read()
+        .expect("tokens lock")
+        .lookup(token)
+        .map(|(name, role)| (name.to_owned(), role));
+    match found {
         Some((name, TokenRole::Admin)) => {
-            let principal = Principal {
-                name: name.to_owned(),
-            };
+            let principal = Principal { name };
             request.extensions_mut().insert(principal);
             Ok(next.run(request).await)
         }

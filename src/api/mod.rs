@@ -131,7 +131,8 @@ struct Inner {
     store: Store,
     secrets: Arc<dyn SecretStore>,
     maas: MaasClients,
-    tokens: Tokens,
+    /// Replaced whole when the daemon reloads its credentials (SIGHUP).
+    tokens: std::sync::RwLock<Tokens>,
     control: Arc<dyn Control>,
     max_body_bytes: usize,
 }
@@ -156,11 +157,16 @@ impl ApiState {
                 store,
                 secrets,
                 maas,
-                tokens,
+                tokens: std::sync::RwLock::new(tokens),
                 control,
                 max_body_bytes,
             }),
         }
+    }
+
+    /// Take new configured tokens: the old ones stop working at once.
+    pub fn replace_tokens(&self, tokens: Tokens) {
+        *self.inner.tokens.write().expect("tokens lock") = tokens;
     }
 
     fn store(&self) -> &Store {

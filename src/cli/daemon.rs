@@ -47,6 +47,17 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
                 None => err,
             }
         })?;
+    let credentials = running.credentials();
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut hangup = signal(SignalKind::hangup()).expect("a SIGHUP handler");
+        while hangup.recv().await.is_some() {
+            // A failed reload keeps the tokens in force: a typo must not lock everyone out.
+            if let Err(err) = credentials.reload().await {
+                tracing::error!(error = %err, hint = err.hint().unwrap_or_default(), "SIGHUP: credentials not reloaded; the previous ones stay in force");
+            }
+        }
+    });
     let trigger = running.shutdown_trigger();
     tokio::spawn(async move {
         let signal = wait_for_signal().await;

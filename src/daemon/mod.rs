@@ -141,7 +141,8 @@ struct Core {
     commands: mpsc::UnboundedSender<Command>,
     /// The last source problem, for /healthz.
     source_problem: Mutex<Option<String>>,
-    source: SourceReader,
+    /// Replaced whole when the credentials are reloaded (SIGHUP).
+    source: std::sync::RwLock<SourceReader>,
 }
 
 /// Progress → JSON log lines and stage metrics.
@@ -166,6 +167,7 @@ impl Progress for LogProgress {
 /// A running daemon.
 pub struct RunningDaemon {
     core: Arc<Core>,
+    credentials: Credentials,
     local_addr: SocketAddr,
     shutdown: watch::Sender<bool>,
     main: tokio::task::JoinHandle<()>,
@@ -205,6 +207,37 @@ impl RunningDaemon {
     /// A handle that triggers the graceful shutdown.
     pub fn shutdown_trigger(&self) -> watch::Sender<bool> {
         self.shutdown.clone()
+    }
+
+    /// A handle that reloads the credentials (what SIGHUP does).
+    pub fn credentials(&self) -> Credentials {
+        self.credentials.clone()
+    }
+}
+
+/// Reloads the API tokens and the source token from where the configuration says they are
+/// (environment or secret store), so a rotated token takes effect without a restart.
+#[derive(Clone)]
+pub struct Credentials {
+    core: Arc<Core>,
+    api: ApiState,
+}
+
+impl Credentials {
+    /// Read every token again; only when all of them read are they swapped in (the old ones
+    /// stop working at once). On error nothing changes.
+    pub async fn reload(&self) -> Result<(), DaemonError> {
+        let config = &self.core.config;
+        let tokens = read_tokens(config, self.core.secrets.as_ref()).await?;
+        let source = source_reader(config, self.core.secrets.as_ref()).await?;
+        self.api.replace_tokens(tokens);
+        *self.core.source.write().expect("source lock") = source;
+        tracing::info!(
+            api_tokens = config.tokens.len(),
+            source_token = config.source.token.is_some(),
+            "credentials reloaded"
+        );
+        Ok(())
     }
 }
 
@@ -406,7 +439,7 @@ pub async fn start(
         tasks: Mutex::new(JoinSet::new()),
         commands,
         source_problem: Mutex::new(None),
-        source,
+        source: std::sync::RwLock::new(source),
     });
 
     let control: Arc<dyn Control> = Arc::new(Handle { core: core.clone() });
@@ -419,6 +452,10 @@ pub async fn start(
         core.config.max_body_bytes,
     );
     let (shutdown, shutdown_rx) = watch::channel(false);
+    let credentials = Credentials {
+        core: core.clone(),
+        api: api.clone(),
+    };
     let app = server::app(core.clone(), api, public_url.clone());
     let watcher = if options.watch {
         Some(watch_source(&core)?)
@@ -443,6 +480,7 @@ pub async fn start(
     ));
     Ok(RunningDaemon {
         core,
+        credentials,
         local_addr,
         shutdown,
         main,
@@ -777,12 +815,10 @@ impl SourcePoll {
             self.again = true;
             return;
         }
-        let core = core.clone();
+        let reader = core.source.read().expect("source lock").clone();
+        let last = core.fleet.borrow().clone();
         let seen = seen.clone();
-        self.running = Some(tokio::spawn(async move {
-            let last = core.fleet.borrow().clone();
-            core.source.poll(seen, last).await
-        }));
+        self.running = Some(tokio::spawn(async move { reader.poll(seen, last).await }));
     }
 
     /// The outcome of the running poll (pending while none runs).

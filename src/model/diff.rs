@@ -369,8 +369,10 @@ fn site_rules(change: &mut EntityChange, before: Option<&Site>, after: Option<&S
         && !before.reconcile.prune
         && after.reconcile.prune
     {
-        change.destructive.push(
-            "pruning turned on: nodes of this site that leave the manifests will be decommissioned"
+        // Pruning is declared but not carried out yet (docs/plan.md): say so instead of
+        // promising a decommission the planner never plans.
+        change.notes.push(
+            "pruning turned on: not carried out yet, nodes that leave the manifests are still left alone"
                 .into(),
         );
     }
@@ -425,8 +427,8 @@ fn node_rules(
                 .get(&before.id.site)
                 .or_else(|| base.sites.get(&before.id.site));
             if site.is_some_and(|s| s.reconcile.prune) {
-                change.destructive.push(format!(
-                    "node removed and site {} prunes: it will be decommissioned (erase {})",
+                change.notes.push(format!(
+                    "site {} prunes, but pruning is not carried out yet: the machine is left as it is and no longer managed; to decommission it (erase {}), set `lifecycle: decommissioned` and remove it once that finished",
                     before.id.site, before.decommission.erase
                 ));
             } else {

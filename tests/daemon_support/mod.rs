@@ -40,6 +40,14 @@ pub fn commit(dir: &Path, message: &str) {
     git(dir, &["commit", "-q", "--allow-empty", "-m", message]);
 }
 
+/// One simulated site `dc1` of four machines (`seed` picks them), the nodes `declared` of them
+/// in the manifests.
+pub fn one_site(seed: u64, declared: Vec<usize>) -> Setup {
+    let mut site = crate::onboard_support::SiteSetup::generated("dc1", seed, 4, 0);
+    site.declared = Some(declared);
+    Setup::one_site(site).profile("  timeouts: {enrollment: 30s}\n")
+}
+
 pub struct DaemonBed {
     pub bed: Bed,
     pub config_path: PathBuf,
@@ -132,8 +140,40 @@ sim_control = {{ {sims} }}
         std::fs::write(&self.config_path, text.replace(&local, lines)).unwrap();
     }
 
+    /// Listen on a fixed free port (a spawned daemon's address must be known).
+    pub fn listen_on_free_port(&self) -> String {
+        let text = std::fs::read_to_string(&self.config_path).unwrap();
+        let listen = format!("127.0.0.1:{}", crate::onboard_support::free_port());
+        std::fs::write(&self.config_path, text.replace("127.0.0.1:0", &listen)).unwrap();
+        listen
+    }
+
+    /// `metalform daemon --config …` as a process, its stderr appended to `log`.
+    pub fn spawn(&self, log: &Path) -> std::process::Child {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap();
+        Command::new(env!("CARGO_BIN_EXE_metalform"))
+            .args(["daemon", "--config"])
+            .arg(&self.config_path)
+            .env_remove("METALFORM_STATE")
+            .env_remove("METALFORM_LOG")
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap()
+    }
+
     pub fn config(&self) -> metalform::daemon::DaemonConfig {
         metalform::daemon::DaemonConfig::load(&self.config_path).expect("the test config is valid")
+    }
+
+    /// Wait until every host of `site` is an active node.
+    pub async fn converged_hosts(&self, site: &str, hosts: &[String], within: Duration) {
+        let nodes: Vec<(&str, &str)> = hosts.iter().map(|h| (site, h.as_str())).collect();
+        self.converged(&nodes, within).await;
     }
 
     /// Wait until every (site, hostname) is an active node.
@@ -168,6 +208,15 @@ sim_control = {{ {sims} }}
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
+
+/// Send `signal` (`TERM`, `HUP`) to a process.
+pub fn signal(child: &std::process::Child, signal: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{signal}"), &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
 }
 
 /// A JSON request to the daemon.
