@@ -2,7 +2,6 @@
 //! run with (never a password or a token on a command line), and how their failures are
 //! classified.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use metalform::provider::bmc::{BmcError, BmcPower, BootDevice, IpmiTool, PowerAction};
@@ -12,16 +11,26 @@ use metalform::secrets::{PowerCredentials, Secret};
 /// A shell script standing in for a tool: it logs its arguments (and whatever `extra` adds)
 /// to `log`, then runs `tail`.
 fn tool(dir: &Path, name: &str, log: &Path, extra: &str, tail: &str) -> PathBuf {
-    let path = dir.join(name);
+    let source = dir.join(format!("{name}.src"));
     std::fs::write(
-        &path,
+        &source,
         format!(
             "#!/bin/sh\nprintf 'args:%s\\n' \"$*\" >> '{}'\n{extra}\n{tail}\n",
             log.display()
         ),
     )
     .unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // The executable is written by `install`, never through a descriptor of this process: a
+    // test thread forking at that moment would carry the descriptor into its child, and
+    // running the tool would fail with ETXTBSY ("Text file busy").
+    let path = dir.join(name);
+    let installed = std::process::Command::new("install")
+        .args(["-m", "755"])
+        .arg(&source)
+        .arg(&path)
+        .status()
+        .unwrap();
+    assert!(installed.success());
     path
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use metalform::apply::decommission::{DecommissionExecutor, DecommissionJob, DecommissionWork};
 use metalform::lifecycle::{DecommissionMode, JobKind, JobState, NodeState};
 use metalform::sim::{TaskFault, TaskFaultMode};
-use metalform::stages::decommission::{DecommissionTarget, DecommissionTiming};
+use metalform::stages::decommission::DecommissionTarget;
 use metalform::store::NewDecommission;
 use onboard_support::{Bed, Setup, SiteSetup, free_port};
 
@@ -21,30 +21,25 @@ async fn soft_reset(bed: &Bed) -> uuid::Uuid {
         .unwrap()
         .unwrap()
         .id;
-    let report = DecommissionExecutor::new(
-        bed.env(),
-        Bed::options(),
-        DecommissionTiming::default(),
-        bed.progress.clone(),
-    )
-    .run(vec![DecommissionWork {
-        target: DecommissionTarget {
-            node_id: node,
-            site: "dc1".into(),
-            hostname: "gpu00001".into(),
-            resolved: Some(bed.target("dc1", "gpu00001")),
-        },
-        job: DecommissionJob::New(NewDecommission {
-            node_id: node,
-            mode: DecommissionMode::SoftReset,
-            erase: None,
-            storage_cleanup: None,
-            reason: Some("tenant turnover".into()),
-            requested_by: Some("api".into()),
-            plan_id: None,
-        }),
-    }])
-    .await;
+    let report = DecommissionExecutor::new(bed.env(), Bed::options(), bed.progress.clone())
+        .run(vec![DecommissionWork {
+            target: DecommissionTarget {
+                node_id: node,
+                site: "dc1".into(),
+                hostname: "gpu00001".into(),
+                resolved: Some(bed.target("dc1", "gpu00001")),
+            },
+            job: DecommissionJob::New(NewDecommission {
+                node_id: node,
+                mode: DecommissionMode::SoftReset,
+                erase: None,
+                storage_cleanup: None,
+                reason: Some("tenant turnover".into()),
+                requested_by: Some("api".into()),
+                plan_id: None,
+            }),
+        }])
+        .await;
     report.results[0].job_id.unwrap()
 }
 

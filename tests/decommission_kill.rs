@@ -10,7 +10,7 @@ use std::time::Duration;
 use metalform::apply::ExecutorOptions;
 use metalform::apply::decommission::{DecommissionExecutor, DecommissionJob, DecommissionWork};
 use metalform::lifecycle::{DecommissionMode, JobKind, JobState, NodeState};
-use metalform::stages::decommission::{DecommissionFacts, DecommissionTarget, DecommissionTiming};
+use metalform::stages::decommission::{DecommissionFacts, DecommissionTarget};
 use metalform::store::{JobFilter, NewDecommission};
 use onboard_support::{Bed, Setup, SiteSetup};
 
@@ -21,11 +21,6 @@ fn executor(bed: &Bed, holder: &str) -> DecommissionExecutor {
             holder: holder.into(),
             ..Bed::options()
         },
-        DecommissionTiming {
-            agent_task: Duration::from_secs(8),
-            release: Duration::from_secs(60),
-            power_off: Duration::from_secs(20),
-        },
         bed.progress.clone(),
     )
 }
@@ -35,7 +30,10 @@ async fn a_killed_full_decommission_resumes_without_a_second_release_or_erase() 
     let mut site = SiteSetup::generated("dc1", 21, 1, 0);
     // A quick erase of ~4 s real time: long enough to kill the executor while MAAS erases.
     site.config.timings.quick_erase_secs = 2400.0;
-    let bed = Bed::start(Setup::one_site(site)).await;
+    let bed = Bed::start(
+        Setup::one_site(site).profile("  timeouts: {agentTask: 8s, release: 60s, powerOff: 20s}\n"),
+    )
+    .await;
     assert!(bed.executor().run(bed.onboard_all()).await.all_converged());
     let node = bed
         .store

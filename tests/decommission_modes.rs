@@ -14,15 +14,19 @@ use metalform::apply::decommission::{
 };
 use metalform::lifecycle::{DecommissionMode, FailureClass, JobKind, JobState, NodeState};
 use metalform::sim::{TaskFault, TaskFaultMode};
-use metalform::stages::decommission::{DecommissionFacts, DecommissionTarget, DecommissionTiming};
+use metalform::stages::decommission::{DecommissionFacts, DecommissionTarget};
 use metalform::store::{Actor, Job, NewDecommission};
 use onboard_support::{Bed, Setup, SiteSetup};
 use uuid::Uuid;
 
+/// The profile's decommission timeouts, short: a silent agent gives up in seconds.
+const QUICK_TIMEOUTS: &str = "  timeouts: {agentTask: 8s, release: 60s, powerOff: 20s}\n";
+
 async fn onboarded(seed: u64, n: usize, faults: &str) -> Bed {
-    let bed = Bed::start(Setup::one_site(
-        SiteSetup::generated("dc1", seed, n, 0).faults(faults),
-    ))
+    let bed = Bed::start(
+        Setup::one_site(SiteSetup::generated("dc1", seed, n, 0).faults(faults))
+            .profile(QUICK_TIMEOUTS),
+    )
     .await;
     let report = bed.executor().run(bed.onboard_all()).await;
     assert!(report.all_converged(), "{report:#?}");
@@ -30,16 +34,7 @@ async fn onboarded(seed: u64, n: usize, faults: &str) -> Bed {
 }
 
 fn executor(bed: &Bed) -> DecommissionExecutor {
-    DecommissionExecutor::new(
-        bed.env(),
-        Bed::options(),
-        DecommissionTiming {
-            agent_task: Duration::from_secs(8),
-            release: Duration::from_secs(60),
-            power_off: Duration::from_secs(20),
-        },
-        bed.progress.clone(),
-    )
+    DecommissionExecutor::new(bed.env(), Bed::options(), bed.progress.clone())
 }
 
 async fn node_of(bed: &Bed, hostname: &str) -> Uuid {
@@ -101,17 +96,24 @@ fn agent_tasks(bed: &Bed, hostname: &str) -> Vec<(String, String)> {
     })
 }
 
-fn counters(bed: &Bed, hostname: &str) -> metalform::sim::Counters {
-    let sim = bed.sim("dc1");
-    let id = sim.with_world(|w| {
+fn system_id_of(bed: &Bed, hostname: &str) -> String {
+    bed.sim("dc1").with_world(|w| {
         w.machines
             .values()
             .find(|m| m.hostname == hostname)
             .unwrap()
             .system_id
             .clone()
-    });
-    sim.counters().get(&id).cloned().unwrap_or_default()
+    })
+}
+
+fn counters(bed: &Bed, hostname: &str) -> metalform::sim::Counters {
+    let id = system_id_of(bed, hostname);
+    bed.sim("dc1")
+        .counters()
+        .get(&id)
+        .cloned()
+        .unwrap_or_default()
 }
 
 fn fault(task: &str, machine: &str, times: Option<u32>) -> TaskFault {
@@ -300,6 +302,27 @@ async fn residue_found_by_validation_quarantines_the_node_for_manual_interventio
     assert_eq!(
         bed.store.node(node).await.unwrap().status,
         NodeState::Active
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_silent_agent_fails_the_drain_after_the_profiles_agent_task_timeout() {
+    let bed = onboarded(15, 1, "").await;
+    bed.sim("dc1")
+        .out_of_band(&system_id_of(&bed, "gpu00001"), "stop_agent")
+        .unwrap();
+    let job = run_one(
+        &bed,
+        new_work(&bed, "gpu00001", DecommissionMode::SoftReset, None).await,
+    )
+    .await;
+    assert_eq!(job.stage, "drain_node", "{job:#?}");
+    assert_eq!(job.error_code.as_deref(), Some("agent_unreachable"));
+    // The profile's `timeouts.agentTask` (QUICK_TIMEOUTS), not the 10-minute default.
+    let message = job.error_message.as_deref().unwrap_or_default();
+    assert!(
+        message.starts_with("the node agent did not finish terminal.close within 8s"),
+        "{message}"
     );
 }
 

@@ -62,22 +62,15 @@ pub struct DecommissionExecutor {
 struct Inner {
     env: StageEnv,
     options: ExecutorOptions,
-    timing: DecommissionTiming,
     progress: Arc<dyn Progress>,
 }
 
 impl DecommissionExecutor {
-    pub fn new(
-        env: StageEnv,
-        options: ExecutorOptions,
-        timing: DecommissionTiming,
-        progress: Arc<dyn Progress>,
-    ) -> Self {
+    pub fn new(env: StageEnv, options: ExecutorOptions, progress: Arc<dyn Progress>) -> Self {
         Self {
             inner: Arc::new(Inner {
                 env,
                 options,
-                timing,
                 progress,
             }),
         }
@@ -332,7 +325,7 @@ impl Run<'_> {
                     memory: &mut self.memory,
                     journal: &journal,
                     fence: self.fence.clone(),
-                    timing: self.inner.timing,
+                    timing: DecommissionTiming::for_target(self.target),
                     now: self.inner.env.clock.now(),
                 };
                 run_stage(stage, &mut ctx).await

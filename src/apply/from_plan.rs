@@ -12,7 +12,7 @@ use crate::model::{Fleet, NodeId};
 use crate::observe::{self, MaasClients, ObserveError, SiteFilter, Snapshot};
 use crate::plan::{self, Action, Plan, PlanItem, PlanOptions, StalePlan};
 use crate::secrets::SecretStore;
-use crate::stages::decommission::{DecommissionTarget, DecommissionTiming};
+use crate::stages::decommission::DecommissionTarget;
 use crate::store::{NewDecommission, Store, StoreError};
 
 use super::decommission::{DecommissionExecutor, DecommissionJob, DecommissionWork};
@@ -199,7 +199,7 @@ impl Progress for Shared {
 
 impl Executor {
     /// Run a plan: [`work_items`], then the onboarding and the decommission work side by side
-    /// (each node under its own lease), with the default decommission timing. Refused (nothing
+    /// (each node under its own lease). Refused (nothing
     /// run) when the plan has destructive items and `allow_destructive` is false. The report
     /// holds every node of both, ordered by node.
     pub async fn run_plan(
@@ -208,18 +208,18 @@ impl Executor {
         allow_destructive: bool,
     ) -> Result<ApplyReport, PlanRefused> {
         let work = work_items(plan, allow_destructive)?;
-        Ok(self.run_work(work, DecommissionTiming::default()).await)
+        Ok(self.run_work(work).await)
     }
 
     /// Run what [`work_items`] made of a plan: onboardings by this executor, decommissions by
     /// a [`DecommissionExecutor`] over the same stage environment, options and progress.
-    pub async fn run_work(&self, work: PlanWork, timing: DecommissionTiming) -> ApplyReport {
+    pub async fn run_work(&self, work: PlanWork) -> ApplyReport {
         let progress = self.shared.progress.clone();
         progress.total(work.len());
         let shared: Arc<dyn Progress> = Arc::new(Shared(progress.clone()));
         let onboarding = Executor::new(self.env().clone(), self.options().clone(), shared.clone());
         let decommission =
-            DecommissionExecutor::new(self.env().clone(), self.options().clone(), timing, shared);
+            DecommissionExecutor::new(self.env().clone(), self.options().clone(), shared);
         let actor = self.env().actor.name.clone();
         let decommissions = work
             .decommissions

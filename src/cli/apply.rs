@@ -30,7 +30,6 @@ use crate::model::Fleet;
 use crate::plan::{self, NodeTarget, Plan, PlanFileError, render};
 use crate::provider::bmc::{IpmiTool, SimBmc};
 use crate::provider::host::{SimHost, SshHost};
-use crate::stages::decommission::DecommissionTiming;
 use crate::stages::onboard::{Peers, SitePeers};
 use crate::store::Actor;
 
@@ -390,10 +389,7 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
         progress,
     )
     .await?;
-    let report = runtime
-        .executor
-        .run_work(items, DecommissionTiming::default())
-        .await;
+    let report = runtime.executor.run_work(items).await;
     print!("{}", render_report(&report));
     eprintln!(
         "{} MAAS request(s) made by this apply",

@@ -18,7 +18,7 @@ use crate::apply::decommission::{
 };
 use crate::apply::{ExecutorOptions, Progress, StderrProgress};
 use crate::lifecycle::{JobKind, JobState};
-use crate::stages::decommission::{DecommissionFacts, DecommissionTarget, DecommissionTiming};
+use crate::stages::decommission::{DecommissionFacts, DecommissionTarget};
 use crate::store::{Job, JobFilter, Store};
 
 #[derive(Debug, clap::Args)]
@@ -373,7 +373,6 @@ async fn retry(global: &GlobalArgs, args: ActionArgs) -> Result<Exit, CliError> 
         let executor = DecommissionExecutor::new(
             runtime.executor.env().clone(),
             runtime.executor.options().clone(),
-            DecommissionTiming::default(),
             progress,
         );
         let report = executor

@@ -53,7 +53,6 @@ use crate::provider::bmc::{IpmiTool, SimBmc};
 use crate::provider::host::{SimHost, SshHost};
 use crate::provider::maas::{MaasClientOptions, MaasMetrics};
 use crate::secrets::SecretStore;
-use crate::stages::decommission::DecommissionTiming;
 use crate::stages::onboard::{Peers, SitePeers};
 use crate::store::{Actor, JobFilter, Store, StoreError};
 
@@ -407,12 +406,8 @@ pub async fn start(
         },
         progress.clone(),
     );
-    let decommissions = DecommissionExecutor::new(
-        executor.env().clone(),
-        executor.options().clone(),
-        DecommissionTiming::default(),
-        progress,
-    );
+    let decommissions =
+        DecommissionExecutor::new(executor.env().clone(), executor.options().clone(), progress);
     let (commands, command_rx) = mpsc::unbounded_channel();
     let (fleet, _) = watch::channel(None);
     let clients = MaasClients::new(maas_options);

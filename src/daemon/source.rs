@@ -10,9 +10,8 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-
 use std::process::Stdio;
+use std::sync::Arc;
 
 use base64::Engine;
 use git2::Repository;
@@ -64,10 +63,6 @@ impl SourceReader {
             mirror: data_dir.join("fleet.git"),
             token,
         }
-    }
-
-    pub fn config(&self) -> &SourceConfig {
-        &self.config
     }
 
     /// Fetch, then read on a blocking thread. `seen` is the commit of the last read, accepted

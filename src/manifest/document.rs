@@ -203,6 +203,9 @@ pub struct TimeoutsSpec {
     pub hw_sync_seed: Option<String>,
     pub hw_sync_health: Option<String>,
     pub enrollment: Option<String>,
+    pub agent_task: Option<String>,
+    pub release: Option<String>,
+    pub power_off: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]

@@ -722,6 +722,24 @@ impl<'a> Resolver<'a, '_> {
             t.and_then(|t| t.enrollment.as_ref()),
             defaults.enrollment,
         );
+        let agent_task = timeout(
+            self,
+            "agentTask",
+            t.and_then(|t| t.agent_task.as_ref()),
+            defaults.agent_task,
+        );
+        let release_timeout = timeout(
+            self,
+            "release",
+            t.and_then(|t| t.release.as_ref()),
+            defaults.release,
+        );
+        let power_off = timeout(
+            self,
+            "powerOff",
+            t.and_then(|t| t.power_off.as_ref()),
+            defaults.power_off,
+        );
         let pattern = spec
             .storage
             .boot_disk
@@ -787,6 +805,9 @@ impl<'a> Resolver<'a, '_> {
             Some(hw_sync_seed),
             Some(hw_sync_health),
             Some(enrollment),
+            Some(agent_task),
+            Some(release_timeout),
+            Some(power_off),
             Some(boot_disk),
         ) = (
             site,
@@ -798,6 +819,9 @@ impl<'a> Resolver<'a, '_> {
             hw_sync_seed,
             hw_sync_health,
             enrollment,
+            agent_task,
+            release_timeout,
+            power_off,
             boot_disk,
         )
         else {
@@ -878,6 +902,9 @@ impl<'a> Resolver<'a, '_> {
                 hw_sync_seed,
                 hw_sync_health,
                 enrollment,
+                agent_task,
+                release: release_timeout,
+                power_off,
             },
             cloud_init: CloudInit {
                 site_bundle: spec

@@ -323,6 +323,9 @@ fn profile_fields(p: &Profile) -> Fields {
         ("hwSyncSeed", t.hw_sync_seed),
         ("hwSyncHealth", t.hw_sync_health),
         ("enrollment", t.enrollment),
+        ("agentTask", t.agent_task),
+        ("release", t.release),
+        ("powerOff", t.power_off),
     ] {
         f.text(format!("timeouts.{name}"), duration::format(value));
     }

@@ -247,6 +247,25 @@ pub struct Timeouts {
         deserialize_with = "duration::deserialize"
     )]
     pub enrollment: Duration,
+    /// A decommission's node-agent task (drain, scrub, storage cleanup …) must finish within
+    /// this; then the agent counts as unreachable (000 §5.8).
+    #[serde(
+        serialize_with = "duration::serialize",
+        deserialize_with = "duration::deserialize"
+    )]
+    pub agent_task: Duration,
+    /// MAAS must finish a release, erase included, within this.
+    #[serde(
+        serialize_with = "duration::serialize",
+        deserialize_with = "duration::deserialize"
+    )]
+    pub release: Duration,
+    /// MAAS must report a machine off within this.
+    #[serde(
+        serialize_with = "duration::serialize",
+        deserialize_with = "duration::deserialize"
+    )]
+    pub power_off: Duration,
 }
 
 impl Timeouts {
@@ -260,6 +279,9 @@ impl Timeouts {
             hw_sync_seed: minutes(15),
             hw_sync_health: minutes(30),
             enrollment: minutes(30),
+            agent_task: minutes(10),
+            release: minutes(60),
+            power_off: minutes(10),
         }
     }
 }

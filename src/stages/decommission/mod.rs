@@ -120,7 +120,8 @@ impl DecommissionFacts {
     }
 }
 
-/// How long the decommission stages wait for things that have no profile timeout.
+/// How long the decommission stages wait: the profile's `timeouts` (agentTask, release,
+/// powerOff), or their defaults for a node the manifests no longer resolve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DecommissionTiming {
     /// An agent task must finish within this (from its stage attempt's start); then the agent
@@ -132,12 +133,20 @@ pub struct DecommissionTiming {
     pub power_off: Duration,
 }
 
-impl Default for DecommissionTiming {
-    fn default() -> Self {
+impl DecommissionTiming {
+    pub fn of(timeouts: &crate::model::Timeouts) -> Self {
         Self {
-            agent_task: Duration::from_secs(600),
-            release: Duration::from_secs(3600),
-            power_off: Duration::from_secs(600),
+            agent_task: timeouts.agent_task,
+            release: timeouts.release,
+            power_off: timeouts.power_off,
+        }
+    }
+
+    /// The target's profile's, else the defaults.
+    pub fn for_target(target: &DecommissionTarget) -> Self {
+        match &target.resolved {
+            Some(resolved) => Self::of(&resolved.profile.timeouts),
+            None => Self::of(&crate::model::Timeouts::defaults()),
         }
     }
 }
