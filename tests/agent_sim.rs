@@ -6,6 +6,7 @@
 
 mod agent_suite;
 
+use metalform::lifecycle::MaasStatus;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -14,9 +15,7 @@ use metalform::cloudinit::{self, CloudInitInput, NodeRuntime};
 use metalform::lifecycle::{FailureClass, JobKind, JobState};
 use metalform::manifest;
 use metalform::model::{Fleet, NodeId};
-use metalform::provider::maas::{
-    DeployParams, MaasClient, MaasClientOptions, MachineFilter, MachineStatus,
-};
+use metalform::provider::maas::{DeployParams, MaasClient, MaasClientOptions, MachineFilter};
 use metalform::secrets::Secret;
 use metalform::sim::{AgentBehaviour, AgentRecord, FleetOptions, InitialState, SimConfig};
 use metalform::source::FleetSource;
@@ -154,7 +153,7 @@ async fn simulated_agents_enroll_on_time_late_never_and_with_a_wrong_token() {
     for d in &deployed {
         eventually("Deployed", async || {
             let m = maas.read_machine(&d.system_id).await.unwrap();
-            (m.status == MachineStatus::Deployed).then_some(())
+            (m.status == MaasStatus::Deployed).then_some(())
         })
         .await;
     }

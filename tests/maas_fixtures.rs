@@ -6,6 +6,7 @@
 //! Every file in the directory must be classified below: parsed with a client type, or skipped
 //! with the reason. A new fixture that nobody classified fails the test.
 
+use metalform::lifecycle::MaasStatus;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -413,16 +414,16 @@ fn every_real_maas_fixture_parses_with_the_client_types() {
     assert_eq!(
         statuses,
         [
-            MachineStatus::Commissioning,
-            MachineStatus::Ready,
-            MachineStatus::Deployed,
-            MachineStatus::Broken,
-            MachineStatus::Deploying,
-            MachineStatus::Allocated,
-            MachineStatus::EnteringRescueMode,
-            MachineStatus::ExitingRescueMode,
-            MachineStatus::FailedExitingRescueMode,
-            MachineStatus::Testing,
+            MaasStatus::Commissioning,
+            MaasStatus::Ready,
+            MaasStatus::Deployed,
+            MaasStatus::Broken,
+            MaasStatus::Deploying,
+            MaasStatus::Allocated,
+            MaasStatus::EnteringRescueMode,
+            MaasStatus::ExitingRescueMode,
+            MaasStatus::FailedExitingRescueMode,
+            MaasStatus::Testing,
         ]
     );
     // No capture predates nor includes hardware sync (SOURCES.md): all read as disabled.
@@ -440,7 +441,7 @@ fn yorc_real_hardware_machine_reads_as_deployed_with_its_boot_disk_and_links() {
     let machine: Machine =
         serde_json::from_str(&read("yorc__all_test_data__machineDeployed.json")).unwrap();
     assert_eq!(machine.system_id, "tdgqkw");
-    assert_eq!(machine.status, MachineStatus::Deployed);
+    assert_eq!(machine.status, MaasStatus::Deployed);
     assert_eq!(machine.status_message.as_deref(), Some("Deployed"));
     assert_eq!(machine.power_type, "ipmi");
     assert_eq!(machine.osystem, "ubuntu");

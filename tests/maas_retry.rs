@@ -6,6 +6,7 @@
 #[allow(dead_code)]
 mod maas_support;
 
+use metalform::lifecycle::MaasStatus;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,7 +30,7 @@ async fn retry_after_is_honoured_then_the_get_succeeds() {
     .await;
     let maas = client(&server);
     let machine = maas.read_machine("tdgqkw").await.unwrap();
-    assert_eq!(machine.status, MachineStatus::Deploying);
+    assert_eq!(machine.status, MaasStatus::Deploying);
     // 7 s as asked, plus jitter: half the first backoff (0.5 s) × sample 0.5.
     assert_eq!(gaps(&server.requests()), [Duration::from_millis(7125)]);
 }

@@ -7,6 +7,7 @@
 mod maas_sim_support;
 mod sim_support;
 
+use metalform::lifecycle::MaasStatus;
 use std::sync::{Arc, Mutex};
 
 use axum::Json;
@@ -88,7 +89,7 @@ async fn discovered_to_deployed_to_released_through_the_client() {
     assert_eq!(found.len(), 1, "enlisted through PXE");
     let new = &found[0];
     let sid = new.system_id.clone();
-    assert_eq!(new.status, MachineStatus::New);
+    assert_eq!(new.status, MaasStatus::New);
     assert_eq!(new.owner, None);
     assert!(
         new.physicalblockdevice_set.is_empty(),
@@ -122,9 +123,9 @@ async fn discovered_to_deployed_to_released_through_the_client() {
         )
         .await
         .unwrap();
-    assert_eq!(commissioning.status, MachineStatus::Commissioning);
-    wait_for(&sim, &maas, &sid, MachineStatus::Testing, 30, 600).await;
-    let ready = wait_for(&sim, &maas, &sid, MachineStatus::Ready, 30, 600).await;
+    assert_eq!(commissioning.status, MaasStatus::Commissioning);
+    wait_for(&sim, &maas, &sid, MaasStatus::Testing, 30, 600).await;
+    let ready = wait_for(&sim, &maas, &sid, MaasStatus::Ready, 30, 600).await;
     assert_eq!(ready.physicalblockdevice_set.len(), 5);
 
     // --- ConfigureStorage: the BOSS disk boots and holds the root filesystem.
@@ -198,9 +199,9 @@ async fn discovered_to_deployed_to_released_through_the_client() {
         )
         .await
         .unwrap();
-    assert_eq!(deploying.status, MachineStatus::Deploying);
+    assert_eq!(deploying.status, MaasStatus::Deploying);
     let token = maas.get_token(&sid).await.unwrap().expect("machine token");
-    let deployed = wait_for(&sim, &maas, &sid, MachineStatus::Deployed, 60, 1200).await;
+    let deployed = wait_for(&sim, &maas, &sid, MaasStatus::Deployed, 60, 1200).await;
     assert_eq!(deployed.distro_series, "jammy");
     assert_eq!(deployed.power_state, PowerState::On);
     let mut ips = deployed.ip_addresses.clone();
@@ -256,8 +257,8 @@ async fn discovered_to_deployed_to_released_through_the_client() {
         .release(&sid, &ReleaseParams::erasing(EraseMode::Quick))
         .await
         .unwrap();
-    assert_eq!(erasing.status, MachineStatus::DiskErasing);
-    let released = wait_for(&sim, &maas, &sid, MachineStatus::Ready, 15, 300).await;
+    assert_eq!(erasing.status, MaasStatus::DiskErasing);
+    let released = wait_for(&sim, &maas, &sid, MaasStatus::Ready, 15, 300).await;
     assert_eq!(released.owner, None);
     assert_eq!(released.osystem, "");
     assert_eq!(
@@ -300,7 +301,7 @@ async fn a_datasource_failure_is_classified_from_events_and_recovered() {
     let maas = admin(&sim);
     let sid = nth(&maas, 0).await;
     maas.deploy(&sid, &DeployParams::default()).await.unwrap();
-    let failed = wait_for(&sim, &maas, &sid, MachineStatus::FailedDeployment, 60, 1200).await;
+    let failed = wait_for(&sim, &maas, &sid, MaasStatus::FailedDeployment, 60, 1200).await;
     assert!(failed.status.is_failed());
     assert_eq!(
         failed.error_description.as_deref(),
@@ -329,9 +330,9 @@ async fn a_datasource_failure_is_classified_from_events_and_recovered() {
 
     // Recover: release back to Ready, deploy once more.
     maas.release(&sid, &ReleaseParams::default()).await.unwrap();
-    wait_for(&sim, &maas, &sid, MachineStatus::Ready, 5, 60).await;
+    wait_for(&sim, &maas, &sid, MaasStatus::Ready, 5, 60).await;
     maas.deploy(&sid, &DeployParams::default()).await.unwrap();
-    wait_for(&sim, &maas, &sid, MachineStatus::Deployed, 60, 1200).await;
+    wait_for(&sim, &maas, &sid, MaasStatus::Deployed, 60, 1200).await;
     assert_eq!(sim.counters(&sid).await["deploy"], 2);
 }
 
@@ -350,7 +351,7 @@ async fn stale_hardware_sync_is_detected_and_healed_by_a_reseed() {
         ..DeployParams::default()
     };
     maas.deploy(&sid, &params).await.unwrap();
-    let deployed = wait_for(&sim, &maas, &sid, MachineStatus::Deployed, 60, 1200).await;
+    let deployed = wait_for(&sim, &maas, &sid, MaasStatus::Deployed, 60, 1200).await;
     let last = deployed.last_sync.unwrap();
     assert!(deployed.hardware_sync().is_healthy(now(&sim)));
 

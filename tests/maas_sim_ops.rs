@@ -6,6 +6,7 @@ mod maas_sim_support;
 mod sim_support;
 
 use maas_sim_support::*;
+use metalform::lifecycle::MaasStatus;
 use metalform::provider::maas::*;
 use metalform::secrets::Secret;
 use sim_support::Sim;
@@ -37,7 +38,7 @@ async fn list_and_read_machines_with_every_filter() {
     let all = maas.list_machines(&MachineFilter::all()).await.unwrap();
     let hostnames: Vec<&str> = all.iter().map(|m| m.hostname.as_str()).collect();
     assert_eq!(hostnames, ["gpu00001", "gpu00002", "gpu00003", "gpu00004"]);
-    assert!(all.iter().all(|m| m.status == MachineStatus::Ready));
+    assert!(all.iter().all(|m| m.status == MaasStatus::Ready));
     assert!(all.iter().all(|m| m.status_name == "Ready"));
 
     let by_host = maas
@@ -97,7 +98,7 @@ async fn list_and_read_machines_with_every_filter() {
     let node = maas.read_node(&all[1].system_id).await.unwrap();
     assert_eq!(node.node_type, NodeType::Machine);
     assert_eq!(node.node_type_name, "Machine");
-    assert_eq!(node.status, Some(MachineStatus::Ready));
+    assert_eq!(node.status, Some(MaasStatus::Ready.into()));
     assert_eq!(node.hostname, "gpu00002");
 }
 
@@ -140,7 +141,7 @@ async fn create_with_ipmi_power_architecture_and_macs_then_update_accept_delete(
     create.commission = Some(false);
     let created = maas.create_machine(&create).await.unwrap();
     assert_eq!(created.hostname, "c07u43");
-    assert_eq!(created.status, MachineStatus::New);
+    assert_eq!(created.status, MaasStatus::New);
     assert_eq!(created.architecture, "amd64/generic");
     assert_eq!(created.power_type, "ipmi");
     assert_eq!(
@@ -171,7 +172,7 @@ async fn create_with_ipmi_power_architecture_and_macs_then_update_accept_delete(
         .collect();
     second.power = Some(ipmi(&hardware[1]));
     let commissioning = maas.create_machine(&second).await.unwrap();
-    assert_eq!(commissioning.status, MachineStatus::Commissioning);
+    assert_eq!(commissioning.status, MaasStatus::Commissioning);
     assert_eq!(commissioning.architecture, "amd64/generic");
     assert_eq!(commissioning.interface_set.len(), 3);
     assert_eq!(commissioning.owner.as_deref(), Some("admin"));
@@ -204,7 +205,7 @@ async fn create_with_ipmi_power_architecture_and_macs_then_update_accept_delete(
         .await
         .unwrap();
     assert_eq!(updated.hostname, "c07u44");
-    assert_eq!(updated.status, MachineStatus::New);
+    assert_eq!(updated.status, MaasStatus::New);
     let stored = sim.handle.with_world(|w| {
         w.machine(&created.system_id)
             .unwrap()
@@ -235,7 +236,7 @@ async fn create_with_ipmi_power_architecture_and_macs_then_update_accept_delete(
         .unwrap();
     let ids: Vec<&str> = accepted.iter().map(|m| m.system_id.as_str()).collect();
     assert_eq!(ids, [created.system_id.as_str()]);
-    assert_eq!(accepted[0].status, MachineStatus::Commissioning);
+    assert_eq!(accepted[0].status, MaasStatus::Commissioning);
     assert!(maas.accept(&[]).await.unwrap().is_empty());
 
     maas.delete_machine(&created.system_id).await.unwrap();
@@ -634,13 +635,13 @@ async fn commission_flags_reach_maas_as_true_and_false() {
         testing_scripts: vec!["none".into()],
     };
     let started = maas.commission(&sid, &keep).await.unwrap();
-    assert_eq!(started.status, MachineStatus::Commissioning);
+    assert_eq!(started.status, MaasStatus::Commissioning);
     assert_eq!(started.owner.as_deref(), Some("admin"));
     sim.advance(241);
     let ready = maas.read_machine(&sid).await.unwrap();
     assert_eq!(
         ready.status,
-        MachineStatus::Ready,
+        MaasStatus::Ready,
         "no Testing with testing_scripts=none"
     );
     assert_eq!(
@@ -663,9 +664,9 @@ async fn commission_flags_reach_maas_as_true_and_false() {
         ..CommissionParams::default()
     };
     maas.commission(&sid, &clear).await.unwrap();
-    let testing = wait_for(&sim, &maas, &sid, MachineStatus::Testing, 60, 600).await;
+    let testing = wait_for(&sim, &maas, &sid, MaasStatus::Testing, 60, 600).await;
     assert_eq!(testing.commissioning_status, Some(2));
-    let ready = wait_for(&sim, &maas, &sid, MachineStatus::Ready, 30, 600).await;
+    let ready = wait_for(&sim, &maas, &sid, MaasStatus::Ready, 30, 600).await;
     assert_eq!(ready.testing_status, Some(2));
     let boss = ready.boot_disk.as_ref().unwrap().id;
     assert!(partitions(&ready, boss).is_empty(), "storage re-discovered");
@@ -711,34 +712,34 @@ async fn abort_from_each_abortable_status() {
         .unwrap();
     maas.abort(&sid, Some("wrong rack")).await.unwrap();
     let m = maas.read_machine(&sid).await.unwrap();
-    assert_eq!(m.status, MachineStatus::New);
+    assert_eq!(m.status, MaasStatus::New);
     assert_eq!(m.owner, None);
     // Testing (started by commissioning) → Ready.
     maas.commission(&sid, &CommissionParams::default())
         .await
         .unwrap();
-    wait_for(&sim, &maas, &sid, MachineStatus::Testing, 60, 600).await;
+    wait_for(&sim, &maas, &sid, MaasStatus::Testing, 60, 600).await;
     maas.abort(&sid, None).await.unwrap();
     assert_eq!(
         maas.read_machine(&sid).await.unwrap().status,
-        MachineStatus::Ready
+        MaasStatus::Ready
     );
     // Deploying → Allocated.
     maas.deploy(&sid, &DeployParams::default()).await.unwrap();
     maas.abort(&sid, None).await.unwrap();
     let m = maas.read_machine(&sid).await.unwrap();
-    assert_eq!(m.status, MachineStatus::Allocated);
+    assert_eq!(m.status, MaasStatus::Allocated);
     assert_eq!(m.owner.as_deref(), Some("admin"));
     // Disk erasing → Failed disk erasing.
     maas.deploy(&sid, &DeployParams::default()).await.unwrap();
-    wait_for(&sim, &maas, &sid, MachineStatus::Deployed, 120, 1200).await;
+    wait_for(&sim, &maas, &sid, MaasStatus::Deployed, 120, 1200).await;
     maas.release(&sid, &ReleaseParams::erasing(EraseMode::Full))
         .await
         .unwrap();
     maas.abort(&sid, None).await.unwrap();
     assert_eq!(
         maas.read_machine(&sid).await.unwrap().status,
-        MachineStatus::FailedDiskErasing
+        MaasStatus::FailedDiskErasing
     );
     assert_eq!(sim.counters(&sid).await["abort"], 4);
 }
@@ -766,7 +767,7 @@ async fn deploy_with_user_data_distro_and_hardware_sync_then_release() {
         ..DeployParams::default()
     };
     let deploying = maas.deploy(&sid, &params).await.unwrap();
-    assert_eq!(deploying.status, MachineStatus::Deploying);
+    assert_eq!(deploying.status, MaasStatus::Deploying);
     assert_eq!(deploying.owner.as_deref(), Some("admin"));
     assert_eq!(deploying.osystem, "ubuntu");
     assert_eq!(deploying.distro_series, "jammy");
@@ -792,7 +793,7 @@ async fn deploy_with_user_data_distro_and_hardware_sync_then_release() {
     assert!(!token.token_key.is_empty() && !token.consumer_key.is_empty());
     assert!(!format!("{token:?}").contains(token.token_secret.expose()));
 
-    let deployed = wait_for(&sim, &maas, &sid, MachineStatus::Deployed, 60, 1200).await;
+    let deployed = wait_for(&sim, &maas, &sid, MaasStatus::Deployed, 60, 1200).await;
     assert_eq!(deployed.status_message.as_deref(), Some("Deployed"));
     assert_eq!(deployed.power_state, PowerState::On);
     assert!(deployed.ip_addresses[0].starts_with("10.176.46."));
@@ -836,13 +837,13 @@ async fn deploy_with_user_data_distro_and_hardware_sync_then_release() {
         .release(&sid, &ReleaseParams::erasing(EraseMode::None))
         .await
         .unwrap();
-    assert_eq!(releasing.status, MachineStatus::Releasing);
+    assert_eq!(releasing.status, MaasStatus::Releasing);
     assert_eq!(releasing.osystem, "");
     assert_eq!(
         releasing.hardware_sync().health(now(&sim)),
         SyncHealth::Disabled
     );
-    let ready = wait_for(&sim, &maas, &sid, MachineStatus::Ready, 5, 60).await;
+    let ready = wait_for(&sim, &maas, &sid, MaasStatus::Ready, 5, 60).await;
     assert_eq!(ready.owner, None);
     assert!(ready.ip_addresses.is_empty());
     assert_eq!(maas.get_token(&sid).await.unwrap(), None);
@@ -852,7 +853,7 @@ async fn deploy_with_user_data_distro_and_hardware_sync_then_release() {
             .await
             .unwrap()
             .status,
-        MachineStatus::Ready
+        MaasStatus::Ready
     );
     let counters = sim.counters(&sid).await;
     assert_eq!(
@@ -877,7 +878,7 @@ async fn deploy_with_user_data_distro_and_hardware_sync_then_release() {
     );
     assert_eq!(
         maas.read_machine(&sid).await.unwrap().status,
-        MachineStatus::Ready
+        MaasStatus::Ready
     );
 }
 
@@ -901,17 +902,17 @@ async fn release_erase_modes_and_force() {
         (
             ReleaseParams::erasing(EraseMode::Quick),
             Some(Erase::Quick),
-            MachineStatus::DiskErasing,
+            MaasStatus::DiskErasing,
         ),
         (
             ReleaseParams::erasing(EraseMode::Secure),
             Some(Erase::Secure),
-            MachineStatus::DiskErasing,
+            MaasStatus::DiskErasing,
         ),
         (
             ReleaseParams::erasing(EraseMode::Full),
             Some(Erase::Full),
-            MachineStatus::DiskErasing,
+            MaasStatus::DiskErasing,
         ),
         (
             ReleaseParams {
@@ -920,7 +921,7 @@ async fn release_erase_modes_and_force() {
                 ..ReleaseParams::erasing(EraseMode::None)
             },
             None,
-            MachineStatus::Releasing,
+            MaasStatus::Releasing,
         ),
     ];
     for ((params, erase, status), m) in cases.iter().zip(&machines) {
@@ -936,14 +937,14 @@ async fn release_erase_modes_and_force() {
     // MAAS's durations: quick ~1 min, secure ~10 min, full ~30 min, plain release ~10 s.
     sim.advance(61);
     let ids: Vec<&str> = machines.iter().map(|m| m.system_id.as_str()).collect();
-    assert_eq!(status_of(&maas, ids[0]).await, MachineStatus::Ready);
-    assert_eq!(status_of(&maas, ids[1]).await, MachineStatus::DiskErasing);
-    assert_eq!(status_of(&maas, ids[3]).await, MachineStatus::Ready);
+    assert_eq!(status_of(&maas, ids[0]).await, MaasStatus::Ready);
+    assert_eq!(status_of(&maas, ids[1]).await, MaasStatus::DiskErasing);
+    assert_eq!(status_of(&maas, ids[3]).await, MaasStatus::Ready);
     sim.advance(540);
-    assert_eq!(status_of(&maas, ids[1]).await, MachineStatus::Ready);
-    assert_eq!(status_of(&maas, ids[2]).await, MachineStatus::DiskErasing);
+    assert_eq!(status_of(&maas, ids[1]).await, MaasStatus::Ready);
+    assert_eq!(status_of(&maas, ids[2]).await, MaasStatus::DiskErasing);
     sim.advance(1200);
-    assert_eq!(status_of(&maas, ids[2]).await, MachineStatus::Ready);
+    assert_eq!(status_of(&maas, ids[2]).await, MaasStatus::Ready);
 
     // Not from New: MAAS's state conflict.
     maas.commission(&machines[0].system_id, &CommissionParams::default())
@@ -978,18 +979,18 @@ async fn mark_broken_needs_ownership_and_mark_fixed_returns_to_deployed() {
     );
 
     maas.deploy(&sid, &DeployParams::default()).await.unwrap();
-    wait_for(&sim, &maas, &sid, MachineStatus::Deployed, 120, 1200).await;
+    wait_for(&sim, &maas, &sid, MaasStatus::Deployed, 120, 1200).await;
     let broken = maas
         .mark_broken(&sid, Some("GPU 3 fell off the bus"))
         .await
         .unwrap();
-    assert_eq!(broken.status, MachineStatus::Broken);
+    assert_eq!(broken.status, MaasStatus::Broken);
     assert_eq!(
         broken.error_description.as_deref(),
         Some("GPU 3 fell off the bus")
     );
     let fixed = maas.mark_fixed(&sid, Some("reseated")).await.unwrap();
-    assert_eq!(fixed.status, MachineStatus::Deployed);
+    assert_eq!(fixed.status, MaasStatus::Deployed);
     assert_eq!(fixed.error_description, None);
     // Non-admins may not mark machines fixed.
     maas.mark_broken(&sid, None).await.unwrap();
@@ -1011,7 +1012,7 @@ async fn power_on_off_and_query() {
     );
 
     maas.deploy(&sid, &DeployParams::default()).await.unwrap();
-    wait_for(&sim, &maas, &sid, MachineStatus::Deployed, 120, 1200).await;
+    wait_for(&sim, &maas, &sid, MaasStatus::Deployed, 120, 1200).await;
     let off = maas
         .power_off(&sid, StopMode::Soft, Some("maintenance"))
         .await
@@ -1021,7 +1022,7 @@ async fn power_on_off_and_query() {
     assert_eq!(maas.query_power_state(&sid).await.unwrap(), PowerState::Off);
     let on = maas.power_on(&sid, Some("back")).await.unwrap();
     assert_eq!(on.power_state, PowerState::On);
-    assert_eq!(on.status, MachineStatus::Deployed);
+    assert_eq!(on.status, MaasStatus::Deployed);
     assert_eq!(maas.query_power_state(&sid).await.unwrap(), PowerState::On);
     let counters = sim.counters(&sid).await;
     assert_eq!(
@@ -1053,7 +1054,7 @@ async fn events_of_a_machine_newest_first_with_levels_limits_and_paging() {
     let maas = admin(&sim);
     let sid = nth(&maas, 0).await;
     maas.deploy(&sid, &DeployParams::default()).await.unwrap();
-    wait_for(&sim, &maas, &sid, MachineStatus::Deployed, 120, 1200).await;
+    wait_for(&sim, &maas, &sid, MaasStatus::Deployed, 120, 1200).await;
 
     let page = maas
         .query_events(&EventsQuery::machine(&sid, EventLevel::Info, 100))
@@ -1172,7 +1173,7 @@ async fn machine_tokens_change_with_ownership_and_need_an_admin() {
     let err = user(&sim).get_token(&sid).await.unwrap_err();
     assert!(matches!(err, MaasError::Forbidden { .. }), "{err}");
     maas.release(&sid, &ReleaseParams::default()).await.unwrap();
-    wait_for(&sim, &maas, &sid, MachineStatus::Ready, 5, 60).await;
+    wait_for(&sim, &maas, &sid, MaasStatus::Ready, 5, 60).await;
     maas.deploy(&sid, &DeployParams::default()).await.unwrap();
     let second = maas.get_token(&sid).await.unwrap().unwrap();
     assert_ne!(

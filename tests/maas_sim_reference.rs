@@ -6,6 +6,7 @@ mod maas_sim_support;
 mod sim_support;
 
 use maas_sim_support::*;
+use metalform::lifecycle::MaasStatus;
 use metalform::provider::maas::*;
 use sim_support::Sim;
 
@@ -73,7 +74,7 @@ async fn address_exhaustion_answers_503_after_the_machine_moved_to_deploying() {
     assert_eq!(maas.metrics().operation_total("deploy"), 5, "not resent");
     // Re-reading shows why the outcome was unknown: the deployment did start.
     let machine = maas.read_machine(sid).await.unwrap();
-    assert_eq!(machine.status, MachineStatus::Deploying);
+    assert_eq!(machine.status, MaasStatus::Deploying);
     assert_eq!(machine.owner.as_deref(), Some("admin"));
     assert!(machine.ip_addresses.is_empty());
     assert_eq!(
@@ -85,11 +86,11 @@ async fn address_exhaustion_answers_503_after_the_machine_moved_to_deploying() {
     sim.advance(1199);
     assert_eq!(
         maas.read_machine(sid).await.unwrap().status,
-        MachineStatus::Deploying
+        MaasStatus::Deploying
     );
     sim.advance(2);
     let failed = maas.read_machine(sid).await.unwrap();
-    assert_eq!(failed.status, MachineStatus::FailedDeployment);
+    assert_eq!(failed.status, MaasStatus::FailedDeployment);
     assert!(failed.status_message.is_some());
     // The others deployed normally.
     assert_eq!(
@@ -97,7 +98,7 @@ async fn address_exhaustion_answers_503_after_the_machine_moved_to_deploying() {
             .await
             .unwrap()
             .status,
-        MachineStatus::Deployed
+        MaasStatus::Deployed
     );
 }
 

@@ -7,6 +7,7 @@
 mod maas_sim_support;
 mod sim_support;
 
+use metalform::lifecycle::MaasStatus;
 use std::time::Duration;
 
 use maas_sim_support::*;
@@ -103,7 +104,7 @@ async fn a_post_answered_409_with_retry_after_is_retried_once_and_applied_once()
         .set_faults("machine.deploy:status=409,retry_after=5,count=1")
         .unwrap();
     let deploying = maas.deploy(&sid, &DeployParams::default()).await.unwrap();
-    assert_eq!(deploying.status, MachineStatus::Deploying);
+    assert_eq!(deploying.status, MaasStatus::Deploying);
     assert_eq!(
         logged(&sim, "machine.deploy"),
         [(409, fault("machine.deploy")), (200, None)]
@@ -126,7 +127,7 @@ async fn a_post_answered_409_with_retry_after_is_retried_once_and_applied_once()
         .commission(&other, &CommissionParams::default())
         .await
         .unwrap();
-    assert_eq!(commissioning.status, MachineStatus::Commissioning);
+    assert_eq!(commissioning.status, MaasStatus::Commissioning);
     assert_eq!(
         logged(&sim, "machine.commission"),
         [(503, fault("machine.commission")), (200, None)]
@@ -224,7 +225,7 @@ async fn a_post_that_hangs_is_outcome_unknown_and_not_resent() {
 
     // What the caller does with an unknown outcome: re-read, then decide.
     let machine = maas.read_machine(&sid).await.unwrap();
-    assert_eq!(machine.status, MachineStatus::Ready);
+    assert_eq!(machine.status, MaasStatus::Ready);
     maas.deploy(&sid, &DeployParams::default()).await.unwrap();
     assert_eq!(sim.counters(&sid).await["deploy"], 1);
 
@@ -232,7 +233,7 @@ async fn a_post_that_hangs_is_outcome_unknown_and_not_resent() {
     sim.handle.set_faults("machine.read:hang,count=1").unwrap();
     assert_eq!(
         maas.read_machine(&sid).await.unwrap().status,
-        MachineStatus::Deploying
+        MaasStatus::Deploying
     );
     assert_eq!(
         maas.metrics().get("read_machine", RequestStatus::Timeout),

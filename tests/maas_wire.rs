@@ -6,6 +6,7 @@
 #[allow(dead_code)]
 mod maas_support;
 
+use metalform::lifecycle::MaasStatus;
 use std::net::IpAddr;
 
 use base64::Engine as _;
@@ -117,12 +118,12 @@ async fn every_operation_uses_maas_paths_methods_and_op_dispatch() {
         .mac_address("CB:D5:C9:F7:78:04");
     assert_eq!(
         maas.list_machines(&filter).await.unwrap()[0].status,
-        MachineStatus::Deploying
+        MaasStatus::Deploying
     );
     assert_eq!(maas.read_machine(sid).await.unwrap().system_id, sid);
     assert_eq!(
         maas.read_node(sid).await.unwrap().status,
-        Some(MachineStatus::FailedExitingRescueMode)
+        Some(MaasStatus::FailedExitingRescueMode.into())
     );
     let mut create = CreateMachineParams::new("amd64/generic");
     create.mac_addresses.push("cb:d5:c9:f7:78:04".into());

@@ -11,6 +11,7 @@
 //! The node record stays (`enrolling`): a cancelled onboarding keeps the identity for the next
 //! one, which recovers it (000 §4.6 "Duplicate: recover existing node_id").
 
+use crate::lifecycle::MaasStatus;
 use serde_json::json;
 use uuid::Uuid;
 
@@ -19,7 +20,7 @@ use super::progress::{ProgressEvent, ProgressStatus};
 use super::runner::Shared;
 use super::{NodeOutcome, NodeResult, NodeTarget};
 use crate::lifecycle::{FailureClass, JobKind, JobState, OnboardingStage};
-use crate::provider::maas::{MaasError, MachineStatus, ReleaseParams};
+use crate::provider::maas::{MaasError, ReleaseParams};
 use crate::stages::onboard::Facts;
 use crate::store::{EventStatus, Job, JobFailure, JobUpdate, StageEvent, StoreError};
 
@@ -244,10 +245,10 @@ async fn release_to_ready(
         }
         Err(err) => return Err(err),
     };
-    use MachineStatus as S;
+    use MaasStatus as S;
     if !matches!(
-        machine.status,
-        S::Allocated | S::Deploying | S::Deployed | S::FailedDeployment
+        machine.status.known(),
+        Some(S::Allocated | S::Deploying | S::Deployed | S::FailedDeployment)
     ) {
         return Ok(None);
     }

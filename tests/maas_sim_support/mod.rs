@@ -7,14 +7,14 @@
 //! helpers (control API, counters, op log) are available next to the client.
 #![allow(dead_code)]
 
+use metalform::lifecycle::MaasStatus;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use metalform::clock::Clock;
 use metalform::provider::maas::{
-    Jitter, MaasClient, MaasClientOptions, MaasMetrics, Machine, MachineStatus, RetryPolicy,
-    Sleeper,
+    Jitter, MaasClient, MaasClientOptions, MaasMetrics, Machine, RetryPolicy, Sleeper,
 };
 use metalform::secrets::Secret;
 use metalform::sim::SimConfig;
@@ -129,7 +129,7 @@ pub async fn wait_for(
     sim: &Sim,
     client: &MaasClient,
     system_id: &str,
-    wanted: MachineStatus,
+    wanted: MaasStatus,
     step: i64,
     limit: i64,
 ) -> Machine {

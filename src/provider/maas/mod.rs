@@ -62,5 +62,5 @@ pub use power::{PowerState, StopMode};
 pub use retry::{Jitter, RetryPolicy, SeededJitter, Sleeper, TokioSleeper};
 pub use storage::{BlockDevice, Filesystem, Partition, StorageLayout, StorageLayoutParams};
 pub use subnets::{CreateSubnetParams, Subnet, SubnetRef};
-pub use types::{DomainRef, MachineStatus, NamedRef, NodeType, SimpleStatus};
+pub use types::{DomainRef, MachineStatus, NamedRef, NodeType};
 pub use version::{Version, Whoami};

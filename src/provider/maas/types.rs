@@ -6,108 +6,64 @@ use std::fmt;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::de::{null_default, opt_lenient_bool};
+use crate::lifecycle::{MaasStatus, SimpleStatus};
 
-/// MAAS's simplified status (`SIMPLIFIED_NODE_STATUSES_MAP`), the `simple_status=` filter.
+/// A machine's `status` (MAAS `NODE_STATUS`): one of the statuses MAAS 3.x defines — their
+/// codes, `status_name`s and simple statuses are [`MaasStatus`]'s, the one table of
+/// API_REFERENCE §4.1 — or the code of a newer MAAS, kept as `Unknown(code)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum SimpleStatus {
-    New,
-    Commissioning,
-    Testing,
-    Ready,
-    Allocated,
-    Deploying,
-    Deployed,
-    Releasing,
-    Broken,
-    Failed,
-    RescueMode,
-    Other,
-}
-
-macro_rules! machine_statuses {
-    ($($code:literal => $variant:ident, $name:literal, $filter:literal, $simple:ident;)*) => {
-        /// A machine's `status` (MAAS `NODE_STATUS`), with MAAS's codes and `status_name`s.
-        /// Codes this client does not know (a newer MAAS) are kept as `Unknown(code)`.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-        pub enum MachineStatus {
-            $($variant,)*
-            Unknown(i64),
-        }
-
-        impl MachineStatus {
-            /// Every status MAAS 3.x defines, in code order.
-            pub const ALL: &'static [MachineStatus] = &[$(MachineStatus::$variant,)*];
-
-            pub fn from_code(code: i64) -> Self {
-                match code {
-                    $($code => MachineStatus::$variant,)*
-                    other => MachineStatus::Unknown(other),
-                }
-            }
-
-            pub fn code(self) -> i64 {
-                match self {
-                    $(MachineStatus::$variant => $code,)*
-                    MachineStatus::Unknown(code) => code,
-                }
-            }
-
-            /// MAAS's `status_name` (`"Releasing failed"`, not "Failed releasing").
-            pub fn name(self) -> Option<&'static str> {
-                match self {
-                    $(MachineStatus::$variant => Some($name),)*
-                    MachineStatus::Unknown(_) => None,
-                }
-            }
-
-            /// The value of the `status=` filter of `GET machines/`.
-            pub fn filter_value(self) -> Option<&'static str> {
-                match self {
-                    $(MachineStatus::$variant => Some($filter),)*
-                    MachineStatus::Unknown(_) => None,
-                }
-            }
-
-            pub fn simple(self) -> SimpleStatus {
-                match self {
-                    $(MachineStatus::$variant => SimpleStatus::$simple,)*
-                    MachineStatus::Unknown(_) => SimpleStatus::Other,
-                }
-            }
-        }
-    };
-}
-
-machine_statuses! {
-    0 => New, "New", "new", New;
-    1 => Commissioning, "Commissioning", "commissioning", Commissioning;
-    2 => FailedCommissioning, "Failed commissioning", "failed_commissioning", Failed;
-    3 => Missing, "Missing", "missing", Other;
-    4 => Ready, "Ready", "ready", Ready;
-    5 => Reserved, "Reserved", "reserved", Other;
-    6 => Deployed, "Deployed", "deployed", Deployed;
-    7 => Retired, "Retired", "retired", Other;
-    8 => Broken, "Broken", "broken", Broken;
-    9 => Deploying, "Deploying", "deploying", Deploying;
-    10 => Allocated, "Allocated", "allocated", Allocated;
-    11 => FailedDeployment, "Failed deployment", "failed_deployment", Failed;
-    12 => Releasing, "Releasing", "releasing", Releasing;
-    13 => FailedReleasing, "Releasing failed", "failed_releasing", Failed;
-    14 => DiskErasing, "Disk erasing", "disk_erasing", Releasing;
-    15 => FailedDiskErasing, "Failed disk erasing", "failed_disk_erasing", Failed;
-    16 => RescueMode, "Rescue mode", "rescue_mode", RescueMode;
-    17 => EnteringRescueMode, "Entering rescue mode", "entering_rescue_mode", RescueMode;
-    18 => FailedEnteringRescueMode, "Failed to enter rescue mode", "failed_entering_rescue_mode", Failed;
-    19 => ExitingRescueMode, "Exiting rescue mode", "exiting_rescue_mode", RescueMode;
-    20 => FailedExitingRescueMode, "Failed to exit rescue mode", "failed_exiting_rescue_mode", Failed;
-    21 => Testing, "Testing", "testing", Testing;
-    22 => FailedTesting, "Failed testing", "failed_testing", Failed;
+pub enum MachineStatus {
+    Known(MaasStatus),
+    Unknown(i64),
 }
 
 impl MachineStatus {
+    pub fn from_code(code: i64) -> Self {
+        u8::try_from(code)
+            .ok()
+            .and_then(MaasStatus::from_code)
+            .map_or(MachineStatus::Unknown(code), MachineStatus::Known)
+    }
+
+    pub fn code(self) -> i64 {
+        match self {
+            MachineStatus::Known(status) => status.code().into(),
+            MachineStatus::Unknown(code) => code,
+        }
+    }
+
+    /// The status, when this client knows it.
+    pub fn known(self) -> Option<MaasStatus> {
+        match self {
+            MachineStatus::Known(status) => Some(status),
+            MachineStatus::Unknown(_) => None,
+        }
+    }
+
+    /// MAAS's `status_name` (`"Releasing failed"`, not "Failed releasing").
+    pub fn name(self) -> Option<&'static str> {
+        self.known().map(MaasStatus::name)
+    }
+
+    pub fn simple(self) -> SimpleStatus {
+        self.known().map_or(SimpleStatus::Other, MaasStatus::simple)
+    }
+
     /// One of MAAS's failed states (`Failed …`, `Releasing failed`): needs attention.
     pub fn is_failed(self) -> bool {
-        self.simple() == SimpleStatus::Failed
+        self.known().is_some_and(MaasStatus::is_failed)
+    }
+}
+
+impl From<MaasStatus> for MachineStatus {
+    fn from(status: MaasStatus) -> Self {
+        MachineStatus::Known(status)
+    }
+}
+
+impl PartialEq<MaasStatus> for MachineStatus {
+    fn eq(&self, other: &MaasStatus) -> bool {
+        self.known() == Some(*other)
     }
 }
 
@@ -208,25 +164,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn status_codes_names_and_filters_match_maas() {
-        assert_eq!(MachineStatus::ALL.len(), 23);
-        for (index, status) in MachineStatus::ALL.iter().enumerate() {
-            assert_eq!(status.code(), index as i64);
-            assert_eq!(MachineStatus::from_code(index as i64), *status);
+    fn status_codes_and_names_are_maas_s_and_unknown_codes_are_kept() {
+        for status in MaasStatus::ALL {
+            let read = MachineStatus::from_code(status.code().into());
+            assert_eq!(read, status);
+            assert_eq!(read.code(), i64::from(status.code()));
         }
         assert_eq!(
             MachineStatus::from_code(13).name(),
             Some("Releasing failed")
         );
-        assert_eq!(
-            MachineStatus::FailedReleasing.filter_value(),
-            Some("failed_releasing")
-        );
         assert_eq!(MachineStatus::from_code(99), MachineStatus::Unknown(99));
+        assert_eq!(MachineStatus::from_code(-1), MachineStatus::Unknown(-1));
         assert_eq!(MachineStatus::Unknown(99).to_string(), "unknown status 99");
-        assert_eq!(MachineStatus::DiskErasing.simple(), SimpleStatus::Releasing);
-        let failed: Vec<i64> = MachineStatus::ALL
-            .iter()
+        assert_eq!(MachineStatus::Unknown(99).simple(), SimpleStatus::Other);
+        assert!(!MachineStatus::Unknown(99).is_failed());
+        assert_eq!(
+            MachineStatus::from_code(14).simple(),
+            SimpleStatus::Releasing
+        );
+        let failed: Vec<i64> = (0..30)
+            .map(MachineStatus::from_code)
             .filter(|s| s.is_failed())
             .map(|s| s.code())
             .collect();
@@ -236,7 +194,7 @@ mod tests {
     #[test]
     fn statuses_round_trip_as_integers() {
         let status: MachineStatus = serde_json::from_str("6").unwrap();
-        assert_eq!(status, MachineStatus::Deployed);
+        assert_eq!(status, MaasStatus::Deployed);
         assert_eq!(
             serde_json::to_string(&MachineStatus::Unknown(42)).unwrap(),
             "42"

@@ -3,13 +3,13 @@
 //! call, and the machine is re-read before anything is sent: a restarted executor never issues
 //! a release (or its erase) twice, and a machine someone else moved is not acted on.
 
+use crate::lifecycle::MaasStatus;
 use serde_json::json;
 
 use super::{DecommissionCtx, ReleaseFacts, erase_name};
 use crate::model::EraseMode;
 use crate::provider::maas::{
-    EraseMode as MaasErase, MaasClient, MaasError, Machine, MachineStatus, PowerState,
-    ReleaseParams, StopMode,
+    EraseMode as MaasErase, MaasClient, MaasError, Machine, PowerState, ReleaseParams, StopMode,
 };
 use crate::stages::{StageFailure, StageOutcome};
 
@@ -68,7 +68,7 @@ pub(super) async fn ensure_site_config_loaded(
     let system_id = system_id(ctx)?;
     let machine = machine(ctx).await?;
     if ctx.facts.decommission.started_deployed.is_none() {
-        ctx.facts.decommission.started_deployed = Some(machine.status == MachineStatus::Deployed);
+        ctx.facts.decommission.started_deployed = Some(machine.status == MaasStatus::Deployed);
     }
     Ok(StageOutcome::done(
         format!(
@@ -137,11 +137,11 @@ async fn issue_release(
 pub(super) async fn ensure_machine_released(
     ctx: &mut DecommissionCtx<'_>,
 ) -> Result<StageOutcome, StageFailure> {
-    use MachineStatus as S;
+    use MaasStatus as S;
     let machine = machine(ctx).await?;
     let last = ctx.facts.release().cloned();
-    match machine.status {
-        S::Ready => {
+    match machine.status.known() {
+        Some(S::Ready) => {
             if let Some(last) = ctx.facts.decommission.releases.last_mut() {
                 last.received = true;
             }
@@ -160,7 +160,7 @@ pub(super) async fn ensure_machine_released(
                 out
             })
         }
-        S::Releasing | S::DiskErasing => {
+        Some(S::Releasing | S::DiskErasing) => {
             if let Some(last) = ctx.facts.decommission.releases.last_mut() {
                 last.received = true;
             }
@@ -181,7 +181,7 @@ pub(super) async fn ensure_machine_released(
                 machine.status_label()
             )))
         }
-        S::FailedDiskErasing => {
+        Some(S::FailedDiskErasing) => {
             let fell_back = last.as_ref().is_some_and(|r| r.fallback);
             if !fell_back && ctx.fallback_no_erase() {
                 return issue_release(ctx, EraseMode::None, true).await;
@@ -200,7 +200,7 @@ pub(super) async fn ensure_machine_released(
             )
             .details(json!({"system_id": machine.system_id, "releases": ctx.facts.decommission.releases})))
         }
-        S::Deployed | S::Deploying | S::Allocated | S::FailedDeployment | S::Broken => {
+        Some(S::Deployed | S::Deploying | S::Allocated | S::FailedDeployment | S::Broken) => {
             if last.as_ref().is_some_and(|r| r.received) {
                 // This job's release took effect, yet the machine is in use again.
                 return Err(StageFailure::ambiguity(

@@ -2,13 +2,14 @@
 //! WaitForMaasStatus(Ready); §4.6 "If Failed: log MAAS error details, mark failed_commission.
 //! If timeout: mark failed_commission_timeout"; §4.10 refresh before deciding).
 
+use crate::lifecycle::MaasStatus;
 use serde_json::json;
 
 use super::{StageCtx, power_credentials};
 use crate::lifecycle::{FailureClass, OnboardingStage, PolicyTimeout};
 use crate::provider::maas::{
-    CommissionParams, EventLevel, EventsQuery, IpmiPower, Machine, MachineStatus, PowerParameters,
-    ReleaseParams, UpdateMachineParams,
+    CommissionParams, EventLevel, EventsQuery, IpmiPower, Machine, PowerParameters, ReleaseParams,
+    UpdateMachineParams,
 };
 use crate::stages::{StageFailure, StageOutcome, bounded};
 
@@ -18,7 +19,7 @@ pub(super) fn adopt_advanced(
     ctx: &StageCtx<'_>,
     machine: &Machine,
 ) -> Option<Result<StageOutcome, StageFailure>> {
-    use MachineStatus as S;
+    use MaasStatus as S;
     let ours = ctx.owns_deployment();
     let jump = |to: OnboardingStage, why: &str| {
         Some(Ok(StageOutcome::jump(
@@ -27,15 +28,15 @@ pub(super) fn adopt_advanced(
             json!({"status": machine.status_label()}),
         )))
     };
-    match machine.status {
-        S::Deploying | S::Deployed if ours => {
+    match machine.status.known() {
+        Some(S::Deploying | S::Deployed) if ours => {
             jump(OnboardingStage::WaitForDeployed, "this job's deployment")
         }
-        S::FailedDeployment if ours => jump(
+        Some(S::FailedDeployment) if ours => jump(
             OnboardingStage::ClassifyDeployFailure,
             "this job's deployment failed",
         ),
-        S::Deploying | S::Deployed | S::FailedDeployment => Some(Err(StageFailure::ambiguity(
+        Some(S::Deploying | S::Deployed | S::FailedDeployment) => Some(Err(StageFailure::ambiguity(
             "machine_deployed_elsewhere",
             format!(
                 "{} is {} but this onboarding never deployed it (owner: {})",
@@ -48,7 +49,7 @@ pub(super) fn adopt_advanced(
             "system_id": machine.system_id,
             "hint": "adopt it (metalform onboardings adopt) if it is this node, or release it in MAAS, then rerun",
         })))),
-        S::Allocated if ctx.facts.deploy.is_some() => jump(
+        Some(S::Allocated) if ctx.facts.deploy.is_some() => jump(
             OnboardingStage::DeployViaMaas,
             "allocated by this job's deploy, which did not start",
         ),
@@ -65,13 +66,13 @@ async fn release_taken_over(
     ctx: &mut StageCtx<'_>,
     machine: &Machine,
 ) -> Result<Option<StageOutcome>, StageFailure> {
-    use MachineStatus as S;
+    use MaasStatus as S;
     let Some(take_over) = ctx.facts.take_over.clone() else {
         return Ok(None);
     };
     let in_use = matches!(
-        machine.status,
-        S::Allocated | S::Deploying | S::Deployed | S::FailedDeployment
+        machine.status.known(),
+        Some(S::Allocated | S::Deploying | S::Deployed | S::FailedDeployment)
     );
     if !in_use
         || ctx.owns_deployment()
@@ -157,7 +158,7 @@ async fn set_identity(ctx: &mut StageCtx<'_>, machine: &Machine) -> Result<(), S
 pub(super) async fn ensure_commissioning_started(
     ctx: &mut StageCtx<'_>,
 ) -> Result<StageOutcome, StageFailure> {
-    use MachineStatus as S;
+    use MaasStatus as S;
     let machine = ctx.machine().await?;
     if let Some(released) = release_taken_over(ctx, &machine).await? {
         return Ok(released);
@@ -167,8 +168,8 @@ pub(super) async fn ensure_commissioning_started(
     }
     let maas = ctx.maas().await?;
     let sid = machine.system_id.clone();
-    match machine.status {
-        S::New => {
+    match machine.status.known() {
+        Some(S::New) => {
             set_identity(ctx, &machine).await?;
             maas.accept(&[&sid])
                 .await
@@ -178,17 +179,17 @@ pub(super) async fn ensure_commissioning_started(
                 json!({"action": "accept"}),
             ))
         }
-        S::Commissioning | S::Testing => Ok(StageOutcome::skipped(format!(
+        Some(S::Commissioning | S::Testing) => Ok(StageOutcome::skipped(format!(
             "{sid} is already {}",
             machine.status_label()
         ))),
-        S::Ready => {
+        Some(S::Ready) => {
             set_identity(ctx, &machine).await?;
             Ok(StageOutcome::skipped(format!(
                 "{sid} is already Ready (commissioned)"
             )))
         }
-        S::FailedCommissioning | S::Broken => {
+        Some(S::FailedCommissioning | S::Broken) => {
             set_identity(ctx, &machine).await?;
             maas.commission(
                 &sid,
@@ -206,7 +207,7 @@ pub(super) async fn ensure_commissioning_started(
             ))
         }
         // MAAS is still releasing it (a datasource retry, an operator's release): soon Ready.
-        S::Releasing | S::DiskErasing => Ok(StageOutcome::wait(format!(
+        Some(S::Releasing | S::DiskErasing) => Ok(StageOutcome::wait(format!(
             "{sid} is {}",
             machine.status_label()
         ))),
@@ -227,17 +228,17 @@ pub(super) fn unexpected(machine: &Machine, what: &str) -> StageFailure {
 }
 
 pub(super) async fn ensure_ready(ctx: &mut StageCtx<'_>) -> Result<StageOutcome, StageFailure> {
-    use MachineStatus as S;
+    use MaasStatus as S;
     let machine = ctx.machine().await?;
     if let Some(adopted) = adopt_advanced(ctx, &machine) {
         return adopted;
     }
-    match machine.status {
-        S::Ready => Ok(StageOutcome::done(
+    match machine.status.known() {
+        Some(S::Ready) => Ok(StageOutcome::done(
             format!("{} is Ready", machine.system_id),
             json!({"status": "Ready"}),
         )),
-        S::FailedCommissioning | S::FailedTesting | S::Broken => {
+        Some(S::FailedCommissioning | S::FailedTesting | S::Broken) => {
             let events = error_snippet(ctx, &machine).await;
             let reason = machine
                 .error_description
@@ -258,7 +259,7 @@ pub(super) async fn ensure_ready(ctx: &mut StageCtx<'_>) -> Result<StageOutcome,
             .details(json!({"system_id": machine.system_id, "maas_events": events}))
             .never_retry())
         }
-        S::New | S::Commissioning | S::Testing | S::Releasing | S::DiskErasing => {
+        Some(S::New | S::Commissioning | S::Testing | S::Releasing | S::DiskErasing) => {
             if let Some(limit) = ctx.timed_out(PolicyTimeout::Commission) {
                 return Err(StageFailure::timeout(
                     PolicyTimeout::Commission,

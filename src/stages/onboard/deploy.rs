@@ -7,6 +7,7 @@
 //! call; a restarted executor (or an answer that leaves the outcome unknown) re-reads the
 //! machine — Deploying/Deployed means MAAS received it, Ready/Allocated that it did not.
 
+use crate::lifecycle::MaasStatus;
 use regex::Regex;
 use serde_json::json;
 
@@ -14,7 +15,7 @@ use super::commission::{adopt_advanced, error_snippet, unexpected};
 use super::{DeployFacts, DeployFailureFacts, StageCtx};
 use crate::lifecycle::{FailureClass, JobState, OnboardingStage, PolicyTimeout};
 use crate::provider::maas::{
-    DeployParams, EventLevel, EventsQuery, MaasError, Machine, MachineStatus, ReleaseParams,
+    DeployParams, EventLevel, EventsQuery, MaasError, Machine, ReleaseParams,
 };
 use crate::stages::{Retry, StageFailure, StageOutcome, bounded};
 
@@ -37,12 +38,12 @@ fn mark_received(ctx: &mut StageCtx<'_>) {
 pub(super) async fn ensure_deploy_issued(
     ctx: &mut StageCtx<'_>,
 ) -> Result<StageOutcome, StageFailure> {
-    use MachineStatus as S;
+    use MaasStatus as S;
     let machine = ctx.machine().await?;
     let sid = machine.system_id.clone();
     match ctx.facts.deploy.clone() {
-        Some(intent) => match machine.status {
-            S::Deploying | S::Deployed => {
+        Some(intent) => match machine.status.known() {
+            Some(S::Deploying | S::Deployed) => {
                 mark_received(ctx);
                 return Ok(StageOutcome::done(
                     format!(
@@ -53,7 +54,7 @@ pub(super) async fn ensure_deploy_issued(
                     json!({"round": intent.round, "adopted": true}),
                 ));
             }
-            S::FailedDeployment => {
+            Some(S::FailedDeployment) => {
                 mark_received(ctx);
                 return Ok(StageOutcome::jump(
                     OnboardingStage::ClassifyDeployFailure,
@@ -61,7 +62,7 @@ pub(super) async fn ensure_deploy_issued(
                     json!({"round": intent.round}),
                 ));
             }
-            S::Ready | S::Allocated if intent.received => {
+            Some(S::Ready | S::Allocated) if intent.received => {
                 return Err(StageFailure::ambiguity(
                     "deployment_undone",
                     format!(
@@ -71,14 +72,14 @@ pub(super) async fn ensure_deploy_issued(
                 ));
             }
             // Not received: the deploy may be issued (again) for this round.
-            S::Ready | S::Allocated => {}
+            Some(S::Ready | S::Allocated) => {}
             _ => return Err(unexpected(&machine, "deploy")),
         },
         None => {
             if let Some(adopted) = adopt_advanced(ctx, &machine) {
                 return adopted;
             }
-            if !matches!(machine.status, S::Ready | S::Allocated) {
+            if !matches!(machine.status.known(), Some(S::Ready | S::Allocated)) {
                 return Err(unexpected(&machine, "deploy"));
             }
         }
@@ -136,7 +137,7 @@ pub(super) async fn ensure_deploy_issued(
         Err(err) if err.is_outcome_unknown() => {
             // MAAS may have applied it: look before anything else.
             let machine = ctx.machine().await?;
-            if matches!(machine.status, S::Deploying | S::Deployed) {
+            if matches!(machine.status.known(), Some(S::Deploying | S::Deployed)) {
                 mark_received(ctx);
                 ctx.memory.user_data = None;
                 return Ok(StageOutcome::done(
@@ -168,11 +169,11 @@ pub(super) fn deploy_address(ctx: &StageCtx<'_>, machine: &Machine) -> Option<St
 }
 
 pub(super) async fn ensure_deployed(ctx: &mut StageCtx<'_>) -> Result<StageOutcome, StageFailure> {
-    use MachineStatus as S;
+    use MaasStatus as S;
     let machine = ctx.machine().await?;
     let sid = machine.system_id.clone();
-    match machine.status {
-        S::Deployed => {
+    match machine.status.known() {
+        Some(S::Deployed) => {
             ctx.facts.deploy_ips = machine.ip_addresses.clone();
             if let (Some(node), Some(address)) = (ctx.facts.node_id, deploy_address(ctx, &machine))
             {
@@ -187,7 +188,7 @@ pub(super) async fn ensure_deployed(ctx: &mut StageCtx<'_>) -> Result<StageOutco
                 json!({"ips": machine.ip_addresses}),
             ))
         }
-        S::Deploying => {
+        Some(S::Deploying) => {
             if let Some(limit) = ctx.timed_out(PolicyTimeout::Deploy) {
                 // 000 §4.6 WaitForDeployed: compensate by releasing back to Ready.
                 let released = release(ctx, &machine).await;
@@ -200,12 +201,12 @@ pub(super) async fn ensure_deployed(ctx: &mut StageCtx<'_>) -> Result<StageOutco
             }
             Ok(StageOutcome::wait(format!("{sid} is Deploying")))
         }
-        S::FailedDeployment => Ok(StageOutcome::jump(
+        Some(S::FailedDeployment) => Ok(StageOutcome::jump(
             OnboardingStage::ClassifyDeployFailure,
             format!("{sid} ended in Failed deployment"),
             json!({}),
         )),
-        S::Allocated if !ctx.owns_deployment() => Ok(StageOutcome::jump(
+        Some(S::Allocated) if !ctx.owns_deployment() => Ok(StageOutcome::jump(
             OnboardingStage::DeployViaMaas,
             format!("{sid} is Allocated: the deploy did not start"),
             json!({}),
@@ -253,9 +254,9 @@ pub(super) async fn ensure_deploy_failure_classified(
 ) -> Result<StageOutcome, StageFailure> {
     let machine = ctx.machine().await?;
     let sid = machine.system_id.clone();
-    match machine.status {
-        MachineStatus::FailedDeployment => {}
-        MachineStatus::Deployed | MachineStatus::Deploying => {
+    match machine.status.known() {
+        Some(MaasStatus::FailedDeployment) => {}
+        Some(MaasStatus::Deployed | MaasStatus::Deploying) => {
             return Ok(StageOutcome::jump(
                 OnboardingStage::WaitForDeployed,
                 format!("{sid} is {} after all", machine.status_label()),
@@ -353,7 +354,7 @@ pub(super) async fn ensure_deploy_failure_classified(
 pub(super) async fn ensure_recovered_for_redeploy(
     ctx: &mut StageCtx<'_>,
 ) -> Result<StageOutcome, StageFailure> {
-    use MachineStatus as S;
+    use MaasStatus as S;
     let machine = ctx.machine().await?;
     let sid = machine.system_id.clone();
     let maas = ctx.maas().await?;
@@ -366,14 +367,14 @@ pub(super) async fn ensure_recovered_for_redeploy(
         failure.state = Some(JobState::FailedManualIntervention);
         failure
     };
-    match machine.status {
-        S::Deploying => {
+    match machine.status.known() {
+        Some(S::Deploying) => {
             maas.abort(&sid, Some("metalform: datasource retry"))
                 .await
                 .map_err(|e| recovery_failed("aborting", &e))?;
             Ok(StageOutcome::wait(format!("{sid}: deployment aborted")))
         }
-        S::Deployed | S::FailedDeployment | S::Allocated => {
+        Some(S::Deployed | S::FailedDeployment | S::Allocated) => {
             maas.release(
                 &sid,
                 &ReleaseParams {
@@ -385,7 +386,7 @@ pub(super) async fn ensure_recovered_for_redeploy(
             .map_err(|e| recovery_failed("releasing", &e))?;
             Ok(StageOutcome::wait(format!("{sid}: releasing to Ready")))
         }
-        S::Releasing | S::DiskErasing => {
+        Some(S::Releasing | S::DiskErasing) => {
             if let Some(limit) = ctx.timed_out(PolicyTimeout::Deploy) {
                 return Err(StageFailure::timeout(
                     PolicyTimeout::Deploy,
@@ -399,7 +400,7 @@ pub(super) async fn ensure_recovered_for_redeploy(
                 machine.status_label()
             )))
         }
-        S::Ready => {
+        Some(S::Ready) => {
             ctx.facts.datasource_retries += 1;
             ctx.facts.deploy = None;
             ctx.facts.deploy_failure = None;

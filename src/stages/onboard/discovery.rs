@@ -11,6 +11,7 @@
 //! machine from before this run (without a BMC address) is claimed only when the profile
 //! allows `autoClaimSingleNewMachine`.
 
+use crate::lifecycle::MaasStatus;
 use std::collections::BTreeMap;
 
 use serde_json::json;
@@ -19,8 +20,7 @@ use super::{DiscoveryFacts, StageCtx, power_credentials};
 use crate::lifecycle::PolicyTimeout;
 use crate::provider::bmc::{BootDevice, PowerAction};
 use crate::provider::maas::{
-    CreateMachineParams, IpmiPower, MaasClient, Machine, MachineFilter, MachineStatus,
-    PowerParameters,
+    CreateMachineParams, IpmiPower, MaasClient, Machine, MachineFilter, PowerParameters,
 };
 use crate::stages::{StageFailure, StageOutcome};
 
@@ -168,7 +168,7 @@ async fn discover(
         .map_err(|e| StageFailure::maas(&e))?;
     let new: Vec<&Machine> = machines
         .iter()
-        .filter(|m| m.status == MachineStatus::New)
+        .filter(|m| m.status == MaasStatus::New)
         .collect();
     let Some(discovery) = ctx.facts.discovery.clone() else {
         // Remember what was New before the PXE boot, then boot (the journal first: a restart

@@ -8,11 +8,11 @@
 //! requires it, hardware sync is healthy. A refresh extends the expiry of the token the host
 //! already has (docs/contracts.md §5): the host cannot learn a new one without a redeploy.
 
+use crate::lifecycle::MaasStatus;
 use serde_json::json;
 
 use super::StageCtx;
 use crate::lifecycle::PolicyTimeout;
-use crate::provider::maas::MachineStatus;
 use crate::stages::{StageFailure, StageOutcome};
 
 pub(super) async fn ensure_agent_enrolled(
@@ -26,7 +26,7 @@ pub(super) async fn ensure_agent_enrolled(
     })?;
     let store = &ctx.env.store;
     let machine = ctx.machine().await?;
-    if machine.status != MachineStatus::Deployed {
+    if machine.status != MaasStatus::Deployed {
         return Err(StageFailure::ambiguity(
             "machine_left_deployed",
             format!(

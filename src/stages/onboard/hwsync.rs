@@ -8,6 +8,7 @@
 //! 1.5 intervals (MAAS's own rule), and `last_sync` moved past its value at the push: a fresh
 //! cycle with the pushed credentials, judged on MAAS's clock alone.
 
+use crate::lifecycle::MaasStatus;
 use std::time::Duration;
 
 use serde_json::json;
@@ -17,7 +18,7 @@ use super::{HwSyncFacts, StageCtx};
 use crate::cloudinit::{HwSyncLayer, MAAS_CREDS_PATH, hw_sync_credentials};
 use crate::lifecycle::{FailureClass, OnboardingStage, PolicyTimeout};
 use crate::provider::host::HostTarget;
-use crate::provider::maas::{Machine, MachineStatus};
+use crate::provider::maas::Machine;
 use crate::stages::{StageFailure, StageOutcome};
 
 /// The units the push restarts (000 §9.1 step 5): the hardware-sync timer and service the
@@ -27,7 +28,7 @@ pub const SYNC_UNITS: &[&str] = &["metalform-hw-sync.timer", "metalform-hw-sync.
 /// The machine, which must still be Deployed (released or deleted out of band is ambiguity).
 async fn deployed_machine(ctx: &mut StageCtx<'_>) -> Result<Machine, StageFailure> {
     let machine = ctx.machine().await?;
-    if machine.status != MachineStatus::Deployed {
+    if machine.status != MaasStatus::Deployed {
         return Err(StageFailure::ambiguity(
             "machine_left_deployed",
             format!(
@@ -113,7 +114,7 @@ pub(super) async fn ensure_hardware_sync_configured(
         .details(json!({"last_problem": last, "hint": "MAAS was left alone: the machine stays deployed for investigation"})));
     }
     let machine = match ctx.machine().await? {
-        m if m.status == MachineStatus::Deploying => {
+        m if m.status == MaasStatus::Deploying => {
             return Ok(StageOutcome::jump(
                 OnboardingStage::WaitForDeployed,
                 format!("{} is still Deploying", m.system_id),

@@ -3,6 +3,7 @@
 //! PXE validation is retried once after re-linking and fails under strict preflight; §4.10:
 //! each only while the machine is editable).
 
+use crate::lifecycle::MaasStatus;
 use serde_json::json;
 
 use super::StageCtx;
@@ -10,7 +11,7 @@ use super::commission::{adopt_advanced, unexpected};
 use crate::lifecycle::FailureClass;
 use crate::provider::maas::{
     BlockDevice, CreateSubnetParams, Interface, LinkMode, LinkRequest, LinkSubnetParams, Machine,
-    MachineStatus, StorageLayout, StorageLayoutParams, SubnetRef,
+    StorageLayout, StorageLayoutParams, SubnetRef,
 };
 use crate::stages::{StageFailure, StageOutcome};
 
@@ -18,13 +19,13 @@ use crate::stages::{StageFailure, StageOutcome};
 async fn editable(
     ctx: &mut StageCtx<'_>,
     what: &str,
-    allowed: &[MachineStatus],
+    allowed: &[MaasStatus],
 ) -> Result<Result<Machine, StageOutcome>, StageFailure> {
     let machine = ctx.machine().await?;
     if let Some(adopted) = adopt_advanced(ctx, &machine) {
         return adopted.map(Err);
     }
-    if allowed.contains(&machine.status) {
+    if allowed.iter().any(|status| machine.status == *status) {
         Ok(Ok(machine))
     } else {
         Err(unexpected(&machine, what))
@@ -46,7 +47,7 @@ fn is_boot_disk(ctx: &StageCtx<'_>, device: &BlockDevice) -> bool {
 pub(super) async fn ensure_storage_configured(
     ctx: &mut StageCtx<'_>,
 ) -> Result<StageOutcome, StageFailure> {
-    let machine = match editable(ctx, "configure storage", &[MachineStatus::Ready]).await? {
+    let machine = match editable(ctx, "configure storage", &[MaasStatus::Ready]).await? {
         Ok(machine) => machine,
         Err(jump) => return Ok(jump),
     };
@@ -142,7 +143,7 @@ pub(super) async fn ensure_roce_phase2_applied(
     let machine = match editable(
         ctx,
         "link RoCE interfaces",
-        &[MachineStatus::Ready, MachineStatus::Allocated],
+        &[MaasStatus::Ready, MaasStatus::Allocated],
     )
     .await?
     {
@@ -235,7 +236,7 @@ pub(super) async fn ensure_pxe_interface_auto(
     let machine = match editable(
         ctx,
         "check the PXE interface",
-        &[MachineStatus::Ready, MachineStatus::Allocated],
+        &[MaasStatus::Ready, MaasStatus::Allocated],
     )
     .await?
     {

@@ -7,13 +7,13 @@
 //! A restarted executor that has not deployed yet renders again with a new token (tokens of
 //! payloads that were never delivered are expired first).
 
+use crate::lifecycle::MaasStatus;
 use serde_json::json;
 
 use super::commission::adopt_advanced;
 use super::{CloudInitFacts, StageCtx};
 use crate::cloudinit::{self, CloudInitInput, NodeRuntime};
 use crate::lifecycle::{FailureClass, NodeState, Provider};
-use crate::provider::maas::MachineStatus;
 use crate::secrets::SecretRef;
 use crate::stages::{StageFailure, StageOutcome};
 use crate::store::{NewNode, StoreError};
@@ -26,8 +26,8 @@ pub(super) async fn ensure_node_and_payload(
         return adopted;
     }
     if !matches!(
-        machine.status,
-        MachineStatus::Ready | MachineStatus::Allocated
+        machine.status.known(),
+        Some(MaasStatus::Ready | MaasStatus::Allocated)
     ) {
         return Err(super::commission::unexpected(
             &machine,
