@@ -10,11 +10,9 @@
 //! `ok`, nothing acted on): they are behaviour; timings are printed, never asserted. Under
 //! `cargo test --all-targets` it runs once on 8 nodes as a smoke test of the benchmark.
 
-#[allow(dead_code)]
 #[path = "../tests/onboard_support/mod.rs"]
 mod onboard_support;
 
-#[allow(dead_code)]
 #[path = "../tests/drift_support/mod.rs"]
 mod drift_support;
 
