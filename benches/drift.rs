@@ -3,10 +3,10 @@
 //! and writes one transaction per node (its `node_maas_state` record), so its cost grows with
 //! the node count; this measures how much, and how much of it is the list.
 //!
-//! `cargo bench --bench drift` prints, per run and as min/median/max: the whole pass, the site's
-//! machines list alone (`observe_site`), and the per-node cost of the rest. N comes from
-//! `METALFORM_BENCH_DRIFT_NODES` (default 300: the nodes are onboarded first, through the
-//! executor and the simulator, which takes a while). The findings are asserted (every node
+//! `cargo bench --bench drift [-- --machines N --runs R]` prints, per run and as a summary: the
+//! whole pass, the site's machines list alone (`observe_site`), and the per-node cost of the
+//! rest. N defaults to 300 (the nodes are onboarded first, through the executor and the
+//! simulator, which takes a while: ~2 minutes for 1,000). The findings are asserted (every node
 //! `ok`, nothing acted on): they are behaviour; timings are printed, never asserted. Under
 //! `cargo test --all-targets` it runs once on 8 nodes as a smoke test of the benchmark.
 
@@ -16,40 +16,18 @@ mod onboard_support;
 #[path = "../tests/drift_support/mod.rs"]
 mod drift_support;
 
-use std::time::{Duration, Instant};
+mod support;
+
+use std::time::Instant;
 
 use metalform::drift::DriftPolicy;
 use metalform::model::SiteName;
-
-fn measuring() -> bool {
-    std::env::args().any(|a| a == "--bench")
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-fn stats(mut samples: Vec<Duration>) -> String {
-    samples.sort();
-    format!(
-        "min {:>8.1} ms  median {:>8.1} ms  max {:>8.1} ms",
-        ms(samples[0]),
-        ms(samples[samples.len() / 2]),
-        ms(samples[samples.len() - 1])
-    )
-}
+use support::{Args, Samples, ms};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let nodes: usize = if measuring() {
-        std::env::var("METALFORM_BENCH_DRIFT_NODES")
-            .ok()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(300)
-    } else {
-        8
-    };
-    let runs = if measuring() { 5 } else { 1 };
+    let args = Args::parse((300, 5), (8, 1));
+    let (nodes, runs) = (args.machines, args.runs);
     let started = Instant::now();
     let bed = drift_support::active_site(nodes, 0).await;
     println!(
@@ -59,7 +37,7 @@ async fn main() {
     let env = drift_support::drift_env(&bed, bed.store.clone(), DriftPolicy::default());
     let site = &bed.fleet.sites[&SiteName::new("dc1")];
 
-    let (mut passes, mut lists) = (Vec::new(), Vec::new());
+    let (mut passes, mut lists) = (Samples::default(), Samples::default());
     for run in 0..runs {
         let start = Instant::now();
         let observation =
@@ -96,6 +74,6 @@ async fn main() {
         passes.push(pass);
         lists.push(list);
     }
-    println!("drift pass ({nodes} nodes): {}", stats(passes));
-    println!("machines list alone:      {}", stats(lists));
+    println!("drift pass ({nodes} nodes): {}", passes.summary());
+    println!("machines list alone:      {}", lists.summary());
 }

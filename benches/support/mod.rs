@@ -87,6 +87,11 @@ impl Samples {
         )
     }
 
+    /// Adds one duration measured by the caller.
+    pub fn push(&mut self, sample: Duration) {
+        self.0.push(sample);
+    }
+
     pub fn median(&self) -> Duration {
         let mut sorted = self.0.clone();
         sorted.sort();

@@ -152,10 +152,7 @@ pub struct HardwareSync {
     /// `require_hw_sync`, default true (seed 000 §9.1: a required invariant in v1).
     pub required: bool,
     /// `hardware_sync_interval`, default 15m.
-    #[serde(
-        serialize_with = "duration::serialize",
-        deserialize_with = "duration::deserialize"
-    )]
+    #[serde(with = "duration")]
     pub interval: Duration,
 }
 
@@ -206,10 +203,7 @@ pub struct Concurrency {
 pub struct Enrollment {
     /// Lifetime of a node's enrollment token (`enrollment_token_ttl_seconds`, default 2h). Must
     /// outlast deploy plus first boot.
-    #[serde(
-        serialize_with = "duration::serialize",
-        deserialize_with = "duration::deserialize"
-    )]
+    #[serde(with = "duration")]
     pub token_ttl: Duration,
 }
 
@@ -217,54 +211,27 @@ pub struct Enrollment {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Timeouts {
-    #[serde(
-        serialize_with = "duration::serialize",
-        deserialize_with = "duration::deserialize"
-    )]
+    #[serde(with = "duration")]
     pub discovery: Duration,
-    #[serde(
-        serialize_with = "duration::serialize",
-        deserialize_with = "duration::deserialize"
-    )]
+    #[serde(with = "duration")]
     pub commission: Duration,
-    #[serde(
-        serialize_with = "duration::serialize",
-        deserialize_with = "duration::deserialize"
-    )]
+    #[serde(with = "duration")]
     pub deploy: Duration,
-    #[serde(
-        serialize_with = "duration::serialize",
-        deserialize_with = "duration::deserialize"
-    )]
+    #[serde(with = "duration")]
     pub hw_sync_seed: Duration,
-    #[serde(
-        serialize_with = "duration::serialize",
-        deserialize_with = "duration::deserialize"
-    )]
+    #[serde(with = "duration")]
     pub hw_sync_health: Duration,
-    #[serde(
-        serialize_with = "duration::serialize",
-        deserialize_with = "duration::deserialize"
-    )]
+    #[serde(with = "duration")]
     pub enrollment: Duration,
     /// A decommission's node-agent task (drain, scrub, storage cleanup …) must finish within
     /// this; then the agent counts as unreachable (000 §5.8).
-    #[serde(
-        serialize_with = "duration::serialize",
-        deserialize_with = "duration::deserialize"
-    )]
+    #[serde(with = "duration")]
     pub agent_task: Duration,
     /// MAAS must finish a release, erase included, within this.
-    #[serde(
-        serialize_with = "duration::serialize",
-        deserialize_with = "duration::deserialize"
-    )]
+    #[serde(with = "duration")]
     pub release: Duration,
     /// MAAS must report a machine off within this.
-    #[serde(
-        serialize_with = "duration::serialize",
-        deserialize_with = "duration::deserialize"
-    )]
+    #[serde(with = "duration")]
     pub power_off: Duration,
 }
 
