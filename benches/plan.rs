@@ -25,6 +25,8 @@
 #[path = "../examples/large_fleet.rs"]
 mod large_fleet;
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,25 +41,7 @@ use metalform::secrets::{FileStore, SecretStore};
 use metalform::sim::{self, FleetOptions, InitialState, SimConfig, SimHandle};
 use metalform::source::FleetSource;
 use metalform::store::Store;
-
-/// `cargo bench` passes `--bench`; `cargo test` does not.
-fn measuring() -> bool {
-    std::env::args().any(|a| a == "--bench")
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-fn stats(mut samples: Vec<Duration>) -> String {
-    samples.sort();
-    format!(
-        "min {:>7.1} ms  median {:>7.1} ms  max {:>7.1} ms",
-        ms(samples[0]),
-        ms(samples[samples.len() / 2]),
-        ms(samples[samples.len() - 1])
-    )
-}
+use support::{Samples, benchmarking, ms};
 
 /// One simulated MAAS per site whose machines are the site's nodes: the generator's hardware,
 /// renamed to the fleet's hostnames and BMC addresses. They run on their own runtime (as a MAAS
@@ -279,9 +263,15 @@ async fn run(shape: large_fleet::Shape, runs: usize) {
                 .collect();
             last = Some(plan);
         }
-        println!("  observe         {}", stats(observe_times));
-        println!("  plan            {}", stats(plan_times));
-        println!("  observe + plan  {}", stats(totals.clone()));
+        println!(
+            "  observe         {}",
+            Samples::from(observe_times).summary()
+        );
+        println!("  plan            {}", Samples::from(plan_times).summary());
+        println!(
+            "  observe + plan  {}",
+            Samples::from(totals.clone()).summary()
+        );
         println!(
             "  MAAS requests per observe: {} in all ({})",
             requests.values().sum::<u64>(),
@@ -326,12 +316,12 @@ async fn run(shape: large_fleet::Shape, runs: usize) {
             "simulated MAAS alone, all sites' lists at once ({}; send, no decoding; {:.0} MB): {}",
             renderings.describe(),
             bytes as f64 / 1e6,
-            stats(floors)
+            Samples::from(floors).summary()
         );
         if renderings == Renderings::Kept {
             println!(
                 "decoding those lists as machine summaries (one thread): {}",
-                stats(parses)
+                Samples::from(parses).summary()
             );
         }
     }
@@ -355,7 +345,7 @@ async fn run(shape: large_fleet::Shape, runs: usize) {
         ms(loaded),
         std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0) as f64 / 1e6
     );
-    if measuring() {
+    if benchmarking() {
         let met = medians.iter().all(|(_, m)| *m < Duration::from_secs(1));
         println!(
             "goals: observe + plan < 1 s: {} (median {}); at most one machines list per site: yes",
@@ -378,7 +368,7 @@ fn main() {
         .build()
         .unwrap();
     runtime.block_on(async {
-        if measuring() {
+        if benchmarking() {
             run(large_fleet::Shape::default(), 5).await;
         } else {
             println!("smoke run (cargo test): a small fleet, one run; figures are not meaningful");

@@ -16,6 +16,8 @@
 #[path = "../examples/large_fleet.rs"]
 mod large_fleet;
 
+mod support;
+
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -23,34 +25,16 @@ use std::time::{Duration, Instant};
 use metalform::manifest;
 use metalform::model::diff;
 use metalform::source::{self, FleetSource};
-
-/// `cargo bench` passes `--bench`; `cargo test` does not.
-fn measuring() -> bool {
-    std::env::args().any(|a| a == "--bench")
-}
+use support::{Samples, benchmarking, ms};
 
 fn runs() -> usize {
-    if measuring() { 7 } else { 1 }
-}
-
-fn stats(mut samples: Vec<Duration>) -> String {
-    samples.sort();
-    format!(
-        "min {:>7.1} ms  median {:>7.1} ms  max {:>7.1} ms",
-        ms(samples[0]),
-        ms(samples[samples.len() / 2]),
-        ms(samples[samples.len() - 1])
-    )
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
+    if benchmarking() { 7 } else { 1 }
 }
 
 fn main() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let fleet = dir.path().join("fleet");
-    let shape = if measuring() {
+    let shape = if benchmarking() {
         large_fleet::Shape::default()
     } else {
         println!("smoke run (cargo test): a small fleet, one run; figures are not meaningful");
@@ -92,9 +76,18 @@ fn main() {
         total_times.push(total);
     }
     println!("in-process, {} runs:", runs());
-    println!("  read files          {}", stats(read_times));
-    println!("  validate + resolve  {}", stats(load_times));
-    println!("  total               {}", stats(total_times));
+    println!(
+        "  read files          {}",
+        Samples::from(read_times).summary()
+    );
+    println!(
+        "  validate + resolve  {}",
+        Samples::from(load_times).summary()
+    );
+    println!(
+        "  total               {}",
+        Samples::from(total_times).summary()
+    );
 
     binary_figures(&fleet);
     diff_figures(&fleet, &source, shape);
@@ -118,7 +111,7 @@ fn binary_figures(fleet: &Path) {
     println!(
         "binary `metalform validate --fleet DIR`, {} runs (wall): {}",
         runs(),
-        stats(walls.clone())
+        Samples::from(walls.clone()).summary()
     );
     let time = Path::new("/usr/bin/time");
     if !time.exists() {
@@ -152,7 +145,7 @@ fn binary_figures(fleet: &Path) {
         field("Elapsed (wall clock) time (h:mm:ss or m:ss):"),
         rss_kb / 1024.0
     );
-    if !measuring() {
+    if !benchmarking() {
         return;
     }
     println!(
@@ -202,7 +195,7 @@ fn diff_figures(fleet: &Path, source: &FleetSource, shape: large_fleet::Shape) {
     println!(
         "diff of two {}-node fleets ({changes} node changes): {}",
         base.nodes.len(),
-        stats(times)
+        Samples::from(times).summary()
     );
 }
 

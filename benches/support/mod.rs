@@ -17,10 +17,15 @@ pub struct Args {
     pub against: Option<String>,
 }
 
+/// `cargo bench` passes `--bench`; `cargo test --all-targets` runs the binary without it.
+pub fn benchmarking() -> bool {
+    std::env::args().any(|arg| arg == "--bench")
+}
+
 impl Args {
     /// Parses the arguments; `full` is (machines, runs) under `cargo bench`, `smoke` otherwise.
     pub fn parse(full: (usize, usize), smoke: (usize, usize)) -> Args {
-        let benchmarking = std::env::args().any(|arg| arg == "--bench");
+        let benchmarking = benchmarking();
         let (machines, runs) = if benchmarking { full } else { smoke };
         let mut args = Args {
             benchmarking,
@@ -53,6 +58,12 @@ impl Args {
 /// Durations of repeated runs of one measurement.
 #[derive(Debug, Default, Clone)]
 pub struct Samples(Vec<Duration>);
+
+impl From<Vec<Duration>> for Samples {
+    fn from(samples: Vec<Duration>) -> Self {
+        Samples(samples)
+    }
+}
 
 impl Samples {
     /// Times `runs` calls of `run` (sequentially).
