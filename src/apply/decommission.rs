@@ -21,7 +21,7 @@ use uuid::Uuid;
 use super::backoff;
 use super::lease::{LeaseRefusal, NodeLease};
 use super::progress::{Progress, ProgressStatus};
-use super::runner::open_attempt;
+use super::runner::{Stop, advance_retrying, done_event, failed_update, open_attempt};
 use super::{ExecutorOptions, NodeOutcome, NodeResult};
 use crate::lifecycle::{
     DecommissionMode, DecommissionStage, JobKind, JobState, NodeState, OnboardingStage, Owner,
@@ -34,8 +34,8 @@ use crate::stages::decommission::{
 use crate::stages::onboard::{NodeMemory, StageEnv};
 use crate::stages::{Next, Retry, StageFailure, StageOutcome};
 use crate::store::{
-    Actor, EventStatus, Fence, Job, JobFailure, JobFilter, JobUpdate, NewDecommission,
-    NodeTransition, StageEvent, StageEventRow, Store, StoreError,
+    Actor, EventStatus, Fence, Job, JobFilter, JobUpdate, NewDecommission, NodeTransition,
+    StageEvent, StageEventRow, Store, StoreError,
 };
 
 /// What to run for one node.
@@ -105,23 +105,6 @@ impl DecommissionExecutor {
 
 fn report(inner: &Inner, node: &str, stage: &str, status: ProgressStatus, message: &str) {
     super::progress::report(inner.progress.as_ref(), node, stage, status, message);
-}
-
-enum Stop {
-    Result(NodeOutcome),
-}
-
-impl From<StoreError> for Stop {
-    fn from(err: StoreError) -> Self {
-        Stop::Result(NodeOutcome::Aborted {
-            reason: match err {
-                StoreError::LeaseLost { .. } => {
-                    "another executor took the node's lease over; it continues the job".into()
-                }
-                other => format!("state store: {other}"),
-            },
-        })
-    }
 }
 
 async fn run_item(inner: &Inner, item: DecommissionWork) -> NodeResult {
@@ -272,20 +255,7 @@ impl Run<'_> {
         if update.maas_system_id.is_none() {
             update.maas_system_id = facts.base.system_id.clone();
         }
-        let mut tries = 0;
-        loop {
-            match self
-                .store()
-                .advance_job(JobKind::Decommission, job.id, &update)
-                .await
-            {
-                Err(err) if err.is_transient() && tries < 4 => {
-                    tries += 1;
-                    tokio::time::sleep(Duration::from_millis(50 * (1 << tries))).await;
-                }
-                other => return other,
-            }
-        }
+        advance_retrying(self.store(), JobKind::Decommission, job.id, &update).await
     }
 
     async fn run_stages(&mut self, id: Uuid) -> Result<NodeOutcome, Stop> {
@@ -365,26 +335,8 @@ impl Run<'_> {
                     tokio::time::sleep(wait.poll.unwrap_or(poll)).await;
                 }
                 StageOutcome::Done(done) => {
-                    let event = StageEvent {
-                        stage: stage.as_str().into(),
-                        attempt: job.attempt,
-                        status: if done.skipped {
-                            EventStatus::Skipped
-                        } else {
-                            EventStatus::Succeeded
-                        },
-                        message: Some(done.message.clone()),
-                        details: done.details.clone(),
-                    };
-                    self.report(
-                        stage.as_str(),
-                        if done.skipped {
-                            ProgressStatus::Skipped
-                        } else {
-                            ProgressStatus::Succeeded
-                        },
-                        &done.message,
-                    );
+                    let (event, progress) = done_event(stage.as_str(), job.attempt, &done);
+                    self.report(stage.as_str(), progress, &done.message);
                     facts.base.clock = None;
                     facts.base.retries = 0;
                     let next = match done.next {
@@ -450,33 +402,10 @@ impl Run<'_> {
         failure: StageFailure,
         facts: &DecommissionFacts,
     ) -> Result<NodeOutcome, Stop> {
-        let state = failure.final_state();
-        let mut update = JobUpdate::new(state);
-        update.failure = Some(JobFailure {
-            class: failure.class,
-            code: failure.code.clone(),
-            message: failure.message.clone(),
-            details: (*failure.details).clone(),
-        });
-        update.event = Some(StageEvent {
-            stage: stage.as_str().into(),
-            attempt: job.attempt,
-            status: EventStatus::Failed,
-            message: Some(failure.message.clone()),
-            details: json!({"class": failure.class, "code": failure.code, "details": failure.details}),
-        });
+        let (update, line) = failed_update(stage.as_str(), job.attempt, &failure);
         self.write(job, update, facts).await?;
-        self.report(
-            stage.as_str(),
-            ProgressStatus::Failed,
-            &format!("{} ({}, {})", failure.message, failure.class, failure.code),
-        );
-        Ok(NodeOutcome::Failed {
-            state,
-            class: failure.class,
-            code: failure.code,
-            message: failure.message,
-        })
+        self.report(stage.as_str(), ProgressStatus::Failed, &line);
+        Ok(failure.into())
     }
 
     /// Open a stage attempt, unless one is open (a restarted executor continues it).

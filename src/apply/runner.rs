@@ -27,7 +27,7 @@ use crate::plan::NodeTarget;
 use crate::stages::onboard::{
     Checkpoint, Facts, NodeMemory, StageClock, StageCtx, StageEnv, TakeOverFacts, run_stage,
 };
-use crate::stages::{Next, StageOutcome, retry_budget};
+use crate::stages::{Next, StageDone, StageFailure, StageOutcome, retry_budget};
 use crate::store::{
     EventStatus, Job, JobFailure, JobFilter, JobUpdate, MaasStateUpdate, NewOnboarding,
     NodeTransition, StageEvent, StoreError,
@@ -40,8 +40,8 @@ pub(super) struct Shared {
     pub progress: Arc<dyn Progress>,
 }
 
-/// Why a node's run stopped early.
-enum Stop {
+/// Why a node's run stopped early (the onboarding and the decommission executors).
+pub(super) enum Stop {
     /// The node ended (converged, failed, left alone).
     Result(NodeOutcome),
 }
@@ -125,6 +125,83 @@ pub(super) fn not_started(shared: &Shared, item: WorkItem) -> NodeResult {
 
 fn report(shared: &Shared, node: &str, stage: &str, status: ProgressStatus, message: &str) {
     super::progress::report(shared.progress.as_ref(), node, stage, status, message);
+}
+
+/// A finished stage's journal event and progress status.
+pub(super) fn done_event(
+    stage: &str,
+    attempt: i64,
+    done: &StageDone,
+) -> (StageEvent, ProgressStatus) {
+    let (status, progress) = if done.skipped {
+        (EventStatus::Skipped, ProgressStatus::Skipped)
+    } else {
+        (EventStatus::Succeeded, ProgressStatus::Succeeded)
+    };
+    let event = StageEvent {
+        stage: stage.into(),
+        attempt,
+        status,
+        message: Some(done.message.clone()),
+        details: done.details.clone(),
+    };
+    (event, progress)
+}
+
+/// A stage that failed for good: the journal write (the job's failure and the stage's failed
+/// event), and the progress line.
+pub(super) fn failed_update(
+    stage: &str,
+    attempt: i64,
+    failure: &StageFailure,
+) -> (JobUpdate, String) {
+    let mut update = JobUpdate::new(failure.final_state());
+    update.failure = Some(JobFailure {
+        class: failure.class,
+        code: failure.code.clone(),
+        message: failure.message.clone(),
+        details: (*failure.details).clone(),
+    });
+    update.event = Some(StageEvent {
+        stage: stage.into(),
+        attempt,
+        status: EventStatus::Failed,
+        message: Some(failure.message.clone()),
+        details: json!({"class": failure.class, "code": failure.code, "details": failure.details}),
+    });
+    let line = format!("{} ({}, {})", failure.message, failure.class, failure.code);
+    (update, line)
+}
+
+impl From<StageFailure> for NodeOutcome {
+    fn from(failure: StageFailure) -> Self {
+        NodeOutcome::Failed {
+            state: failure.final_state(),
+            class: failure.class,
+            code: failure.code,
+            message: failure.message,
+        }
+    }
+}
+
+/// A journal write, retried a few times on a transient store error (a busy SQLite, a dropped
+/// PostgreSQL connection): the stage's work is done, losing its record would redo it.
+pub(super) async fn advance_retrying(
+    store: &crate::store::Store,
+    kind: JobKind,
+    job: Uuid,
+    update: &JobUpdate,
+) -> Result<Job, StoreError> {
+    let mut tries = 0;
+    loop {
+        match store.advance_job(kind, job, update).await {
+            Err(err) if err.is_transient() && tries < 4 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(50 * (1 << tries))).await;
+            }
+            other => return other,
+        }
+    }
 }
 
 /// A stage attempt opened by [`open_attempt`].
@@ -503,20 +580,7 @@ impl NodeRun<'_> {
         if update.maas_system_id.is_none() {
             update.maas_system_id = facts.system_id.clone();
         }
-        let mut tries = 0;
-        loop {
-            match self
-                .store()
-                .advance_job(JobKind::Onboarding, job.id, &update)
-                .await
-            {
-                Err(err) if err.is_transient() && tries < 4 => {
-                    tries += 1;
-                    tokio::time::sleep(Duration::from_millis(50 * (1 << tries))).await;
-                }
-                other => return other,
-            }
-        }
+        advance_retrying(self.store(), JobKind::Onboarding, job.id, &update).await
     }
 
     async fn run_stages(&mut self, id: Uuid) -> Result<NodeOutcome, Stop> {
@@ -589,18 +653,7 @@ impl NodeRun<'_> {
                 }
                 StageOutcome::Done(done) => {
                     self.memory.last_wait = None;
-                    let status = if done.skipped {
-                        EventStatus::Skipped
-                    } else {
-                        EventStatus::Succeeded
-                    };
-                    let event = StageEvent {
-                        stage: stage.as_str().into(),
-                        attempt: job.attempt,
-                        status,
-                        message: Some(done.message.clone()),
-                        details: done.details.clone(),
-                    };
+                    let (event, progress) = done_event(stage.as_str(), job.attempt, &done);
                     facts.clock = None;
                     facts.retries = 0;
                     let next = match done.next {
@@ -608,15 +661,7 @@ impl NodeRun<'_> {
                         Next::Jump(to) => Some(to),
                         Next::Complete => None,
                     };
-                    self.report(
-                        stage.as_str(),
-                        if done.skipped {
-                            ProgressStatus::Skipped
-                        } else {
-                            ProgressStatus::Succeeded
-                        },
-                        &done.message,
-                    );
+                    self.report(stage.as_str(), progress, &done.message);
                     match next {
                         Some(next) => {
                             let mut update = JobUpdate::new(JobState::Running);
@@ -669,33 +714,10 @@ impl NodeRun<'_> {
                         stop.sleep(delay).await;
                         continue;
                     }
-                    let state = failure.final_state();
-                    let mut update = JobUpdate::new(state);
-                    update.failure = Some(JobFailure {
-                        class: failure.class,
-                        code: failure.code.clone(),
-                        message: failure.message.clone(),
-                        details: (*failure.details).clone(),
-                    });
-                    update.event = Some(StageEvent {
-                        stage: stage.as_str().into(),
-                        attempt: job.attempt,
-                        status: EventStatus::Failed,
-                        message: Some(failure.message.clone()),
-                        details: json!({"class": failure.class, "code": failure.code, "details": failure.details}),
-                    });
+                    let (update, line) = failed_update(stage.as_str(), job.attempt, &failure);
                     self.write(&job, update, &facts).await?;
-                    self.report(
-                        stage.as_str(),
-                        ProgressStatus::Failed,
-                        &format!("{} ({}, {})", failure.message, failure.class, failure.code),
-                    );
-                    return Ok(NodeOutcome::Failed {
-                        state,
-                        class: failure.class,
-                        code: failure.code,
-                        message: failure.message,
-                    });
+                    self.report(stage.as_str(), ProgressStatus::Failed, &line);
+                    return Ok(failure.into());
                 }
             }
         }
