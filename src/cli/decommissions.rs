@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use super::apply::{ExecArgs, Runtime, finish, operator, render_report, required_reason};
 use super::output::ReportFormat;
-use super::status::{detail_view, open_store, store_error, table, time};
+use super::status::{detail_view, store_error, table, time, with_store};
 use super::{CliError, Exit, GlobalArgs};
 use crate::apply::decommission::{
     DecommissionExecutor, DecommissionJob, DecommissionView, DecommissionWork, ServiceError,
@@ -102,16 +102,16 @@ pub struct CancelArgs {
 pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
     match args.command {
         Command::List(list) => {
-            let store = open_store(global, &list.fleet).await?;
-            let result = list_jobs(&store, &list).await;
-            store.close().await;
-            result
+            with_store(global, &list.fleet, async |store| {
+                list_jobs(store, &list).await
+            })
+            .await
         }
         Command::Show(show) => {
-            let store = open_store(global, &show.fleet).await?;
-            let result = show_job(&store, &show).await;
-            store.close().await;
-            result
+            with_store(global, &show.fleet, async |store| {
+                show_job(store, &show).await
+            })
+            .await
         }
         Command::Retry(args) => retry(global, *args).await,
         Command::Cancel(args) => cancel(global, args).await,
@@ -397,11 +397,10 @@ async fn retry(global: &GlobalArgs, args: ActionArgs) -> Result<Exit, CliError> 
 async fn cancel(global: &GlobalArgs, args: CancelArgs) -> Result<Exit, CliError> {
     let reason = required_reason(args.reason.as_deref(), "cancel", REASON_EXAMPLE)?;
     let actor = operator(args.actor.as_deref());
-    let store = open_store(global, &args.fleet).await?;
-    let result = async {
-        let job = find_job(&store, &args.job, args.site.as_deref()).await?;
+    with_store(global, &args.fleet, async |store| {
+        let job = find_job(store, &args.job, args.site.as_deref()).await?;
         let done = cancel_decommission(
-            &store,
+            store,
             job.id,
             &actor,
             Some(&reason),
@@ -414,8 +413,6 @@ async fn cancel(global: &GlobalArgs, args: CancelArgs) -> Result<Exit, CliError>
             done.id, done.state, job.state, job.stage, actor.name
         );
         Ok(Exit::Success)
-    }
-    .await;
-    store.close().await;
-    result
+    })
+    .await
 }

@@ -7,8 +7,8 @@ use serde_json::json;
 use super::apply::operator;
 use super::observe::{FleetArgs, SecretArgs, SiteArgs, load_fleet, open_secrets, unknown_site};
 use super::output::ReportFormat;
-use super::status::open_store;
 use super::status::{find_node, store_error, table, time};
+use super::status::{open_store, with_store};
 use super::{CliError, Exit, GlobalArgs};
 use crate::drift::{
     self, ActionResult, DriftEnv, DriftFilter, DriftPolicy, DriftReport, DriftSummary, Resolution,
@@ -105,16 +105,16 @@ pub struct RunArgs {
 pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
     match args.command {
         Command::List(list) => {
-            let store = open_store(global, &list.fleet).await?;
-            let result = list_drift(&store, &list).await;
-            store.close().await;
-            result
+            with_store(global, &list.fleet, async |store| {
+                list_drift(store, &list).await
+            })
+            .await
         }
         Command::Status(status) => {
-            let store = open_store(global, &status.fleet).await?;
-            let result = drift::summary(&store).await.map_err(store_error);
-            store.close().await;
-            let summary = result?;
+            let summary = with_store(global, &status.fleet, async |store| {
+                drift::summary(store).await.map_err(store_error)
+            })
+            .await?;
             match status.format {
                 ReportFormat::Json => print_json(&json!({"summary": summary})),
                 ReportFormat::Text => print!("{}", render_summary(&summary)),
@@ -122,10 +122,10 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
             Ok(Exit::Success)
         }
         Command::Resolve(resolve) => {
-            let store = open_store(global, &resolve.fleet).await?;
-            let result = resolve_drift(&store, &resolve).await;
-            store.close().await;
-            result
+            with_store(global, &resolve.fleet, async |store| {
+                resolve_drift(store, &resolve).await
+            })
+            .await
         }
         Command::Run(run) => run_pass(global, &run).await,
     }

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::apply::{ExecArgs, Runtime, finish, operator, render_report, required_reason};
 use super::output::ReportFormat;
-use super::status::{detail_view, open_store, store_error, table, time};
+use super::status::{detail_view, store_error, table, time, with_store};
 use super::{CliError, Exit, GlobalArgs};
 use crate::apply::recovery::{self, Execution};
 use crate::apply::{ExecutorOptions, Progress, StderrProgress};
@@ -96,16 +96,16 @@ pub struct ActionArgs {
 pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
     match args.command {
         Command::List(list) => {
-            let store = open_store(global, &list.fleet).await?;
-            let result = list_jobs(&store, &list).await;
-            store.close().await;
-            result
+            with_store(global, &list.fleet, async |store| {
+                list_jobs(store, &list).await
+            })
+            .await
         }
         Command::Show(show) => {
-            let store = open_store(global, &show.fleet).await?;
-            let result = show_job(&store, &show).await;
-            store.close().await;
-            result
+            with_store(global, &show.fleet, async |store| {
+                show_job(store, &show).await
+            })
+            .await
         }
         Command::Retry(a) => act(global, a, RecoveryAction::RetryStage).await,
         Command::Resume(a) => act(global, a, RecoveryAction::Resume).await,
@@ -302,10 +302,9 @@ async fn act(
     let actor = operator(args.exec.actor.as_deref());
     if action == RecoveryAction::MarkManualInterventionRequired {
         // Recorded only: nothing to execute.
-        let store = open_store(global, &args.exec.fleet.fleet).await?;
-        let result = async {
-            let job = find_job(&store, &args.job, args.site.as_deref()).await?;
-            let recovery = recovery::record(&store, job.id, action, &actor, &reason)
+        return with_store(global, &args.exec.fleet.fleet, async |store| {
+            let job = find_job(store, &args.job, args.site.as_deref()).await?;
+            let recovery = recovery::record(store, job.id, action, &actor, &reason)
                 .await
                 .map_err(recovery_error)?;
             println!(
@@ -313,10 +312,8 @@ async fn act(
                 recovery.job.id, recovery.job.state, recovery.job.stage
             );
             Ok(Exit::Success)
-        }
+        })
         .await;
-        store.close().await;
-        return result;
     }
     let progress: Arc<dyn Progress> = Arc::new(StderrProgress::new());
     let runtime = Runtime::start(

@@ -39,11 +39,21 @@ pub struct Args {
 const DETAIL_EVENTS: i64 = 10;
 
 pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
-    let store = open_store(global, &args.fleet).await?;
-    let result = match &args.node {
-        None => inventory(&store, &args).await,
-        Some(node) => detail(&store, &args, node).await,
-    };
+    with_store(global, &args.fleet, async |store| match &args.node {
+        None => inventory(store, &args).await,
+        Some(node) => detail(store, &args, node).await,
+    })
+    .await
+}
+
+/// Run `work` on the state store ([`open_store`]), closed afterwards whatever `work` returned.
+pub(super) async fn with_store<T>(
+    global: &GlobalArgs,
+    fleet_dir: &Path,
+    work: impl AsyncFnOnce(&Store) -> Result<T, CliError>,
+) -> Result<T, CliError> {
+    let store = open_store(global, fleet_dir).await?;
+    let result = work(&store).await;
     store.close().await;
     result
 }
