@@ -61,7 +61,8 @@ pub(super) async fn transition(
     Ok(())
 }
 
-async fn node_state(ctx: &DecommissionCtx<'_>) -> Result<NodeState, StageFailure> {
+/// The node's inventory state now.
+pub(super) async fn node_state(ctx: &DecommissionCtx<'_>) -> Result<NodeState, StageFailure> {
     Ok(ctx
         .env
         .store

@@ -5,20 +5,10 @@
 use serde_json::json;
 
 use super::DecommissionCtx;
-use super::host::transition;
+use super::host::{node_state, transition};
 use crate::agent::TaskType;
 use crate::lifecycle::{DecommissionStage, FailureClass, JobState, NodeState, Owner};
 use crate::stages::{StageFailure, StageOutcome};
-
-async fn node_state(ctx: &DecommissionCtx<'_>) -> Result<NodeState, StageFailure> {
-    Ok(ctx
-        .env
-        .store
-        .node(ctx.target.node_id)
-        .await
-        .map_err(|e| StageFailure::store(&e))?
-        .status)
-}
 
 /// RetireGPUaaSNode: draining -> retired.
 pub(super) async fn ensure_node_retired(
