@@ -1,1 +1,3 @@
 //! Redfish client and virtual-media provisioning (seed 003).
+
+pub mod recipe;
