@@ -163,9 +163,7 @@ fn json_path(error: &ValidationError<'_>) -> String {
 
 fn push_key(path: &mut String, key: &str) {
     let plain = !key.is_empty()
-        && key
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
         && !key.starts_with(|c: char| c.is_ascii_digit());
     if plain {
         path.push('.');
@@ -361,7 +359,10 @@ mod tests {
         let mut v1 = linux();
         v1["$schema"] = json!("https://metalform.invalid/schema/recipe/v1.json");
         assert_eq!(validate(&v1).unwrap().version, 1);
-        assert_eq!(current().id, "https://metalform.invalid/schema/recipe/v2.json");
+        assert_eq!(
+            current().id,
+            "https://metalform.invalid/schema/recipe/v2.json"
+        );
         assert_eq!(accepted().len(), 2, "N and N-1");
     }
 
@@ -381,14 +382,35 @@ mod tests {
         assert_eq!(
             paths(&errors),
             [
-                ("$", "missing required field `target_disk`: The block device the task writes, e.g. /dev/sda or /dev/disk/by-id/...."),
-                ("$.assets['.hidden']", "`.hidden` is not a valid name: expected a file name of letters, digits, '_', '.' and '-', at most 64 characters, not starting with '.'"),
+                (
+                    "$",
+                    "missing required field `target_disk`: The block device the task writes, e.g. /dev/sda or /dev/disk/by-id/...."
+                ),
+                (
+                    "$.assets['.hidden']",
+                    "`.hidden` is not a valid name: expected a file name of letters, digits, '_', '.' and '-', at most 64 characters, not starting with '.'"
+                ),
                 ("$.oci_url", "expected a string, found an integer"),
-                ("$.partition_layout[1].bootable", "unknown field `bootable` (known fields: size, type_guid, format, label)"),
-                ("$.partition_layout[1].format", "must be one of: vfat, ext4, xfs, btrfs, swap, none"),
-                ("$.partition_layout[1].size", "not valid: expected a size such as 512M, 20G or 1T, or a percentage from 1% to 100%"),
-                ("$.task_target", "not valid: expected a systemd target name ending in .target, e.g. install-linux.target"),
-                ("$.user_data", "not valid: expected base64 text (A–Z, a–z, 0–9, +, / and = padding)"),
+                (
+                    "$.partition_layout[1].bootable",
+                    "unknown field `bootable` (known fields: size, type_guid, format, label)"
+                ),
+                (
+                    "$.partition_layout[1].format",
+                    "must be one of: vfat, ext4, xfs, btrfs, swap, none"
+                ),
+                (
+                    "$.partition_layout[1].size",
+                    "not valid: expected a size such as 512M, 20G or 1T, or a percentage from 1% to 100%"
+                ),
+                (
+                    "$.task_target",
+                    "not valid: expected a systemd target name ending in .target, e.g. install-linux.target"
+                ),
+                (
+                    "$.user_data",
+                    "not valid: expected base64 text (A–Z, a–z, 0–9, +, / and = padding)"
+                ),
             ]
         );
         let shown = format!("{errors:?}");
@@ -405,8 +427,14 @@ mod tests {
         assert_eq!(
             paths(&errors),
             [
-                ("$.assets", "unknown field `assets` (known fields: $schema, task_target, target_disk, oci_url, user_data, partition_layout); `assets` needs recipe format version 2"),
-                ("$.partition_layout[1].format", "must be one of: vfat, ext4, xfs, swap, none"),
+                (
+                    "$.assets",
+                    "unknown field `assets` (known fields: $schema, task_target, target_disk, oci_url, user_data, partition_layout); `assets` needs recipe format version 2"
+                ),
+                (
+                    "$.partition_layout[1].format",
+                    "must be one of: vfat, ext4, xfs, swap, none"
+                ),
             ]
         );
         recipe.as_object_mut().unwrap().remove("$schema");
