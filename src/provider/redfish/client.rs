@@ -943,7 +943,10 @@ impl RedfishClient {
                 format!("the host is not on {grace:?} after power-on"),
             ));
         }
-        let settle = discovery.profile().settle_after_reset;
+        let settle = self
+            .settings
+            .settle_after_reset
+            .unwrap_or(discovery.profile().settle_after_reset);
         if !settle.is_zero() {
             *self.settle_until.lock().unwrap_or_else(|p| p.into_inner()) =
                 Some(tokio::time::Instant::now() + settle);

@@ -22,6 +22,9 @@ pub struct RedfishSettings {
     pub reset_grace: Duration,
     /// How often power state is polled while waiting for it to change.
     pub poll_interval: Duration,
+    /// After a host reset, leave the BMC alone this long instead of the vendor profile's
+    /// settle time (`REDFISH_SETTLE_AFTER_RESET`; slow firmware, simulators).
+    pub settle_after_reset: Option<Duration>,
     /// Accept self-signed BMC certificates (`REDFISH_INSECURE_TLS=true`); most BMCs ship one.
     pub insecure_tls: bool,
 }
@@ -35,6 +38,7 @@ impl Default for RedfishSettings {
             max_backoff: Duration::from_secs(30),
             reset_grace: Duration::from_secs(300),
             poll_interval: Duration::from_secs(2),
+            settle_after_reset: None,
             insecure_tls: false,
         }
     }
@@ -68,6 +72,13 @@ impl RedfishSettings {
         }
         if let Some(text) = lookup("REDFISH_RESET_GRACE") {
             settings.reset_grace = parse_duration("REDFISH_RESET_GRACE", &text)?;
+        }
+        if let Some(text) = lookup("REDFISH_SETTLE_AFTER_RESET") {
+            settings.settle_after_reset = Some(if text.trim() == "0" {
+                Duration::ZERO
+            } else {
+                parse_duration("REDFISH_SETTLE_AFTER_RESET", &text)?
+            });
         }
         if let Some(text) = lookup("REDFISH_RETRIES") {
             settings.retries = text
@@ -117,12 +128,14 @@ mod tests {
             ("REDFISH_RETRIES", "2"),
             ("REDFISH_RESET_GRACE", "1m30s"),
             ("REDFISH_INSECURE_TLS", "true"),
+            ("REDFISH_SETTLE_AFTER_RESET", "0"),
         ])
         .unwrap();
         assert_eq!(s.timeout, Duration::from_secs(10));
         assert_eq!(s.retries, 2);
         assert_eq!(s.reset_grace, Duration::from_secs(90));
         assert!(s.insecure_tls);
+        assert_eq!(s.settle_after_reset, Some(Duration::ZERO));
         assert_eq!(
             from(&[("REDFISH_TIMEOUT", "30")]).unwrap_err().to_string(),
             "REDFISH_TIMEOUT: `30` is not a duration: expected a number followed by a unit (ms, s, m, h, d), e.g. 15m or 1h30m"
