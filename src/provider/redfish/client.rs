@@ -19,7 +19,7 @@ use super::error::{RedfishError, TransientCause, error_message};
 use super::profile::{IfMatch, MediaLocation, Vendor, VendorProfile};
 use super::settings::RedfishSettings;
 use crate::provider::maas::{Jitter, RetryPolicy, SeededJitter};
-use crate::secrets::{PowerCredentials, SecretError, SecretRef, SecretStore};
+use crate::secrets::{PowerCredentials, SecretRef, SecretStore};
 
 /// A BMC: its Redfish base URL and login.
 #[derive(Debug, Clone)]
@@ -53,9 +53,16 @@ impl Endpoint {
         address: &str,
         secrets: &dyn SecretStore,
         reference: &SecretRef,
-    ) -> Result<Result<Self, RedfishError>, SecretError> {
-        let credentials = secrets.power_credentials(reference).await?;
-        Ok(Self::new(address, credentials))
+    ) -> Result<Self, RedfishError> {
+        let credentials = secrets
+            .power_credentials(reference)
+            .await
+            .map_err(|e| RedfishError::Credentials {
+                bmc: address.to_owned(),
+                transient: e.is_transient(),
+                message: e.to_string(),
+            })?;
+        Self::new(address, credentials)
     }
 
     /// `host:port` for messages (never the login).
@@ -659,15 +666,7 @@ impl RedfishClient {
             };
             slots.push(MediaSlot {
                 id,
-                media_types: slot["MediaTypes"]
-                    .as_array()
-                    .map(|t| {
-                        t.iter()
-                            .filter_map(Json::as_str)
-                            .map(str::to_owned)
-                            .collect()
-                    })
-                    .unwrap_or_default(),
+                media_types: strings(&slot["MediaTypes"]),
                 insert_target: action("#VirtualMedia.InsertMedia", "VirtualMedia.InsertMedia"),
                 eject_target: action("#VirtualMedia.EjectMedia", "VirtualMedia.EjectMedia"),
                 path,
@@ -681,19 +680,11 @@ impl RedfishClient {
         })?;
         // CD2 is a second CD drive, else a removable-disk slot (iLO, XCC): the maintenance OS
         // finds the task medium by its volume label, not by the drive.
-        let task_slot = slots
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| *i != maintenance_slot)
-            .find(|(_, s)| s.takes_cd())
-            .or_else(|| {
-                slots
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| *i != maintenance_slot)
-                    .find(|(_, s)| s.takes_removable())
-            })
-            .map(|(i, _)| i)
+        let other = |takes: fn(&MediaSlot) -> bool| {
+            (0..slots.len()).find(|&i| i != maintenance_slot && takes(&slots[i]))
+        };
+        let task_slot = other(MediaSlot::takes_cd)
+            .or_else(|| other(MediaSlot::takes_removable))
             .ok_or_else(|| RedfishError::Unsupported {
                 bmc: self.bmc(),
                 what: "mount two images at once: only one virtual media slot takes images".into(),
@@ -713,16 +704,14 @@ impl RedfishClient {
                 .as_str()
                 .map(str::to_owned)
                 .unwrap_or_else(|| format!("{system_path}/Actions/ComputerSystem.Reset")),
-            reset_types: reset["ResetType@Redfish.AllowableValues"]
-                .as_array()
-                .map(|t| {
-                    t.iter()
-                        .filter_map(Json::as_str)
-                        .map(str::to_owned)
-                        .collect()
-                })
-                .unwrap_or_default(),
+            reset_types: strings(&reset["ResetType@Redfish.AllowableValues"]),
         })
+    }
+
+    /// One attempt at reading a slot.
+    async fn read_slot(&self, op: &'static str, slot: &MediaSlot) -> Result<MediaState, Fail> {
+        let reply = self.get(op, &slot.path).await?;
+        Ok(MediaState::from_json(&slot.id, &reply.body))
     }
 
     /// Every slot's state.
@@ -761,7 +750,7 @@ impl RedfishClient {
         let slot = discovery.slot(drive);
         let mut change = Change::Unchanged;
         self.retrying(OP, async || {
-            let state = MediaState::from_json(&slot.id, &self.get(OP, &slot.path).await?.body);
+            let state = self.read_slot(OP, slot).await?;
             if state.holds(url) {
                 return Ok(());
             }
@@ -773,7 +762,7 @@ impl RedfishClient {
             self.send(OP, Method::POST, &slot.insert_target, Some(&body), None)
                 .await?;
             change = Change::Changed;
-            let after = MediaState::from_json(&slot.id, &self.get(OP, &slot.path).await?.body);
+            let after = self.read_slot(OP, slot).await?;
             if !after.holds(url) {
                 return Err(Fail::Final(self.protocol(
                     OP,
@@ -800,14 +789,14 @@ impl RedfishClient {
         let slot = discovery.slot(drive);
         let mut change = Change::Unchanged;
         self.retrying(OP, async || {
-            let state = MediaState::from_json(&slot.id, &self.get(OP, &slot.path).await?.body);
+            let state = self.read_slot(OP, slot).await?;
             if !state.inserted {
                 return Ok(());
             }
             self.send(OP, Method::POST, &slot.eject_target, Some(&json!({})), None)
                 .await?;
             change = Change::Changed;
-            let after = MediaState::from_json(&slot.id, &self.get(OP, &slot.path).await?.body);
+            let after = self.read_slot(OP, slot).await?;
             if after.inserted {
                 return Err(Fail::Final(self.protocol(
                     OP,
@@ -1030,6 +1019,14 @@ fn describe_media(state: &MediaState) -> String {
         (None, true) => "inserted media without an image".to_owned(),
         (None, false) => "no media".to_owned(),
     }
+}
+
+/// A JSON array of strings (other items skipped); empty when absent.
+fn strings(value: &Json) -> Vec<String> {
+    value
+        .as_array()
+        .map(|items| items.iter().filter_map(Json::as_str).map(str::to_owned).collect())
+        .unwrap_or_default()
 }
 
 fn link(value: &Json) -> Option<String> {

@@ -52,6 +52,14 @@ pub enum RedfishError {
         bmc: String,
         message: String,
     },
+    /// The BMC login could not be read from the secret store.
+    #[error("cannot read the login of BMC {bmc}: {message}")]
+    Credentials {
+        bmc: String,
+        message: String,
+        /// The secret store was unreachable (worth retrying), not missing the secret.
+        transient: bool,
+    },
     /// The BMC lacks what provisioning needs (no virtual CD, no reset action).
     #[error("{bmc} cannot {what}")]
     Unsupported { bmc: String, what: String },
@@ -59,7 +67,14 @@ pub enum RedfishError {
 
 impl RedfishError {
     pub fn is_transient(&self) -> bool {
-        matches!(self, RedfishError::Transient { .. })
+        matches!(
+            self,
+            RedfishError::Transient { .. }
+                | RedfishError::Credentials {
+                    transient: true,
+                    ..
+                }
+        )
     }
 
     /// The HTTP status, when the BMC answered with one.
@@ -89,6 +104,9 @@ impl RedfishError {
             }
             RedfishError::Protocol { .. } => {
                 "the BMC's answer was not what Redfish specifies: set the server's vendor explicitly or update the BMC firmware"
+            }
+            RedfishError::Credentials { .. } => {
+                "write the BMC login {user, pass} at the server's secret reference, or check the secret store"
             }
             RedfishError::Unsupported { .. } => {
                 "this BMC cannot be provisioned over virtual media; check its licence (virtual media often needs one)"
