@@ -52,7 +52,9 @@ fn xorriso(required: bool) -> Option<PathBuf> {
     if !required {
         return None;
     }
-    let found = std::process::Command::new("xorriso").arg("-version").output();
+    let found = std::process::Command::new("xorriso")
+        .arg("-version")
+        .output();
     assert!(
         found.is_ok_and(|o| o.status.success()),
         "xorriso is needed: install the Debian package `xorriso` or set METALFORM_XORRISO"
@@ -69,7 +71,9 @@ async fn bench(args: &Args) {
         pure.0.summary()
     );
     let Some(program) = xorriso(args.benchmarking) else {
-        println!("smoke run: no METALFORM_XORRISO, ISO builds not measured (run `cargo bench --bench redfish_iso`)");
+        println!(
+            "smoke run: no METALFORM_XORRISO, ISO builds not measured (run `cargo bench --bench redfish_iso`)"
+        );
         return;
     };
     let dir = tempfile::tempdir().unwrap();

@@ -479,20 +479,48 @@ async fn the_login_comes_from_the_secret_store_at_use_time() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("secrets.json");
     let write = |pass: &str| {
-        std::fs::write(&file, format!(r#"{{"kv/bmc/S": {{"user": "admin", "pass": "{pass}"}}}}"#)).unwrap();
+        std::fs::write(
+            &file,
+            format!(r#"{{"kv/bmc/S": {{"user": "admin", "pass": "{pass}"}}}}"#),
+        )
+        .unwrap();
     };
     let store = FileStore::new(&file);
     let reference = SecretRef::new("kv/bmc/S", None);
     write("stale");
-    let endpoint = Endpoint::from_secrets(handle.url("S").unwrap(), &store as &dyn SecretStore, &reference).await.unwrap();
-    let err = RedfishClient::new(endpoint, fast_settings()).discover(&SystemSelector::Only).await.unwrap_err();
+    let endpoint = Endpoint::from_secrets(
+        handle.url("S").unwrap(),
+        &store as &dyn SecretStore,
+        &reference,
+    )
+    .await
+    .unwrap();
+    let err = RedfishClient::new(endpoint, fast_settings())
+        .discover(&SystemSelector::Only)
+        .await
+        .unwrap_err();
     assert_eq!(err.status(), Some(401));
     // Rotated in the store: the next read picks it up.
     write(redfish::DEFAULT_PASSWORD);
-    let endpoint = Endpoint::from_secrets(handle.url("S").unwrap(), &store as &dyn SecretStore, &reference).await.unwrap();
-    RedfishClient::new(endpoint, fast_settings()).discover(&SystemSelector::Only).await.unwrap();
+    let endpoint = Endpoint::from_secrets(
+        handle.url("S").unwrap(),
+        &store as &dyn SecretStore,
+        &reference,
+    )
+    .await
+    .unwrap();
+    RedfishClient::new(endpoint, fast_settings())
+        .discover(&SystemSelector::Only)
+        .await
+        .unwrap();
     let missing = SecretRef::new("kv/bmc/other", None);
-    let err = Endpoint::from_secrets("10.0.0.9", &store as &dyn SecretStore, &missing).await.unwrap_err();
+    let err = Endpoint::from_secrets("10.0.0.9", &store as &dyn SecretStore, &missing)
+        .await
+        .unwrap_err();
     assert!(!err.is_transient());
-    assert!(err.to_string().starts_with("cannot read the login of BMC 10.0.0.9: secret `kv/bmc/other` not found"), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("cannot read the login of BMC 10.0.0.9: secret `kv/bmc/other` not found"),
+        "{err}"
+    );
 }

@@ -82,8 +82,10 @@ pub fn redfish_config(args: &Args) -> Result<sim::redfish::RedfishSimConfig, Cli
     config.listen = args.listen.ip();
     if let Some(base) = &args.redfish_webhook {
         let secret = std::env::var("METALFORM_WEBHOOK_SECRET").map_err(|_| {
-            CliError::argument("--redfish-webhook needs the shared secret in METALFORM_WEBHOOK_SECRET")
-                .hint("export METALFORM_WEBHOOK_SECRET with the controller's webhook secret")
+            CliError::argument(
+                "--redfish-webhook needs the shared secret in METALFORM_WEBHOOK_SECRET",
+            )
+            .hint("export METALFORM_WEBHOOK_SECRET with the controller's webhook secret")
         })?;
         config.webhook = Some(sim::redfish::WebhookTarget {
             base: base.clone(),
@@ -245,14 +247,27 @@ mod tests {
                 .message
                 .starts_with("cannot read /nonexistent/export.json")
         );
-        let redfish = Wrapper::parse_from(["sim", "--redfish-bmcs", "6", "--redfish-faults", "insert:status=503,count=1"]);
+        let redfish = Wrapper::parse_from([
+            "sim",
+            "--redfish-bmcs",
+            "6",
+            "--redfish-faults",
+            "insert:status=503,count=1",
+        ]);
         let r = redfish_config(&redfish.args).unwrap();
         let vendors: Vec<&str> = r.bmcs.iter().map(|b| b.vendor.as_str()).collect();
-        assert_eq!(vendors, ["dell", "hpe", "lenovo", "supermicro", "generic", "dell"]);
+        assert_eq!(
+            vendors,
+            ["dell", "hpe", "lenovo", "supermicro", "generic", "dell"]
+        );
         assert_eq!(r.bmcs[5].serial, "RF-0006");
         assert_eq!(r.bmcs[0].faults.len(), 1);
-        let bad_vendor = Wrapper::parse_from(["sim", "--redfish-bmcs", "1", "--redfish-vendor", "acme"]);
-        assert_eq!(redfish_config(&bad_vendor.args).unwrap_err().message, "unknown --redfish-vendor `acme`");
+        let bad_vendor =
+            Wrapper::parse_from(["sim", "--redfish-bmcs", "1", "--redfish-vendor", "acme"]);
+        assert_eq!(
+            redfish_config(&bad_vendor.args).unwrap_err().message,
+            "unknown --redfish-vendor `acme`"
+        );
         let bad = Wrapper::parse_from(["sim", "--state", "sleepy"]);
         let err = config(&bad.args).unwrap_err();
         assert_eq!(err.message, "unknown --state `sleepy`");

@@ -54,14 +54,15 @@ impl Endpoint {
         secrets: &dyn SecretStore,
         reference: &SecretRef,
     ) -> Result<Self, RedfishError> {
-        let credentials = secrets
-            .power_credentials(reference)
-            .await
-            .map_err(|e| RedfishError::Credentials {
-                bmc: address.to_owned(),
-                transient: e.is_transient(),
-                message: e.to_string(),
-            })?;
+        let credentials =
+            secrets
+                .power_credentials(reference)
+                .await
+                .map_err(|e| RedfishError::Credentials {
+                    bmc: address.to_owned(),
+                    transient: e.is_transient(),
+                    message: e.to_string(),
+                })?;
         Self::new(address, credentials)
     }
 
@@ -1025,7 +1026,13 @@ fn describe_media(state: &MediaState) -> String {
 fn strings(value: &Json) -> Vec<String> {
     value
         .as_array()
-        .map(|items| items.iter().filter_map(Json::as_str).map(str::to_owned).collect())
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(Json::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
         .unwrap_or_default()
 }
 

@@ -267,30 +267,24 @@ impl IsoBuilder {
                 .map_err(io("cannot create", &root))?;
         }
         let partial = staging.path().join("task.iso");
-        let mut command = tokio::process::Command::new(&self.program);
-        command
-            .args(Self::args(&root, &partial))
-            .stdin(std::process::Stdio::null())
-            .kill_on_drop(true);
-        let output_of = match tokio::time::timeout(self.timeout, command.output()).await {
-            Err(_) => return Err(IsoError::Timeout(self.timeout)),
-            Ok(Err(err)) => {
-                return Err(IsoError::ToolMissing {
-                    program: self.program.display().to_string(),
-                    message: err.to_string(),
+        // xorriso has been seen to crash (SIGSEGV) under load: a crash gets one more try; a
+        // refusal (bad arguments, unreadable input) does not.
+        let mut result = self.run(&root, &partial).await;
+        if matches!(&result, Err(err) if is_crash(err)) {
+            let _ = tokio::fs::remove_file(&partial).await;
+            result = self.run(&root, &partial).await;
+        }
+        result?;
+        let bytes = match tokio::fs::read(&partial).await {
+            Ok(bytes) => bytes,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                return Err(IsoError::ToolFailed {
+                    status: "exit status: 0".into(),
+                    stderr: "xorriso reported success but wrote no image".into(),
                 });
             }
-            Ok(Ok(out)) => out,
+            Err(err) => return Err(io("cannot read", &partial)(err)),
         };
-        if !output_of.status.success() {
-            return Err(IsoError::ToolFailed {
-                status: output_of.status.to_string(),
-                stderr: tail(&String::from_utf8_lossy(&output_of.stderr), 4096),
-            });
-        }
-        let bytes = tokio::fs::read(&partial)
-            .await
-            .map_err(io("cannot read", &partial))?;
         let sha256 = hex::encode(Sha256::digest(&bytes));
         tokio::fs::rename(&partial, output)
             .await
@@ -301,6 +295,44 @@ impl IsoBuilder {
             sha256,
             duration: started.elapsed(),
         })
+    }
+}
+
+impl IsoBuilder {
+    /// One run of xorriso.
+    async fn run(&self, root: &Path, partial: &Path) -> Result<(), IsoError> {
+        let mut command = tokio::process::Command::new(&self.program);
+        command
+            .args(Self::args(root, partial))
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true);
+        let output = match tokio::time::timeout(self.timeout, command.output()).await {
+            Err(_) => return Err(IsoError::Timeout(self.timeout)),
+            Ok(Err(err)) => {
+                return Err(IsoError::ToolMissing {
+                    program: self.program.display().to_string(),
+                    message: err.to_string(),
+                });
+            }
+            Ok(Ok(out)) => out,
+        };
+        if output.status.success() {
+            return Ok(());
+        }
+        Err(IsoError::ToolFailed {
+            status: output.status.to_string(),
+            stderr: tail(&String::from_utf8_lossy(&output.stderr), 4096),
+        })
+    }
+}
+
+/// xorriso died of a signal, or caught one and aborted (`UNIX-SIGNAL: SIGSEGV`).
+fn is_crash(err: &IsoError) -> bool {
+    match err {
+        IsoError::ToolFailed { status, stderr } => {
+            status.contains("signal") || stderr.contains("UNIX-SIGNAL")
+        }
+        _ => false,
     }
 }
 
@@ -413,6 +445,33 @@ mod tests {
             .unwrap_err();
         assert!(matches!(err, IsoError::ToolMissing { .. }), "{err:?}");
         assert!(err.is_terminal());
+    }
+
+    #[tokio::test]
+    async fn a_crash_is_tried_once_more() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let count = dir.path().join("runs");
+        let script = dir.path().join("crashing-xorriso");
+        // Crashes on the first run, then writes an "image" to the path after -o.
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\necho x >> {runs}\nif [ $(wc -l < {runs}) -eq 1 ]; then echo 'UNIX-SIGNAL:  SIGSEGV  errno= 0' >&2; exit 1; fi\nwhile [ \"$1\" != -o ]; do shift; done\necho image > \"$2\"\n",
+                runs = count.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let built = IsoBuilder::new(&script)
+            .build(
+                &TaskIsoContents::default(),
+                &dir.path().join("job/task.iso"),
+            )
+            .await
+            .unwrap();
+        assert_eq!(built.size, 6);
+        assert_eq!(std::fs::read_to_string(&count).unwrap().lines().count(), 2);
     }
 
     #[test]
