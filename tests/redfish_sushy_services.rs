@@ -407,7 +407,7 @@ impl StaticBmc {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("requests.log");
         let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(&program)
+        let child: Child = Command::new(&program)
             .args(["-i", "127.0.0.1", "-p", &port.to_string(), "-m"])
             .arg(&mockup)
             .env("PYTHONUNBUFFERED", "1")
@@ -416,25 +416,23 @@ impl StaticBmc {
             .stdin(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
-        let url = format!("http://127.0.0.1:{port}");
+        // Owned at once, so the process is killed and reaped on every path (Drop).
+        let bmc = StaticBmc {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            log,
+            _dir: dir,
+        };
         for _ in 0..100 {
             if tokio::net::TcpStream::connect(("127.0.0.1", port))
                 .await
                 .is_ok()
             {
-                return StaticBmc {
-                    child,
-                    url,
-                    log,
-                    _dir: dir,
-                };
+                return bmc;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        panic!(
-            "sushy-static did not start on port {port}: {}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
+        panic!("sushy-static did not start on port {port}: {}", bmc.log());
     }
 
     fn log(&self) -> String {

@@ -125,16 +125,19 @@ impl ImageServer {
     }
 }
 
-/// A stand-in controller that records status webhooks: (serial, secret header, body).
+/// One status webhook received: (serial, `X-Webhook-Secret` header, body).
+pub type Webhook = (String, Option<String>, serde_json::Value);
+
+/// A stand-in controller that records status webhooks.
 pub struct WebhookSink {
     pub url: url::Url,
-    pub received: Arc<Mutex<Vec<(String, Option<String>, serde_json::Value)>>>,
+    pub received: Arc<Mutex<Vec<Webhook>>>,
 }
 
 impl WebhookSink {
     pub async fn start() -> WebhookSink {
         use axum::extract::{Path, State};
-        type Seen = Arc<Mutex<Vec<(String, Option<String>, serde_json::Value)>>>;
+        type Seen = Arc<Mutex<Vec<Webhook>>>;
         let received: Seen = Arc::default();
         let app = axum::Router::new()
             .route(

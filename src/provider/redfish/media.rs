@@ -262,36 +262,40 @@ async fn serve_task_iso(
     }
 }
 
+/// A `Range` that no byte of the image satisfies (416).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unsatisfiable;
+
 /// The byte range a `Range` header asks for, given the file length: `Ok(None)` serves the whole
 /// file (no header, a unit we do not know, or several ranges: RFC 9110 lets a server ignore
-/// Range), `Err(())` is unsatisfiable (416).
-pub fn parse_range(header: Option<&str>, len: u64) -> Result<Option<(u64, u64)>, ()> {
+/// Range).
+pub fn parse_range(header: Option<&str>, len: u64) -> Result<Option<(u64, u64)>, Unsatisfiable> {
     let Some(spec) = header.and_then(|h| h.trim().strip_prefix("bytes=")) else {
         return Ok(None);
     };
     if spec.contains(',') {
         return Ok(None);
     }
-    let (start, end) = spec.split_once('-').ok_or(())?;
+    let (start, end) = spec.split_once('-').ok_or(Unsatisfiable)?;
     let (start, end) = (start.trim(), end.trim());
     let range = if start.is_empty() {
         // The last N bytes.
-        let n: u64 = end.parse().map_err(|_| ())?;
+        let n: u64 = end.parse().map_err(|_| Unsatisfiable)?;
         if n == 0 || len == 0 {
-            return Err(());
+            return Err(Unsatisfiable);
         }
         (len.saturating_sub(n), len - 1)
     } else {
-        let start: u64 = start.parse().map_err(|_| ())?;
+        let start: u64 = start.parse().map_err(|_| Unsatisfiable)?;
         let end: u64 = if end.is_empty() {
             len.saturating_sub(1)
         } else {
             end.parse::<u64>()
-                .map_err(|_| ())?
+                .map_err(|_| Unsatisfiable)?
                 .min(len.saturating_sub(1))
         };
         if start >= len || end < start {
-            return Err(());
+            return Err(Unsatisfiable);
         }
         (start, end)
     };
@@ -339,7 +343,7 @@ async fn serve_file(
             builder = builder.header(header::CONTENT_RANGE, format!("bytes {start}-{end}/{len}"));
             (StatusCode::PARTIAL_CONTENT, start, end - start + 1)
         }
-        Err(()) => {
+        Err(Unsatisfiable) => {
             let body = ApiError::new(
                 StatusCode::RANGE_NOT_SATISFIABLE,
                 "range_not_satisfiable",
@@ -394,10 +398,10 @@ mod tests {
         assert_eq!(parse_range(Some("bytes=50-500"), 100), Ok(Some((50, 99))));
         assert_eq!(parse_range(Some("bytes=0-1,5-6"), 100), Ok(None));
         assert_eq!(parse_range(Some("items=0-1"), 100), Ok(None));
-        assert_eq!(parse_range(Some("bytes=100-"), 100), Err(()));
-        assert_eq!(parse_range(Some("bytes=9-3"), 100), Err(()));
-        assert_eq!(parse_range(Some("bytes=-0"), 100), Err(()));
-        assert_eq!(parse_range(Some("bytes=x-3"), 100), Err(()));
+        assert_eq!(parse_range(Some("bytes=100-"), 100), Err(Unsatisfiable));
+        assert_eq!(parse_range(Some("bytes=9-3"), 100), Err(Unsatisfiable));
+        assert_eq!(parse_range(Some("bytes=-0"), 100), Err(Unsatisfiable));
+        assert_eq!(parse_range(Some("bytes=x-3"), 100), Err(Unsatisfiable));
     }
 
     #[test]

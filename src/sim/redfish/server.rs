@@ -182,28 +182,27 @@ async fn answer(
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         return response;
     }
-    let json_body = || -> Result<Json, Response> {
-        serde_json::from_slice(body).map_err(|_| {
-            error(
-                StatusCode::BAD_REQUEST,
-                "MalformedJSON",
-                "the request body is not valid JSON",
-            )
-        })
+    let parsed: Option<Json> = serde_json::from_slice(body).ok();
+    let malformed = || {
+        error(
+            StatusCode::BAD_REQUEST,
+            "MalformedJSON",
+            "the request body is not valid JSON",
+        )
     };
     match (op, method.clone()) {
-        (Op::Insert, Method::POST) => match json_body() {
-            Ok(body) => insert(ctx, path, &body).await,
-            Err(response) => response,
+        (Op::Insert, Method::POST) => match parsed {
+            Some(body) => insert(ctx, path, &body).await,
+            None => malformed(),
         },
         (Op::Eject, Method::POST) => with_entry(ctx, |e, _| eject(e, path)),
-        (Op::Reset, Method::POST) => match json_body() {
-            Ok(body) => with_entry(ctx, |e, now| reset(&ctx.shared, e, path, &body, now)),
-            Err(response) => response,
+        (Op::Reset, Method::POST) => match parsed {
+            Some(body) => with_entry(ctx, |e, now| reset(&ctx.shared, e, path, &body, now)),
+            None => malformed(),
         },
-        (Op::PatchSystem, Method::PATCH) => match json_body() {
-            Ok(body) => with_entry(ctx, |e, _| patch_system(e, path, headers, &body)),
-            Err(response) => response,
+        (Op::PatchSystem, Method::PATCH) => match parsed {
+            Some(body) => with_entry(ctx, |e, _| patch_system(e, path, headers, &body)),
+            None => malformed(),
         },
         (_, Method::GET) => with_entry(ctx, |e, _| get(&e.bmc, path)),
         _ => error(
