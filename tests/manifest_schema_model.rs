@@ -229,6 +229,9 @@ fn embedded_schemas_are_the_files_in_schema_dir() {
     let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        // The Redfish provisioning recipe's schemas are not manifests: provider::redfish::recipe
+        // embeds and checks them.
+        .filter(|name| !name.starts_with("recipe"))
         .collect();
     on_disk.sort();
     let mut embedded: Vec<String> = SCHEMA_FILES.iter().map(|(n, _)| n.to_string()).collect();

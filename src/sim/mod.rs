@@ -21,6 +21,7 @@ pub mod listing;
 pub mod machine;
 pub mod network;
 mod ops;
+pub mod redfish;
 pub mod reply;
 mod server;
 pub mod status;
