@@ -194,6 +194,26 @@ impl DriftAction {
         }
     }
 
+    /// Whether the self-heal policy lets the pass take this action.
+    pub fn allowed_by(&self, policy: &DriftPolicy) -> bool {
+        match self {
+            DriftAction::MarkOffline | DriftAction::MarkActive => policy.heartbeat,
+            DriftAction::Quarantine => policy.quarantine,
+            DriftAction::UpdateHost { .. } => policy.update_host,
+            DriftAction::ReleaseAndPowerOff { .. } => policy.release_retired,
+        }
+    }
+
+    /// The policy key that turns this action on or off (for "held" explanations).
+    pub fn policy_key(&self) -> &'static str {
+        match self {
+            DriftAction::MarkOffline | DriftAction::MarkActive => "heartbeat",
+            DriftAction::Quarantine => "quarantine",
+            DriftAction::UpdateHost { .. } => "update_host",
+            DriftAction::ReleaseAndPowerOff { .. } => "release_retired",
+        }
+    }
+
     /// Talks to MAAS or depends on what MAAS shows: the pass re-reads the machine first.
     pub fn needs_fresh_machine(&self) -> bool {
         matches!(
@@ -692,10 +712,10 @@ fn hold(finding: &mut Finding, node: &InventoryNode, policy: &DriftPolicy) {
     for action in actions {
         let reason = if node.paused {
             Some("the node is paused: the reconciler leaves it alone".to_owned())
-        } else if !policy.allows(&action) {
+        } else if !action.allowed_by(policy) {
             Some(format!(
                 "the self-heal policy has `{}` off",
-                DriftPolicy::key_of(&action)
+                action.policy_key()
             ))
         } else if node.protected && matches!(action, DriftAction::ReleaseAndPowerOff { .. }) {
             Some("the node is protected: unset `protected` to let it be released".to_owned())

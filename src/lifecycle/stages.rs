@@ -58,6 +58,32 @@ named_enum! {
     }
 }
 
+/// One stage of a job kind's stage table, by its canonical name (stages jump to each other by
+/// name; the executor parses a journal's stage back with `FromStr`).
+pub trait StageName:
+    Copy
+    + PartialEq
+    + Send
+    + Sync
+    + std::fmt::Display
+    + std::str::FromStr<Err = super::UnknownName>
+    + 'static
+{
+    fn name(self) -> &'static str;
+}
+
+impl StageName for OnboardingStage {
+    fn name(self) -> &'static str {
+        self.as_str()
+    }
+}
+
+impl StageName for DecommissionStage {
+    fn name(self) -> &'static str {
+        self.as_str()
+    }
+}
+
 /// Whether a stage needs cleanup before it is re-entered (000 §4.10 "Requires cleanup first?").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -13,7 +13,9 @@ use crate::lifecycle::{
 
 use super::db::{Param, Row, Tx, params};
 use super::leases::{Fence, check_fence};
-use super::records::{Actor, AuditEntry, MaasState, read_maas_state, write_audit};
+use super::records::{
+    Actor, AuditEntry, MaasState, MaasStateUpdate, read_maas_state, write_audit, write_maas_state,
+};
 use super::{
     Store, StoreError, bump_serial, format_time, parse_name, parse_opt_time, parse_time, parse_uuid,
 };
@@ -473,6 +475,19 @@ impl Store {
             .iter()
             .map(node_from_row)
             .collect()
+    }
+
+    /// Record what MAAS reports for a node (insert or update its single row).
+    pub async fn upsert_maas_state(
+        &self,
+        update: &MaasStateUpdate,
+    ) -> Result<MaasState, StoreError> {
+        let now = self.now();
+        let mut tx = self.pool.write().await?;
+        read_node(&mut tx, update.node_id).await?;
+        let state = write_maas_state(&mut tx, now, update).await?;
+        tx.commit().await?;
+        Ok(state)
     }
 
     /// Move a node between coarse states under the rules of 001 §3 (see [`NodeTransition`]).

@@ -331,19 +331,6 @@ impl Store {
         .collect()
     }
 
-    /// Record what MAAS reports for a node (insert or update its single row).
-    pub async fn upsert_maas_state(
-        &self,
-        update: &MaasStateUpdate,
-    ) -> Result<MaasState, StoreError> {
-        let now = self.now();
-        let mut tx = self.pool.write().await?;
-        super::nodes::read_node(&mut tx, update.node_id).await?;
-        let state = write_maas_state(&mut tx, now, update).await?;
-        tx.commit().await?;
-        Ok(state)
-    }
-
     pub async fn maas_state(&self, node: Uuid) -> Result<Option<MaasState>, StoreError> {
         let mut tx = self.pool.read().await?;
         read_maas_state(&mut tx, node).await
