@@ -27,19 +27,6 @@ pub(super) fn base(kind: JobKind) -> String {
     format!("/api/v1/admin/{}", info(kind).plural)
 }
 
-/// The path segment of a recovery action (000 §4.15).
-fn segment(action: RecoveryAction) -> &'static str {
-    match action {
-        RecoveryAction::RetryStage => "retry",
-        RecoveryAction::Resume => "resume",
-        RecoveryAction::Rerun => "rerun",
-        RecoveryAction::RestartClean => "restart-clean",
-        RecoveryAction::Cancel => "cancel",
-        RecoveryAction::AdoptObservedState => "adopt",
-        RecoveryAction::MarkManualInterventionRequired => "mark-manual-intervention",
-    }
-}
-
 /// Mount the job routes of `kind`.
 pub(super) fn routes(table: &mut RouteTable, kind: JobKind) {
     let base = base(kind);
@@ -62,7 +49,7 @@ pub(super) fn routes(table: &mut RouteTable, kind: JobKind) {
         let action = *action;
         table.add(
             Method::POST,
-            &format!("{base}/{{id}}/{}", segment(action)),
+            &format!("{base}/{{id}}/{}", action.route()),
             Access::Admin,
             move |state: State<ApiState>,
                   principal: Extension<Principal>,

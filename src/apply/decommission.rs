@@ -16,7 +16,7 @@ use futures::future::BoxFuture;
 use serde_json::json;
 use uuid::Uuid;
 
-use super::engine::{Compensation, Engine, Kind, Pass, Run, Stop};
+use super::engine::{Compensation, Engine, Kind, Pass, Run, Stop, profile_limit};
 use super::jobs::{self, JobView, KindInfo, ServiceError};
 use super::outcome::NodeOutcome;
 use super::progress::ProgressStatus;
@@ -89,14 +89,7 @@ impl Kind for Decommission {
     /// The node's profile, when the manifests still resolve it; an agent-only decommission of
     /// a node no longer in them runs alone.
     fn limit(item: &DecommissionWork) -> Option<((String, String), usize)> {
-        let target = item.target.resolved.as_ref()?;
-        Some((
-            (
-                target.site_name().to_owned(),
-                target.profile.name.to_string(),
-            ),
-            target.profile.concurrency.max_parallel as usize,
-        ))
+        item.target.resolved.as_ref().map(profile_limit)
     }
 
     fn take_up<'a>(run: &'a mut Run<'_, Self>) -> BoxFuture<'a, Result<Job, Stop>> {
@@ -414,7 +407,7 @@ async fn request_runtime(
 }
 
 /// Soft reset (000 §5.2, tenant turnover), requested through the API: recorded `pending` and
-/// audited; an executor (the daemon) runs it.
+/// audited; an executor (the daemon) runs it. `storage_cleanup`: none | local | weka | all.
 pub async fn request_soft_reset(
     store: &Store,
     node: Uuid,
@@ -422,15 +415,8 @@ pub async fn request_soft_reset(
     actor: &Actor,
     reason: Option<&str>,
 ) -> Result<Job, ServiceError> {
-    request_runtime(
-        store,
-        node,
-        DecommissionMode::SoftReset,
-        storage_cleanup,
-        actor,
-        reason,
-    )
-    .await
+    let mode = DecommissionMode::SoftReset;
+    request_runtime(store, node, mode, storage_cleanup, actor, reason).await
 }
 
 /// Storage-only cleanup (000 §5.5): cleanup + validation; `scope` local | weka | all.
@@ -441,15 +427,8 @@ pub async fn request_storage_cleanup(
     actor: &Actor,
     reason: Option<&str>,
 ) -> Result<Job, ServiceError> {
-    request_runtime(
-        store,
-        node,
-        DecommissionMode::StorageCleanup,
-        Some(scope),
-        actor,
-        reason,
-    )
-    .await
+    let (mode, scope) = (DecommissionMode::StorageCleanup, Some(scope));
+    request_runtime(store, node, mode, scope, actor, reason).await
 }
 
 /// Retry a failed decommission from its failed stage (000 §5.7 `…/retry`): audited, the job

@@ -137,6 +137,20 @@ pub(super) struct Shared {
     pub progress: Arc<dyn Progress>,
 }
 
+impl Shared {
+    fn report(&self, node: &str, stage: &str, status: ProgressStatus, message: &str) {
+        progress::report(self.progress.as_ref(), node, stage, status, message);
+    }
+}
+
+/// The concurrency group of a node of the manifests — its (site, profile) — and the profile's
+/// `concurrency.maxParallel`.
+pub fn profile_limit(target: &crate::plan::NodeTarget) -> ((String, String), usize) {
+    let profile = &target.profile;
+    let group = (target.site_name().to_owned(), profile.name.to_string());
+    (group, profile.concurrency.max_parallel as usize)
+}
+
 /// Runs one kind's work items; cheap to clone. `Executor` and `DecommissionExecutor` are this
 /// engine over the onboarding and the decommission kinds.
 pub struct Engine<K> {
@@ -247,7 +261,7 @@ impl<K: Kind> Engine<K> {
             }
         };
         let (status, message) = outcome.progress();
-        progress::report(shared.progress.as_ref(), &label, "-", status, &message);
+        shared.report(&label, "-", status, &message);
         NodeResult {
             node: label,
             job_id: Some(job_id),
@@ -318,13 +332,7 @@ async fn acquire<K: Kind>(
 fn not_started<K: Kind>(shared: &Shared, item: &K::Item) -> NodeResult {
     let label = label::<K>(item);
     let reason = "the executor is stopping: not started".to_owned();
-    progress::report(
-        shared.progress.as_ref(),
-        &label,
-        "-",
-        ProgressStatus::Left,
-        &reason,
-    );
+    shared.report(&label, "-", ProgressStatus::Left, &reason);
     NodeResult {
         node: label,
         job_id: K::job_of(item),
@@ -339,13 +347,7 @@ async fn run_item<K: Kind>(shared: &Shared, item: K::Item) -> NodeResult {
         Ok(lease) => lease,
         Err(refusal) => {
             let reason = refusal.reason();
-            progress::report(
-                shared.progress.as_ref(),
-                &label,
-                "-",
-                ProgressStatus::Left,
-                &reason,
-            );
+            shared.report(&label, "-", ProgressStatus::Left, &reason);
             return NodeResult {
                 node: label,
                 job_id: K::job_of(&item),
@@ -436,13 +438,7 @@ impl<'a, K: Kind> Run<'a, K> {
 
     /// One progress line of this node (`stage` is `-` for whole-node events).
     pub fn report(&self, stage: &str, status: ProgressStatus, message: &str) {
-        progress::report(
-            self.shared.progress.as_ref(),
-            &self.label,
-            stage,
-            status,
-            message,
-        );
+        self.shared.report(&self.label, stage, status, message);
     }
 
     /// A journal write under the lease, carrying the facts and what they learnt (node,

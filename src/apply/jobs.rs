@@ -22,6 +22,9 @@ pub const EVENTS_SHOWN: i64 = 500;
 pub type StoreCompensation =
     for<'a> fn(&'a Store, &'a Actor, &'a Job, &'a Fence) -> BoxFuture<'a, Result<(), StoreError>>;
 
+/// A column of a job list: its header and its value for a job.
+pub type Column = (&'static str, fn(&Job) -> String);
+
 /// What the job services, the CLI and the API know of one kind.
 pub struct KindInfo {
     pub kind: JobKind,
@@ -31,8 +34,8 @@ pub struct KindInfo {
     pub actions: &'static [RecoveryAction],
     /// An example of a recovery reason, for the hint when one is missing.
     pub reason_example: &'static str,
-    /// A column of the job list (its header and value).
-    pub column: Option<(&'static str, fn(&Job) -> String)>,
+    /// A column of the job list.
+    pub column: Option<Column>,
     /// The kind's own lines of a job's detail view: its request (shown after the stage) and
     /// what its journal did (after the last observed state).
     pub request: fn(&Job) -> Vec<(&'static str, String)>,

@@ -18,7 +18,7 @@ use futures::future::BoxFuture;
 use serde_json::json;
 use uuid::Uuid;
 
-use super::engine::{Compensation, Kind, Pass, Run, Stop};
+use super::engine::{Compensation, Kind, Pass, Run, Stop, profile_limit};
 use super::jobs::KindInfo;
 use super::outcome::NodeOutcome;
 use super::progress::ProgressStatus;
@@ -156,23 +156,17 @@ impl Kind for Onboarding {
     type Facts = Facts;
     type Item = WorkItem;
 
-    fn node(item: &WorkItem) -> (&str, &str) {
-        (item.target.site_name(), item.target.hostname())
-    }
-
+    /// The job the plan item names, when it names one.
     fn job_of(item: &WorkItem) -> Option<Uuid> {
         item.target.job_id
     }
 
+    fn node(item: &WorkItem) -> (&str, &str) {
+        (item.target.site_name(), item.target.hostname())
+    }
+
     fn limit(item: &WorkItem) -> Option<((String, String), usize)> {
-        let target = &item.target;
-        Some((
-            (
-                target.site_name().to_owned(),
-                target.profile.name.to_string(),
-            ),
-            target.profile.concurrency.max_parallel as usize,
-        ))
+        Some(profile_limit(&item.target))
     }
 
     fn take_up<'a>(run: &'a mut Run<'_, Self>) -> BoxFuture<'a, Result<Job, Stop>> {

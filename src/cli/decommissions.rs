@@ -7,11 +7,8 @@ use super::jobs::{self, ActionArgs, ListArgs, Request, ShowArgs, StoreActionArgs
 use super::{CliError, Exit, GlobalArgs};
 use crate::lifecycle::{JobKind, RecoveryAction};
 
-#[derive(Debug, clap::Args)]
-pub struct Args {
-    #[command(subcommand)]
-    pub command: Command,
-}
+/// `metalform decommissions …`.
+pub type Args = super::Subcommands<Command>;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {

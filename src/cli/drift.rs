@@ -18,11 +18,8 @@ use crate::drift::{
 use crate::observe::MaasClients;
 use crate::provider::maas::MaasClientOptions;
 
-#[derive(Debug, clap::Args)]
-pub struct Args {
-    #[command(subcommand)]
-    pub command: Command,
-}
+/// `metalform drift …`.
+pub type Args = super::Subcommands<Command>;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {

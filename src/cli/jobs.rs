@@ -26,11 +26,8 @@ use crate::apply::{ExecutorOptions, Progress, StderrProgress};
 use crate::lifecycle::{JobKind, JobState, RecoveryAction};
 use crate::store::{Actor, Job, JobFilter, Store};
 
-#[derive(Debug, clap::Args)]
-pub struct Args {
-    #[command(subcommand)]
-    pub command: Command,
-}
+/// `metalform jobs …`.
+pub type Args = super::Subcommands<Command>;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
@@ -461,15 +458,7 @@ pub(super) async fn execute(
 
 /// The `metalform jobs` subcommand of an action.
 fn action_command(action: RecoveryAction) -> &'static str {
-    match action {
-        RecoveryAction::RetryStage => "retry",
-        RecoveryAction::Resume => "resume",
-        RecoveryAction::Rerun => "rerun",
-        RecoveryAction::RestartClean => "restart-clean",
-        RecoveryAction::Cancel => "cancel",
-        RecoveryAction::AdoptObservedState => "adopt",
-        RecoveryAction::MarkManualInterventionRequired => "mark-manual",
-    }
+    action.route().trim_end_matches("-intervention")
 }
 
 /// Refuse an action the kind does not offer.

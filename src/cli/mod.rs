@@ -58,6 +58,13 @@ pub struct GlobalArgs {
     pub log: String,
 }
 
+/// The arguments of a command made of subcommands (`jobs`, `drift`, …).
+#[derive(Debug, clap::Args)]
+pub struct Subcommands<C: Subcommand> {
+    #[command(subcommand)]
+    pub command: C,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Print a shell completion script.

@@ -6,11 +6,8 @@ use super::jobs::{self, ActionArgs, ListArgs, ShowArgs};
 use super::{CliError, Exit, GlobalArgs};
 use crate::lifecycle::{JobKind, RecoveryAction};
 
-#[derive(Debug, clap::Args)]
-pub struct Args {
-    #[command(subcommand)]
-    pub command: Command,
-}
+/// `metalform onboardings …`.
+pub type Args = super::Subcommands<Command>;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {

@@ -12,7 +12,7 @@ use crate::clock::SystemClock;
 use crate::manifest::{self, LoadError};
 use crate::model::Fleet;
 use crate::observe::{self, MaasClients, ObserveError, SiteFilter, SiteObservation, Snapshot};
-use crate::plan::Plan;
+use crate::plan::{Plan, PlanOptions};
 use crate::provider::maas::MaasClientOptions;
 use crate::secrets::{self, SecretStore};
 use crate::source::FleetSource;
@@ -162,21 +162,18 @@ impl World {
         .map_err(observe_error)
     }
 
-    /// Observe and plan the selected sites now (`crate::apply::plan_now`).
+    /// Observe and plan the selected sites now.
     pub async fn plan(
         &self,
         fleet: &Fleet,
         sites: &SiteFilter,
     ) -> Result<(Snapshot, Plan), CliError> {
-        crate::apply::plan_now(
-            fleet,
-            sites,
-            &self.store,
-            self.secrets.as_ref(),
-            &self.clients,
-        )
-        .await
-        .map_err(observe_error)
+        let snapshot = self.observe(fleet, sites).await?;
+        let options = PlanOptions {
+            sites: sites.clone(),
+        };
+        let plan = crate::plan::plan(fleet, &snapshot, &options);
+        Ok((snapshot, plan))
     }
 
     pub async fn close(self) {

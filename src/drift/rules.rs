@@ -269,15 +269,16 @@ impl From<&ObservedMachine> for MachineFacts {
 
 impl From<&crate::provider::maas::Machine> for MachineFacts {
     fn from(m: &crate::provider::maas::Machine) -> Self {
+        let status = ObservedStatus {
+            code: m.status.code(),
+            name: m.status_label(),
+        };
         let mut ip_addresses = m.ip_addresses.clone();
         ip_addresses.sort();
         MachineFacts {
             system_id: m.system_id.clone(),
             hostname: m.hostname.clone(),
-            status: ObservedStatus {
-                code: m.status.code(),
-                name: m.status_label(),
-            },
+            status,
             power_state: m.power_state.to_string(),
             ip_addresses,
         }

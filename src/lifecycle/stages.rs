@@ -166,6 +166,26 @@ impl OnboardingStage {
     }
 }
 
+/// A full decommission (000 §5.4).
+const FULL_DECOMMISSION: &[DecommissionStage] = {
+    use DecommissionStage as D;
+    &[
+        D::DisableNode,
+        D::ForceReleaseAllocations,
+        D::DrainNode,
+        D::LoadSiteConfig,
+        D::ReleaseMaasNode,
+        D::PowerOffMaasNode,
+        D::RetireGpuaasNode,
+        D::RemoveGpuaasNodeRecord,
+        D::CleanupSecrets,
+        D::RemoveMaasRecord,
+    ]
+};
+
+/// Where a full decommission retires the node.
+const RETIRED_AT: usize = 6;
+
 impl DecommissionMode {
     /// The stages of one mode, in order (000 §5.2 soft reset, §5.3 reimage, §5.4 full
     /// decommission, §5.5 storage-only cleanup).
@@ -197,28 +217,10 @@ impl DecommissionMode {
                 D::WaitForAgentEnrollment,
                 D::EnableNode,
             ],
-            DecommissionMode::FullDecommission => &[
-                D::DisableNode,
-                D::ForceReleaseAllocations,
-                D::DrainNode,
-                D::LoadSiteConfig,
-                D::ReleaseMaasNode,
-                D::PowerOffMaasNode,
-                D::RetireGpuaasNode,
-                D::RemoveGpuaasNodeRecord,
-                D::CleanupSecrets,
-                D::RemoveMaasRecord,
-            ],
+            DecommissionMode::FullDecommission => FULL_DECOMMISSION,
             DecommissionMode::StorageCleanup => &[D::CleanupStorage, D::ValidateCleanNode],
-            DecommissionMode::Retire => &[
-                D::DisableNode,
-                D::ForceReleaseAllocations,
-                D::DrainNode,
-                D::LoadSiteConfig,
-                D::ReleaseMaasNode,
-                D::PowerOffMaasNode,
-                D::RetireGpuaasNode,
-            ],
+            // The first half of a full decommission, up to the retirement.
+            DecommissionMode::Retire => &FULL_DECOMMISSION[..RETIRED_AT + 1],
         }
     }
 
@@ -283,6 +285,10 @@ mod tests {
             .position(|s| *s == DecommissionStage::RemoveGpuaasNodeRecord);
         assert!(retire < remove);
         assert_eq!(DecommissionStage::CATALOG_001.len(), 13);
+        assert_eq!(
+            DecommissionMode::Retire.stages().last(),
+            Some(&DecommissionStage::RetireGpuaasNode)
+        );
         for stage in full {
             assert!(DecommissionStage::CATALOG_001.contains(stage));
         }

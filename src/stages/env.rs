@@ -122,6 +122,26 @@ pub struct StageClock {
     pub open: bool,
 }
 
+impl StageClock {
+    /// How long the attempt of `clock` has been running at `now` (zero without a clock).
+    pub fn elapsed(clock: Option<&StageClock>, now: DateTime<Utc>) -> Duration {
+        clock
+            .and_then(|c| (now - c.started_at).to_std().ok())
+            .unwrap_or_default()
+    }
+}
+
+/// Persist `facts` mid-stage through `journal`; a store error is the stage's failure.
+pub async fn checkpoint<F: Sync>(
+    journal: &dyn Checkpoint<F>,
+    facts: &F,
+) -> Result<(), StageFailure> {
+    journal
+        .checkpoint(facts)
+        .await
+        .map_err(|e| StageFailure::store(&e))
+}
+
 /// The facts a job kind keeps in its journal (the job's `stage_details`), as the executor sees
 /// them: the stage attempt's clock and retry count, and the node and machine they learnt.
 pub trait JournalFacts: Default + Send + Sync + 'static {

@@ -24,7 +24,7 @@ use crate::secrets::SecretError;
 use crate::store::StoreError;
 pub use env::{
     Checkpoint, JournalFacts, MaasAccess, NodeMemory, Peers, SitePeers, SitePreflight, StageClock,
-    StageEnv,
+    StageEnv, checkpoint,
 };
 
 /// Where the job goes after a stage is done.

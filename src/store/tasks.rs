@@ -109,18 +109,10 @@ fn task_from_row(row: &Row) -> Result<AgentTask, StoreError> {
 }
 
 async fn read_task(tx: &mut Tx, id: Uuid) -> Result<AgentTask, StoreError> {
-    let row = tx
-        .fetch_optional(
-            "SELECT * FROM agent_tasks WHERE id = $1",
-            &params![id.to_string()],
-        )
-        .await?
-        .ok_or_else(|| StoreError::NotFound {
-            kind: "agent task",
-            id: id.to_string(),
-        })?;
-    task_from_row(&row)
+    task_from_row(&tx.fetch_by_id(TASKS, "agent task", id).await?)
 }
+
+const TASKS: &str = "agent_tasks";
 
 /// Back to the queue: a dispatched task whose holder let its lease expire.
 fn requeue_stale(id: Uuid, now: DateTime<Utc>) -> LeaseWrite {
@@ -342,8 +334,7 @@ impl Store {
     }
 
     pub async fn task(&self, id: Uuid) -> Result<AgentTask, StoreError> {
-        let mut tx = self.pool.read().await?;
-        read_task(&mut tx, id).await
+        self.by_id(TASKS, "agent task", id, task_from_row).await
     }
 
     /// A node's tasks, oldest first.

@@ -262,19 +262,11 @@ impl DecommissionCtx<'_> {
 
     /// How long the current stage attempt has been running.
     pub fn elapsed(&self) -> Duration {
-        self.facts
-            .base
-            .clock
-            .as_ref()
-            .and_then(|c| (self.now - c.started_at).to_std().ok())
-            .unwrap_or_default()
+        StageClock::elapsed(self.facts.base.clock.as_ref(), self.now)
     }
 
     pub async fn checkpoint(&self) -> Result<(), StageFailure> {
-        self.journal
-            .checkpoint(self.facts)
-            .await
-            .map_err(|e| StageFailure::store(&e))
+        super::checkpoint(self.journal, self.facts).await
     }
 
     /// Run agent tasks one after another (000 §5.6): each is ensured (created once, re-queued

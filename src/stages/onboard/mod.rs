@@ -65,11 +65,7 @@ impl StageCtx<'_> {
 
     /// How long the current stage attempt has been running (from the journal's clock).
     pub fn elapsed(&self) -> Duration {
-        self.facts
-            .clock
-            .as_ref()
-            .and_then(|c| (self.now - c.started_at).to_std().ok())
-            .unwrap_or_default()
+        StageClock::elapsed(self.facts.clock.as_ref(), self.now)
     }
 
     /// The profile's value of a policy timeout.
@@ -145,10 +141,7 @@ impl StageCtx<'_> {
     }
 
     pub async fn checkpoint(&self) -> Result<(), StageFailure> {
-        self.journal
-            .checkpoint(self.facts)
-            .await
-            .map_err(|e| StageFailure::store(&e))
+        super::checkpoint(self.journal, self.facts).await
     }
 }
 
