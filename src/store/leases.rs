@@ -126,15 +126,18 @@ impl LeaseWrite {
         self.when(&format!("{expires} > ?"), params![format_time(now)])
     }
 
-    /// The number of rows changed (0 or 1).
-    pub async fn execute(self, tx: &mut Tx) -> Result<u64, StoreError> {
-        let sql = format!(
+    fn sql(&self) -> String {
+        format!(
             "UPDATE {} SET {} WHERE {}",
             self.columns.table,
             self.sets.join(", "),
             self.conditions.join(" AND ")
-        );
-        tx.execute(sql, &self.params).await
+        )
+    }
+
+    /// The number of rows changed (0 or 1).
+    pub async fn execute(self, tx: &mut Tx) -> Result<u64, StoreError> {
+        tx.execute(self.sql(), &self.params).await
     }
 }
 
@@ -389,4 +392,50 @@ async fn read_lease(tx: &mut Tx, name: &str) -> Result<Lease, StoreError> {
         fencing: row.int("fencing")?,
         expires_at: parse_time(&row.text("expires_at")?)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_take_binds_every_value_once_in_order() {
+        let now = DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let write = take(TASK, "t1", "agent-a", now, Duration::seconds(30))
+            .set("status", "dispatched")
+            .when("status IN (?, ?)", params!["queued", "dispatched"]);
+        assert_eq!(
+            write.sql(),
+            "UPDATE agent_tasks SET lease_holder = $2, lease_expires_at = $3, \
+             dispatch_count = dispatch_count + 1, status = $5 WHERE id = $1 AND \
+             (lease_holder IS NULL OR lease_expires_at <= $4) AND status IN ($6, $7)"
+        );
+        assert_eq!(
+            write.params,
+            params![
+                "t1",
+                "agent-a",
+                "2026-01-01T00:00:30.000000Z",
+                "2026-01-01T00:00:00.000000Z",
+                "dispatched",
+                "queued",
+                "dispatched"
+            ]
+        );
+        let renew = renew(
+            NAMED,
+            "node:x",
+            "exec-a",
+            Some(3),
+            now,
+            Duration::seconds(30),
+        );
+        assert_eq!(
+            renew.sql(),
+            "UPDATE leases SET expires_at = $2 WHERE name = $1 AND holder = $3 AND \
+             fencing = $4 AND expires_at > $5"
+        );
+    }
 }
