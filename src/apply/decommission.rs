@@ -24,6 +24,7 @@ use crate::lifecycle::{
     DecommissionMode, DecommissionStage, FailureClass, JobKind, JobState, NodeState, Owner,
     RecoveryAction,
 };
+use crate::plan::NodeTarget;
 use crate::stages::decommission::{
     DecommissionCtx, DecommissionFacts, DecommissionTarget, DecommissionTiming, run_stage,
 };
@@ -81,6 +82,25 @@ impl Kind for Decommission {
     type Stage = DecommissionStage;
     type Facts = DecommissionFacts;
     type Item = DecommissionWork;
+
+    /// Soft resets and storage cleanups only talk to the node agent: they run for a node the
+    /// manifests no longer have.
+    fn continue_job(
+        job: &Job,
+        target: Option<NodeTarget>,
+        _resume: bool,
+    ) -> Result<DecommissionWork, String> {
+        let node_id = job.node_id.or(target.as_ref().and_then(|t| t.node_id));
+        Ok(DecommissionWork {
+            target: DecommissionTarget {
+                node_id: node_id.ok_or("the decommission names no node")?,
+                site: job.site.clone(),
+                hostname: job.hostname.clone(),
+                resolved: target,
+            },
+            job: DecommissionJob::Existing(job.id),
+        })
+    }
 
     fn node(item: &DecommissionWork) -> (&str, &str) {
         (&item.target.site, &item.target.hostname)

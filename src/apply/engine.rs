@@ -71,6 +71,15 @@ pub trait Kind: Send + Sync + Sized + 'static {
     /// The item's node as (site, hostname): its lease and its progress label.
     fn node(item: &Self::Item) -> (&str, &str);
 
+    /// The work item that continues `job` (recorded, maybe moved by an operator) for its node,
+    /// `target` as the manifests resolve it if they still do; `resume`: it may be a
+    /// `compensating` job whose compensation stopped. `Err`: why it cannot run.
+    fn continue_job(
+        job: &Job,
+        target: Option<crate::plan::NodeTarget>,
+        resume: bool,
+    ) -> Result<Self::Item, String>;
+
     /// The job to report for an item nothing was taken up for.
     fn job_of(_item: &Self::Item) -> Option<Uuid> {
         None
@@ -105,7 +114,7 @@ pub trait Kind: Send + Sync + Sized + 'static {
     fn retry_budget(stage: Self::Stage, class: FailureClass) -> Option<u32>;
 
     /// The node's coarse move that completes the job, written with the job's last journal
-    /// write (001 §3.3), and what the transition's reason calls the job.
+    /// write (001 §3.3).
     fn completion<'a>(
         run: &'a Run<'_, Self>,
         job: &'a Job,

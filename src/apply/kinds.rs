@@ -2,82 +2,20 @@
 //! recorded recovery action by the engine of the job's kind ([`Engine::carry_out`]). Adding a
 //! kind adds one arm to each match here (docs/architecture.md "How to add a job kind").
 
-use super::decommission::{Decommission, DecommissionJob, DecommissionWork};
+use super::decommission::Decommission;
 use super::engine::{Compensation, Engine, Kind};
 use super::jobs::KindInfo;
-use super::onboarding::{Onboarding, Work, WorkItem};
+use super::onboarding::Onboarding;
 use super::outcome::{ApplyReport, NodeOutcome, NodeResult};
 use super::recovery::{Execution, Recovery};
 use crate::lifecycle::{JobKind, JobState};
 use crate::plan::NodeTarget;
-use crate::stages::decommission::DecommissionTarget;
-use crate::store::Job;
 
 /// The kind's description.
 pub fn info(kind: JobKind) -> &'static KindInfo {
     match kind {
         JobKind::Onboarding => &super::onboarding::INFO,
         JobKind::Decommission => &super::decommission::INFO,
-    }
-}
-
-/// A kind's work item that continues one recorded job of a node; `target` is the node as the
-/// manifests resolve it, if they still do.
-trait Continues: Kind {
-    fn continues(
-        job: &Job,
-        target: Option<NodeTarget>,
-        resume: bool,
-    ) -> Result<Self::Item, NodeResult>;
-}
-
-impl Continues for Onboarding {
-    fn continues(
-        job: &Job,
-        target: Option<NodeTarget>,
-        resume: bool,
-    ) -> Result<WorkItem, NodeResult> {
-        let job_id = job.id;
-        let work = if resume {
-            Work::Resume { job_id }
-        } else {
-            Work::Continue { job_id }
-        };
-        match target {
-            Some(target) => Ok(WorkItem::new(target, work)),
-            None => Err(NodeResult {
-                node: format!("{}/{}", job.site, job.hostname),
-                job_id: Some(job_id),
-                outcome: NodeOutcome::Left {
-                    reason: "the node is not in the fleet's manifests: the stages need its site \
-                             and profile"
-                        .into(),
-                },
-            }),
-        }
-    }
-}
-
-impl Continues for Decommission {
-    /// Soft resets and storage cleanups only talk to the node agent: they run for a node the
-    /// manifests no longer have.
-    fn continues(
-        job: &Job,
-        target: Option<NodeTarget>,
-        _resume: bool,
-    ) -> Result<DecommissionWork, NodeResult> {
-        Ok(DecommissionWork {
-            target: DecommissionTarget {
-                node_id: job
-                    .node_id
-                    .or(target.as_ref().and_then(|t| t.node_id))
-                    .unwrap_or_default(),
-                site: job.site.clone(),
-                hostname: job.hostname.clone(),
-                resolved: target,
-            },
-            job: DecommissionJob::Existing(job.id),
-        })
     }
 }
 
@@ -101,13 +39,19 @@ impl<K: Kind> Engine<K> {
     }
 }
 
-async fn carry<K: Continues>(
+async fn carry<K: Kind>(
     engine: &Engine<K>,
     target: Option<NodeTarget>,
     recovery: &Recovery,
 ) -> ApplyReport {
     let job = &recovery.job;
-    let item = |resume| K::continues(job, target.clone(), resume);
+    let item = |resume| {
+        K::continue_job(job, target.clone(), resume).map_err(|reason| NodeResult {
+            node: format!("{}/{}", job.site, job.hostname),
+            job_id: Some(job.id),
+            outcome: NodeOutcome::Left { reason },
+        })
+    };
     let run = async |item: Result<K::Item, NodeResult>| match item {
         Ok(item) => engine.run(vec![item]).await,
         Err(result) => ApplyReport {

@@ -156,6 +156,23 @@ impl Kind for Onboarding {
     type Facts = Facts;
     type Item = WorkItem;
 
+    fn continue_job(
+        job: &Job,
+        target: Option<NodeTarget>,
+        resume: bool,
+    ) -> Result<WorkItem, String> {
+        let job_id = job.id;
+        let work = if resume {
+            Work::Resume { job_id }
+        } else {
+            Work::Continue { job_id }
+        };
+        let target = target.ok_or(
+            "the node is not in the fleet's manifests: the stages need its site and profile",
+        )?;
+        Ok(WorkItem::new(target, work))
+    }
+
     /// The job the plan item names, when it names one.
     fn job_of(item: &WorkItem) -> Option<Uuid> {
         item.target.job_id
