@@ -16,7 +16,7 @@ use futures::future::BoxFuture;
 use serde_json::json;
 use uuid::Uuid;
 
-use super::engine::{Compensation, Engine, Kind, Pass, Run, Stop, profile_limit};
+use super::engine::{Compensation, Continuing, Engine, Kind, Pass, Run, Stop, profile_limit};
 use super::jobs::{self, JobView, KindInfo, ServiceError};
 use super::outcome::NodeOutcome;
 use super::progress::ProgressStatus;
@@ -24,7 +24,6 @@ use crate::lifecycle::{
     DecommissionMode, DecommissionStage, FailureClass, JobKind, JobState, NodeState, Owner,
     RecoveryAction,
 };
-use crate::plan::NodeTarget;
 use crate::stages::decommission::{
     DecommissionCtx, DecommissionFacts, DecommissionTarget, DecommissionTiming, run_stage,
 };
@@ -83,13 +82,20 @@ impl Kind for Decommission {
     type Facts = DecommissionFacts;
     type Item = DecommissionWork;
 
+    fn node(item: &DecommissionWork) -> (&str, &str) {
+        (&item.target.site, &item.target.hostname)
+    }
+
+    /// The node's profile, when the manifests still resolve it; an agent-only decommission of
+    /// a node no longer in them runs alone.
+    fn limit(item: &DecommissionWork) -> Option<((String, String), usize)> {
+        item.target.resolved.as_ref().map(profile_limit)
+    }
+
     /// Soft resets and storage cleanups only talk to the node agent: they run for a node the
     /// manifests no longer have.
-    fn continue_job(
-        job: &Job,
-        target: Option<NodeTarget>,
-        _resume: bool,
-    ) -> Result<DecommissionWork, String> {
+    fn continue_job(asked: Continuing<'_>) -> Result<DecommissionWork, String> {
+        let Continuing { job, target, .. } = asked;
         let node_id = job.node_id.or(target.as_ref().and_then(|t| t.node_id));
         Ok(DecommissionWork {
             target: DecommissionTarget {
@@ -100,16 +106,6 @@ impl Kind for Decommission {
             },
             job: DecommissionJob::Existing(job.id),
         })
-    }
-
-    fn node(item: &DecommissionWork) -> (&str, &str) {
-        (&item.target.site, &item.target.hostname)
-    }
-
-    /// The node's profile, when the manifests still resolve it; an agent-only decommission of
-    /// a node no longer in them runs alone.
-    fn limit(item: &DecommissionWork) -> Option<((String, String), usize)> {
-        item.target.resolved.as_ref().map(profile_limit)
     }
 
     fn take_up<'a>(run: &'a mut Run<'_, Self>) -> BoxFuture<'a, Result<Job, Stop>> {

@@ -71,14 +71,9 @@ pub trait Kind: Send + Sync + Sized + 'static {
     /// The item's node as (site, hostname): its lease and its progress label.
     fn node(item: &Self::Item) -> (&str, &str);
 
-    /// The work item that continues `job` (recorded, maybe moved by an operator) for its node,
-    /// `target` as the manifests resolve it if they still do; `resume`: it may be a
-    /// `compensating` job whose compensation stopped. `Err`: why it cannot run.
-    fn continue_job(
-        job: &Job,
-        target: Option<crate::plan::NodeTarget>,
-        resume: bool,
-    ) -> Result<Self::Item, String>;
+    /// The work item that continues a recorded job (maybe moved by an operator). `Err`: why
+    /// it cannot run.
+    fn continue_job(asked: Continuing<'_>) -> Result<Self::Item, String>;
 
     /// The job to report for an item nothing was taken up for.
     fn job_of(_item: &Self::Item) -> Option<Uuid> {
@@ -137,6 +132,14 @@ pub trait Kind: Send + Sync + Sized + 'static {
         job: &'a Job,
         how: Compensation,
     ) -> BoxFuture<'a, Result<NodeOutcome, StoreError>>;
+}
+
+/// A recorded job to continue, and its node as the manifests resolve it, if they still do.
+pub struct Continuing<'a> {
+    pub job: &'a Job,
+    pub target: Option<crate::plan::NodeTarget>,
+    /// The job may be `compensating`, its compensation stopped: finish that first.
+    pub resume: bool,
 }
 
 /// What every node's run shares.

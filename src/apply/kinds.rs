@@ -3,7 +3,7 @@
 //! kind adds one arm to each match here (docs/architecture.md "How to add a job kind").
 
 use super::decommission::Decommission;
-use super::engine::{Compensation, Engine, Kind};
+use super::engine::{Compensation, Continuing, Engine, Kind};
 use super::jobs::KindInfo;
 use super::onboarding::Onboarding;
 use super::outcome::{ApplyReport, NodeOutcome, NodeResult};
@@ -46,7 +46,12 @@ async fn carry<K: Kind>(
 ) -> ApplyReport {
     let job = &recovery.job;
     let item = |resume| {
-        K::continue_job(job, target.clone(), resume).map_err(|reason| NodeResult {
+        let asked = Continuing {
+            job,
+            target: target.clone(),
+            resume,
+        };
+        K::continue_job(asked).map_err(|reason| NodeResult {
             node: format!("{}/{}", job.site, job.hostname),
             job_id: Some(job.id),
             outcome: NodeOutcome::Left { reason },

@@ -32,7 +32,7 @@ pub mod recovery;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use engine::{Compensation, Engine, Kind, Pass, Run, Stop};
+pub use engine::{Compensation, Continuing, Engine, Kind, Pass, Run, Stop};
 pub use from_plan::{
     FreshnessError, PlanRefused, PlanWork, check_plan_fresh, plan_now, work_items,
 };

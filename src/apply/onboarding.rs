@@ -18,7 +18,7 @@ use futures::future::BoxFuture;
 use serde_json::json;
 use uuid::Uuid;
 
-use super::engine::{Compensation, Kind, Pass, Run, Stop, profile_limit};
+use super::engine::{Compensation, Continuing, Kind, Pass, Run, Stop, profile_limit};
 use super::jobs::KindInfo;
 use super::outcome::NodeOutcome;
 use super::progress::ProgressStatus;
@@ -156,23 +156,6 @@ impl Kind for Onboarding {
     type Facts = Facts;
     type Item = WorkItem;
 
-    fn continue_job(
-        job: &Job,
-        target: Option<NodeTarget>,
-        resume: bool,
-    ) -> Result<WorkItem, String> {
-        let job_id = job.id;
-        let work = if resume {
-            Work::Resume { job_id }
-        } else {
-            Work::Continue { job_id }
-        };
-        let target = target.ok_or(
-            "the node is not in the fleet's manifests: the stages need its site and profile",
-        )?;
-        Ok(WorkItem::new(target, work))
-    }
-
     /// The job the plan item names, when it names one.
     fn job_of(item: &WorkItem) -> Option<Uuid> {
         item.target.job_id
@@ -184,6 +167,19 @@ impl Kind for Onboarding {
 
     fn limit(item: &WorkItem) -> Option<((String, String), usize)> {
         Some(profile_limit(&item.target))
+    }
+
+    fn continue_job(asked: Continuing<'_>) -> Result<WorkItem, String> {
+        let job_id = asked.job.id;
+        let work = if asked.resume {
+            Work::Resume { job_id }
+        } else {
+            Work::Continue { job_id }
+        };
+        let target = asked.target.ok_or(
+            "the node is not in the fleet's manifests: the stages need its site and profile",
+        )?;
+        Ok(WorkItem::new(target, work))
     }
 
     fn take_up<'a>(run: &'a mut Run<'_, Self>) -> BoxFuture<'a, Result<Job, Stop>> {
