@@ -4,6 +4,7 @@
 //! the site's reference paths; `probe` checks the stored key.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Extension;
@@ -13,7 +14,7 @@ use axum::response::IntoResponse;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::{Access, ApiError, ApiState, JsonBody, Principal, RouteTable};
+use super::{Access, ApiError, ApiState, FleetRevision, JsonBody, Principal, RouteTable};
 use crate::lifecycle::JobKind;
 use crate::model::{Site, SiteName};
 use crate::provider::maas::{MaasClient, MaasClientOptions, RetryPolicy};
@@ -107,6 +108,13 @@ async fn view(
     })
 }
 
+/// The accepted fleet and its site `id` (404 when the fleet has no such site).
+fn accepted_site(state: &ApiState, id: &str) -> Result<(Arc<FleetRevision>, Site), ApiError> {
+    let accepted = state.fleet()?;
+    let site = find_site(&accepted.fleet, id)?;
+    Ok((accepted, site))
+}
+
 fn find_site(fleet: &crate::model::Fleet, id: &str) -> Result<Site, ApiError> {
     fleet.sites.get(&SiteName::new(id)).cloned().ok_or_else(|| {
         ApiError::not_found(format!("site `{id}` is not in the fleet")).hint(format!(
@@ -136,8 +144,7 @@ async fn get(
     State(state): State<ApiState>,
     Path(id): Path<String>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let accepted = state.fleet()?;
-    let site = find_site(&accepted.fleet, &id)?;
+    let (accepted, site) = accepted_site(&state, &id)?;
     Ok(axum::Json(view(&state, &site, &accepted.fleet).await?))
 }
 
@@ -160,8 +167,7 @@ async fn update(
     Path(id): Path<String>,
     JsonBody(body): JsonBody<Value>,
 ) -> Result<(), ApiError> {
-    let accepted = state.fleet()?;
-    let site = find_site(&accepted.fleet, &id)?;
+    let (_, site) = accepted_site(&state, &id)?;
     let fields = body
         .as_object()
         .map(|o| {
@@ -187,8 +193,7 @@ async fn update(
 }
 
 async fn delete(State(state): State<ApiState>, Path(id): Path<String>) -> Result<(), ApiError> {
-    let accepted = state.fleet()?;
-    let site = find_site(&accepted.fleet, &id)?;
+    let (_, site) = accepted_site(&state, &id)?;
     let file = &site.provenance.file;
     Err(ApiError::owned_by_git(
         format!("site {id} is owned by git: set spec.status: disabled in {file} instead"),
@@ -300,8 +305,7 @@ async fn credentials(
     Path(id): Path<String>,
     JsonBody(body): JsonBody<CredentialsBody>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let accepted = state.fleet()?;
-    let site = find_site(&accepted.fleet, &id)?;
+    let (_, site) = accepted_site(&state, &id)?;
     if body.maas_api_key.expose().trim().is_empty() {
         return Err(ApiError::bad_request("`maas_api_key` is empty"));
     }
@@ -365,8 +369,7 @@ async fn probe(
     State(state): State<ApiState>,
     Path(id): Path<String>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let accepted = state.fleet()?;
-    let site = find_site(&accepted.fleet, &id)?;
+    let (_, site) = accepted_site(&state, &id)?;
     let key_ref = crate::secrets::SecretRef::new(
         site.maas.api_key.path.clone(),
         site.maas.api_key.key.as_deref(),
@@ -399,8 +402,7 @@ async fn list_roce(
     State(state): State<ApiState>,
     Path(id): Path<String>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let accepted = state.fleet()?;
-    let site = find_site(&accepted.fleet, &id)?;
+    let (accepted, site) = accepted_site(&state, &id)?;
     let items: Vec<RoceView> = accepted
         .fleet
         .nodes_of_site(&site.name)
@@ -422,8 +424,7 @@ async fn upsert_roce(
     Path(id): Path<String>,
     JsonBody(body): JsonBody<Value>,
 ) -> Result<(), ApiError> {
-    let accepted = state.fleet()?;
-    let site = find_site(&accepted.fleet, &id)?;
+    let (accepted, site) = accepted_site(&state, &id)?;
     let hostnames: std::collections::BTreeSet<&str> = body
         .get("items")
         .and_then(Value::as_array)
@@ -457,8 +458,7 @@ async fn delete_roce(
     State(state): State<ApiState>,
     Path((id, aid)): Path<(String, String)>,
 ) -> Result<(), ApiError> {
-    let accepted = state.fleet()?;
-    let site = find_site(&accepted.fleet, &id)?;
+    let (accepted, site) = accepted_site(&state, &id)?;
     let (hostname, interface) = aid.split_once(':').unwrap_or((aid.as_str(), ""));
     let node = accepted
         .fleet

@@ -197,7 +197,7 @@ impl Progress for Shared {
     }
 }
 
-impl Executor {
+impl super::Executor {
     /// Run a plan: [`work_items`], then the onboarding and the decommission work side by side
     /// (each node under its own lease). Refused (nothing
     /// run) when the plan has destructive items and `allow_destructive` is false. The report
@@ -214,7 +214,7 @@ impl Executor {
     /// Run what [`work_items`] made of a plan: onboardings by this executor, decommissions by
     /// a [`DecommissionExecutor`] over the same stage environment, options and progress.
     pub async fn run_work(&self, work: PlanWork) -> ApplyReport {
-        let progress = self.shared.progress.clone();
+        let progress = self.progress().clone();
         progress.total(work.len());
         let shared: Arc<dyn Progress> = Arc::new(Shared(progress.clone()));
         let onboarding = Executor::new(self.env().clone(), self.options().clone(), shared.clone());

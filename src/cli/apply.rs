@@ -33,11 +33,11 @@ use crate::provider::host::{SimHost, SshHost};
 use crate::stages::onboard::{Peers, SitePeers};
 use crate::store::Actor;
 
-use super::observe::{
-    FleetArgs, SecretArgs, SiteArgs, World, load_fleet, observe_error, unknown_site,
+use super::output::table;
+use super::world::{
+    FleetArgs, SecretArgs, SiteArgs, World, load_fleet, observe_error, store_error, unknown_site,
     warn_unreadable,
 };
-use super::status::{store_error, table};
 use super::{CliError, Exit, GlobalArgs};
 
 #[derive(Debug, clap::Args)]

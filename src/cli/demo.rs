@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::apply::{ExecArgs, Runtime, plan_refused, render_report};
-use super::observe::{FleetArgs, SecretArgs, load_fleet, warn_unreadable};
-use super::status::{store_error, table};
+use super::output::table;
+use super::world::{FleetArgs, SecretArgs, load_fleet, store_error, warn_unreadable};
 use super::{CliError, Exit, GlobalArgs};
 use crate::apply::{ExecutorOptions, Progress, StderrProgress};
 use crate::lifecycle::JobKind;

@@ -15,6 +15,7 @@ mod demo;
 mod diff;
 mod drift;
 mod import_csv;
+mod jobs;
 mod observe;
 mod onboardings;
 mod plan;
@@ -22,6 +23,7 @@ mod render;
 pub mod sim;
 pub mod status;
 mod validate;
+mod world;
 
 use std::process::ExitCode;
 
@@ -56,6 +58,13 @@ pub struct GlobalArgs {
     pub log: String,
 }
 
+/// The arguments of a command made of subcommands (`jobs`, `drift`, …).
+#[derive(Debug, clap::Args)]
+pub struct Subcommands<C: Subcommand> {
+    #[command(subcommand)]
+    pub command: C,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Print a shell completion script.
@@ -72,7 +81,10 @@ pub enum Command {
     ImportCsv(import_csv::Args),
     /// Apply the fleet's plan: onboard nodes as durable, resumable stage journals.
     Apply(apply::Args),
-    /// Onboarding jobs: list, show, and the operator recovery actions.
+    /// Jobs of every kind (onboarding, decommission): list, show, and the operator recovery
+    /// actions (docs/architecture.md).
+    Jobs(jobs::Args),
+    /// Onboarding jobs: list, show, and the operator recovery actions (`jobs --kind onboarding`).
     Onboardings(onboardings::Args),
     /// Decommission jobs (soft reset, reimage, full, storage cleanup, retire): list, show,
     /// retry, cancel (docs/decommission.md).
@@ -140,6 +152,7 @@ async fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Diff(args) => diff::run(args),
         Command::ImportCsv(args) => import_csv::run(args),
         Command::Apply(args) => apply::run(&global, args).await,
+        Command::Jobs(args) => jobs::run(&global, args).await,
         Command::Onboardings(args) => onboardings::run(&global, args).await,
         Command::Decommissions(args) => decommissions::run(&global, args).await,
         Command::Demo(args) => demo::run(&global, args).await,

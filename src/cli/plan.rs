@@ -5,26 +5,23 @@
 //!
 //! Exit codes: 0 success (with `--detailed-exitcode`: no changes), 2 changes present (only with
 //! `--detailed-exitcode`), 1 error (bad fleet, unreadable snapshot, store or secret trouble).
+//!
+//! It reads top-down: arguments → the fleet → the observation (a snapshot file, or the state
+//! store, secrets and MAAS opened and observed now) → the plan → the plan file and the output.
 
 use std::path::PathBuf;
 
-use super::observe::{
-    FleetArgs, SecretArgs, SiteArgs, World, load_fleet, unknown_site, warn_unreadable,
-};
 use super::output::ReviewFormat;
+use super::world::{SiteArgs, WorldArgs, load_fleet, unknown_site, warn_unreadable};
 use super::{CliError, Exit, GlobalArgs};
 use crate::model::{Fleet, SiteName};
 use crate::observe::{SiteFilter, Snapshot};
-use crate::plan::{self, Plan, PlanOptions, render};
+use crate::plan::{self, PlanOptions, render};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     #[command(flatten)]
-    pub fleet: FleetArgs,
-    #[command(flatten)]
-    pub sites: SiteArgs,
-    #[command(flatten)]
-    pub secrets: SecretArgs,
+    pub world: WorldArgs,
     /// Plan against a snapshot written by `metalform observe` instead of observing now (no MAAS
     /// or store access needed).
     #[arg(long, value_name = "FILE")]
@@ -47,17 +44,17 @@ pub struct Args {
 }
 
 pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
-    let fleet = load_fleet(&args.fleet)?;
-    let (snapshot, plan) = match &args.observed {
+    let fleet = load_fleet(&args.world.fleet)?;
+    let (snapshot, sites) = match &args.observed {
         Some(path) => {
             let snapshot = read_snapshot(path)?;
-            let sites = observed_sites(&fleet, &args.sites, &snapshot, path)?;
-            let plan = plan::plan(&fleet, &snapshot, &PlanOptions { sites });
-            (snapshot, plan)
+            let sites = observed_sites(&fleet, &args.world.sites, &snapshot, path)?;
+            (snapshot, sites)
         }
-        None => plan_now(global, &args, &fleet).await?,
+        None => args.world.observe_now(global, &fleet).await?,
     };
     warn_unreadable(&snapshot);
+    let plan = plan::plan(&fleet, &snapshot, &PlanOptions { sites });
     if let Some(out) = &args.out {
         plan::save(&plan, out).map_err(|err| CliError::user(err.to_string()).hint(err.hint()))?;
         eprintln!(
@@ -82,21 +79,6 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
     } else {
         Exit::Success
     })
-}
-
-/// Observe the selected sites now and plan them.
-async fn plan_now(
-    global: &GlobalArgs,
-    args: &Args,
-    fleet: &Fleet,
-) -> Result<(Snapshot, Plan), CliError> {
-    let sites = args.sites.site_filter();
-    // Refuse an unknown --site before touching anything.
-    sites.resolve(fleet).map_err(unknown_site)?;
-    let world = World::open(global, &args.fleet, &args.secrets).await?;
-    let planned = world.plan(fleet, &sites).await;
-    world.close().await;
-    planned
 }
 
 fn read_snapshot(path: &std::path::Path) -> Result<Snapshot, CliError> {

@@ -236,7 +236,7 @@ async fn recorded_system_id(
     };
     let store = Store::open(&url, Arc::new(SystemClock))
         .await
-        .map_err(super::status::store_error)?;
+        .map_err(super::world::store_error)?;
     let result = async {
         let Some(row) = store
             .find_node(node.id.site.as_str(), node.id.hostname.as_str())
@@ -247,7 +247,7 @@ async fn recorded_system_id(
         Ok(store.maas_state(row.id).await?.map(|m| m.maas_system_id))
     }
     .await
-    .map_err(super::status::store_error);
+    .map_err(super::world::store_error);
     store.close().await;
     result
 }

@@ -234,6 +234,11 @@ impl FieldList {
         self.put(path, value.to_string())
     }
 
+    /// A duration as manifests write it (`15m`).
+    fn duration(&mut self, path: impl Into<String>, value: std::time::Duration) -> &mut Self {
+        self.text(path, duration::format(value))
+    }
+
     fn secret(&mut self, path: impl Into<String>, value: &SecretRef) -> &mut Self {
         // References appear as their paths only; they never hold values in the first place.
         self.text(path, value)
@@ -294,10 +299,7 @@ fn profile_fields(p: &Profile) -> Fields {
         .text("storage.dataDisks", p.storage.data_disks)
         .put("roce.enabled", p.roce.enabled)
         .put("hardwareSync.required", p.hardware_sync.required)
-        .text(
-            "hardwareSync.interval",
-            duration::format(p.hardware_sync.interval),
-        )
+        .duration("hardwareSync.interval", p.hardware_sync.interval)
         .put(
             "discovery.autoClaimSingleNewMachine",
             p.discovery.auto_claim_single_new_machine,
@@ -311,10 +313,7 @@ fn profile_fields(p: &Profile) -> Fields {
         .put("release.fallbackNoErase", p.release.fallback_no_erase)
         .put("preflight.strictPxe", p.preflight.strict_pxe)
         .put("concurrency.maxParallel", p.concurrency.max_parallel)
-        .text(
-            "enrollment.tokenTtl",
-            duration::format(p.enrollment.token_ttl),
-        );
+        .duration("enrollment.tokenTtl", p.enrollment.token_ttl);
     let t = &p.timeouts;
     for (name, value) in [
         ("discovery", t.discovery),
@@ -327,7 +326,7 @@ fn profile_fields(p: &Profile) -> Fields {
         ("release", t.release),
         ("powerOff", t.power_off),
     ] {
-        f.text(format!("timeouts.{name}"), duration::format(value));
+        f.duration(format!("timeouts.{name}"), value);
     }
     if let Some(bundle) = &p.cloud_init.site_bundle {
         f.text("cloudInit.siteBundle.ref", &bundle.reference)

@@ -325,75 +325,54 @@ pub fn render_markdown(plan: &Plan, max_bytes: usize) -> String {
             }
         };
 
+    // One markdown table row: `| a | b | … |`.
+    let row = |cells: &[String]| format!("| {} |\n", cells.join(" | "));
+    let code = |text: &dyn std::fmt::Display| format!("`{text}`");
     let destructive: Vec<String> = plan
         .items
         .iter()
         .filter(|i| i.destructive)
-        .map(|i| {
-            format!(
-                "| `{}` | {} | {} |\n",
-                i.node,
-                i.action.name(),
-                cell(&i.reason)
-            )
-        })
+        .map(|i| row(&[code(&i.node), i.action.name().into(), cell(&i.reason)]))
         .collect();
-    section(
-        &mut out,
-        format!(
-            "⚠️ Destructive: apply needs `--allow-destructive` ({})",
-            destructive.len()
-        ),
-        "| node | action | reason |\n|---|---|---|\n",
-        destructive,
-        false,
-    );
     let blocked: Vec<String> = plan
         .items
         .iter()
         .filter(|i| matches!(i.action, Action::Blocked { .. }))
-        .map(|i| format!("| `{}` | {} |\n", i.node, cell(&i.reason)))
+        .map(|i| row(&[code(&i.node), cell(&i.reason)]))
         .collect();
-    section(
-        &mut out,
-        format!("⛔ Blocked: needs an operator ({})", blocked.len()),
-        "| node | reason |\n|---|---|\n",
-        blocked,
-        false,
-    );
     let changes: Vec<String> = plan
         .changes()
         .filter(|i| !i.destructive)
         .map(|i| {
-            format!(
-                "| `{}` | `{}` | {} | {} |\n",
-                symbol(i),
-                i.node,
-                i.action.name(),
-                cell(&i.reason)
-            )
+            let action = i.action.name().into();
+            row(&[code(&symbol(i)), code(&i.node), action, cell(&i.reason)])
         })
         .collect();
-    section(
-        &mut out,
-        format!("Changes ({})", changes.len()),
-        "| | node | action | reason |\n|---|---|---|---|\n",
-        changes,
-        false,
-    );
     let unchanged: Vec<String> = plan
         .items
         .iter()
         .filter(|i| i.action == Action::Noop)
-        .map(|i| format!("| `{}` | {} |\n", i.node, cell(&line_reason(i))))
+        .map(|i| row(&[code(&i.node), cell(&line_reason(i))]))
         .collect();
-    section(
-        &mut out,
-        format!("Unchanged ({})", unchanged.len()),
-        "| node | reason |\n|---|---|\n",
-        unchanged,
-        true,
-    );
+
+    const NODE_ACTION_REASON: &str = "| node | action | reason |\n|---|---|---|\n";
+    const NODE_REASON: &str = "| node | reason |\n|---|---|\n";
+    const CHANGE: &str = "| | node | action | reason |\n|---|---|---|---|\n";
+    let sections = [
+        (
+            "⚠️ Destructive: apply needs `--allow-destructive`",
+            NODE_ACTION_REASON,
+            destructive,
+            false,
+        ),
+        ("⛔ Blocked: needs an operator", NODE_REASON, blocked, false),
+        ("Changes", CHANGE, changes, false),
+        ("Unchanged", NODE_REASON, unchanged, true),
+    ];
+    for (label, header, rows, collapsed) in sections {
+        let title = format!("{label} ({})", rows.len());
+        section(&mut out, title, header, rows, collapsed);
+    }
 
     if !left_out.is_empty() {
         let _ = writeln!(

@@ -19,7 +19,7 @@ use uuid::Uuid;
 use super::db::{Row, Tx, params};
 use super::nodes::{lock_node, read_node};
 use super::records::{Actor, AuditEntry, Role, read_maas_state, write_audit};
-use super::tokens::{random_token, token_hash};
+use super::tokens::{mark_used, random_token, token_hash};
 use super::{
     Store, StoreError, TokenError, bump_serial, format_time, parse_json, parse_name, parse_time,
     parse_uuid,
@@ -281,13 +281,7 @@ impl Store {
         let enrollment_id = match &replay {
             Some(previous) => previous.id,
             None => {
-                let consumed = tx
-                    .execute(
-                        "UPDATE enrollment_tokens SET used_at = $1
-                         WHERE token_hash = $2 AND used_at IS NULL AND expires_at > $1",
-                        &params![at.clone(), hash.clone()],
-                    )
-                    .await?;
+                let consumed = mark_used(&mut tx, &hash, &at).await?;
                 if consumed != 1 {
                     return Err(EnrollError::InvalidToken(TokenError::AlreadyUsed));
                 }

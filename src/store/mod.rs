@@ -292,6 +292,18 @@ impl Store {
         self.pool.close().await
     }
 
+    /// The row `id` of `table` (404-able as `kind`), read by `from_row`.
+    pub(crate) async fn by_id<T>(
+        &self,
+        table: &str,
+        kind: &'static str,
+        id: uuid::Uuid,
+        from_row: fn(&db::Row) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut tx = self.pool.read().await?;
+        from_row(&tx.fetch_by_id(table, kind, id).await?)
+    }
+
     /// The schema versions applied so far.
     pub async fn schema_versions(&self) -> Result<Vec<i64>, StoreError> {
         let mut tx = self.pool.read().await?;

@@ -10,8 +10,8 @@ use super::StageCtx;
 use super::commission::{adopt_advanced, unexpected};
 use crate::lifecycle::FailureClass;
 use crate::provider::maas::{
-    BlockDevice, CreateSubnetParams, Interface, LinkMode, LinkRequest, LinkSubnetParams, Machine,
-    StorageLayout, StorageLayoutParams, SubnetRef,
+    BlockDevice, CreateSubnetParams, Interface, LinkMode, LinkRequest, LinkSubnetParams,
+    MaasClient, Machine, StorageLayout, StorageLayoutParams, SubnetRef,
 };
 use crate::stages::{StageFailure, StageOutcome};
 
@@ -30,6 +30,25 @@ async fn editable(
     } else {
         Err(unexpected(&machine, what))
     }
+}
+
+/// The machine, while its interfaces may still be edited (Ready or Allocated), with its
+/// interfaces; `Err` carries the outcome of a machine already past that point.
+async fn interfaces_of_editable(
+    ctx: &mut StageCtx<'_>,
+    what: &str,
+) -> Result<Result<(Machine, MaasClient, Vec<Interface>), StageOutcome>, StageFailure> {
+    let allowed = [MaasStatus::Ready, MaasStatus::Allocated];
+    let machine = match editable(ctx, what, &allowed).await? {
+        Ok(machine) => machine,
+        Err(jump) => return Ok(Err(jump)),
+    };
+    let maas = ctx.maas().await?;
+    let interfaces = maas
+        .list_interfaces(&machine.system_id)
+        .await
+        .map_err(|e| StageFailure::maas(&e))?;
+    Ok(Ok((machine, maas, interfaces)))
 }
 
 /// Whether a block device is the profile's boot disk (by model, name or id_path).
@@ -140,22 +159,12 @@ pub(super) async fn ensure_roce_phase2_applied(
     if assignments.is_empty() {
         return Ok(StageOutcome::skipped("no RoCE assignments for this node"));
     }
-    let machine = match editable(
-        ctx,
-        "link RoCE interfaces",
-        &[MaasStatus::Ready, MaasStatus::Allocated],
-    )
-    .await?
-    {
-        Ok(machine) => machine,
-        Err(jump) => return Ok(jump),
-    };
-    let maas = ctx.maas().await?;
+    let (machine, maas, interfaces) =
+        match interfaces_of_editable(ctx, "link RoCE interfaces").await? {
+            Ok(found) => found,
+            Err(jump) => return Ok(jump),
+        };
     let sid = machine.system_id.clone();
-    let interfaces = maas
-        .list_interfaces(&sid)
-        .await
-        .map_err(|e| StageFailure::maas(&e))?;
     let mut subnets = maas
         .list_subnets()
         .await
@@ -233,23 +242,13 @@ pub(super) async fn ensure_roce_phase2_applied(
 pub(super) async fn ensure_pxe_interface_auto(
     ctx: &mut StageCtx<'_>,
 ) -> Result<StageOutcome, StageFailure> {
-    let machine = match editable(
-        ctx,
-        "check the PXE interface",
-        &[MaasStatus::Ready, MaasStatus::Allocated],
-    )
-    .await?
-    {
-        Ok(machine) => machine,
-        Err(jump) => return Ok(jump),
-    };
-    let maas = ctx.maas().await?;
+    let (machine, maas, interfaces) =
+        match interfaces_of_editable(ctx, "check the PXE interface").await? {
+            Ok(found) => found,
+            Err(jump) => return Ok(jump),
+        };
     let sid = machine.system_id.clone();
     let name = ctx.target.profile.network.node_pxe_iface.clone();
-    let interfaces = maas
-        .list_interfaces(&sid)
-        .await
-        .map_err(|e| StageFailure::maas(&e))?;
     let Some(interface) = interfaces.iter().find(|i| i.name == name) else {
         let names: Vec<&str> = interfaces.iter().map(|i| i.name.as_str()).collect();
         return Err(StageFailure::new(

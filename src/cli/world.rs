@@ -1,0 +1,301 @@
+//! The shared edge of the commands (DESIGN.md §3): the fleet, site and secret flags, loading
+//! the fleet, opening the state store, and [`World`] (the state store, the secret store and the
+//! MAAS clients) to observe and plan with. Commands call into this file, never into each other.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::CliError;
+use super::GlobalArgs;
+use super::validate::source_error;
+use crate::clock::SystemClock;
+use crate::manifest::{self, LoadError};
+use crate::model::Fleet;
+use crate::observe::{self, MaasClients, ObserveError, SiteFilter, SiteObservation, Snapshot};
+use crate::plan::{Plan, PlanOptions};
+use crate::provider::maas::MaasClientOptions;
+use crate::secrets::{self, SecretStore};
+use crate::source::FleetSource;
+use crate::store::{self, Node, Store, StoreError};
+
+/// Where the fleet is.
+#[derive(Debug, Clone, clap::Args)]
+pub struct FleetArgs {
+    /// Fleet directory (holding sites/, profiles/, nodes/); the default state store lives in its
+    /// .metalform/.
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub fleet: PathBuf,
+    /// Read the fleet as of this git revision (commit, branch, tag) instead of the files on disk.
+    #[arg(long, value_name = "REV")]
+    pub rev: Option<String>,
+}
+
+/// Which of the fleet's sites to work on.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct SiteArgs {
+    /// Only this site (repeatable); default: every site of the fleet.
+    #[arg(long = "site", value_name = "SITE")]
+    pub sites: Vec<String>,
+}
+
+impl SiteArgs {
+    pub fn site_filter(&self) -> SiteFilter {
+        SiteFilter::from_names(self.sites.iter().cloned())
+    }
+}
+
+/// Where secrets (the sites' MAAS API keys, BMC logins) are read from.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SecretArgs {
+    /// Secret store: vault://HOST:PORT (token from VAULT_TOKEN), vault+https://HOST:PORT, or
+    /// file://PATH (development).
+    #[arg(long, env = "METALFORM_SECRETS", value_name = "URL")]
+    pub secrets: Option<String>,
+}
+
+/// What observing and planning read: the fleet, its sites, the secrets.
+#[derive(Debug, Clone, clap::Args)]
+pub struct WorldArgs {
+    #[command(flatten)]
+    pub fleet: FleetArgs,
+    #[command(flatten)]
+    pub sites: SiteArgs,
+    #[command(flatten)]
+    pub secrets: SecretArgs,
+}
+
+impl WorldArgs {
+    /// Observe the selected sites of `fleet` now (an unknown `--site` is refused before
+    /// anything is opened): the snapshot, and the sites it covers.
+    pub async fn observe_now(
+        &self,
+        global: &GlobalArgs,
+        fleet: &Fleet,
+    ) -> Result<(Snapshot, SiteFilter), CliError> {
+        let sites = self.sites.site_filter();
+        sites.resolve(fleet).map_err(unknown_site)?;
+        let world = World::open(global, &self.fleet, &self.secrets).await?;
+        let snapshot = world.observe(fleet, &sites).await;
+        world.close().await;
+        Ok((snapshot?, sites))
+    }
+}
+
+/// Read and validate the fleet; an invalid fleet prints its diagnostics on stderr.
+pub fn load_fleet(args: &FleetArgs) -> Result<Fleet, CliError> {
+    let source = FleetSource::new(&args.fleet, args.rev.as_deref());
+    match manifest::load_fleet(&source) {
+        Ok(loaded) => Ok(loaded.fleet),
+        Err(LoadError::Source(err)) => Err(source_error(err)),
+        Err(LoadError::Invalid { errors, .. }) => {
+            for diagnostic in &errors {
+                eprintln!("{diagnostic}");
+            }
+            let rev = args
+                .rev
+                .as_deref()
+                .map(|r| format!(" --rev {r}"))
+                .unwrap_or_default();
+            Err(CliError::user(format!(
+                "the fleet has {} error(s); nothing was planned, observed or applied",
+                errors.len()
+            ))
+            .hint(format!(
+                "run `metalform validate --fleet {}{rev}` and fix them",
+                args.fleet.display()
+            )))
+        }
+    }
+}
+
+pub fn open_secrets(args: &SecretArgs) -> Result<Arc<dyn SecretStore>, CliError> {
+    let url = args.secrets.as_deref().ok_or_else(|| {
+        CliError::user("no secret store to read the sites' MAAS API keys from").hint(
+            "pass --secrets vault://HOST:PORT (or file://PATH), or set METALFORM_SECRETS; to plan without MAAS access, pass --observed FILE from `metalform observe`",
+        )
+    })?;
+    secrets::open(url).map_err(|err| {
+        let hint = err.hint();
+        let error = CliError::user(err.to_string());
+        match hint {
+            Some(hint) => error.hint(hint),
+            None => error,
+        }
+    })
+}
+
+/// What reading the world needs: the state store, the secret store, and MAAS clients that
+/// share one request counter (observe, plan and apply use the same).
+pub struct World {
+    pub store: Store,
+    pub secrets: Arc<dyn SecretStore>,
+    pub clients: MaasClients,
+}
+
+impl World {
+    /// The secret store first (a missing `--secrets` creates no store), then the state store.
+    pub async fn open(
+        global: &GlobalArgs,
+        fleet: &FleetArgs,
+        secrets: &SecretArgs,
+    ) -> Result<World, CliError> {
+        let secrets = open_secrets(secrets)?;
+        let store = open_store(global, &fleet.fleet).await?;
+        Ok(World {
+            store,
+            secrets,
+            clients: MaasClients::new(MaasClientOptions::default()),
+        })
+    }
+
+    /// Observe the selected sites now: MAAS through the secret store's API keys, the store's
+    /// inventory and jobs.
+    pub async fn observe(&self, fleet: &Fleet, sites: &SiteFilter) -> Result<Snapshot, CliError> {
+        observe::observe(
+            fleet,
+            sites,
+            &self.store,
+            self.secrets.as_ref(),
+            &self.clients,
+        )
+        .await
+        .map_err(observe_error)
+    }
+
+    /// Observe and plan the selected sites now.
+    pub async fn plan(
+        &self,
+        fleet: &Fleet,
+        sites: &SiteFilter,
+    ) -> Result<(Snapshot, Plan), CliError> {
+        let snapshot = self.observe(fleet, sites).await?;
+        let options = PlanOptions {
+            sites: sites.clone(),
+        };
+        let plan = crate::plan::plan(fleet, &snapshot, &options);
+        Ok((snapshot, plan))
+    }
+
+    pub async fn close(self) {
+        self.store.close().await;
+    }
+}
+
+pub fn observe_error(err: ObserveError) -> CliError {
+    match err {
+        ObserveError::UnknownSite(err) => unknown_site(err),
+        ObserveError::Store(err) => store_error(err),
+    }
+}
+
+pub fn unknown_site(err: observe::UnknownSite) -> CliError {
+    CliError::user(err.to_string()).hint("pass --site with one of the fleet's sites")
+}
+
+/// A warning per unreadable site on stderr: the snapshot records it, the operator should know.
+pub fn warn_unreadable(snapshot: &Snapshot) {
+    for (site, observation) in &snapshot.sites {
+        if let SiteObservation::Unreadable { error, hint, .. } = observation {
+            eprintln!("warning: site {site} could not be read: {error}");
+            if let Some(hint) = hint {
+                eprintln!("hint: {hint}");
+            }
+        }
+    }
+}
+
+/// Run `work` on the state store ([`open_store`]), closed afterwards whatever `work` returned.
+pub async fn with_store<T>(
+    global: &GlobalArgs,
+    fleet_dir: &Path,
+    work: impl AsyncFnOnce(&Store) -> Result<T, CliError>,
+) -> Result<T, CliError> {
+    let store = open_store(global, fleet_dir).await?;
+    let result = work(&store).await;
+    store.close().await;
+    result
+}
+
+/// The state store every command works on: `--state URL`, else the default SQLite file in
+/// the fleet directory's `.metalform/` (docs/contracts.md §2), created and migrated if needed.
+/// The fleet directory must exist: a typo must not create a store somewhere unexpected.
+pub async fn open_store(global: &GlobalArgs, fleet_dir: &Path) -> Result<Store, CliError> {
+    let url = match &global.state {
+        Some(url) => url.clone(),
+        None => {
+            if !fleet_dir.is_dir() {
+                return Err(CliError::user(format!(
+                    "fleet directory `{}` does not exist",
+                    fleet_dir.display()
+                ))
+                .hint("pass --fleet DIR (the fleet repository) or --state URL"));
+            }
+            store::default_url(fleet_dir)
+        }
+    };
+    Store::open(&url, Arc::new(SystemClock))
+        .await
+        .map_err(store_error)
+}
+
+/// Classify a store error once, with what to do about it.
+pub fn store_error(err: StoreError) -> CliError {
+    let hint = match &err {
+        StoreError::InvalidUrl { .. } => {
+            Some("pass --state sqlite://PATH or --state postgres://USER@HOST:PORT/DB")
+        }
+        StoreError::Unreachable { .. } => Some(
+            "check that the database is running and the --state URL (host, port, credentials) is right",
+        ),
+        StoreError::SchemaTooNew { .. } => {
+            Some("upgrade metalform: a newer version wrote this store")
+        }
+        StoreError::Corrupt(_) => Some("restore the store from a backup or report a bug"),
+        _ => None,
+    };
+    let unexpected = matches!(err, StoreError::Corrupt(_));
+    let mut cli = if unexpected {
+        CliError::unexpected(err.to_string())
+    } else {
+        CliError::user(err.to_string())
+    };
+    if let Some(hint) = hint {
+        cli = cli.hint(hint);
+    }
+    cli
+}
+
+/// A node by id, or by hostname (with `site` when the hostname exists in several sites).
+pub async fn find_node(store: &Store, site: Option<&str>, wanted: &str) -> Result<Node, CliError> {
+    if let Ok(id) = uuid::Uuid::parse_str(wanted) {
+        return store.node(id).await.map_err(store_error);
+    }
+    let candidates = match site {
+        Some(site) => store
+            .find_node(site, wanted)
+            .await
+            .map_err(store_error)?
+            .into_iter()
+            .collect(),
+        None => store
+            .find_nodes_by_hostname(wanted)
+            .await
+            .map_err(store_error)?,
+    };
+    match candidates.len() {
+        1 => Ok(candidates.into_iter().next().expect("one")),
+        0 => Err(CliError::user(format!(
+            "no node `{wanted}`{} in the inventory",
+            site.map(|s| format!(" in site `{s}`")).unwrap_or_default()
+        ))
+        .hint("run `metalform status` to list nodes; pass a hostname or a node id")),
+        _ => {
+            let sites: Vec<&str> = candidates.iter().map(|n| n.site.as_str()).collect();
+            Err(CliError::user(format!(
+                "hostname `{wanted}` exists in several sites: {}",
+                sites.join(", ")
+            ))
+            .hint("pass --site SITE"))
+        }
+    }
+}
