@@ -348,7 +348,7 @@ async fn lookup_errors_are_clear() {
         "error: invalid state URL `mysql://db/x`: expected sqlite://PATH or postgres://…\nhint: pass --state sqlite://PATH or --state postgres://USER@HOST:PORT/DB\n"
     );
     let run = status(&["--state", &url, "--format", "yaml"]);
-    assert_eq!(run.code, 64);
+    assert_eq!(run.code, 2);
     let missing = dir.path().join("no-such-fleet");
     let run = status(&["--fleet", missing.to_str().unwrap()]);
     assert_eq!(run.code, 1);

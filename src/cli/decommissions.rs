@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use super::apply::{ExecArgs, Runtime, finish, operator, render_report, required_reason};
 use super::output::ReportFormat;
-use super::status::{detail_view, store_error, table, time, with_store};
+use super::status::{detail_view, store_error, table, time, with_store, with_store_read};
 use super::{CliError, Exit, GlobalArgs};
 use crate::apply::decommission::{
     DecommissionExecutor, DecommissionJob, DecommissionView, DecommissionWork, ServiceError,
@@ -102,13 +102,13 @@ pub struct CancelArgs {
 pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
     match args.command {
         Command::List(list) => {
-            with_store(global, &list.fleet, async |store| {
+            with_store_read(global, &list.fleet, async |store| {
                 list_jobs(store, &list).await
             })
             .await
         }
         Command::Show(show) => {
-            with_store(global, &show.fleet, async |store| {
+            with_store_read(global, &show.fleet, async |store| {
                 show_job(store, &show).await
             })
             .await

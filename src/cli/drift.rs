@@ -8,7 +8,7 @@ use super::apply::operator;
 use super::observe::{FleetArgs, SecretArgs, SiteArgs, load_fleet, open_secrets, unknown_site};
 use super::output::ReportFormat;
 use super::status::{find_node, store_error, table, time};
-use super::status::{open_store, with_store};
+use super::status::{open_store, with_store, with_store_read};
 use super::{CliError, Exit, GlobalArgs};
 use crate::drift::{
     self, ActionResult, DriftEnv, DriftFilter, DriftPolicy, DriftReport, DriftSummary, Resolution,
@@ -105,13 +105,13 @@ pub struct RunArgs {
 pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
     match args.command {
         Command::List(list) => {
-            with_store(global, &list.fleet, async |store| {
+            with_store_read(global, &list.fleet, async |store| {
                 list_drift(store, &list).await
             })
             .await
         }
         Command::Status(status) => {
-            let summary = with_store(global, &status.fleet, async |store| {
+            let summary = with_store_read(global, &status.fleet, async |store| {
                 drift::summary(store).await.map_err(store_error)
             })
             .await?;

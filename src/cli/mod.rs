@@ -14,12 +14,14 @@ mod decommissions;
 mod demo;
 mod diff;
 mod drift;
+mod fleet_dir;
 mod import_csv;
 mod observe;
 mod onboardings;
 mod plan;
 mod render;
 pub mod sim;
+mod state;
 pub mod status;
 mod validate;
 
@@ -42,9 +44,14 @@ pub struct Cli {
 /// Flags every command accepts.
 #[derive(Debug, Clone, clap::Args)]
 pub struct GlobalArgs {
-    /// State store: sqlite://PATH or postgres://… (default: sqlite under the fleet's .metalform/).
+    /// State store: sqlite://PATH or postgres://… [default: a SQLite file per fleet under
+    /// $XDG_STATE_HOME/metalform (~/.local/state/metalform)]. The daemon reads its store from
+    /// its configuration file and ignores METALFORM_STATE.
     #[arg(long, global = true, env = "METALFORM_STATE", value_name = "URL")]
     pub state: Option<String>,
+    /// `state` came from METALFORM_STATE, not from `--state`.
+    #[arg(skip)]
+    pub state_from_env: bool,
     /// Log filter for stderr (e.g. `info`, `metalform=debug`).
     #[arg(
         long,
@@ -94,12 +101,18 @@ pub enum Command {
 /// Parse, run, and turn the outcome into an exit code. Errors go to stderr as
 /// `error: …` followed by `hint: …` lines.
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    // `plan --detailed-exitcode` keeps 2 for "changes": a usage error exits 1 there.
+    let detailed = std::env::args_os().any(|a| a == "--detailed-exitcode");
+    let usage_code = |class: ErrorClass| match class {
+        ErrorClass::Argument if detailed => 1,
+        class => class.exit_code(),
+    };
+    let cli = match parse() {
         Ok(cli) => cli,
         Err(err) => {
             let code = match err.kind() {
                 clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => 0,
-                _ => ErrorClass::Argument.exit_code(),
+                _ => usage_code(ErrorClass::Argument),
             };
             let _ = err.print();
             return ExitCode::from(code);
@@ -124,9 +137,26 @@ pub fn main() -> ExitCode {
         Ok(exit) => exit.into(),
         Err(err) => {
             eprintln!("{err}");
-            ExitCode::from(err.class.exit_code())
+            ExitCode::from(usage_code(err.class))
         }
     }
+}
+
+/// Parse the command line, noting whether `--state` came from `METALFORM_STATE`.
+fn parse() -> Result<Cli, clap::Error> {
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = Cli::command().try_get_matches()?;
+    let mut cli = Cli::from_arg_matches(&matches)?;
+    cli.global.state_from_env =
+        state_source(&matches) == Some(clap::parser::ValueSource::EnvVariable);
+    Ok(cli)
+}
+
+/// Where `--state` came from (it is global: the subcommand's matches hold it too).
+fn state_source(matches: &clap::ArgMatches) -> Option<clap::parser::ValueSource> {
+    matches
+        .value_source("state")
+        .or_else(|| matches.subcommand().and_then(|(_, sub)| state_source(sub)))
 }
 
 async fn run(cli: Cli) -> Result<Exit, CliError> {

@@ -12,22 +12,19 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::status::{open_store, store_error};
-use super::validate::source_error;
 use super::{CliError, Exit, GlobalArgs};
-use crate::manifest::{self, LoadError};
 use crate::model::Fleet;
 use crate::observe::{self, MaasClients, ObserveError, SiteFilter, SiteObservation, Snapshot};
 use crate::plan::Plan;
 use crate::provider::maas::MaasClientOptions;
 use crate::secrets::{self, SecretStore};
-use crate::source::FleetSource;
 use crate::store::Store;
 
 /// Where the fleet is.
 #[derive(Debug, Clone, clap::Args)]
 pub struct FleetArgs {
-    /// Fleet directory (holding sites/, profiles/, nodes/); the default state store lives in its
-    /// .metalform/.
+    /// Fleet directory (holding sites/, profiles/, nodes/); its default state store lives in the
+    /// XDG state directory.
     #[arg(long, value_name = "DIR", default_value = ".")]
     pub fleet: PathBuf,
     /// Read the fleet as of this git revision (commit, branch, tag) instead of the files on disk.
@@ -73,7 +70,7 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
     let sites = args.sites.site_filter();
     // Refuse an unknown --site before touching anything.
     sites.resolve(&fleet).map_err(unknown_site)?;
-    let world = World::open(global, &args.fleet, &args.secrets).await?;
+    let world = World::open_read_only(global, &args.fleet, &args.secrets).await?;
     let snapshot = world.observe(&fleet, &sites).await;
     world.close().await;
     let snapshot = snapshot?;
@@ -84,11 +81,11 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
 
 /// Read and validate the fleet; an invalid fleet prints its diagnostics on stderr.
 pub(super) fn load_fleet(args: &FleetArgs) -> Result<Fleet, CliError> {
-    let source = FleetSource::new(&args.fleet, args.rev.as_deref());
-    match manifest::load_fleet(&source) {
-        Ok(loaded) => Ok(loaded.fleet),
-        Err(LoadError::Source(err)) => Err(source_error(err)),
-        Err(LoadError::Invalid { errors, .. }) => {
+    let validation = super::fleet_dir::validate(&args.fleet, args.rev.as_deref())?;
+    match validation.fleet {
+        Some(fleet) => Ok(fleet),
+        None => {
+            let errors = validation.errors;
             for diagnostic in &errors {
                 eprintln!("{diagnostic}");
             }
@@ -115,6 +112,17 @@ pub(super) fn open_secrets(args: &SecretArgs) -> Result<Arc<dyn SecretStore>, Cl
             "pass --secrets vault://HOST:PORT (or file://PATH), or set METALFORM_SECRETS; to plan without MAAS access, pass --observed FILE from `metalform observe`",
         )
     })?;
+    // The file backend reads a missing file as empty (the demo writes one as it goes); a path
+    // an operator typed must exist.
+    if let Some(path) = url.strip_prefix("file://")
+        && !path.is_empty()
+        && !std::path::Path::new(path).is_file()
+    {
+        return Err(CliError::user(format!(
+            "the secrets file {path} does not exist"
+        ))
+        .hint("check the path after file:// (docs/secrets.md shows the file's shape), or pass --secrets vault://HOST:PORT"));
+    }
     secrets::open(url).map_err(|err| {
         let hint = err.hint();
         let error = CliError::user(err.to_string());
@@ -131,6 +139,8 @@ pub(super) struct World {
     pub store: Store,
     pub secrets: Arc<dyn SecretStore>,
     pub clients: MaasClients,
+    /// An empty store's directory, for a read-only command without a store.
+    scratch: Option<super::state::Opened>,
 }
 
 impl World {
@@ -146,6 +156,25 @@ impl World {
             store,
             secrets,
             clients: MaasClients::new(MaasClientOptions::default()),
+            scratch: None,
+        })
+    }
+
+    /// [`World::open`] for observing and planning: the state store is only read, and never
+    /// created (see `state.rs`).
+    pub async fn open_read_only(
+        global: &GlobalArgs,
+        fleet: &FleetArgs,
+        secrets: &SecretArgs,
+    ) -> Result<World, CliError> {
+        let secrets = open_secrets(secrets)?;
+        let opened =
+            super::state::open(global, &fleet.fleet, super::state::Access::ReadOnly).await?;
+        Ok(World {
+            store: opened.store.clone(),
+            secrets,
+            clients: MaasClients::new(MaasClientOptions::default()),
+            scratch: Some(opened),
         })
     }
 
@@ -182,6 +211,7 @@ impl World {
 
     pub async fn close(self) {
         self.store.close().await;
+        drop(self.scratch);
     }
 }
 

@@ -93,7 +93,7 @@ async fn plan_now(
     let sites = args.sites.site_filter();
     // Refuse an unknown --site before touching anything.
     sites.resolve(fleet).map_err(unknown_site)?;
-    let world = World::open(global, &args.fleet, &args.secrets).await?;
+    let world = World::open_read_only(global, &args.fleet, &args.secrets).await?;
     let planned = world.plan(fleet, &sites).await;
     world.close().await;
     planned

@@ -4,24 +4,21 @@
 //! state, recommended next action). Creates and migrates the store if needed.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
 use super::output::ReportFormat;
+use super::state::Access;
 use super::{CliError, Exit, GlobalArgs};
-use crate::clock::SystemClock;
 use crate::lifecycle::NodeState;
-use crate::store::{
-    self, Job, JobSpec, MaasState, Node, NodeFilter, StageEventRow, Store, StoreError,
-};
+use crate::store::{Job, JobSpec, MaasState, Node, NodeFilter, StageEventRow, Store, StoreError};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Show the lifecycle detail view of one node (hostname or node id).
     pub node: Option<String>,
-    /// Fleet directory; the default state store lives in its .metalform/.
+    /// Fleet directory; its default state store lives in the XDG state directory.
     #[arg(long, default_value = ".", value_name = "DIR")]
     pub fleet: PathBuf,
     /// Only nodes of this site.
@@ -39,7 +36,7 @@ pub struct Args {
 const DETAIL_EVENTS: i64 = 10;
 
 pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
-    with_store(global, &args.fleet, async |store| match &args.node {
+    with_store_read(global, &args.fleet, async |store| match &args.node {
         None => inventory(store, &args).await,
         Some(node) => detail(store, &args, node).await,
     })
@@ -52,32 +49,37 @@ pub(super) async fn with_store<T>(
     fleet_dir: &Path,
     work: impl AsyncFnOnce(&Store) -> Result<T, CliError>,
 ) -> Result<T, CliError> {
-    let store = open_store(global, fleet_dir).await?;
-    let result = work(&store).await;
-    store.close().await;
+    with_access(global, fleet_dir, Access::ReadWrite, work).await
+}
+
+/// [`with_store`] for a command that only reads: it never creates a store.
+pub(super) async fn with_store_read<T>(
+    global: &GlobalArgs,
+    fleet_dir: &Path,
+    work: impl AsyncFnOnce(&Store) -> Result<T, CliError>,
+) -> Result<T, CliError> {
+    with_access(global, fleet_dir, Access::ReadOnly, work).await
+}
+
+async fn with_access<T>(
+    global: &GlobalArgs,
+    fleet_dir: &Path,
+    access: Access,
+    work: impl AsyncFnOnce(&Store) -> Result<T, CliError>,
+) -> Result<T, CliError> {
+    let opened = super::state::open(global, fleet_dir, access).await?;
+    let result = work(&opened.store).await;
+    opened.close().await;
     result
 }
 
-/// The state store every command works on: `--state URL`, else the default SQLite file in
-/// the fleet directory's `.metalform/` (docs/contracts.md §2), created and migrated if needed.
-/// The fleet directory must exist: a typo must not create a store somewhere unexpected.
+/// The state store a command that writes works on (`--state URL`, else the fleet's default
+/// store, docs/state-store.md), created and migrated if needed. The fleet directory must exist:
+/// a typo must not create a store somewhere unexpected.
 pub(super) async fn open_store(global: &GlobalArgs, fleet_dir: &Path) -> Result<Store, CliError> {
-    let url = match &global.state {
-        Some(url) => url.clone(),
-        None => {
-            if !fleet_dir.is_dir() {
-                return Err(CliError::user(format!(
-                    "fleet directory `{}` does not exist",
-                    fleet_dir.display()
-                ))
-                .hint("pass --fleet DIR (the fleet repository) or --state URL"));
-            }
-            store::default_url(fleet_dir)
-        }
-    };
-    Store::open(&url, Arc::new(SystemClock))
-        .await
-        .map_err(store_error)
+    Ok(super::state::open(global, fleet_dir, Access::ReadWrite)
+        .await?
+        .store)
 }
 
 /// Classify a store error once, with what to do about it.
