@@ -32,7 +32,7 @@ pub enum Command {
     /// Acknowledge a node's drift, or reactivate a quarantined node whose machine is Deployed
     /// again. Audited.
     Resolve(ResolveArgs),
-    /// Run one drift pass now (000 §6.6 `reconciliation/run`): observe MAAS, record, act.
+    /// Run one drift pass now, as the daemon does at each reconcile: observe MAAS, record, act.
     Run(RunArgs),
 }
 

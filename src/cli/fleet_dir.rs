@@ -80,7 +80,10 @@ pub(super) fn check(snapshot: &Snapshot, fleet: &Path, rev: Option<&str>) -> Res
         }
     };
     // Suggest the shallowest one.
-    match below.iter().min_by_key(|d| (d.matches('/').count(), d.len())) {
+    match below
+        .iter()
+        .min_by_key(|d| (d.matches('/').count(), d.len()))
+    {
         Some(first) => {
             let listed: Vec<String> = below.iter().take(5).map(|d| join(d)).collect();
             error = error

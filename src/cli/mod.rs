@@ -16,10 +16,12 @@ mod diff;
 mod drift;
 mod fleet_dir;
 mod import_csv;
+mod man;
 mod observe;
 mod onboardings;
 mod plan;
 mod render;
+mod show;
 pub mod sim;
 mod state;
 pub mod status;
@@ -65,8 +67,11 @@ pub struct GlobalArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Print a shell completion script.
+    /// Print a shell completion script (e.g. `metalform completions bash >
+    /// ~/.local/share/bash-completion/completions/metalform`).
     Completions(completions::Args),
+    /// Write the man pages of every command into a directory.
+    Man(man::Args),
     /// Show the node inventory, or one node's lifecycle detail.
     Status(status::Args),
     /// Run the embedded MAAS API 2.0 simulator (docs/simulator.md).
@@ -92,6 +97,8 @@ pub enum Command {
     Observe(observe::Args),
     /// Plan what apply would do, and why (docs/plan.md).
     Plan(plan::Args),
+    /// Print a plan file written by `plan --out`, as `plan` printed it.
+    Show(show::Args),
     /// MAAS drift: list, status, resolve, run a pass now (docs/drift.md).
     Drift(drift::Args),
     /// Keep the fleet converged from git; serve the admin and agent API (docs/daemon.md).
@@ -164,6 +171,8 @@ async fn run(cli: Cli) -> Result<Exit, CliError> {
     let _ = &global;
     match command {
         Command::Completions(args) => completions::run(args),
+        Command::Man(args) => man::run(args),
+        Command::Show(args) => show::run(args),
         Command::Status(args) => status::run(&global, args).await,
         Command::Sim(args) => sim::run(args).await,
         Command::Validate(args) => validate::run(args),

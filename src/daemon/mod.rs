@@ -159,7 +159,8 @@ impl Progress for LogProgress {
             node = %event.node,
             stage = %event.stage,
             status = event.status.label(),
-            message = %event.message,
+            // Not `message`: the event's own message is that key already.
+            detail = %event.message,
             "stage"
         );
     }
