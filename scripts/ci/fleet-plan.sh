@@ -135,7 +135,7 @@ else
   truncated=true
   # 3. Too long: a summary whose diff and plan share what is left, each counting the rows it
   # leaves out, and where the full report is.
-  note="$(printf '\n---\n📦 **The full report is %s characters, over the %s a comment can hold**: this comment is a summary (what it leaves out is counted above). The full report is the artifact \`%s\` of %s.\n' \
+  note="$(printf '\n---\n📦 **The full report is %s characters, over the %s a comment can hold**: this comment is a summary (what it leaves out is counted above). The full report is the artifact `%s` of %s.\n' \
     "$(chars "$full")" "$MAX_CHARS" "$ARTIFACT_NAME" "${RUN_URL:-this workflow run}")"
   # Room for the header and the snapshot line, then half each for the diff and the plan.
   cap=$(((MAX_CHARS - ${#note} - 1500) / 2))
