@@ -34,7 +34,8 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
     // it (and says so), METALFORM_STATE from the environment does not.
     match &global.state {
         Some(state) if global.state_from_env => {
-            if *state != config.state_url {
+            let differs = *state != config.state_url;
+            if differs {
                 eprintln!(
                     "warning: METALFORM_STATE is ignored: the daemon uses [state] url of {} ({})",
                     args.config.display(),
