@@ -143,7 +143,7 @@ mod tests {
             "3",
             "--unknown",
             "2",
-            "--state",
+            "--machine-state",
             "new",
             "--seed",
             "4",
