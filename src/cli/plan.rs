@@ -66,22 +66,29 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
             out.display()
         );
     }
-    let output = match args.format {
-        ReviewFormat::Text => render::render_text(
-            &plan,
-            render::TextOptions {
-                show_unchanged: args.show_unchanged,
-            },
-        ),
-        ReviewFormat::Json => render::render_json(&plan),
-        ReviewFormat::Markdown => render::render_markdown(&plan, args.max_bytes),
-    };
-    print!("{output}");
+    print!(
+        "{}",
+        render_as(&plan, args.format, args.show_unchanged, args.max_bytes)
+    );
     Ok(if args.detailed_exitcode && plan.has_changes() {
         Exit::Changes
     } else {
         Exit::Success
     })
+}
+
+/// The plan in the asked format (`plan` and `show` print the same).
+pub(super) fn render_as(
+    plan: &Plan,
+    format: ReviewFormat,
+    show_unchanged: bool,
+    max_bytes: usize,
+) -> String {
+    match format {
+        ReviewFormat::Text => render::render_text(plan, render::TextOptions { show_unchanged }),
+        ReviewFormat::Json => render::render_json(plan),
+        ReviewFormat::Markdown => render::render_markdown(plan, max_bytes),
+    }
 }
 
 /// Observe the selected sites now and plan them.

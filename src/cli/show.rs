@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use super::output::ReviewFormat;
 use super::{CliError, Exit};
-use crate::plan::{self, render};
+use crate::plan;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -27,16 +27,9 @@ pub struct Args {
 pub fn run(args: Args) -> Result<Exit, CliError> {
     let plan = plan::load(&args.planfile)
         .map_err(|err| CliError::user(err.to_string()).hint(err.hint()))?;
-    let output = match args.format {
-        ReviewFormat::Text => render::render_text(
-            &plan,
-            render::TextOptions {
-                show_unchanged: args.show_unchanged,
-            },
-        ),
-        ReviewFormat::Json => render::render_json(&plan),
-        ReviewFormat::Markdown => render::render_markdown(&plan, args.max_bytes),
-    };
-    print!("{output}");
+    print!(
+        "{}",
+        super::plan::render_as(&plan, args.format, args.show_unchanged, args.max_bytes)
+    );
     Ok(Exit::Success)
 }

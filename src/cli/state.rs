@@ -180,7 +180,12 @@ mod tests {
         let home = Path::new("/home/ops/.local/state/metalform");
         let a = default_path(home, Path::new("/srv/fleets/prod fleet"));
         let b = default_path(home, Path::new("/tmp/prod fleet"));
-        assert!(a.starts_with("/home/ops/.local/state/metalform/fleets/prod_fleet-"));
+        assert!(
+            a.to_string_lossy()
+                .starts_with("/home/ops/.local/state/metalform/fleets/prod_fleet-"),
+            "{}",
+            a.display()
+        );
         assert!(a.ends_with("state.db"));
         assert_ne!(a, b, "two checkouts, two stores");
         assert_eq!(a, default_path(home, Path::new("/srv/fleets/prod fleet")));
