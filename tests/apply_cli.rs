@@ -315,7 +315,7 @@ async fn a_plan_file_is_checked_before_anything_else() {
         )
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(64), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
         "error: --site cannot be combined with a plan file: the plan names its sites\nhint: apply the plan file as it is, or make one with `metalform plan --site S --out PLANFILE`\n"

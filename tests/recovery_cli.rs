@@ -57,7 +57,7 @@ async fn retry_after_fixing_a_missing_power_secret_and_mark_manual_in_between() 
         .cli(&["onboardings", "retry", "gpu00001"], port)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(64));
+    assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
         "error: retry_stage needs --reason: every recovery action is audited\nhint: say why, e.g. --reason \"BOSS card replaced (ticket HW-2291)\"\n"

@@ -284,6 +284,14 @@ pub fn admin_router(state: ApiState) -> (Router, Vec<(Method, String, Access)>) 
     (router, served)
 }
 
+/// Put `router` behind the admin routes' guard: the daemon's status pages take the same tokens.
+pub fn behind_admin_guard(router: Router, state: ApiState) -> Router {
+    router.route_layer(axum::middleware::from_fn_with_state(
+        state,
+        auth::require_admin,
+    ))
+}
+
 /// 404 for a path nothing serves, as typed JSON.
 pub async fn not_found() -> ApiError {
     ApiError::not_found("no such route").hint("see openapi.yaml for the routes served")
