@@ -215,9 +215,9 @@ async fn machine_summaries_are_decoded_from_the_list_as_it_arrives() {
         .list_machine_summaries(&MachineFilter::all())
         .await
         .unwrap_err();
-    assert!(
-        err.to_string()
-            .contains("expected a JSON array, found `<` at byte 0"),
-        "{err}"
+    assert_eq!(
+        err.to_string(),
+        "MAAS list_machines: unexpected answer from GET /MAAS/api/2.0/machines/: expected a \
+         list of machines; got an HTML page: not json"
     );
 }

@@ -7,11 +7,12 @@ use serde_json::{Value, json};
 
 use super::describe::{ActionDef, HANDLERS, HandlerDef};
 use super::events::Level;
-use super::ops::{Perm, normalise_mac};
+use super::model::Caller;
+use super::ops::normalise_mac;
 use super::reply::{MaasError, Reply};
 use super::status::Status;
 use super::transport::Params;
-use super::world::{Caller, World};
+use super::world::{Perm, World};
 
 /// A matched route: the handler, its path arguments, and an op given as a path suffix.
 #[derive(Debug, Clone)]

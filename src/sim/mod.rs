@@ -17,12 +17,18 @@ pub mod events;
 pub mod export;
 pub mod faults;
 pub mod host;
+mod layouts;
+mod lifecycle;
 pub mod listing;
 pub mod machine;
+mod model;
 pub mod network;
 mod ops;
+mod ops_network;
+mod ops_storage;
 pub mod reply;
 mod server;
+mod shared;
 pub mod status;
 pub mod storage;
 pub mod transport;
@@ -31,13 +37,13 @@ pub mod world;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-pub use agent::AgentTaskRecord;
 pub use config::{
     AgentBehaviour, DiskSpec, FleetOptions, InitialState, MachineSpec, NicSpec, SimConfig,
     TaskFault, TaskFaultMode, Timings,
 };
+pub use model::{AgentRecord, AgentTaskRecord, Caller, Counters, OpRecord};
 pub use server::{SimError, SimHandle};
-pub use world::{AgentRecord, Caller, Counters, OpRecord, World};
+pub use world::World;
 
 use crate::clock::{Clock, SystemClock};
 

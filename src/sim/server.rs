@@ -2,7 +2,7 @@
 //! under `/sim/v1/`, a ticker that runs due background work, and the embeddable handle.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -16,44 +16,12 @@ use super::api::{self, Call};
 use super::auth;
 use super::config::SimConfig;
 use super::describe;
+use super::model::OpRecord;
 use super::reply::{MaasError, Reply};
+use super::shared::Shared;
 use super::transport::{self, Params};
-use super::world::{OpRecord, World, WorldError};
+use super::world::{World, WorldError};
 use crate::clock::Clock;
-
-/// State shared by the request handlers, the ticker and the agents.
-#[derive(Debug)]
-pub struct Shared {
-    world: Mutex<World>,
-    pub clock: Arc<dyn Clock>,
-    pub http: reqwest::Client,
-    wake: Notify,
-    api_hash: String,
-}
-
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, World> {
-        // A panic while holding the lock would be a simulator bug; keep serving the data.
-        self.world
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Runs `f` on the world after running due background work. Agents that booted meanwhile
-    /// are started by the ticker (woken here).
-    pub fn with_world<T>(&self, f: impl FnOnce(&mut World) -> T) -> T {
-        let now = self.clock.now();
-        let mut world = self.lock();
-        world.advance(now);
-        let result = f(&mut world);
-        let woke = !world.outbox.is_empty();
-        drop(world);
-        if woke {
-            self.wake.notify_one();
-        }
-        result
-    }
-}
 
 /// Starts agents of hosts that booted and returns when the next background work is due.
 fn tick(shared: &Arc<Shared>) -> Option<chrono::DateTime<chrono::Utc>> {
@@ -124,7 +92,7 @@ impl SimHandle {
     }
 
     /// Counters of requests that took effect, per system id (contracts §3 `/counters`).
-    pub fn counters(&self) -> std::collections::BTreeMap<String, super::world::Counters> {
+    pub fn counters(&self) -> std::collections::BTreeMap<String, super::model::Counters> {
         self.with_world(|w| w.counters.clone())
     }
 
@@ -134,7 +102,7 @@ impl SimHandle {
     }
 
     /// The simulated agents' enrollment attempts.
-    pub fn agent_log(&self) -> Vec<super::world::AgentRecord> {
+    pub fn agent_log(&self) -> Vec<super::model::AgentRecord> {
         self.with_world(|w| w.agent_log.clone())
     }
 
