@@ -1,10 +1,11 @@
-//! The simulated MAAS region: machines, networks, events, counters and MAAS's own background
-//! work (API_REFERENCE.md §4–§6; DESIGN.md §5).
+//! The simulated MAAS region's state (API_REFERENCE.md §4–§6; DESIGN.md §5): machines,
+//! fabrics, VLANs, subnets, tags, zones and pools, events, counters, the timeline of pending
+//! background work, and the lookups, permission checks (`get_node_or_404`), status guard and
+//! address allocation every operation shares. What MAAS does over time is `lifecycle`; what
+//! the API asks is `ops*`.
 //!
-//! Background transitions are lazy: each machine has at most one piece of pending work with a
-//! due time on a timeline; [`World::advance`] runs whatever is due, on every request and from
-//! the server's ticker, so idle machines cost nothing. Durations are MAAS-realistic simulated
-//! seconds divided by the time scale, jittered from the seeded RNG.
+//! Durations are MAAS-realistic simulated seconds divided by the time scale, jittered from the
+//! seeded RNG.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::Ipv4Addr;
