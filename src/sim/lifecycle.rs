@@ -14,12 +14,13 @@ use super::config::{AgentBehaviour, SimConfig};
 use super::events::Level;
 use super::faults::Scenario;
 use super::host::{self, AgentBoot};
+use super::layouts::{DEFAULT_LAYOUT, LayoutRequest};
 use super::machine::{Erase, Pending, PowerState};
 use super::network::{Link, LinkMode};
 use super::reply::MaasError;
 use super::status::{RELEASABLE, Status};
 use super::world::{
-    DISTROS, TOKEN_ALPHABET, Timer, TimerKind, World, WorldError, random_string, resolve_distro,
+    DISTROS, PXE_VLAN, TOKEN_ALPHABET, Timer, TimerKind, World, WorldError, random_string, resolve_distro,
     scaled,
 };
 
@@ -93,7 +94,7 @@ impl World {
             .and_then(|m| self.hardware_of(m))
             .map(|h| self.hardware[h].spec.clone());
         if !skip_networking {
-            let interfaces = match &hardware {
+            let mut interfaces = match &hardware {
                 Some(spec) => self.hardware_interfaces(spec),
                 None => self
                     .machines
@@ -101,22 +102,41 @@ impl World {
                     .map(|m| m.interfaces.clone())
                     .unwrap_or_default(),
             };
+            // An interface MAAS already knows (same MAC) keeps its id and VLAN.
+            let known: std::collections::HashMap<String, (u64, Option<u64>)> = self
+                .machines
+                .get(&id)
+                .map(|m| {
+                    m.interfaces
+                        .iter()
+                        .map(|i| (i.mac.clone(), (i.id, i.vlan_id)))
+                        .collect()
+                })
+                .unwrap_or_default();
             let link_id = self.id();
             let pxe = self.pxe_subnet;
+            for (index, iface) in interfaces.iter_mut().enumerate() {
+                if let Some((known_id, vlan)) = known.get(&iface.mac) {
+                    iface.id = *known_id;
+                    iface.vlan_id = *vlan;
+                }
+                iface.links.clear();
+                if index == 0 {
+                    iface.vlan_id = Some(PXE_VLAN);
+                    iface.links.push(Link {
+                        id: link_id,
+                        mode: LinkMode::Auto,
+                        subnet_id: Some(pxe),
+                        ip: None,
+                    });
+                } else if iface.vlan_id.is_none() {
+                    // guess_vlan_for_interface: an unlinked NIC, with the default VLAN taken
+                    // by the boot interfaces, gets a new fabric with its own untagged VLAN.
+                    iface.vlan_id = Some(self.new_fabric());
+                }
+            }
             if let Some(m) = self.machines.get_mut(&id) {
                 m.interfaces = interfaces;
-                for (index, iface) in m.interfaces.iter_mut().enumerate() {
-                    iface.links.clear();
-                    if index == 0 {
-                        iface.vlan_id = Some(5001);
-                        iface.links.push(Link {
-                            id: link_id,
-                            mode: LinkMode::Auto,
-                            subnet_id: Some(pxe),
-                            ip: None,
-                        });
-                    }
-                }
             }
         }
         if !skip_storage {
@@ -132,9 +152,15 @@ impl World {
                 for d in &mut disks {
                     d.partitions.clear();
                 }
-                m.boot_disk_id = disks.first().map(|d| d.id);
+                // The boot disk an operator chose stays while the disk does.
+                if m.boot_disk_id.is_some_and(|b| !disks.iter().any(|d| d.id == b)) {
+                    m.boot_disk_id = None;
+                }
+                m.volume_groups.clear();
                 m.disks = disks;
             }
+            // set_default_storage_layout: errors are only logged by MAAS.
+            let _ = self.apply_storage_layout(id, &LayoutRequest::named(DEFAULT_LAYOUT));
         }
     }
 

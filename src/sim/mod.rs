@@ -10,6 +10,7 @@
 mod agent;
 mod api;
 pub mod auth;
+mod catalog;
 pub mod config;
 mod control;
 pub mod describe;

@@ -554,7 +554,7 @@ impl World {
                 id: 0,
                 name: format!("eth{index}"),
                 mac: mac.clone(),
-                vlan_id: (index == 0).then_some(5001),
+                vlan_id: (index == 0).then_some(super::world::PXE_VLAN),
                 links: Vec::new(),
                 speed_mbps: 1000,
                 vendor: String::new(),

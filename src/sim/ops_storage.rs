@@ -1,7 +1,7 @@
 //! Block devices and storage layouts as the API changes them (API_REFERENCE.md §5.17–§5.18;
 //! MAAS api/machines.py `set_storage_layout`, api/blockdevices.py `set_boot_disk`).
 
-use super::layouts::{FlatSizes, layout_size};
+use super::layouts::{LAYOUT_NAMES, layout_request};
 use super::model::Caller;
 use super::reply::MaasError;
 use super::status::Status;
@@ -9,7 +9,9 @@ use super::transport::Params;
 use super::world::{Perm, World};
 
 impl World {
-    /// `POST machines/{id}/?op=set_storage_layout`.
+    /// `POST machines/{id}/?op=set_storage_layout` (api/machines.py): admin, Ready, a
+    /// `storage_layout` among MAAS's, the layout's form, then the layout replaces the whole
+    /// storage configuration.
     pub fn set_storage_layout(
         &mut self,
         caller: &Caller,
@@ -31,55 +33,22 @@ impl World {
             }
             Some(l) => l,
         };
-        if !matches!(
-            layout,
-            "flat" | "lvm" | "bcache" | "vmfs6" | "vmfs7" | "custom" | "blank"
-        ) {
+        if !LAYOUT_NAMES.contains(&layout) {
+            let names: Vec<String> = LAYOUT_NAMES.iter().map(|n| format!("'{n}'")).collect();
             return Err(MaasError::field(
                 "storage_layout",
-                format!("Select a valid choice. {layout} is not one of the available choices."),
+                format!(
+                    "'{layout}' is not a valid storage_layout.  It should be one of: {}.",
+                    names.join(", ")
+                ),
             ));
         }
-        let m = &self.machines[&id];
-        if m.disks.is_empty() {
-            return Err(MaasError::BadRequest(
-                "Machine is missing a boot disk; no storage layout can be applied.".to_string(),
-            ));
-        }
-        let root = match p.get("root_device") {
-            None | Some("") => None,
-            Some(value) => Some(
-                value
-                    .parse::<u64>()
-                    .ok()
-                    .filter(|v| m.disks.iter().any(|d| d.id == *v))
-                    .ok_or_else(|| {
-                        MaasError::field(
-                            "root_device",
-                            format!("Select a valid choice. {value} is not one of the available choices."),
-                        )
-                    })?,
-            ),
-        };
-        let sizes = FlatSizes {
-            boot: layout_size(p, "boot_size")?,
-            root: layout_size(p, "root_size")?,
-        };
-        match layout {
-            "flat" => self.apply_flat_layout(id, root, sizes),
-            "blank" => {
-                if let Some(m) = self.machines.get_mut(&id) {
-                    for d in &mut m.disks {
-                        d.partitions.clear();
-                    }
-                }
-                Ok(())
-            }
-            other => Err(MaasError::BadRequest(format!(
-                "Failed to configure storage layout '{other}': the simulator implements only the flat and blank layouts."
-            ))),
-        }
+        let request = layout_request(p, layout).map_err(|e| e.into_maas(layout))?;
+        self.apply_storage_layout(id, &request)
+            .map(drop)
+            .map_err(|e| e.into_maas(layout))
     }
+
     /// `POST nodes/{id}/blockdevices/{bd}/?op=set_boot_disk`.
     pub fn set_boot_disk(
         &mut self,
@@ -94,18 +63,29 @@ impl World {
                 "Cannot set as boot disk because the machine is not Ready.".to_string(),
             ));
         }
+        if !self.machines[&id].disks.iter().any(|d| d.id == disk) {
+            return Err(MaasError::BadRequest(
+                "Cannot set a virtual block device as the boot disk.".to_string(),
+            ));
+        }
         if let Some(m) = self.machines.get_mut(&id) {
             m.boot_disk_id = Some(disk);
         }
         Ok(())
     }
-    /// A block device by id or name.
+    /// A block device (physical, or a logical volume `<vg>-<lv>`) by id or name.
     pub fn find_disk(&self, id: u64, device: &str) -> Result<u64, MaasError> {
-        self.machines[&id]
-            .disks
-            .iter()
-            .find(|d| d.id.to_string() == device || d.name == device)
-            .map(|d| d.id)
+        let m = &self.machines[&id];
+        let physical = m.disks.iter().map(|d| (d.id, d.name.clone()));
+        let virtual_devices = m.volume_groups.iter().flat_map(|vg| {
+            vg.logical_volumes
+                .iter()
+                .map(move |lv| (lv.id, format!("{}-{}", vg.name, lv.name)))
+        });
+        physical
+            .chain(virtual_devices)
+            .find(|(d, name)| d.to_string() == device || name == device)
+            .map(|(d, _)| d)
             .ok_or_else(|| {
                 MaasError::NotFound("No BlockDevice matches the given query.".to_string())
             })

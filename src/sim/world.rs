@@ -21,7 +21,8 @@ use super::host::AgentBoot;
 use super::listing::{Machines, NetworkRef};
 use super::machine::{Machine, NodeToken, Pending, PowerState};
 use super::model::{AgentRecord, AgentTaskRecord, Caller, Counter, Counters, OpRecord};
-use super::network::{Cidr, Interface, LinkMode, NetworkLookup, Subnet, Vlan};
+use super::catalog::{Placement, Tag};
+use super::network::{Cidr, Fabric, Interface, LinkMode, NetworkLookup, Subnet, Vlan};
 use super::reply::MaasError;
 use super::status::{self, Status};
 use super::storage::BlockDevice;
@@ -51,6 +52,11 @@ pub(super) struct Timer {
     pub(super) target: u64,
     pub(super) stamp: u64,
 }
+
+/// The PXE (boot) VLAN: the untagged VLAN of `fabric-0`, served by the region's rack.
+pub(super) const PXE_VLAN: u64 = 5001;
+/// The simulated rack controller's system id.
+pub(super) const RACK_SYSTEM_ID: &str = "sim7rk";
 
 /// Distro series the simulated region has images for (name, os/series, version).
 pub(super) const DISTROS: [(&str, &str); 3] =
@@ -87,8 +93,13 @@ pub struct World {
     /// Hardware index by NIC MAC (lower case) and by BMC IP; the inventory never changes.
     hardware_by_mac: HashMap<String, usize>,
     hardware_by_bmc: HashMap<String, usize>,
+    pub fabrics: BTreeMap<u64, Fabric>,
     pub vlans: BTreeMap<u64, Vlan>,
     pub subnets: BTreeMap<u64, Subnet>,
+    pub tags: BTreeMap<String, Tag>,
+    /// Zones and resource pools by id; `default` (zone 1, pool 0) always exists.
+    pub zones: BTreeMap<u64, Placement>,
+    pub pools: BTreeMap<u64, Placement>,
     pub pxe_subnet: u64,
     pub events: Vec<Event>,
     pub counters: BTreeMap<String, Counters>,
@@ -197,14 +208,30 @@ impl World {
             hardware: Vec::new(),
             hardware_by_mac: HashMap::new(),
             hardware_by_bmc: HashMap::new(),
+            fabrics: BTreeMap::from([(0, Fabric::new(0))]),
+            tags: BTreeMap::new(),
+            zones: BTreeMap::from([(
+                1,
+                Placement {
+                    id: 1,
+                    name: "default".to_string(),
+                    description: String::new(),
+                },
+            )]),
+            pools: BTreeMap::from([(
+                0,
+                Placement {
+                    id: 0,
+                    name: "default".to_string(),
+                    description: "Default pool".to_string(),
+                },
+            )]),
             vlans: BTreeMap::from([(
-                5001,
+                PXE_VLAN,
                 Vlan {
-                    id: 5001,
-                    vid: 0,
-                    fabric_id: 0,
-                    mtu: 1500,
                     dhcp_on: true,
+                    primary_rack: Some(RACK_SYSTEM_ID.to_string()),
+                    ..Vlan::untagged(PXE_VLAN, 0)
                 },
             )]),
             subnets: BTreeMap::new(),
@@ -239,7 +266,7 @@ impl World {
                 cidr: pxe,
                 gateway_ip: config.pxe_gateway.parse().ok(),
                 dns_servers: Vec::new(),
-                vlan_id: 5001,
+                vlan_id: PXE_VLAN,
                 managed: true,
                 allow_dns: true,
                 allow_proxy: true,
@@ -353,6 +380,15 @@ impl World {
         if let Some((_, due)) = work {
             self.schedule(due, TimerKind::Pending, id, generation);
         }
+    }
+
+    /// A new fabric with its untagged VLAN (`Fabric.objects.create()`); returns the VLAN id.
+    pub(super) fn new_fabric(&mut self) -> u64 {
+        let fabric = self.fabrics.keys().last().map_or(0, |f| f + 1);
+        let vlan = self.vlans.keys().last().map_or(PXE_VLAN, |v| v + 1);
+        self.fabrics.insert(fabric, Fabric::new(fabric));
+        self.vlans.insert(vlan, Vlan::untagged(vlan, fabric));
+        vlan
     }
 
     /// When the next background work is due.
@@ -550,7 +586,7 @@ impl World {
                 id: self.id(),
                 name: nic.name.clone(),
                 mac: nic.mac.to_ascii_lowercase(),
-                vlan_id: (index == 0).then_some(5001),
+                vlan_id: (index == 0).then_some(PXE_VLAN),
                 links: Vec::new(),
                 speed_mbps: nic.speed_mbps,
                 vendor: if index == 0 {
@@ -610,6 +646,7 @@ impl World {
             interfaces: Vec::new(),
             disks: Vec::new(),
             boot_disk_id: None,
+            volume_groups: Vec::new(),
             gateway_link: None,
             token: None,
             commissioning_status: -1,
