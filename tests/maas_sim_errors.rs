@@ -272,8 +272,10 @@ async fn bad_requests_carry_maas_form_errors_or_text() {
     // StorageLayoutForm's compose_invalid_choice_text (storage_layouts.py), not Django's text.
     assert_eq!(
         err.form_errors().unwrap()["storage_layout"],
-        ["'zfs' is not a valid storage_layout.  It should be one of: 'bcache', 'blank', \
-          'custom', 'flat', 'lvm', 'vmfs6', 'vmfs7'."]
+        [
+            "'zfs' is not a valid storage_layout.  It should be one of: 'bcache', 'blank', \
+          'custom', 'flat', 'lvm', 'vmfs6', 'vmfs7'."
+        ]
     );
     let err = maas
         .create_subnet(&CreateSubnetParams::new("10.1.2.3/24"))

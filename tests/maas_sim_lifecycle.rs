@@ -158,6 +158,11 @@ async fn discovered_to_deployed_to_released_through_the_client() {
     let mut roce_ips = Vec::new();
     for (index, name) in ["enp28s0np0", "enp41s0np0"].into_iter().enumerate() {
         let cidr = format!("172.30.9.{}/31", 60 + 2 * index);
+        let iface = interfaces.iter().find(|i| i.name == name).unwrap();
+        // Commissioning put the unlinked RoCE port on a fabric of its own: its /31 belongs on
+        // that VLAN, or MAAS will not offer it to link_subnet.
+        let vlan = iface.vlan.as_ref().expect("the RoCE port has a VLAN");
+        assert_ne!(vlan.fabric_id, pxe.vlan.as_ref().unwrap().fabric_id);
         if maas
             .list_subnets()
             .await
@@ -165,12 +170,11 @@ async fn discovered_to_deployed_to_released_through_the_client() {
             .iter()
             .all(|s| s.cidr != cidr)
         {
-            maas.create_subnet(&CreateSubnetParams::new(cidr.clone()))
-                .await
-                .unwrap();
+            let mut create = CreateSubnetParams::new(cidr.clone());
+            create.vlan = Some(vlan.id);
+            maas.create_subnet(&create).await.unwrap();
         }
         let ip = format!("172.30.9.{}", 61 + 2 * index);
-        let iface = interfaces.iter().find(|i| i.name == name).unwrap();
         let linked = maas
             .link_subnet(
                 &sid,

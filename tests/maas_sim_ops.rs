@@ -329,9 +329,19 @@ async fn block_devices_boot_disk_and_flat_layout_on_a_chosen_root_device() {
         .set_storage_layout(&sid, &StorageLayoutParams::flat(Some(999_999)))
         .await
         .unwrap_err();
+    // compose_invalid_choice_text over the physical block device ids (storage_layouts.py).
+    let mut ids: Vec<String> = machine
+        .physicalblockdevice_set
+        .iter()
+        .map(|d| format!("'{}'", d.id))
+        .collect();
+    ids.sort();
     assert_eq!(
         err.form_errors().unwrap()["root_device"],
-        ["Select a valid choice. 999999 is not one of the available choices."]
+        [format!(
+            "'999999' is not a valid root_device.  It should be one of: {}.",
+            ids.join(", ")
+        )]
     );
     let err = maas.read_block_device(&sid, 999_999).await.unwrap_err();
     assert!(matches!(err, MaasError::NotFound { .. }), "{err}");
@@ -421,12 +431,54 @@ async fn interfaces_and_links_in_every_mode() {
     );
     assert_eq!(pxe.vlan.as_ref().unwrap().vid, 0);
     let (p0, p1) = (interfaces[1].id, interfaces[2].id);
-    assert!(interfaces[1].links.is_empty() && interfaces[1].vlan.is_none());
+    // Commissioning found the RoCE ports unlinked: each is alone on a new fabric's untagged
+    // VLAN (metadataserver/builtin_scripts/network.py guess_vlan_for_interface).
+    let vlan0 = interfaces[1].vlan.clone().expect("a VLAN of its own");
+    let vlan1 = interfaces[2].vlan.clone().expect("a VLAN of its own");
+    assert!(interfaces[1].links.is_empty() && interfaces[2].links.is_empty());
+    assert_eq!((vlan0.vid, vlan1.vid), (0, 0));
+    let fabrics = [
+        pxe.vlan.as_ref().unwrap().fabric_id,
+        vlan0.fabric_id,
+        vlan1.fabric_id,
+    ];
+    assert!(fabrics[0] != fabrics[1] && fabrics[1] != fabrics[2] && fabrics[0] != fabrics[2]);
 
     let subnet = maas
-        .create_subnet(&CreateSubnetParams::new("172.30.9.60/31"))
+        .create_subnet(&CreateSubnetParams {
+            vlan: Some(vlan0.id),
+            ..CreateSubnetParams::new("172.30.9.60/31")
+        })
         .await
         .unwrap();
+    assert_eq!(subnet.vlan.as_ref().unwrap().id, vlan0.id);
+    // p1 is on another VLAN: the subnet is not among its choices (by id: "None found").
+    let err = maas
+        .link_subnet(
+            &sid,
+            p1,
+            &LinkSubnetParams::new(LinkRequest::Static {
+                subnet: SubnetRef::Id(subnet.id),
+                ip_address: None,
+            }),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.form_errors().unwrap()["subnet"],
+        [format!("None found with id={}.", subnet.id)]
+    );
+    // An operator moves it onto the subnet's VLAN first.
+    let moved = maas.set_interface_vlan(&sid, p1, vlan0.id).await.unwrap();
+    assert_eq!(moved.vlan.as_ref().unwrap().id, vlan0.id);
+    assert!(
+        maas.list_fabrics()
+            .await
+            .unwrap()
+            .iter()
+            .all(|f| Some(f.id) != vlan1.fabric_id),
+        "the fabric left empty is deleted"
+    );
     // STATIC with the address the plan wants, on a /31 (both addresses usable).
     let linked = maas
         .link_subnet(
@@ -461,7 +513,8 @@ async fn interfaces_and_links_in_every_mode() {
         .await
         .unwrap();
     assert_eq!(picked.links[0].ip_address.as_deref(), Some("172.30.9.60"));
-    // The /31 is full now: an explicit address in use is MAAS's form error.
+    // The /31 is full now: an explicit address in use is StaticIPAddressUnavailable, a 404
+    // text (models/interface.py) the client calls AddressUnavailable.
     let err = maas
         .link_subnet(
             &sid,
@@ -473,10 +526,11 @@ async fn interfaces_and_links_in_every_mode() {
         )
         .await
         .unwrap_err();
-    assert_eq!(
-        err.form_errors().unwrap()["ip_address"],
-        ["IP address 172.30.9.61 is already in use."]
+    assert!(
+        matches!(err, MaasError::AddressUnavailable { status: 404, .. }),
+        "{err:?}"
     );
+    assert_eq!(err.maas_message(), "IP address is already in use.");
     let err = maas
         .link_subnet(
             &sid,
@@ -611,16 +665,20 @@ async fn commission_flags_reach_maas_as_true_and_false() {
     let maas = admin(&sim);
     let sid = nth(&maas, 0).await;
     let (boss, _) = disks(&maas, &sid).await;
-    maas.set_storage_layout(&sid, &StorageLayoutParams::flat(None))
+    maas.set_storage_layout(&sid, &StorageLayoutParams::new(StorageLayout::Lvm, None))
         .await
         .unwrap();
     let roce = maas.read_machine(&sid).await.unwrap().interface_set[1].id;
+    // Forced: the PXE subnet is on another VLAN than the RoCE port's.
     maas.link_subnet(
         &sid,
         roce,
-        &LinkSubnetParams::new(LinkRequest::Dhcp {
-            subnet: Some(SubnetRef::Id(1)),
-        }),
+        &LinkSubnetParams {
+            force: Some(true),
+            ..LinkSubnetParams::new(LinkRequest::Dhcp {
+                subnet: Some(SubnetRef::Id(1)),
+            })
+        },
     )
     .await
     .unwrap();
@@ -645,8 +703,8 @@ async fn commission_flags_reach_maas_as_true_and_false() {
         "no Testing with testing_scripts=none"
     );
     assert_eq!(
-        partitions(&ready, boss).len(),
-        2,
+        AppliedLayout::of(&ready).name(),
+        "lvm",
         "skip_storage kept the layout"
     );
     assert_eq!(
@@ -669,7 +727,11 @@ async fn commission_flags_reach_maas_as_true_and_false() {
     let ready = wait_for(&sim, &maas, &sid, MaasStatus::Ready, 30, 600).await;
     assert_eq!(ready.testing_status, Some(2));
     let boss = ready.boot_disk.as_ref().unwrap().id;
-    assert!(partitions(&ready, boss).is_empty(), "storage re-discovered");
+    assert_eq!(
+        AppliedLayout::of(&ready),
+        AppliedLayout::Flat { disk: boss },
+        "storage re-discovered and MAAS's default layout applied"
+    );
     assert_eq!(
         link_modes(&ready),
         [

@@ -409,7 +409,10 @@ mod tests {
         assert_eq!(parse_size("3g"), Some(LayoutSize::Bytes(3_000_000_000)));
         assert_eq!(parse_size("1024"), Some(LayoutSize::Bytes(1024)));
         assert_eq!(parse_size("50%"), Some(LayoutSize::Percent("50%".into())));
-        assert_eq!(parse_size("12.5%"), Some(LayoutSize::Percent("12.5%".into())));
+        assert_eq!(
+            parse_size("12.5%"),
+            Some(LayoutSize::Percent("12.5%".into()))
+        );
         assert_eq!(parse_size("1GB"), None, "no unit after the suffix");
         assert_eq!(parse_size("x"), None);
         assert_eq!(LayoutSize::Percent("50%".into()).of(101), 51, "rounded up");

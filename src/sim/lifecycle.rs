@@ -20,8 +20,8 @@ use super::network::{Link, LinkMode};
 use super::reply::MaasError;
 use super::status::{RELEASABLE, Status};
 use super::world::{
-    DISTROS, PXE_VLAN, TOKEN_ALPHABET, Timer, TimerKind, World, WorldError, random_string, resolve_distro,
-    scaled,
+    DISTROS, PXE_VLAN, TOKEN_ALPHABET, Timer, TimerKind, World, WorldError, random_string,
+    resolve_distro, scaled,
 };
 
 impl World {
@@ -153,7 +153,9 @@ impl World {
                     d.partitions.clear();
                 }
                 // The boot disk an operator chose stays while the disk does.
-                if m.boot_disk_id.is_some_and(|b| !disks.iter().any(|d| d.id == b)) {
+                if m.boot_disk_id
+                    .is_some_and(|b| !disks.iter().any(|d| d.id == b))
+                {
                     m.boot_disk_id = None;
                 }
                 m.volume_groups.clear();

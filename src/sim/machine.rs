@@ -449,14 +449,21 @@ impl Machine {
             zone: NamedRef {
                 name: self.zone.clone(),
                 description: String::new(),
-                id: 1,
+                id: net.zone_id(&self.zone).unwrap_or(1),
                 resource_uri: format!("/MAAS/api/2.0/zones/{}/", self.zone),
             },
             pool: NamedRef {
                 name: self.pool.clone(),
-                description: "Default pool".to_string(),
-                id: 0,
-                resource_uri: "/MAAS/api/2.0/resourcepool/0/".to_string(),
+                description: if self.pool == "default" {
+                    "Default pool".to_string()
+                } else {
+                    String::new()
+                },
+                id: net.pool_id(&self.pool).unwrap_or(0),
+                resource_uri: format!(
+                    "/MAAS/api/2.0/resourcepool/{}/",
+                    net.pool_id(&self.pool).unwrap_or(0)
+                ),
             },
             disable_ipv4: false,
             boot_disk: self.boot_disk().map(|d| d.view(sid)),

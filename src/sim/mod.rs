@@ -25,6 +25,7 @@ pub mod machine;
 mod model;
 pub mod network;
 mod ops;
+mod ops_catalog;
 mod ops_network;
 mod ops_storage;
 pub mod reply;

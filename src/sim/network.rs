@@ -162,7 +162,10 @@ impl Vlan {
             primary_rack: self.primary_rack.clone(),
             name: self.name(),
             id: self.id,
-            space: self.space.clone().unwrap_or_else(|| "undefined".to_string()),
+            space: self
+                .space
+                .clone()
+                .unwrap_or_else(|| "undefined".to_string()),
             secondary_rack: None,
             fabric_id: self.fabric_id,
             resource_uri: format!("/MAAS/api/2.0/vlans/{}/", self.id),
@@ -355,10 +358,17 @@ pub struct InterfaceView {
     pub resource_uri: String,
 }
 
-/// Lookups an interface view needs.
+/// Lookups a machine's rendering needs: the VLANs and subnets its interfaces embed, and the
+/// ids of its zone and pool (by name).
 pub trait NetworkLookup {
     fn vlan(&self, id: u64) -> Option<&Vlan>;
     fn subnet(&self, id: u64) -> Option<&Subnet>;
+    fn zone_id(&self, _name: &str) -> Option<u64> {
+        None
+    }
+    fn pool_id(&self, _name: &str) -> Option<u64> {
+        None
+    }
 }
 
 impl Interface {

@@ -17,32 +17,31 @@ use super::status::{RELEASABLE, Status};
 use super::transport::Params;
 use super::world::{Perm, World, resolve_distro, set_owner};
 
-/// The one zone, resource pool and DNS domain of the simulated region (what `zones/`,
-/// `resourcepools/` and `domains/` list); machine forms name them (the domain also by id).
-const ZONES: [&str; 1] = ["default"];
-const POOLS: [&str; 1] = ["default"];
+/// The simulated region's DNS domain, by name and by id (`domain` of machine forms).
 const DOMAINS: [&str; 2] = ["maas", "0"];
 
-/// `zone`, `pool` and `domain` of a machine form (§5.6–§5.7): model choices by name, refused
-/// with Django's choice error when no such object exists. Returns the zone and pool to apply.
-fn placement(p: &Params) -> Result<(Option<String>, Option<String>), MaasError> {
-    let choice = |field: &str, known: &[&str]| -> Result<Option<String>, MaasError> {
-        match p.get(field).filter(|v| !v.is_empty()) {
-            None => Ok(None),
-            Some(v) if known.contains(&v) => Ok(Some(v.to_string())),
-            Some(_) => Err(MaasError::field(
-                field,
-                "Select a valid choice. That choice is not one of the available choices.",
-            )),
-        }
-    };
-    let zone = choice("zone", &ZONES)?;
-    let pool = choice("pool", &POOLS)?;
-    choice("domain", &DOMAINS)?;
-    Ok((zone, pool))
-}
-
 impl World {
+    /// `zone`, `pool` and `domain` of a machine form (§5.6–§5.7): model choices by name,
+    /// refused with Django's choice error when no such object exists. Returns the zone and pool
+    /// to apply.
+    fn placement(&self, p: &Params) -> Result<(Option<String>, Option<String>), MaasError> {
+        let choice =
+            |field: &str, known: &dyn Fn(&str) -> bool| -> Result<Option<String>, MaasError> {
+                match p.get(field).filter(|v| !v.is_empty()) {
+                    None => Ok(None),
+                    Some(v) if known(v) => Ok(Some(v.to_string())),
+                    Some(_) => Err(MaasError::field(
+                        field,
+                        "Select a valid choice. That choice is not one of the available choices.",
+                    )),
+                }
+            };
+        let zone = choice("zone", &|v| self.zones.values().any(|z| z.name == v))?;
+        let pool = choice("pool", &|v| self.pools.values().any(|z| z.name == v))?;
+        choice("domain", &|v| DOMAINS.contains(&v))?;
+        Ok((zone, pool))
+    }
+
     fn sid(&self, id: u64) -> String {
         self.machines
             .get(&id)
@@ -522,7 +521,7 @@ impl World {
                 "IP address: This field is required.",
             ));
         }
-        let (zone, pool) = placement(p)?;
+        let (zone, pool) = self.placement(p)?;
         let hostname = match p.get("hostname").filter(|h| !h.is_empty()) {
             Some(h) => {
                 if self.machines.values().any(|m| m.hostname == h) {
@@ -634,7 +633,7 @@ impl World {
                 format!("Select a valid choice. {pt} is not one of the available choices."),
             ));
         }
-        let (zone, pool) = placement(p)?;
+        let (zone, pool) = self.placement(p)?;
         let m = self
             .machines
             .get_mut(&id)

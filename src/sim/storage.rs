@@ -280,7 +280,10 @@ impl VolumeGroup {
                     used_size: if lv.filesystem.is_some() { lv.size } else { 0 },
                     partition_table_type: None,
                     firmware_version: None,
-                    resource_uri: format!("/MAAS/api/2.0/nodes/{system_id}/blockdevices/{}/", lv.id),
+                    resource_uri: format!(
+                        "/MAAS/api/2.0/nodes/{system_id}/blockdevices/{}/",
+                        lv.id
+                    ),
                 }
             })
             .collect()

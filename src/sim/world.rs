@@ -14,6 +14,7 @@ use chrono::{DateTime, Duration, Utc};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use super::catalog::{Placement, Tag};
 use super::config::{MachineSpec, SimConfig};
 use super::events::{Event, Level};
 use super::faults::{FaultSpec, FaultState, Scenario};
@@ -21,7 +22,6 @@ use super::host::AgentBoot;
 use super::listing::{Machines, NetworkRef};
 use super::machine::{Machine, NodeToken, Pending, PowerState};
 use super::model::{AgentRecord, AgentTaskRecord, Caller, Counter, Counters, OpRecord};
-use super::catalog::{Placement, Tag};
 use super::network::{Cidr, Fabric, Interface, LinkMode, NetworkLookup, Subnet, Vlan};
 use super::reply::MaasError;
 use super::status::{self, Status};
@@ -163,6 +163,12 @@ impl NetworkLookup for World {
     }
     fn subnet(&self, id: u64) -> Option<&Subnet> {
         self.subnets.get(&id)
+    }
+    fn zone_id(&self, name: &str) -> Option<u64> {
+        self.zones.values().find(|z| z.name == name).map(|z| z.id)
+    }
+    fn pool_id(&self, name: &str) -> Option<u64> {
+        self.pools.values().find(|p| p.name == name).map(|p| p.id)
     }
 }
 
@@ -457,6 +463,8 @@ impl World {
             vlans: &self.vlans,
             subnets: &self.subnets,
             pxe_subnet: self.pxe_subnet,
+            zones: &self.zones,
+            pools: &self.pools,
         }
     }
 
@@ -466,6 +474,8 @@ impl World {
             vlans: &self.vlans,
             subnets: &self.subnets,
             pxe_subnet: self.pxe_subnet,
+            zones: &self.zones,
+            pools: &self.pools,
         };
         self.machines.list_body(ids, net)
     }
