@@ -665,9 +665,17 @@ async fn commission_flags_reach_maas_as_true_and_false() {
     let maas = admin(&sim);
     let sid = nth(&maas, 0).await;
     let (boss, _) = disks(&maas, &sid).await;
-    maas.set_storage_layout(&sid, &StorageLayoutParams::new(StorageLayout::Lvm, None))
+    let lvm = maas
+        .set_storage_layout(&sid, &StorageLayoutParams::new(StorageLayout::Lvm, None))
         .await
         .unwrap();
+    assert_eq!(
+        AppliedLayout::of(&lvm),
+        AppliedLayout::Lvm {
+            disk: boss,
+            vg: "vgroot".into()
+        }
+    );
     let roce = maas.read_machine(&sid).await.unwrap().interface_set[1].id;
     // Forced: the PXE subnet is on another VLAN than the RoCE port's.
     maas.link_subnet(
