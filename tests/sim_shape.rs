@@ -135,11 +135,10 @@ async fn simulator_responses_have_the_shape_of_real_maas() {
     let sim = Sim::start(fleet(2)).await;
     let sids = sim.system_ids().await;
     let sid = &sids[0];
-    let pxe = sim
-        .get(&format!("nodes/{sid}/interfaces/eno8303/"), &[])
+    let roce = sim
+        .get(&format!("nodes/{sid}/interfaces/enp28s0np0/"), &[])
         .await
         .json();
-    let _ = pxe;
     // A deployed machine with a flat layout, a STATIC RoCE link and an AUTO address.
     sim.op(
         &format!("machines/{sid}/"),
@@ -150,7 +149,11 @@ async fn simulator_responses_have_the_shape_of_real_maas() {
     .expect(200);
     sim.post(
         "subnets/",
-        &[("cidr", "172.30.9.60/31"), ("gateway_ip", "172.30.9.60")],
+        &[
+            ("cidr", "172.30.9.60/31"),
+            ("gateway_ip", "172.30.9.60"),
+            ("vlan", &roce["vlan"]["id"].to_string()),
+        ],
     )
     .await
     .expect(200);

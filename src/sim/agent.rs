@@ -186,6 +186,12 @@ async fn run_task(
     });
     tokio::time::sleep(duration).await;
     let alive = shared.with_world(|w| w.agent_alive(&boot.system_id, boot.boot));
+    // A reseed restarts the host's sync units with the credentials it holds; the simulated
+    // host says whether that got a sync to MAAS going.
+    let reseed = (alive && fault.is_none() && task.task_type == "node.hw_sync_reseed").then(|| {
+        let now = shared.clock.now();
+        shared.with_world(|w| w.reseed_hw_sync(&boot.system_id, now))
+    });
     let (outcome, body) = match (&fault, alive) {
         (_, false) => ("abandoned", None),
         (
@@ -201,6 +207,14 @@ async fn run_task(
                 "status": "failed",
                 "message": fault.message.clone().unwrap_or_else(|| format!("{} failed (injected)", task.task_type)),
                 "details": {"injected": true},
+            })),
+        ),
+        (None, _) if matches!(reseed, Some(Err(_))) => (
+            "failed",
+            Some(serde_json::json!({
+                "status": "failed",
+                "message": reseed.and_then(Result::err).unwrap_or_default(),
+                "details": {"simulated": true},
             })),
         ),
         (None, _) => (

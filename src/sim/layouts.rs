@@ -76,8 +76,8 @@ fn parse_size(text: &str) -> Option<LayoutSize> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct LayoutRequest {
     pub layout: String,
-    /// `root_device`: a physical block device id.
-    pub root_device: Option<u64>,
+    /// `root_device` as sent: one of the physical block device ids.
+    pub root_device: Option<String>,
     /// Percentages are of the boot disk without its EFI partition.
     pub boot_size: Option<LayoutSize>,
     pub root_size: Option<LayoutSize>,
@@ -150,17 +150,10 @@ pub(super) fn layout_request(p: &Params, layout: &str) -> Result<LayoutRequest, 
     let boot = size("boot_size");
     let root = size("root_size");
     let lv = size("lv_size");
-    if let Some(root_device) = p.get("root_device").filter(|v| !v.is_empty()) {
-        match root_device.parse::<u64>() {
-            Ok(id) => request.root_device = Some(id),
-            Err(_) => {
-                errors
-                    .entry("root_device".to_string())
-                    .or_default()
-                    .push(format!("'{root_device}' is not a valid root_device."));
-            }
-        }
-    }
+    request.root_device = p
+        .get("root_device")
+        .filter(|v| !v.is_empty())
+        .map(String::from);
     if let Some(vg) = p.get("vg_name").filter(|v| !v.is_empty()) {
         request.vg_name = vg.to_string();
     }
@@ -199,9 +192,16 @@ impl World {
             ids.sort_unstable();
             ids
         };
-        if let Some(root) = request.root_device
-            && !choices.contains(&root)
-        {
+        let root_device = match &request.root_device {
+            None => None,
+            Some(text) => Some(
+                text.parse::<u64>()
+                    .ok()
+                    .filter(|r| choices.contains(r))
+                    .ok_or(text),
+            ),
+        };
+        if let Some(Err(root)) = root_device {
             let list: Vec<String> = choices.iter().map(|c| format!("'{c}'")).collect();
             return Err(LayoutError::field(
                 "root_device",
@@ -286,7 +286,7 @@ impl World {
             }
             _ => None,
         };
-        let root_id = request.root_device.unwrap_or(boot_id);
+        let root_id = root_device.and_then(Result::ok).unwrap_or(boot_id);
         let uuids: Vec<String> = (0..8).map(|_| self.uuid()).collect();
         let ids: Vec<u64> = (0..5).map(|_| self.id()).collect();
         let Some(m) = self.machines.get_mut(&id) else {

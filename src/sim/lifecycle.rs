@@ -15,7 +15,7 @@ use super::events::Level;
 use super::faults::Scenario;
 use super::host::{self, AgentBoot};
 use super::layouts::{DEFAULT_LAYOUT, LayoutRequest};
-use super::machine::{Erase, Pending, PowerState};
+use super::machine::{Erase, NodeToken, Pending, PowerState};
 use super::network::{Link, LinkMode};
 use super::reply::MaasError;
 use super::status::{RELEASABLE, Status};
@@ -23,6 +23,17 @@ use super::world::{
     DISTROS, PXE_VLAN, TOKEN_ALPHABET, Timer, TimerKind, World, WorldError, random_string,
     resolve_distro, scaled,
 };
+
+/// The MAAS URL written into the simulated hosts' sync credentials (never dialled).
+const SIM_MAAS_URL: &str = "http://maas.sim:5240/MAAS";
+
+fn sync_token(token: &NodeToken) -> host::SyncToken<'_> {
+    host::SyncToken {
+        consumer_key: &token.consumer_key,
+        token_key: &token.token_key,
+        token_secret: &token.token_secret,
+    }
+}
 
 impl World {
     /// A region with the machines of `config` MAAS already knows installed in their initial
@@ -77,9 +88,12 @@ impl World {
                 m.netboot = false;
                 m.enable_hw_sync = true;
                 m.sync_interval = Some(interval);
+                m.last_sync = Some(now);
                 m.deployments = 1;
             }
-            self.start_hw_sync(id, now);
+            // Deployed without user-data by someone else: MAAS's vendor-data set up the sync.
+            self.boot_host(id, now);
+            self.schedule_hw_sync(id, now);
         }
         let kind = status.name().to_string();
         self.event(id, Level::Info, &kind, "", "unknown", now);
@@ -225,7 +239,16 @@ impl World {
                     if let Some(m) = self.machines.get_mut(&id) {
                         m.commissioning_status = 3;
                     }
-                    self.fail(id, "Failed commissioning", "Commissioning failed, see the script results (simulated: 00-maas-01-lshw exited 1).", now);
+                    // A commissioning script failed: cloud-init reports it, then the status.
+                    self.event(
+                        id,
+                        Level::Error,
+                        "Node commissioning failure",
+                        "'maas-run-remote-scripts' 00-maas-01-lshw failed (exit status 1)",
+                        "unknown",
+                        now,
+                    );
+                    self.fail_scripts(id, Status::FailedCommissioning, now);
                     return;
                 }
                 self.discover_hardware(id, skip_networking, skip_storage);
@@ -261,7 +284,7 @@ impl World {
                     if let Some(m) = self.machines.get_mut(&id) {
                         m.testing_status = 3;
                     }
-                    self.fail(id, "Failed testing", "Testing failed, see the script results (simulated: smartctl-validate failed).", now);
+                    self.fail_scripts(id, Status::FailedTesting, now);
                     return;
                 }
                 if let Some(m) = self.machines.get_mut(&id) {
@@ -274,22 +297,19 @@ impl World {
                 }
             }
             Pending::DeploymentDone => self.end_deployment(id, now),
-            Pending::DeploymentTimedOut => self.fail(
-                id,
-                "Failed deployment",
-                "Deployment timed out: the machine's AUTO addresses could not be allocated \
-                 (simulated address exhaustion).",
-                now,
-            ),
+            // status_monitor.py: the deployment timeout (2 × node_timeout since 3.5).
+            Pending::DeploymentTimedOut => {
+                let minutes = (2.0 * self.config.timings.node_timeout_secs / 60.0).round();
+                self.mark_failed(
+                    id,
+                    &format!("Node operation 'Deploying' timed out after {minutes} minutes."),
+                    now,
+                )
+            }
             Pending::ReleaseDone => self.finish_release(id, now),
             Pending::EraseDone => {
                 if m.has_scenario(Scenario::EraseFails) {
-                    self.fail(
-                        id,
-                        "Failed to erase disks",
-                        "wipe-disks failed (simulated).",
-                        now,
-                    );
+                    self.mark_failed(id, "Failed to erase disks.", now);
                     return;
                 }
                 self.event(
@@ -305,28 +325,38 @@ impl World {
         }
     }
 
-    /// `mark_failed`: the failed counterpart of the current status, with MAAS-like events.
-    pub(super) fn fail(&mut self, id: u64, kind: &str, description: &str, now: DateTime<Utc>) {
+    /// `Node.mark_failed` (models/node.py) by the system: a `Marking node failed` ERROR event
+    /// with the comment, then the failed counterpart of the current status, the comment as
+    /// `error_description`.
+    pub(super) fn mark_failed(&mut self, id: u64, comment: &str, now: DateTime<Utc>) {
         let Some(m) = self.machines.get(&id) else {
             return;
         };
         let Some(failed) = m.status.failed_counterpart() else {
             return;
         };
-        let _ = self.transition(id, failed, now);
-        self.event(id, Level::Info, kind, "", "unknown", now);
         self.event(
             id,
             Level::Error,
             "Marking node failed",
-            description,
+            comment,
             "unknown",
             now,
         );
+        let _ = self.transition(id, failed, now);
         if let Some(m) = self.machines.get_mut(&id) {
-            m.error_description = description.to_string();
+            m.error_description = comment.to_string();
         }
-        self.power(id, PowerState::Off, now);
+    }
+
+    /// Commissioning or testing ends in its failed status from the script results
+    /// (metadataserver/api.py `_process_commissioning`/`_process_testing`): the status event
+    /// (`Failed commissioning`, `Failed testing`), no mark_failed.
+    fn fail_scripts(&mut self, id: u64, to: Status, now: DateTime<Utc>) {
+        if self.transition(id, to, now).is_ok() {
+            self.power(id, PowerState::Off, now);
+            self.event(id, Level::Info, to.name(), "", "unknown", now);
+        }
     }
 
     pub(super) fn become_ready(&mut self, id: u64, now: DateTime<Utc>) {
@@ -341,72 +371,136 @@ impl World {
         if !self.machines.contains_key(&id) {
             return;
         }
-        for kind in [
-            "Performing PXE boot",
-            "Loading ephemeral",
-            "Configuring storage",
-            "Installing OS",
-            "Configuring OS",
-            "Rebooting",
-        ] {
+        // What curtin and cloud-init report while the machine installs (metadataserver/api.py
+        // `add_event_to_node_event_log`): status events at the starts of their stages, the
+        // rest as `Node installation` DEBUG events, a failed stage as `Node installation
+        // failure` (ERROR) with `'<origin>' <description>`.
+        let install = |world: &mut World, description: &str| {
+            world.event(
+                id,
+                Level::Debug,
+                "Node installation",
+                description,
+                "unknown",
+                now,
+            );
+        };
+        let failure = |world: &mut World, description: &str| {
+            world.event(
+                id,
+                Level::Error,
+                "Node installation failure",
+                description,
+                "unknown",
+                now,
+            );
+        };
+        for kind in ["Performing PXE boot", "Loading ephemeral"] {
             self.event(id, Level::Info, kind, "", "unknown", now);
         }
+        install(self, "'cloudinit' running modules for final");
+        self.event(id, Level::Info, "Configuring storage", "", "unknown", now);
+        install(self, "'curtin' configuring storage");
+        self.event(id, Level::Info, "Installing OS", "", "unknown", now);
+        install(self, "'curtin' curtin command install");
+        if self.machines[&id].has_scenario(Scenario::DeployFails) {
+            failure(self, "'curtin' curtin command install");
+            self.mark_failed(
+                id,
+                "Installation failed (refer to the installation log for more information).",
+                now,
+            );
+            return;
+        }
+        self.event(id, Level::Info, "Configuring OS", "", "unknown", now);
+        self.event(id, Level::Info, "Rebooting", "", "unknown", now);
         let m = &self.machines[&id];
         if m.has_scenario(Scenario::DatasourceFailure) && m.deployments == 1 {
-            self.event(
-                id,
-                Level::Error,
-                "Node installation failure",
-                "cloud-init: DataSourceNotFound: no datasource found (searched MAAS); cloud-init modules:final stage failed",
-                "unknown",
-                now,
+            // The installed OS boots; its cloud-init finds no datasource and reports the
+            // failed stage, which fails the deployment before user-data is ever fetched.
+            install(self, "'cloudinit' searching for network datasources");
+            failure(
+                self,
+                "'cloudinit' searching for network data from DataSourceMAAS",
             );
-            self.fail(
+            failure(self, "'cloudinit' searching for network datasources");
+            self.mark_failed(
                 id,
-                "Failed deployment",
                 "Installation failed (refer to the installation log for more information).",
                 now,
             );
             return;
         }
-        if m.has_scenario(Scenario::DeployFails) {
-            self.event(
-                id,
-                Level::Error,
-                "Node installation failure",
-                "curtin: installation failed (simulated)",
-                "unknown",
-                now,
-            );
-            self.fail(
-                id,
-                "Failed deployment",
-                "Installation failed (refer to the installation log for more information).",
-                now,
-            );
-            return;
-        }
+        install(self, "'cloudinit' searching for network datasources");
         if self.transition(id, Status::Deployed, now).is_err() {
             return;
         }
         self.event(id, Level::Info, "Deployed", "", "unknown", now);
-        self.start_hw_sync(id, now);
+        let interval = self.sync_interval_secs();
+        if let Some(m) = self.machines.get_mut(&id)
+            && m.enable_hw_sync
+        {
+            // end_deployment (models/node.py) stamps last_sync; later ones come from the host.
+            m.last_sync = Some(now);
+            m.sync_interval = Some(interval);
+        }
         self.boot_host(id, now);
+        self.schedule_hw_sync(id, now);
     }
 
-    pub(super) fn start_hw_sync(&mut self, id: u64, now: DateTime<Utc>) {
+    /// The host's timer fires one interval after boot, if the host syncs at all. Under the
+    /// `hwsync_stale` scenario it died with the first sync, until the units are restarted.
+    fn schedule_hw_sync(&mut self, id: u64, now: DateTime<Utc>) {
+        if let Some(m) = self.machines.get_mut(&id)
+            && m.has_scenario(Scenario::HwsyncStale)
+        {
+            m.sync_stalled = true;
+        }
+        if !self.host_syncs(id) {
+            return;
+        }
+        let due = now + Duration::seconds(self.sync_interval_secs() as i64);
+        if let Some(m) = self.machines.get_mut(&id) {
+            m.sync_due = Some(due);
+        }
+        self.schedule(due, TimerKind::Sync, id, 0);
+    }
+
+    /// One hardware-sync post of the deployed host (`maas-run-scripts report-results`): MAAS
+    /// sets `last_sync` (metadataserver/api.py), the timer comes round again one interval
+    /// later.
+    fn post_hw_sync(&mut self, id: u64, now: DateTime<Utc>) {
         let interval = self.sync_interval_secs();
         let Some(m) = self.machines.get_mut(&id) else {
             return;
         };
-        if !m.enable_hw_sync {
-            return;
-        }
         m.last_sync = Some(now);
         m.sync_interval = Some(interval);
         let due = now + Duration::seconds(interval as i64);
         m.sync_due = Some(due);
         self.schedule(due, TimerKind::Sync, id, 0);
+    }
+
+    /// Whether the deployed host posts hardware sync right now: MAAS expects it
+    /// (`enable_hw_sync`), the OS runs, a sync timer is installed and started, and the host
+    /// holds the machine's current token. Without credentials (or with those of an earlier
+    /// ownership) nothing reaches MAAS.
+    fn host_syncs(&self, id: u64) -> bool {
+        let Some(m) = self.machines.get(&id) else {
+            return false;
+        };
+        let creds = m
+            .host_files
+            .get(host::MAAS_CREDS_PATH)
+            .zip(m.token.as_ref())
+            .is_some_and(|(content, token)| host::creds_valid(content, sync_token(token)));
+        m.status == Status::Deployed
+            && m.enable_hw_sync
+            && m.power_state == PowerState::On
+            && m.sync_timer
+            && creds
+            && !m.sync_stalled
+            && !m.has_scenario(Scenario::HwsyncNever)
     }
 
     fn hw_sync_tick(&mut self, id: u64, at: DateTime<Utc>) {
@@ -417,21 +511,13 @@ impl World {
             return;
         }
         m.sync_due = None;
-        let running =
-            m.status == Status::Deployed && m.enable_hw_sync && m.power_state == PowerState::On;
-        let reseeded = m
-            .host_files
-            .get(host::MAAS_CREDS_PATH)
-            .zip(m.token.as_ref())
-            .is_some_and(|(content, token)| content.contains(&token.token_key));
-        let stopped = m.has_scenario(Scenario::HwsyncNever)
-            || (m.has_scenario(Scenario::HwsyncStale) && !reseeded);
-        if running && !stopped {
-            self.start_hw_sync(id, at);
+        if self.host_syncs(id) {
+            self.post_hw_sync(id, at);
         }
     }
 
-    /// A write through the SSH stand-in; a reseed of the MAAS credentials restarts the timer.
+    /// A write through the SSH stand-in. The credentials file or a sync unit restarts the
+    /// host's sync (metalform's path unit posts as soon as the credentials change).
     pub fn write_host_file(
         &mut self,
         system_id: &str,
@@ -454,17 +540,62 @@ impl World {
             )));
         }
         m.host_files.insert(path.to_string(), content.to_string());
-        let reseed = path == host::MAAS_CREDS_PATH
-            && m.token
-                .as_ref()
-                .is_some_and(|t| content.contains(&t.token_key))
-            && m.enable_hw_sync
-            && !m.has_scenario(Scenario::HwsyncNever);
-        if reseed {
-            // The restarted timer posts at once and then every interval.
-            self.start_hw_sync(id, now);
+        if path == host::MAAS_CREDS_PATH || path.ends_with(".timer") {
+            self.restart_hw_sync(id, now);
         }
         Ok(())
+    }
+
+    /// The host's sync units restarted (a reseed over SSH or by its agent): a timer unit on the
+    /// host starts, a stalled sync resumes, and with valid credentials a post goes out now.
+    /// Returns whether it did.
+    pub fn restart_hw_sync(&mut self, id: u64, now: DateTime<Utc>) -> bool {
+        let Some(m) = self.machines.get_mut(&id) else {
+            return false;
+        };
+        let units: Vec<String> = m
+            .host_files
+            .keys()
+            .filter(|p| p.ends_with(".timer") && p.contains("sync"))
+            .map(|p| format!("systemctl restart {}", p.rsplit('/').next().unwrap_or(p)))
+            .collect();
+        m.sync_timer = host::sync_timer_started(&m.host_files, &units);
+        m.sync_stalled = false;
+        if self.host_syncs(id) {
+            self.post_hw_sync(id, now);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// The agent task `node.hw_sync_reseed` (docs/agent-protocol.md): restart the sync units
+    /// with the credentials the host has. `Err` says why it could not.
+    pub fn reseed_hw_sync(&mut self, system_id: &str, now: DateTime<Utc>) -> Result<(), String> {
+        let id = self
+            .machine_id(system_id)
+            .ok_or_else(|| "the machine is gone".to_string())?;
+        if self.restart_hw_sync(id, now) {
+            return Ok(());
+        }
+        let m = &self.machines[&id];
+        let creds = m
+            .host_files
+            .get(host::MAAS_CREDS_PATH)
+            .zip(m.token.as_ref())
+            .is_some_and(|(content, token)| host::creds_valid(content, sync_token(token)));
+        Err(if !m.enable_hw_sync {
+            "MAAS does not expect hardware sync from this machine (enable_hw_sync is off)".into()
+        } else if !creds {
+            format!(
+                "{} is missing or holds another token; the MAAS credentials must be pushed again",
+                host::MAAS_CREDS_PATH
+            )
+        } else if !m.sync_timer {
+            "no hardware-sync timer unit is installed on the host".into()
+        } else {
+            "the hardware sync did not start".into()
+        })
     }
 
     /// The deployed OS boots: user_data's files land on the host and the agent starts.
@@ -474,11 +605,22 @@ impl World {
             return;
         };
         m.boot += 1;
-        m.host_files = m
+        // cloud-init applies MAAS's vendor-data under the user-data: user-data keys win.
+        let vendor = match (&m.token, m.enable_hw_sync) {
+            (Some(token), true) => {
+                host::hw_sync_vendor_data(SIM_MAAS_URL, &m.system_id, sync_token(token))
+            }
+            _ => host::CloudConfig::default(),
+        };
+        let user = m
             .user_data
             .as_deref()
-            .map(host::files_from_user_data)
+            .map(host::cloud_config)
             .unwrap_or_default();
+        let applied = host::merge(vendor, user);
+        m.host_files = applied.files.unwrap_or_default();
+        m.sync_timer = host::sync_timer_started(&m.host_files, &applied.runcmd.unwrap_or_default());
+        m.sync_stalled = false;
         let boot = m.boot;
         let env = m
             .host_files
@@ -620,13 +762,33 @@ impl World {
         );
     }
 
-    pub(super) fn erase_duration(&mut self, erase: Erase) -> Duration {
-        let secs = match erase {
-            Erase::Quick => self.config.timings.quick_erase_secs,
-            Erase::Full => self.config.timings.erase_secs,
-            Erase::Secure => self.config.timings.secure_erase_secs,
-        };
-        self.sim_duration(secs)
+    /// How long `wipe-disks` takes on this machine (builtin_scripts/release_scripts/
+    /// maas_wipe.py): one disk after the other; a quick wipe zeroes 2 MiB at each end of a
+    /// disk, a secure erase is the drive's own (about the same time whatever its size), a full
+    /// wipe writes every byte — NVMe's write-zeroes much faster than a SATA disk.
+    pub(super) fn erase_duration(&mut self, id: u64, erase: Erase) -> Duration {
+        let t = &self.config.timings;
+        let disks = self
+            .machines
+            .get(&id)
+            .map(|m| m.disks.clone())
+            .unwrap_or_default();
+        let secs: f64 = disks
+            .iter()
+            .map(|disk| match erase {
+                Erase::Quick => t.quick_erase_secs,
+                Erase::Secure => t.secure_erase_secs,
+                Erase::Full => {
+                    let mb_per_sec = if disk.name.starts_with("nvme") {
+                        t.nvme_zero_mb_per_sec
+                    } else {
+                        t.zero_mb_per_sec
+                    };
+                    disk.size as f64 / 1e6 / mb_per_sec.max(1.0)
+                }
+            })
+            .sum();
+        self.sim_duration(secs.max(1.0))
     }
 
     pub(super) fn finish_release(&mut self, id: u64, now: DateTime<Utc>) {
@@ -762,6 +924,7 @@ impl World {
         m.sync_due = None;
         m.user_data = None;
         m.host_files.clear();
+        m.sync_timer = false;
         m.ephemeral_deploy = false;
         // The deployed OS is gone: its agent and timers stop.
         m.boot += 1;
@@ -772,7 +935,7 @@ impl World {
                 self.transition(id, Status::DiskErasing, now)?;
                 self.event(id, Level::Info, "Disk erasing", "", user, now);
                 self.power(id, PowerState::On, now);
-                let d = self.erase_duration(mode);
+                let d = self.erase_duration(id, mode);
                 self.set_pending(id, Some((Pending::EraseDone, now + d)));
             }
             None => {
@@ -886,12 +1049,7 @@ impl World {
                     m.testing_status = 3;
                     m.boot += 1;
                 }
-                self.fail(
-                    id,
-                    "Failed testing",
-                    "Hardware test failed (out of band).",
-                    now,
-                );
+                self.fail_scripts(id, Status::FailedTesting, now);
                 Ok(())
             }
             "stop_agent" => {

@@ -98,6 +98,10 @@ pub struct Machine {
     pub last_sync: Option<DateTime<Utc>>,
     /// Next hardware-sync post of the deployed OS (simulator schedule, not MAAS's next_sync).
     pub sync_due: Option<DateTime<Utc>>,
+    /// The deployed host has a hardware-sync timer installed and started.
+    pub sync_timer: bool,
+    /// Its sync stopped (the `hwsync_stale` scenario) until the units are restarted.
+    pub sync_stalled: bool,
     pub error_description: String,
     pub interfaces: Vec<Interface>,
     pub disks: Vec<BlockDevice>,

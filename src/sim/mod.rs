@@ -18,6 +18,7 @@ pub mod events;
 pub mod export;
 pub mod faults;
 pub mod host;
+mod injected;
 mod layouts;
 mod lifecycle;
 pub mod listing;

@@ -247,9 +247,18 @@ impl World {
             .iter()
             .position(|l| l.id.to_string() == link)
             .ok_or_else(|| {
+                // InterfaceUnlinkForm: compose_invalid_choice_text over the link ids.
+                let ids: Vec<String> = interface
+                    .links
+                    .iter()
+                    .map(|l| format!("'{}'", l.id))
+                    .collect();
                 MaasError::field(
                     "id",
-                    "Select a valid choice. That choice is not one of the available choices.",
+                    format!(
+                        "'{link}' is not a valid id.  It should be one of: {}.",
+                        ids.join(", ")
+                    ),
                 )
             })?;
         interface.links.remove(position);

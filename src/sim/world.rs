@@ -652,6 +652,8 @@ impl World {
             sync_interval: None,
             last_sync: None,
             sync_due: None,
+            sync_timer: false,
+            sync_stalled: false,
             error_description: String::new(),
             interfaces: Vec::new(),
             disks: Vec::new(),
