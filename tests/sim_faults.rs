@@ -79,11 +79,20 @@ async fn conflicts_with_and_without_retry_after_and_count() {
         None,
         "a 409 without Retry-After is a state conflict"
     );
+    // The handler's own NodeStateViolation text (nodes.py abort), as text/plain.
+    assert_eq!(
+        a.text,
+        format!("Cannot abort in current state: node {sid} is in state Deploying.")
+    );
+    assert!(a.content_type().starts_with("text/plain"));
     let r = sim
         .op(&format!("machines/{sid}/"), "release", &[])
         .await
         .expect(409);
+    // HttpResponseConflict (utils/views.py): Retry-After 5 and MAAS's 409.html.
     assert_eq!(r.header("retry-after"), Some("5"));
+    assert!(r.content_type().starts_with("text/html"));
+    assert!(r.text.contains("<title>Error: Conflict Error</title>"), "{}", r.text);
     sim.op(&format!("machines/{sid}/"), "release", &[])
         .await
         .expect(200);
