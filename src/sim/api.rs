@@ -754,6 +754,9 @@ fn allocate(
     Ok(Reply::json(&value))
 }
 
+/// formencode `Int`'s message, as `get_optional_param` reports it (api/utils.py).
+const NOT_AN_INTEGER: &str = "Please enter an integer value";
+
 /// `GET events/?op=query` (API_REFERENCE.md §5.21).
 fn query_events(world: &World, caller: &Caller, p: &Params) -> Result<Reply, MaasError> {
     let level = match p.get("level") {
@@ -766,7 +769,7 @@ fn query_events(world: &World, caller: &Caller, p: &Params) -> Result<Reply, Maa
         Some(l) => {
             let n: i64 = l
                 .parse()
-                .map_err(|_| MaasError::BadRequest(format!("Invalid limit: {l}")))?;
+                .map_err(|_| MaasError::BadRequest(format!("Invalid limit: {NOT_AN_INTEGER}")))?;
             if n > 1000 {
                 return Err(MaasError::BadRequest(format!(
                     "Requested number of events {n} is greater than limit: 1000"
@@ -779,7 +782,7 @@ fn query_events(world: &World, caller: &Caller, p: &Params) -> Result<Reply, Maa
         p.get(name)
             .map(|v| {
                 v.parse::<u64>()
-                    .map_err(|_| MaasError::BadRequest(format!("Invalid {name}: {v}")))
+                    .map_err(|_| MaasError::BadRequest(format!("Invalid {name}: {NOT_AN_INTEGER}")))
             })
             .transpose()
     };

@@ -17,6 +17,71 @@ use super::status::{RELEASABLE, Status};
 use super::transport::Params;
 use super::world::{Perm, World, resolve_distro, set_owner};
 
+/// Builtin commissioning scripts and their tags (metadataserver/builtin_scripts): the choices
+/// of CommissionForm's `commissioning_scripts`.
+const COMMISSIONING_SCRIPTS: &[&str] = &[
+    "20-maas-01-install-lldpd",
+    "20-maas-02-dhcp-unconfigured-ifaces",
+    "30-maas-01-bmc-config",
+    "40-maas-01-machine-config-hints",
+    "50-maas-01-commissioning",
+    "maas-capture-lldpd",
+    "maas-get-fruid-api-data",
+    "maas-kernel-cmdline",
+    "maas-list-modaliases",
+    "maas-lshw",
+    "maas-serial-ports",
+    "maas-support-info",
+    "bmc-config",
+    "configure-hba",
+    "deploy-info",
+    "node",
+    "update_firmware",
+];
+
+/// Builtin testing scripts and their tags, plus `none`.
+const TESTING_SCRIPTS: &[&str] = &[
+    "none",
+    "badblocks",
+    "badblocks-destructive",
+    "fio",
+    "internet-connectivity",
+    "memtester",
+    "ntp",
+    "smartctl-conveyance",
+    "smartctl-long",
+    "smartctl-short",
+    "smartctl-validate",
+    "stress-ng-cpu-long",
+    "stress-ng-cpu-short",
+    "stress-ng-memory-long",
+    "stress-ng-memory-short",
+    "commissioning",
+    "cpu",
+    "destructive",
+    "memory",
+    "network",
+    "network-validation",
+    "storage",
+];
+
+/// A comma-separated script list (split server-side, forms/ephemeral.py) of known names:
+/// MultipleChoiceField's error otherwise.
+fn check_scripts(p: &Params, field: &str, known: &[&str]) -> Result<(), MaasError> {
+    let Some(value) = p.get(field) else {
+        return Ok(());
+    };
+    for name in value.split(',').filter(|n| !n.is_empty()) {
+        if !known.contains(&name) {
+            return Err(MaasError::field(
+                field,
+                format!("Select a valid choice. {name} is not one of the available choices."),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The simulated region's DNS domain, by name and by id (`domain` of machine forms).
 const DOMAINS: [&str; 2] = ["maas", "0"];
 
@@ -77,6 +142,8 @@ impl World {
                     .to_string(),
             ));
         }
+        check_scripts(p, "commissioning_scripts", COMMISSIONING_SCRIPTS)?;
+        check_scripts(p, "testing_scripts", TESTING_SCRIPTS)?;
         let skip_networking = django_bool(p.get("skip_networking"));
         let skip_storage = django_bool(p.get("skip_storage"));
         let no_tests = p

@@ -153,10 +153,14 @@ impl World {
             let subnet = self.subnets[&subnet.unwrap_or_default()].clone();
             Some(self.static_ip(&subnet, p.get("ip_address"))?)
         } else {
-            if p.get("ip_address").is_some_and(|v| !v.is_empty()) {
+            // GenericIPAddressField: checked in every mode, used only by STATIC.
+            if p
+                .get("ip_address")
+                .is_some_and(|v| !v.is_empty() && v.parse::<std::net::IpAddr>().is_err())
+            {
                 return Err(MaasError::field(
                     "ip_address",
-                    "IP address can only be set for STATIC links.",
+                    "Enter a valid IPv4 or IPv6 address.",
                 ));
             }
             None
