@@ -92,7 +92,11 @@ async fn conflicts_with_and_without_retry_after_and_count() {
     // HttpResponseConflict (utils/views.py): Retry-After 5 and MAAS's 409.html.
     assert_eq!(r.header("retry-after"), Some("5"));
     assert!(r.content_type().starts_with("text/html"));
-    assert!(r.text.contains("<title>Error: Conflict Error</title>"), "{}", r.text);
+    assert!(
+        r.text.contains("<title>Error: Conflict Error</title>"),
+        "{}",
+        r.text
+    );
     sim.op(&format!("machines/{sid}/"), "release", &[])
         .await
         .expect(200);

@@ -154,8 +154,7 @@ impl World {
             Some(self.static_ip(&subnet, p.get("ip_address"))?)
         } else {
             // GenericIPAddressField: checked in every mode, used only by STATIC.
-            if p
-                .get("ip_address")
+            if p.get("ip_address")
                 .is_some_and(|v| !v.is_empty() && v.parse::<std::net::IpAddr>().is_err())
             {
                 return Err(MaasError::field(
