@@ -60,10 +60,13 @@ pub enum Scenario {
     HwsyncStale,
     /// Hardware sync never happens again after deployment.
     HwsyncNever,
+    /// Once Deployed (plus `after`), the host's sync timer stops (someone disabled it) until
+    /// its units are restarted (a reseed).
+    HwsyncLost,
 }
 
 impl Scenario {
-    pub const ALL: [(&'static str, Scenario); 12] = [
+    pub const ALL: [(&'static str, Scenario); 13] = [
         ("commissioning_fails", Scenario::CommissioningFails),
         ("testing_fails", Scenario::TestingFails),
         ("no_boot_disk", Scenario::NoBootDisk),
@@ -76,6 +79,7 @@ impl Scenario {
         ("redeployed_oob", Scenario::RedeployedOob),
         ("hwsync_stale", Scenario::HwsyncStale),
         ("hwsync_never", Scenario::HwsyncNever),
+        ("hwsync_lost", Scenario::HwsyncLost),
     ];
 
     pub fn parse(name: &str) -> Option<Scenario> {
@@ -98,6 +102,7 @@ impl Scenario {
                 | Scenario::ReleasedOob
                 | Scenario::PoweredOff
                 | Scenario::RedeployedOob
+                | Scenario::HwsyncLost
         )
     }
 }

@@ -215,7 +215,11 @@ impl World {
                     .machines
                     .get(&timer.target)
                     .is_some_and(|m| m.boot == timer.stamp && m.status == Status::Deployed);
-                if valid {
+                if valid && scenario == Scenario::HwsyncLost {
+                    if let Some(m) = self.machines.get_mut(&timer.target) {
+                        m.sync_stalled = true;
+                    }
+                } else if valid {
                     let action = match scenario {
                         Scenario::MachineDeleted => "delete",
                         Scenario::ReleasedOob => "release",
@@ -543,6 +547,13 @@ impl World {
         if path == host::MAAS_CREDS_PATH || path.ends_with(".timer") {
             self.restart_hw_sync(id, now);
         }
+        if path == host::AGENT_ENV_PATH {
+            // The agent's unit restarts with the new enrollment (an adopted host's follow-up).
+            let m = &self.machines[&id];
+            let (env, behaviour) = (Some(host::parse_env(content)), m.agent.clone());
+            let (system_id, hostname, boot) = (m.system_id.clone(), m.hostname.clone(), m.boot);
+            self.start_agent(env, behaviour, system_id, hostname, boot);
+        }
         Ok(())
     }
 
@@ -600,7 +611,6 @@ impl World {
 
     /// The deployed OS boots: user_data's files land on the host and the agent starts.
     pub(super) fn boot_host(&mut self, id: u64, now: DateTime<Utc>) {
-        let agent_delay_secs = self.config.timings.agent_boot_secs;
         let Some(m) = self.machines.get_mut(&id) else {
             return;
         };
@@ -638,6 +648,19 @@ impl World {
             let due = now + scaled(after.as_secs_f64(), self.time_scale);
             self.schedule(due, TimerKind::OutOfBand(scenario), id, boot);
         }
+        self.start_agent(env, behaviour, system_id, hostname, boot);
+    }
+
+    /// The node agent of this boot starts with the enrollment its env file names.
+    fn start_agent(
+        &mut self,
+        env: Option<std::collections::BTreeMap<String, String>>,
+        behaviour: AgentBehaviour,
+        system_id: String,
+        hostname: String,
+        boot: u64,
+    ) {
+        let agent_delay_secs = self.config.timings.agent_boot_secs;
         let Some(env) = env else {
             return;
         };
