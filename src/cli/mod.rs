@@ -15,6 +15,7 @@ mod demo;
 mod diff;
 mod drift;
 mod import_csv;
+mod import_maas;
 mod observe;
 mod onboardings;
 mod plan;
@@ -70,6 +71,9 @@ pub enum Command {
     Diff(diff::Args),
     /// Convert a header-driven CSV of nodes into a NodeGroup manifest on stdout.
     ImportCsv(import_csv::Args),
+    /// Read a site's MAAS and write a NodeGroup manifest of its machines (Deployed ones are
+    /// then adopted, not redeployed).
+    ImportMaas(import_maas::Args),
     /// Apply the fleet's plan: onboard nodes as durable, resumable stage journals.
     Apply(apply::Args),
     /// Onboarding jobs: list, show, and the operator recovery actions.
@@ -139,6 +143,7 @@ async fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Validate(args) => validate::run(args),
         Command::Diff(args) => diff::run(args),
         Command::ImportCsv(args) => import_csv::run(args),
+        Command::ImportMaas(args) => import_maas::run(args).await,
         Command::Apply(args) => apply::run(&global, args).await,
         Command::Onboardings(args) => onboardings::run(&global, args).await,
         Command::Decommissions(args) => decommissions::run(&global, args).await,
