@@ -178,6 +178,7 @@ pub struct MachineSpec {
     pub hardware_product: String,
     /// IPMI credentials MAAS already has for a known machine.
     pub power_user: String,
+    pub power_pass: String,
 }
 
 impl Default for MachineSpec {
@@ -196,6 +197,7 @@ impl Default for MachineSpec {
             hardware_vendor: "Dell Inc.".to_string(),
             hardware_product: "PowerEdge XE9680".to_string(),
             power_user: "root".to_string(),
+            power_pass: "calvin".to_string(),
         }
     }
 }

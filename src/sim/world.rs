@@ -705,7 +705,7 @@ impl World {
         if let Some(ip) = &spec.bmc_ip {
             p.insert("power_address".to_string(), ip.clone());
             p.insert("power_user".to_string(), spec.power_user.clone());
-            p.insert("power_pass".to_string(), "********".to_string());
+            p.insert("power_pass".to_string(), spec.power_pass.clone());
             p.insert("power_driver".to_string(), "LAN_2_0".to_string());
         }
         p
