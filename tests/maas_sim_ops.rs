@@ -887,13 +887,20 @@ async fn deploy_with_user_data_distro_and_hardware_sync_then_release() {
             deadline: last + chrono::Duration::seconds(1350)
         }
     );
+    // MAAS's vendor-data installs the sync timer and credentials (vendor_data.py
+    // generate_hardware_sync_systemd_configuration), but cloud-init lets user-data keys
+    // replace vendor-data's: this user_data's own write_files dropped them, so after MAAS's
+    // own end-of-deployment stamp nothing reports again and the sync goes stale.
+    assert!(!files.contains_key("/lib/systemd/system/maas_hardware_sync.timer"));
+    assert!(!files.contains_key("/etc/maas/maas-machine-creds.yml"));
     sim.advance(3 * 900);
     let later = maas.read_machine(&sid).await.unwrap().hardware_sync();
-    assert!(
-        later.last_sync.unwrap() > last,
-        "the deployed OS keeps syncing"
+    assert_eq!(
+        later.last_sync,
+        Some(last),
+        "nothing syncs without MAAS's vendor-data"
     );
-    assert!(later.is_healthy(now(&sim)));
+    assert!(!later.is_healthy(now(&sim)));
 
     // A second deploy of a Deployed machine is MAAS's state conflict.
     let err = maas.deploy(&sid, &params).await.unwrap_err();
@@ -952,6 +959,36 @@ async fn deploy_with_user_data_distro_and_hardware_sync_then_release() {
     );
 }
 
+/// With user_data that leaves `write_files` and `runcmd` alone, MAAS's vendor-data sets up
+/// the hardware-sync timer with the machine's credentials and the deployed OS keeps reporting.
+#[tokio::test]
+async fn vendor_data_sets_up_hardware_sync_unless_user_data_replaces_it() {
+    let sim = Sim::start(site(1)).await;
+    let maas = admin(&sim);
+    let sid = nth(&maas, 0).await;
+    let params = DeployParams {
+        user_data: Some(Secret::new("#cloud-config\npackages: [jq]\n")),
+        enable_hw_sync: Some(true),
+        ..DeployParams::default()
+    };
+    maas.deploy(&sid, &params).await.unwrap();
+    let deployed = wait_for(&sim, &maas, &sid, MaasStatus::Deployed, 60, 1200).await;
+    let last = deployed.last_sync.unwrap();
+    let files = sim
+        .handle
+        .with_world(|w| w.machine(&sid).unwrap().host_files.clone());
+    assert!(files.contains_key("/lib/systemd/system/maas_hardware_sync.timer"));
+    let token = maas.get_token(&sid).await.unwrap().unwrap();
+    assert!(files["/etc/maas/maas-machine-creds.yml"].contains(&token.token_key));
+    sim.advance(3 * 900);
+    let later = maas.read_machine(&sid).await.unwrap().hardware_sync();
+    assert!(
+        later.last_sync.unwrap() > last,
+        "the deployed OS keeps syncing"
+    );
+    assert!(later.is_healthy(now(&sim)));
+}
+
 async fn status_of(maas: &MaasClient, system_id: &str) -> MachineStatus {
     maas.read_machine(system_id).await.unwrap().status
 }
@@ -1004,17 +1041,53 @@ async fn release_erase_modes_and_force() {
         let counters = sim.counters(&m.system_id).await;
         assert_eq!(counters["erase"], u64::from(erase.is_some()));
     }
-    // MAAS's durations: quick ~1 min, secure ~10 min, full ~30 min, plain release ~10 s.
-    sim.advance(61);
+    // MAAS's wipe-disks (release_scripts/maas_wipe.py) goes disk by disk: a quick wipe is
+    // wipefs and 2 MiB zeroed at each end, a secure erase is the drive's own, a full wipe
+    // zeroes every byte (NVMe by write-zeroes, much faster than dd). The erase ends when the
+    // last disk is done, so the time grows with the disks and their size; a plain release is
+    // a power-off (~10 s).
+    let disks = maas
+        .list_block_devices(&machines[0].system_id)
+        .await
+        .unwrap();
+    let n = disks.len() as i64;
+    let full: f64 = disks
+        .iter()
+        .map(|d| {
+            let mb_per_sec = if d.name.starts_with("nvme") {
+                4000.0
+            } else {
+                400.0
+            };
+            d.size as f64 / 1e6 / mb_per_sec
+        })
+        .sum();
     let ids: Vec<&str> = machines.iter().map(|m| m.system_id.as_str()).collect();
-    assert_eq!(status_of(&maas, ids[0]).await, MaasStatus::Ready);
-    assert_eq!(status_of(&maas, ids[1]).await, MaasStatus::DiskErasing);
-    assert_eq!(status_of(&maas, ids[3]).await, MaasStatus::Ready);
-    sim.advance(540);
-    assert_eq!(status_of(&maas, ids[1]).await, MaasStatus::Ready);
-    assert_eq!(status_of(&maas, ids[2]).await, MaasStatus::DiskErasing);
-    sim.advance(1200);
-    assert_eq!(status_of(&maas, ids[2]).await, MaasStatus::Ready);
+    let expectations = [
+        (ids[3], 10),
+        (ids[0], 12 * n),
+        (ids[1], 120 * n),
+        (ids[2], full.ceil() as i64),
+    ];
+    let mut elapsed = 0;
+    for (id, secs) in expectations {
+        assert!(secs > elapsed + 2, "{expectations:?}");
+        sim.advance(secs - 2 - elapsed);
+        assert_ne!(
+            status_of(&maas, id).await,
+            MaasStatus::Ready,
+            "{id} after {}s",
+            secs - 2
+        );
+        sim.advance(4);
+        elapsed = secs + 2;
+        assert_eq!(
+            status_of(&maas, id).await,
+            MaasStatus::Ready,
+            "{id} after {}s",
+            secs + 2
+        );
+    }
 
     // Not from New: MAAS's state conflict.
     maas.commission(&machines[0].system_id, &CommissionParams::default())
