@@ -415,7 +415,7 @@ async fn a_destructive_item_is_refused_without_allow_destructive() {
     );
     assert!(
         shown.contains(&format!(
-            "{sid} was Deployed, owner admin: released to take it over, as plan {} allowed",
+            "{sid} was Allocated, owner admin: released to take it over, as plan {} allowed",
             plan::short_id(&saved.id)
         )),
         "{shown}"

@@ -275,10 +275,19 @@ async fn flat_layout_honours_root_size_and_boot_size() {
         [("/".to_string(), (boss - 512 * 1024 * 1024).div_ceil(2))]
     );
     let m = maas
-        .set_storage_layout(&sid, &layout(Some(nvme.id), None, Some("1234567")))
+        .set_storage_layout(&sid, &layout(Some(nvme.id), None, Some("4000000000")))
         .await
         .unwrap();
-    assert_eq!(sizes(&m, nvme.id), [("/".to_string(), 1_234_567)]);
+    assert_eq!(sizes(&m, nvme.id), [("/".to_string(), 4_000_000_000)]);
+    // Below MIN_ROOT_PARTITION_SIZE (3 GiB): the form's error (storage_layouts.py).
+    let err = maas
+        .set_storage_layout(&sid, &layout(Some(nvme.id), None, Some("1234567")))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.form_errors().unwrap()["root_size"],
+        ["Size is too small. Minimum size is 3221225472."]
+    );
     let err = maas
         .set_storage_layout(&sid, &layout(None, None, Some("lots")))
         .await

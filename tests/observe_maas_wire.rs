@@ -204,7 +204,8 @@ async fn machine_summaries_are_decoded_from_the_list_as_it_arrives() {
         panic!("{err}");
     };
     assert!(
-        message.starts_with("the JSON array ends early, in element 1 (from byte "),
+        message
+            .starts_with("the answer ends early (truncated in element 1 of the list, from byte "),
         "{message}"
     );
     let excerpt: String = list.chars().take(200).collect();

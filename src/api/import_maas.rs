@@ -95,12 +95,15 @@ pub(super) async fn import(
     )
     .await
     .map_err(|err| {
-        ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "import_failed",
-            format!("nothing was imported from site {}: {err}", site.name),
-        )
-        .hint("the site's MAAS API key must belong to a MAAS admin (power parameters are read)")
+        let message = format!("nothing was imported from site {}: {err}", site.name);
+        match &err {
+            maas_import::ImportError::Maas(maas) if maas.is_retryable() => {
+                ApiError::unavailable(message)
+            }
+            _ => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "import_failed", message).hint(
+                "the site's MAAS API key must belong to a MAAS admin (power parameters are read)",
+            ),
+        }
     })?;
     state
         .audit(

@@ -371,7 +371,7 @@ mod tests {
     #[test]
     fn a_value_the_schema_refuses_is_an_error_naming_the_flags() {
         let mut bad = options();
-        bad.gpus = 0;
+        bad.gpus = 65;
         let err = render(&[], None, &bad).unwrap_err();
         assert!(
             err.to_string()

@@ -516,7 +516,15 @@ mod tests {
             ("deploy:rate=2", "rate `2` is not a number in 0..=1"),
             (
                 "deploy",
-                "a request fault needs status=CODE, latency=DUR or hang",
+                "a request fault needs status=CODE, latency=DUR, hang or answer=KIND",
+            ),
+            (
+                "deploy:status=409,retry_after=10",
+                "serialization conflict, which always asks for 5 seconds",
+            ),
+            (
+                "deploy:answer=xml",
+                "answer `xml` is not one of html, truncated, redirect, shape",
             ),
             ("deploi:status=503", "`deploi` is neither an API action"),
             ("deploy:latency=fast", "latency `fast` is not a duration"),
