@@ -46,10 +46,11 @@ def main(url, apikey):
     vlan = port.vlan
     fabric = client.fabrics.get(vlan.fabric.id)
     check(fabric.id != 0, "the RoCE port's fabric is its own, not fabric-0")
-    vlan = client.vlans.get(fabric, 0)
+    vlan = fabric.vlans.get_default()
     vlan.mtu = 9000
     vlan.save()
-    check(client.vlans.get(fabric, 0).mtu == 9000, "VLAN MTU saved")
+    again = client._origin.Vlan.read(fabric, 0)
+    check(again.mtu == 9000, "VLAN MTU saved: %r" % again.mtu)
     print("step: %d fabrics; RoCE VLAN %d on fabric %d, mtu 9000" % (len(fabrics), vlan.id, fabric.id))
 
     # A /31 on the port's VLAN and a STATIC link of its first address.
@@ -91,7 +92,7 @@ def main(url, apikey):
     print("step: zone %s and pool %s" % (zone.name, pool.name))
 
     # Storage: MAAS's LVM layout on the first machine's boot disk.
-    handler = client.machines._handler
+    handler = client._origin.Machine._handler
     answer = handler.set_storage_layout(
         system_id=first.system_id,
         storage_layout="lvm",
@@ -100,7 +101,7 @@ def main(url, apikey):
     )
     check(answer["system_id"] == first.system_id, "set_storage_layout answers the machine")
     first.refresh()
-    groups = [d for d in first.block_devices if d.type == "virtual"]
+    groups = [d for d in first.block_devices if d.type.value == "virtual"]
     check(groups and groups[0].name == "vgroot-lvroot", "LVM root %r" % groups)
     print("step: LVM layout, root on %s" % groups[0].name)
 
