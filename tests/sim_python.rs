@@ -58,27 +58,29 @@ async fn ops_of(handle: &metalform::sim::SimHandle) -> Vec<serde_json::Value> {
     ops.as_array().unwrap().clone()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn python_libmaas_drives_the_simulator_through_a_lifecycle() {
+/// A simulator of three Ready machines (deployment ~0.6 s, quick erase ~0.06 s: the scripts
+/// poll every 0.2 s) driven by `script` to its end (`done` on stdout). Returns the simulator
+/// and the script's stdout.
+async fn drive(script: &str, done: &str) -> (metalform::sim::SimHandle, String) {
     let mut config = fleet(3);
-    // Deployment ~0.6 s, quick erase ~0.06 s: the script polls every 0.2 s.
     config.time_scale = 1000.0;
     let handle = metalform::sim::start(config)
         .await
         .expect("simulator starts");
-    let output = run_script(
-        "libmaas_lifecycle.py",
-        &handle.maas_url,
-        handle.api_key().expose(),
-    )
-    .await;
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let output = run_script(script, &handle.maas_url, handle.api_key().expose()).await;
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         output.status.success(),
         "python-libmaas script failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
     );
-    assert!(stdout.contains("libmaas lifecycle: ok"), "{stdout}");
+    assert!(stdout.contains(done), "{stdout}");
+    (handle, stdout)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_libmaas_drives_the_simulator_through_a_lifecycle() {
+    let (handle, stdout) = drive("libmaas_lifecycle.py", "libmaas lifecycle: ok").await;
 
     // What the simulator saw: exactly one deploy, one release with erase, one commission, all
     // on the machine the script picked, and every request signed (no 401s).
@@ -118,24 +120,7 @@ async fn python_libmaas_drives_the_simulator_through_a_lifecycle() {
 /// answered as MAAS answers it (no 4xx/5xx).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_libmaas_drives_the_operator_endpoints() {
-    let mut config = fleet(3);
-    config.time_scale = 1000.0;
-    let handle = metalform::sim::start(config)
-        .await
-        .expect("simulator starts");
-    let output = run_script(
-        "libmaas_operator.py",
-        &handle.maas_url,
-        handle.api_key().expose(),
-    )
-    .await;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "python-libmaas script failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
-    );
-    assert!(stdout.contains("libmaas operator: ok"), "{stdout}");
+    let (handle, _) = drive("libmaas_operator.py", "libmaas operator: ok").await;
     let ops = ops_of(&handle).await;
     let failed: Vec<&serde_json::Value> = ops
         .iter()

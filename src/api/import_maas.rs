@@ -13,8 +13,7 @@ use serde_json::json;
 
 use super::sites::find_site;
 use super::{ApiError, ApiState, JsonBody, Principal};
-use crate::manifest::maas_import::{self, ImportOptions, credentials_prefix};
-use crate::secrets::SecretRef;
+use crate::manifest::maas_import::{self, ImportOptions, default_credentials};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -70,26 +69,18 @@ pub(super) async fn import(
                 None => api,
             }
         })?;
-    let options = ImportOptions {
-        site: site.name.to_string(),
-        group: body
-            .group
-            .clone()
-            .unwrap_or_else(|| format!("{}-imported", site.name)),
+    let options = ImportOptions::for_site(
+        &site,
+        &maas,
         profile,
-        sku: body.sku.clone(),
-        gpus: body.gpus,
-        credentials_prefix: credentials_prefix(&site.power.default_credentials.path),
-        source: format!("MAAS {} (site {})", maas.api_root(), site.name),
-    };
-    let default = SecretRef::new(
-        site.power.default_credentials.path.clone(),
-        site.power.default_credentials.key.as_deref(),
+        body.sku.clone(),
+        body.gpus,
+        body.group.clone(),
     );
     let report = maas_import::import(
         &maas,
         state.inner.secrets.as_ref(),
-        &default,
+        &default_credentials(&site),
         &options,
         body.write_secrets,
     )

@@ -9,10 +9,9 @@ use std::path::PathBuf;
 
 use super::observe::{FleetArgs, SecretArgs, load_fleet, open_secrets};
 use super::{CliError, Exit};
-use crate::manifest::maas_import::{self, ImportOptions, credentials_prefix};
+use crate::manifest::maas_import::{self, ImportOptions, default_credentials};
 use crate::observe::MaasClients;
 use crate::provider::maas::MaasClientOptions;
-use crate::secrets::SecretRef;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -89,26 +88,18 @@ pub async fn run(args: Args) -> Result<Exit, CliError> {
                 None => error,
             }
         })?;
-    let default = SecretRef::new(
-        site.power.default_credentials.path.clone(),
-        site.power.default_credentials.key.as_deref(),
-    );
-    let options = ImportOptions {
-        site: site.name.to_string(),
-        group: args
-            .group
-            .clone()
-            .unwrap_or_else(|| format!("{}-imported", site.name)),
+    let options = ImportOptions::for_site(
+        &site,
+        &maas,
         profile,
-        sku: args.sku.clone(),
-        gpus: args.gpus,
-        credentials_prefix: credentials_prefix(&site.power.default_credentials.path),
-        source: format!("MAAS {} (site {})", maas.api_root(), site.name),
-    };
+        args.sku.clone(),
+        args.gpus,
+        args.group.clone(),
+    );
     let report = maas_import::import(
         &maas,
         secrets.as_ref(),
-        &default,
+        &default_credentials(&site),
         &options,
         args.write_secrets,
     )

@@ -16,6 +16,7 @@ use serde::Serialize;
 
 use super::schema::{self, Kind};
 use super::yaml;
+use crate::model::Site;
 use crate::provider::maas::{
     MaasClient, MaasError, Machine, MachineFilter, MachinePowerParameters,
 };
@@ -34,6 +35,37 @@ pub struct ImportOptions {
     pub credentials_prefix: String,
     /// The MAAS read, for the header comment.
     pub source: String,
+}
+
+impl ImportOptions {
+    /// The options for `site`'s MAAS (read through `maas`): the group defaults to
+    /// `<site>-imported`, the credentials go beside the site's default BMC login.
+    pub fn for_site(
+        site: &Site,
+        maas: &MaasClient,
+        profile: String,
+        sku: String,
+        gpus: u32,
+        group: Option<String>,
+    ) -> Self {
+        ImportOptions {
+            site: site.name.to_string(),
+            group: group.unwrap_or_else(|| format!("{}-imported", site.name)),
+            profile,
+            sku,
+            gpus,
+            credentials_prefix: credentials_prefix(&site.power.default_credentials.path),
+            source: format!("MAAS {} (site {})", maas.api_root(), site.name),
+        }
+    }
+}
+
+/// The site's default BMC login, which imported machines are compared with.
+pub fn default_credentials(site: &Site) -> SecretRef {
+    SecretRef::new(
+        site.power.default_credentials.path.clone(),
+        site.power.default_credentials.key.as_deref(),
+    )
 }
 
 /// One machine in the manifest.
@@ -155,12 +187,15 @@ pub async fn import(
     Ok(report)
 }
 
+/// BMC logins (user, password) to store, by Vault path.
+type Logins = BTreeMap<String, (String, Secret)>;
+
 /// The NodeGroup of `found`, and the logins to store by Vault path.
 fn render(
     found: &[Found],
     default: Option<(&str, &Secret)>,
     options: &ImportOptions,
-) -> Result<(ImportReport, BTreeMap<String, (String, Secret)>), ImportError> {
+) -> Result<(ImportReport, Logins), ImportError> {
     let mut nodes = Vec::new();
     let mut skipped = Vec::new();
     let mut logins = BTreeMap::new();

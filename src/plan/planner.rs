@@ -707,10 +707,10 @@ fn new_onboarding(f: &Facts<'_>) -> Decision {
                 .map(ToString::to_string)
                 .collect::<Vec<_>>()
                 .join(", ");
-            if machine.status.maas() == Some(MaasStatus::Deployed) {
-                if let Some(adopt) = adopt_deployed(f, machine, &how, &earlier) {
-                    return adopt;
-                }
+            if machine.status.maas() == Some(MaasStatus::Deployed)
+                && let Some(adopt) = adopt_deployed(f, machine, &how, &earlier)
+            {
+                return adopt;
             }
             let mut decision = if machine.status.in_use() {
                 let owner = machine

@@ -192,15 +192,12 @@ impl World {
             ids.sort_unstable();
             ids
         };
-        let root_device = match &request.root_device {
-            None => None,
-            Some(text) => Some(
-                text.parse::<u64>()
-                    .ok()
-                    .filter(|r| choices.contains(r))
-                    .ok_or(text),
-            ),
-        };
+        let root_device = request.root_device.as_ref().map(|text| {
+            text.parse::<u64>()
+                .ok()
+                .filter(|r| choices.contains(r))
+                .ok_or(text)
+        });
         if let Some(Err(root)) = root_device {
             let list: Vec<String> = choices.iter().map(|c| format!("'{c}'")).collect();
             return Err(LayoutError::field(

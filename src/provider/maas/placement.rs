@@ -24,12 +24,21 @@ pub struct Placement {
     pub resource_uri: String,
 }
 
-fn named(name: &str, description: Option<&str>) -> Params {
+/// `POST <collection>/` with a name and an optional description (admin).
+fn create(
+    operation: &'static str,
+    collection: &str,
+    name: &str,
+    description: Option<&str>,
+    expects: &'static str,
+) -> Call {
     let mut params = Params::new();
     params
         .text("name", name)
         .opt_text("description", description);
-    params
+    Call::post(operation, &[collection])
+        .params(params)
+        .expects(expects)
 }
 
 impl MaasClient {
@@ -54,11 +63,7 @@ impl MaasClient {
         description: Option<&str>,
     ) -> Result<Placement, MaasError> {
         self.transport()
-            .json(
-                Call::post("create_zone", &["zones"])
-                    .params(named(name, description))
-                    .expects("a zone"),
-            )
+            .json(create("create_zone", "zones", name, description, "a zone"))
             .await
     }
 
@@ -89,11 +94,13 @@ impl MaasClient {
         description: Option<&str>,
     ) -> Result<Placement, MaasError> {
         self.transport()
-            .json(
-                Call::post("create_resource_pool", &["resourcepools"])
-                    .params(named(name, description))
-                    .expects("a resource pool"),
-            )
+            .json(create(
+                "create_resource_pool",
+                "resourcepools",
+                name,
+                description,
+                "a resource pool",
+            ))
             .await
     }
 }
