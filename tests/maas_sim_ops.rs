@@ -620,6 +620,8 @@ async fn interfaces_and_links_in_every_mode() {
         .await
         .unwrap();
     assert!(auto.has_link(&LinkMode::Auto, Some(1)));
+    // A forced link replaces every other link (forms/interface_link.py clear_all_links).
+    assert_eq!(auto.links.len(), 1, "{:?}", auto.links);
 
     // Only while New, Ready, Allocated or Broken.
     maas.deploy(&sid, &DeployParams::default()).await.unwrap();

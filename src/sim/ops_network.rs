@@ -171,7 +171,9 @@ impl World {
             .get_mut(&id)
             .ok_or_else(MaasError::no_machine)?;
         let interface: &mut Interface = &mut m.interfaces[index];
-        if mode == LinkMode::LinkUp && force {
+        // forms/interface_link.py save: LINK_UP, or any forced link (which may pick a subnet
+        // of another VLAN and so moves the interface), replaces every link.
+        if mode == LinkMode::LinkUp || force {
             interface.links.clear();
         }
         interface.links.retain(|l| l.mode != LinkMode::LinkUp);
