@@ -336,7 +336,9 @@ async fn rerun_adopts_what_exists_after_the_profile_is_fixed() {
     };
     assert_eq!(status_of("create_or_find_in_maas"), ["skipped"]);
     assert_eq!(status_of("commission_node"), ["skipped"]);
-    assert_eq!(status_of("configure_storage"), ["succeeded"]);
+    // MAAS applied its default flat layout on nvme0n1, its first disk, when commissioning
+    // ended: the profile's layout is already in place.
+    assert_eq!(status_of("configure_storage"), ["skipped"]);
     let sid = job.maas_system_id.clone().unwrap();
     let counters = bed.sim("dc1").counters()[&sid].clone();
     assert_eq!((counters.commission, counters.deploy), (0, 1));

@@ -19,6 +19,7 @@ mod auth;
 mod body;
 mod decommissions;
 mod error;
+mod import_maas;
 mod jobs;
 mod onboardings;
 mod reconciliation;

@@ -16,6 +16,7 @@ mod diff;
 mod drift;
 mod fleet_dir;
 mod import_csv;
+mod import_maas;
 mod jobs;
 mod man;
 mod observe;
@@ -91,6 +92,9 @@ pub enum Command {
     Diff(diff::Args),
     /// Convert a header-driven CSV of nodes into a NodeGroup manifest on stdout.
     ImportCsv(import_csv::Args),
+    /// Read a site's MAAS and write a NodeGroup manifest of its machines (Deployed ones are
+    /// then adopted, not redeployed).
+    ImportMaas(import_maas::Args),
     /// Apply the fleet's plan: onboard nodes as durable, resumable stage journals.
     Apply(apply::Args),
     /// Jobs of every kind (onboarding, decommission): list, show, and the operator recovery
@@ -190,6 +194,7 @@ async fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Validate(args) => validate::run(args),
         Command::Diff(args) => diff::run(args),
         Command::ImportCsv(args) => import_csv::run(args),
+        Command::ImportMaas(args) => import_maas::run(args).await,
         Command::Apply(args) => apply::run(&global, args).await,
         Command::Jobs(args) => jobs::run(&global, args).await,
         Command::Onboardings(args) => onboardings::run(&global, args).await,
