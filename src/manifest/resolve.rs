@@ -1090,8 +1090,12 @@ impl<'a> Resolver<'a, '_> {
 
         // Identity within the site.
         let here = self.provenance(doc, &input.base);
+        // Duplicates point at where the first node's hostname is written (a Node's
+        // `metadata.name`, a group entry's `hostname`), the line to change.
         let this = checks.claimed.len();
-        checks.claimed.push((input.hostname, here.clone()));
+        checks
+            .claimed
+            .push((input.hostname, self.provenance(doc, &input.hostname_path)));
         if let Some(&first) = checks.hostnames.get(&(site, input.hostname)) {
             let first = &checks.claimed[first].1;
             self.error(
