@@ -499,7 +499,11 @@ pub(super) fn render_report(report: &ApplyReport) -> String {
         })
         .collect();
     let mut out = String::from("\n");
-    out.push_str(&table(&["NODE", "RESULT", "JOB", "DETAIL"], &rows));
+    // Details quote MAAS and BMC answers: shown, never obeyed by the terminal.
+    out.push_str(&crate::sanitize::terminal::escape(&table(
+        &["NODE", "RESULT", "JOB", "DETAIL"],
+        &rows,
+    )));
     out.push_str(&format!(
         "\nApply: {} converged, {} failed, {} not run.\n",
         report.converged(),

@@ -84,14 +84,21 @@ impl CliError {
     }
 }
 
+/// Messages quote what came from outside (manifest values, MAAS answers, URLs): credentials
+/// in them are masked and control characters shown as escapes.
 impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "error: {}", self.message)?;
+        write!(f, "error: {}", shown(&self.message))?;
         for hint in &self.hints {
-            write!(f, "\nhint: {hint}")?;
+            write!(f, "\nhint: {}", shown(hint))?;
         }
         Ok(())
     }
+}
+
+fn shown(text: &str) -> String {
+    let text = crate::sanitize::redact::text(text);
+    crate::sanitize::terminal::escape(&text).into_owned()
 }
 
 impl std::error::Error for CliError {}
@@ -116,6 +123,11 @@ mod tests {
              hint: pass --fleet DIR pointing at a directory with sites/, profiles/ and nodes/"
         );
         assert_eq!(err.class.exit_code(), 1);
+        let hostile = CliError::user("site \u{1b}]0;owned\u{7} at https://u:pw@maas.example/MAAS");
+        assert_eq!(
+            hostile.to_string(),
+            "error: site \\x1b]0;owned\\x07 at https://***@maas.example/MAAS"
+        );
         assert_eq!(ErrorClass::Argument.exit_code(), 64);
         assert_eq!(ErrorClass::Unexpected.exit_code(), 70);
     }

@@ -200,9 +200,13 @@ pub(super) fn unknown_site(err: observe::UnknownSite) -> CliError {
 pub(super) fn warn_unreadable(snapshot: &Snapshot) {
     for (site, observation) in &snapshot.sites {
         if let SiteObservation::Unreadable { error, hint, .. } = observation {
-            eprintln!("warning: site {site} could not be read: {error}");
+            let shown = |text: &str| {
+                crate::sanitize::terminal::escape_line(&crate::sanitize::redact::text(text))
+                    .into_owned()
+            };
+            eprintln!("warning: site {site} could not be read: {}", shown(error));
             if let Some(hint) = hint {
-                eprintln!("hint: {hint}");
+                eprintln!("hint: {}", shown(hint));
             }
         }
     }

@@ -479,25 +479,48 @@ impl<'a> Resolver<'a, '_> {
             })
     }
 
+    /// The site's MAAS URL, when it is one metalform will talk to: http(s) with a host, no
+    /// user or password (the API key authenticates; a URL is shown in plans, diffs and logs),
+    /// no query or fragment.
+    fn maas_url(&mut self, doc: usize, text: &str) -> Option<url::Url> {
+        let path = field_path!["spec", "maas", "url"];
+        // Shown masked: a password written into the URL is not echoed back.
+        let shown = crate::sanitize::redact::url(text);
+        let problem = match url::Url::parse(text) {
+            Ok(url) if !matches!(url.scheme(), "http" | "https") || !url.has_host() => {
+                ("invalid-url", format!("`{shown}` is not an http(s) URL"))
+            }
+            Ok(url) if !url.username().is_empty() || url.password().is_some() => (
+                "maas-url-credentials",
+                format!(
+                    "`{shown}` carries a user or password: the site's API key authenticates, and a URL is shown in plans, diffs and logs"
+                ),
+            ),
+            Ok(url) if url.query().is_some() || url.fragment().is_some() => (
+                "invalid-url",
+                format!("`{shown}` has a query or fragment; write the MAAS base URL only"),
+            ),
+            Ok(url) => return Some(url),
+            Err(_) => ("invalid-url", format!("`{shown}` is not an http(s) URL")),
+        };
+        self.error(
+            doc,
+            &path,
+            problem.0,
+            problem.1,
+            Some("write the MAAS base URL, e.g. https://maas.example.net:5443/MAAS".into()),
+        );
+        None
+    }
+
     fn site(&mut self, doc: usize, d: &SiteDocument) {
         if !self.claim_name(Kind::Site, doc, &d.metadata.name, |r| &mut r.site_seen) {
             return;
         }
         let spec = &d.spec;
         let mut ok = true;
-        let url = match url::Url::parse(&spec.maas.url) {
-            Ok(url) if matches!(url.scheme(), "http" | "https") && url.has_host() => Some(url),
-            _ => {
-                self.error(
-                    doc,
-                    &field_path!["spec", "maas", "url"],
-                    "invalid-url",
-                    format!("`{}` is not an http(s) URL", spec.maas.url),
-                    Some("write the MAAS base URL, e.g. http://10.176.46.1:5240/MAAS".into()),
-                );
-                None
-            }
-        };
+        let url = self.maas_url(doc, &spec.maas.url);
+        ok &= url.is_some();
         let dns_text: Vec<String> = spec
             .network
             .upstream_dns

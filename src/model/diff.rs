@@ -251,7 +251,10 @@ fn site_fields(site: &Site) -> Fields {
     let mut f = FieldList::default();
     f.text("region", &site.region)
         .text("status", site.status)
-        .text("maas.url", &site.maas.url)
+        .text(
+            "maas.url",
+            crate::sanitize::redact::url(site.maas.url.as_str()),
+        )
         .secret("maas.apiKey", &site.maas.api_key)
         .text("power.type", site.power.kind)
         .secret("power.defaultCredentials", &site.power.default_credentials);

@@ -53,8 +53,10 @@ pub struct MaasEndpoint {
     pub api_key: SecretRef,
 }
 
+/// Every JSON a site appears in (plans, the API, snapshots) shows the URL through the one
+/// redaction path; validation refuses credentials in it, so this masks nothing in practice.
 fn serialize_url<S: serde::Serializer>(url: &url::Url, serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.serialize_str(url.as_str())
+    serializer.serialize_str(&crate::sanitize::redact::url(url.as_str()))
 }
 
 fn deserialize_url<'de, D: serde::Deserializer<'de>>(

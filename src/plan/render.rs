@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 
 use super::fresh::{describe_revision, short_id};
 use super::types::{Action, Plan, PlanItem, SitePlan, Summary};
+use crate::sanitize::{markdown, terminal};
 
 /// Text rendering options.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -151,8 +152,13 @@ fn site_heading(site: &SitePlan) -> String {
     heading
 }
 
-/// The plan as text.
+/// The plan as text. Reasons carry what MAAS and the manifests said (hostnames, errors): any
+/// control character in them is shown as an escape, never sent to the terminal.
 pub fn render_text(plan: &Plan, options: TextOptions) -> String {
+    terminal::escape(&text_unescaped(plan, options)).into_owned()
+}
+
+fn text_unescaped(plan: &Plan, options: TextOptions) -> String {
     let mut out = format!(
         "Plan {} of {}, store serial {}\n",
         short_id(&plan.id),
@@ -222,11 +228,6 @@ pub fn render_json(plan: &Plan) -> String {
     super::file::to_json(plan)
 }
 
-/// Inside a table cell: pipes escaped, newlines flattened.
-fn cell(text: &str) -> String {
-    text.replace('|', "\\|").replace('\n', " ")
-}
-
 /// Room kept for the closing lines: a third of the cap, at most 1000 bytes.
 fn reserve(max_bytes: usize) -> usize {
     (max_bytes / 3).min(1_000)
@@ -274,7 +275,7 @@ pub fn render_markdown(plan: &Plan, max_bytes: usize) -> String {
             "| {}{} | {} | {} | {} | {} | {} |",
             site.site,
             if site.disabled { " (disabled)" } else { "" },
-            cell(&maas),
+            markdown::text(&maas),
             s.onboard,
             s.resume,
             s.rerun,
@@ -288,7 +289,7 @@ pub fn render_markdown(plan: &Plan, max_bytes: usize) -> String {
     out.push('\n');
     for site in &plan.sites {
         if let Some(guard) = &site.guard {
-            let _ = writeln!(out, "> ⚠️ **{}**: {}\n", site.site, cell(guard));
+            let _ = writeln!(out, "> ⚠️ **{}**: {}\n", site.site, markdown::text(guard));
         }
     }
 
@@ -331,10 +332,10 @@ pub fn render_markdown(plan: &Plan, max_bytes: usize) -> String {
         .filter(|i| i.destructive)
         .map(|i| {
             format!(
-                "| `{}` | {} | {} |\n",
-                i.node,
+                "| {} | {} | {} |\n",
+                markdown::code(&i.node.to_string()),
                 i.action.name(),
-                cell(&i.reason)
+                markdown::text(&i.reason)
             )
         })
         .collect();
@@ -352,7 +353,13 @@ pub fn render_markdown(plan: &Plan, max_bytes: usize) -> String {
         .items
         .iter()
         .filter(|i| matches!(i.action, Action::Blocked { .. }))
-        .map(|i| format!("| `{}` | {} |\n", i.node, cell(&i.reason)))
+        .map(|i| {
+            format!(
+                "| {} | {} |\n",
+                markdown::code(&i.node.to_string()),
+                markdown::text(&i.reason)
+            )
+        })
         .collect();
     section(
         &mut out,
@@ -366,11 +373,11 @@ pub fn render_markdown(plan: &Plan, max_bytes: usize) -> String {
         .filter(|i| !i.destructive)
         .map(|i| {
             format!(
-                "| `{}` | `{}` | {} | {} |\n",
+                "| `{}` | {} | {} | {} |\n",
                 symbol(i),
-                i.node,
+                markdown::code(&i.node.to_string()),
                 i.action.name(),
-                cell(&i.reason)
+                markdown::text(&i.reason)
             )
         })
         .collect();
@@ -385,7 +392,13 @@ pub fn render_markdown(plan: &Plan, max_bytes: usize) -> String {
         .items
         .iter()
         .filter(|i| i.action == Action::Noop)
-        .map(|i| format!("| `{}` | {} |\n", i.node, cell(&line_reason(i))))
+        .map(|i| {
+            format!(
+                "| {} | {} |\n",
+                markdown::code(&i.node.to_string()),
+                markdown::text(&line_reason(i))
+            )
+        })
         .collect();
     section(
         &mut out,

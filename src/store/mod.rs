@@ -209,15 +209,10 @@ impl StoreLocation {
     }
 }
 
-/// A URL fit to print: any password replaced.
+/// A URL fit to print: user, password and secret parameters masked
+/// ([`crate::sanitize::redact::url`]).
 pub fn redact_url(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut parsed) if parsed.password().is_some() => {
-            let _ = parsed.set_password(Some("redacted"));
-            parsed.to_string()
-        }
-        _ => url.to_owned(),
-    }
+    crate::sanitize::redact::url(url)
 }
 
 /// The state store. Cheap to clone (a pool and a clock).
