@@ -145,7 +145,7 @@ async fn apply_planfile_runs_exactly_that_plan_and_only_once() {
     assert!(out.status.success(), "{shown}");
     assert!(
         shown.contains(&format!(
-            "plan.json: the plan {} is fresh (fleet, MAAS, inventory, jobs and store unchanged)",
+            "plan.json: the plan {} is signed by this store and fresh (fleet, MAAS, inventory, jobs and store unchanged)",
             plan::short_id(&saved.id)
         )),
         "{shown}"
@@ -172,7 +172,8 @@ async fn apply_planfile_runs_exactly_that_plan_and_only_once() {
     assert_eq!(
         String::from_utf8_lossy(&again.stderr),
         format!(
-            "error: the plan {} is stale: the inventory changed; the jobs changed; MAAS of site dc1 changed; the store changed (serial {} → {serial})\nhint: make a new plan (`metalform plan --out PLANFILE`), review it, and apply that file\n",
+            "error: the plan {} is stale: the inventory changed; the jobs changed; MAAS of site dc1 changed; plan {} ran since (this plan followed no earlier plan); the store changed (serial {} → {serial})\nhint: make a new plan (`metalform plan --out PLANFILE`), review it, and apply that file\n",
+            plan::short_id(&saved.id),
             plan::short_id(&saved.id),
             saved.store_serial
         )
@@ -274,7 +275,8 @@ async fn a_stale_plan_file_is_refused_and_changes_nothing() {
         &bed,
         &file,
         &format!(
-            "the inventory changed; the jobs changed; MAAS of site dc2 changed; the store changed (serial {planned_serial} → {serial})"
+            "the inventory changed; the jobs changed; MAAS of site dc2 changed; plan {} ran since (this plan followed no earlier plan); the store changed (serial {planned_serial} → {serial})",
+            plan::short_id(jobs[0].plan_id.as_deref().unwrap())
         ),
     )
     .await;

@@ -28,7 +28,7 @@ use uuid::Uuid;
 
 pub use compensate::Compensation;
 pub use from_plan::{
-    FreshnessError, PlanRefused, PlanWork, check_plan_fresh, plan_now, work_items,
+    FreshnessError, PlanRefused, PlanWork, destroys, plan_now, verify_plan_file, work_items,
 };
 pub use lease::onboarding_lease_name;
 pub use maas::SiteMaas;

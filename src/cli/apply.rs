@@ -23,7 +23,7 @@ use std::time::Duration;
 use crate::agent::EnrollmentServer;
 use crate::apply::{
     ApplyReport, Executor, ExecutorOptions, FreshnessError, NodeOutcome, PlanRefused, PlanWork,
-    Progress, SiteMaas, StageEnv, StderrProgress, check_plan_fresh, work_items,
+    Progress, SiteMaas, StageEnv, StderrProgress, verify_plan_file, work_items,
 };
 use crate::clock::SystemClock;
 use crate::model::Fleet;
@@ -318,6 +318,10 @@ pub(super) fn plan_refused(err: PlanRefused) -> CliError {
 
 fn freshness_error(err: FreshnessError) -> CliError {
     match err {
+        FreshnessError::Untrusted(untrusted) => {
+            let hint = untrusted.hint();
+            CliError::user(untrusted.to_string()).hint(hint)
+        }
         FreshnessError::Stale(stale) => {
             let hint = stale.hint();
             CliError::user(stale.to_string()).hint(hint)
@@ -411,7 +415,8 @@ async fn prepare(
     let from_file = plan_file.is_some();
     let plan = match plan_file {
         Some((path, plan)) => {
-            check_plan_fresh(
+            // What runs is the plan made now, which must be the file's (see verify_plan_file).
+            let now = verify_plan_file(
                 &plan,
                 fleet,
                 &world.store,
@@ -421,11 +426,11 @@ async fn prepare(
             .await
             .map_err(freshness_error)?;
             eprintln!(
-                "{}: the plan {} is fresh (fleet, MAAS, inventory, jobs and store unchanged)",
+                "{}: the plan {} is signed by this store and fresh (fleet, MAAS, inventory, jobs and store unchanged)",
                 display(&path),
                 plan::short_id(&plan.id)
             );
-            plan
+            now
         }
         None => {
             let (snapshot, plan) = world.plan(fleet, &args.sites.site_filter()).await?;

@@ -59,7 +59,13 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
     };
     warn_unreadable(&snapshot);
     if let Some(out) = &args.out {
-        plan::save(&plan, out).map_err(|err| CliError::user(err.to_string()).hint(err.hint()))?;
+        // Signed with the state store's key: `apply` runs only plans this store signed.
+        let mut signed = plan.clone();
+        let store = super::status::open_store(global, &args.fleet.fleet).await?;
+        let key = store.plan_signing_key().await;
+        store.close().await;
+        plan::sign(&mut signed, &key.map_err(super::status::store_error)?);
+        plan::save(&signed, out).map_err(|err| CliError::user(err.to_string()).hint(err.hint()))?;
         eprintln!(
             "Saved the plan to {}; apply it with `metalform apply {}`.",
             out.display(),

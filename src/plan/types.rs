@@ -38,6 +38,9 @@ pub struct Plan {
     /// Ordered by (site, hostname).
     pub items: Vec<PlanItem>,
     pub summary: Summary,
+    /// `hmac-sha256:<hex>` of the id under the state store's key, written by `metalform plan
+    /// --out` (not part of the content the id hashes); `apply PLANFILE` requires it.
+    pub signature: Option<String>,
 }
 
 impl Plan {
