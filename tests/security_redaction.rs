@@ -112,7 +112,7 @@ fn maas_url_with_user_and_password_is_refused_without_echoing_the_password() {
         .unwrap()
         .replace("10.1.0.300", "10.1.0.3")
         .replace(
-            "http://10.0.0.1:5240/MAAS",
+            "https://10.0.0.1:5443/MAAS",
             "https://admin:hunter2-pw@10.0.0.1:5443/MAAS?token=hunter2-pw",
         );
     std::fs::write(dir.path().join("fleet.yaml"), site).unwrap();
@@ -160,7 +160,7 @@ fn maas_url_credentials_are_masked_in_diff_plan_and_api_json() {
 #[test]
 fn a_one_letter_maas_key_part_is_refused_instead_of_garbling_every_message() {
     let err = MaasClient::new(
-        "http://127.0.0.1:5240/MAAS",
+        "https://127.0.0.1:5443/MAAS",
         Secret::new("consumer:tokenkey-long:s"),
         MaasClientOptions::default(),
     )

@@ -263,16 +263,18 @@ impl Executor {
     }
 }
 
-/// Observe the selected sites now (one MAAS list per site, the inventory and the jobs) and
-/// plan them. The snapshot comes back too: its unreadable sites say why, with a hint.
+/// Observe the selected sites now (one MAAS list per site, the inventory and the jobs), each
+/// site's MAAS waited for with `patience`, and plan them. The snapshot comes back too: its
+/// unreadable sites say why, with a hint.
 pub async fn plan_now(
     fleet: &Fleet,
     sites: &SiteFilter,
     store: &Store,
     secrets: &dyn SecretStore,
     clients: &MaasClients,
+    patience: &observe::Patience,
 ) -> Result<(Snapshot, Plan), ObserveError> {
-    let snapshot = observe::observe(fleet, sites, store, secrets, clients).await?;
+    let snapshot = observe::observe_within(fleet, sites, store, secrets, clients, patience).await?;
     let plan = plan::plan(
         fleet,
         &snapshot,

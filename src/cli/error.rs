@@ -38,6 +38,9 @@ pub enum Exit {
     Findings,
     /// 2: `plan --detailed-exitcode` found changes.
     Changes,
+    /// 3: `plan --detailed-exitcode` found nodes that need an operator before the fleet can
+    /// converge (listed on stderr); applying would not get past them.
+    Blocked,
 }
 
 impl From<Exit> for ExitCode {
@@ -46,6 +49,7 @@ impl From<Exit> for ExitCode {
             Exit::Success => 0,
             Exit::Findings => 1,
             Exit::Changes => 2,
+            Exit::Blocked => 3,
         })
     }
 }

@@ -10,13 +10,16 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::status::{open_store, store_error};
 use super::validate::source_error;
 use super::{CliError, Exit, GlobalArgs};
 use crate::manifest::{self, LoadError};
 use crate::model::Fleet;
-use crate::observe::{self, MaasClients, ObserveError, SiteFilter, SiteObservation, Snapshot};
+use crate::observe::{
+    self, MaasClients, ObserveError, Patience, SiteFilter, SiteObservation, Snapshot,
+};
 use crate::plan::Plan;
 use crate::provider::maas::MaasClientOptions;
 use crate::secrets::{self, SecretStore};
@@ -52,10 +55,41 @@ impl SiteArgs {
 /// Where secrets (the sites' MAAS API keys, BMC logins) are read from.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SecretArgs {
-    /// Secret store: vault://HOST:PORT (token from VAULT_TOKEN), vault+https://HOST:PORT, or
-    /// file://PATH (development).
+    /// Secret store: vault://HOST:PORT (https; token from VAULT_TOKEN, extra CA certificates
+    /// from VAULT_CACERT), vault+http://HOST:PORT (plain http), or file://PATH (development).
     #[arg(long, env = "METALFORM_SECRETS", value_name = "URL")]
     pub secrets: Option<String>,
+}
+
+/// How long observing the sites' MAAS may take.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TimeoutArgs {
+    /// The longest to wait for the sites' MAAS, all at once; a site still silent then is
+    /// unreadable (named, with its URL), and a slow one is named on stderr meanwhile.
+    #[arg(long, value_name = "DURATION", default_value = "3m", value_parser = parse_duration)]
+    pub timeout: Duration,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    crate::model::duration::parse(text).map_err(|e| e.to_string())
+}
+
+impl TimeoutArgs {
+    /// Patience for the observation: the deadline, and slow sites named on stderr.
+    pub fn patience(&self) -> Patience {
+        Patience {
+            deadline: Some(self.timeout),
+            slow: Some(Arc::new(|site, url, waited| {
+                eprintln!(
+                    "still waiting for MAAS of site {site} at {url} ({}s of at most the --timeout)",
+                    waited.as_secs()
+                );
+            })),
+            // Every 10 s, or four times within a short --timeout.
+            report_every: (self.timeout / 4)
+                .clamp(Duration::from_millis(250), Duration::from_secs(10)),
+        }
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -66,6 +100,8 @@ pub struct Args {
     pub sites: SiteArgs,
     #[command(flatten)]
     pub secrets: SecretArgs,
+    #[command(flatten)]
+    pub wait: TimeoutArgs,
 }
 
 pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
@@ -73,7 +109,9 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
     let sites = args.sites.site_filter();
     // Refuse an unknown --site before touching anything.
     sites.resolve(&fleet).map_err(unknown_site)?;
-    let world = World::open(global, &args.fleet, &args.secrets).await?;
+    let world = World::open(global, &args.fleet, &args.secrets)
+        .await?
+        .patience(args.wait.patience());
     let snapshot = world.observe(&fleet, &sites).await;
     world.close().await;
     let snapshot = snapshot?;
@@ -131,6 +169,8 @@ pub(super) struct World {
     pub store: Store,
     pub secrets: Arc<dyn SecretStore>,
     pub clients: MaasClients,
+    /// How long each site's MAAS is waited for.
+    pub patience: Patience,
 }
 
 impl World {
@@ -146,18 +186,26 @@ impl World {
             store,
             secrets,
             clients: MaasClients::new(MaasClientOptions::default()),
+            patience: Patience::default(),
         })
+    }
+
+    /// Wait for each site's MAAS with `patience` (`--timeout`).
+    pub fn patience(mut self, patience: Patience) -> Self {
+        self.patience = patience;
+        self
     }
 
     /// Observe the selected sites now: MAAS through the secret store's API keys, the store's
     /// inventory and jobs.
     pub async fn observe(&self, fleet: &Fleet, sites: &SiteFilter) -> Result<Snapshot, CliError> {
-        observe::observe(
+        observe::observe_within(
             fleet,
             sites,
             &self.store,
             self.secrets.as_ref(),
             &self.clients,
+            &self.patience,
         )
         .await
         .map_err(observe_error)
@@ -175,6 +223,7 @@ impl World {
             &self.store,
             self.secrets.as_ref(),
             &self.clients,
+            &self.patience,
         )
         .await
         .map_err(observe_error)

@@ -4,12 +4,15 @@
 //! `metalform apply PLANFILE` runs.
 //!
 //! Exit codes: 0 success (with `--detailed-exitcode`: no changes), 2 changes present (only with
-//! `--detailed-exitcode`), 1 error (bad fleet, unreadable snapshot, store or secret trouble).
+//! `--detailed-exitcode`), 3 nodes need an operator, listed on stderr (only with
+//! `--detailed-exitcode`), 1 error (bad fleet, unreadable snapshot, store or secret trouble, a
+//! site whose MAAS could not be observed — the plan is still printed, but it is not the whole
+//! plan). Observing waits at most `--timeout`, naming slow sites on stderr meanwhile.
 
 use std::path::PathBuf;
 
 use super::observe::{
-    FleetArgs, SecretArgs, SiteArgs, World, load_fleet, unknown_site, warn_unreadable,
+    FleetArgs, SecretArgs, SiteArgs, TimeoutArgs, World, load_fleet, unknown_site, warn_unreadable,
 };
 use super::output::ReviewFormat;
 use super::{CliError, Exit, GlobalArgs};
@@ -25,6 +28,8 @@ pub struct Args {
     pub sites: SiteArgs,
     #[command(flatten)]
     pub secrets: SecretArgs,
+    #[command(flatten)]
+    pub wait: TimeoutArgs,
     /// Plan against a snapshot written by `metalform observe` instead of observing now (no MAAS
     /// or store access needed).
     #[arg(long, value_name = "FILE")]
@@ -35,7 +40,8 @@ pub struct Args {
     /// Output format: terraform-like text, the plan file's JSON, or markdown for a PR comment.
     #[arg(long, value_enum, default_value_t)]
     pub format: ReviewFormat,
-    /// Exit 0 when there is nothing to do, 2 when there are changes, 1 on error.
+    /// Exit 0 when there is nothing to do, 2 when there are changes, 3 when nodes need an
+    /// operator first (listed on stderr), 1 on error (an unobservable site is one).
     #[arg(long)]
     pub detailed_exitcode: bool,
     /// Text only: list unchanged nodes too.
@@ -83,11 +89,61 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
         ReviewFormat::Markdown => render::render_markdown(&plan, args.max_bytes),
     };
     print!("{output}");
-    Ok(if args.detailed_exitcode && plan.has_changes() {
+    unobserved(&fleet, &plan)?;
+    if !args.detailed_exitcode {
+        return Ok(Exit::Success);
+    }
+    let blocked: Vec<&crate::plan::PlanItem> = plan.needing_operator().collect();
+    if !blocked.is_empty() {
+        for item in &blocked {
+            eprintln!(
+                "blocked: {}: {}",
+                item.node,
+                crate::sanitize::terminal::escape_line(&item.reason)
+            );
+        }
+        eprintln!(
+            "{} node(s) need an operator before the fleet can converge",
+            blocked.len()
+        );
+        return Ok(Exit::Blocked);
+    }
+    Ok(if plan.has_changes() {
         Exit::Changes
     } else {
         Exit::Success
     })
+}
+
+/// A plan with a site whose MAAS could not be observed is not the whole plan: an error naming
+/// each such site, its MAAS URL and why.
+fn unobserved(fleet: &Fleet, plan: &Plan) -> Result<(), CliError> {
+    let sites: Vec<String> = plan
+        .sites
+        .iter()
+        .filter(|s| !s.readable)
+        .map(|s| {
+            let url = fleet
+                .sites
+                .get(&s.site)
+                .map(|site| crate::sanitize::redact::url(site.maas.url.as_str()))
+                .unwrap_or_default();
+            format!(
+                "site {} (MAAS at {url}): {}",
+                s.site,
+                s.error.as_deref().unwrap_or("unknown error")
+            )
+        })
+        .collect();
+    if sites.is_empty() {
+        return Ok(());
+    }
+    Err(CliError::user(format!(
+        "{} site(s) could not be observed, so their nodes were not planned: {}",
+        sites.len(),
+        sites.join("; ")
+    ))
+    .hint("check that each MAAS is up and reachable and its API key readable, then plan again"))
 }
 
 /// Observe the selected sites now and plan them.
@@ -99,7 +155,9 @@ async fn plan_now(
     let sites = args.sites.site_filter();
     // Refuse an unknown --site before touching anything.
     sites.resolve(fleet).map_err(unknown_site)?;
-    let world = World::open(global, &args.fleet, &args.secrets).await?;
+    let world = World::open(global, &args.fleet, &args.secrets)
+        .await?
+        .patience(args.wait.patience());
     let planned = world.plan(fleet, &sites).await;
     world.close().await;
     planned

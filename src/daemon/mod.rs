@@ -371,7 +371,8 @@ pub async fn start(
     options: DaemonOptions,
 ) -> Result<RunningDaemon, DaemonError> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    std::fs::create_dir_all(&config.data_dir).map_err(|e| DaemonError::Watch {
+    // The fleet mirror and the daemon's files: owner only.
+    crate::secrets::create_private_dir(&config.data_dir).map_err(|e| DaemonError::Watch {
         path: config.data_dir.display().to_string(),
         message: e.to_string(),
     })?;

@@ -207,10 +207,11 @@ fn item_differences(node: &str, file: &PlanItem, now: &PlanItem) -> Vec<String> 
                     f.power_credentials, n.power_credentials
                 ));
             }
-            if f.site.deploy.password != n.site.deploy.password {
+            if (&f.site.deploy.password, &f.site.deploy.node_passwords)
+                != (&n.site.deploy.password, &n.site.deploy.node_passwords)
+            {
                 out.push(format!(
-                    "{node}: the file reads the deploy password from {}, the fleet from {}",
-                    f.site.deploy.password, n.site.deploy.password
+                    "{node}: the file reads the deploy password from elsewhere than the fleet"
                 ));
             }
             if f.node != n.node {

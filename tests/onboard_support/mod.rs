@@ -154,6 +154,7 @@ spec:
   network: {{pxeIface: ens19, pxeVlanVid: 46, nodePxeIface: eno8303}}
   deploy:
     password: {{vault: kv/{name}/deploy, key: password}}
+    nodePasswords: {{vault: kv/{name}/deploy-nodes}}
   defaultProfile: {name}-gpu
 {extra}",
                 url = sim.maas_url.trim_end_matches('/'),
