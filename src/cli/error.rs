@@ -89,20 +89,17 @@ impl CliError {
 }
 
 /// Messages quote what came from outside (manifest values, MAAS answers, URLs): credentials
-/// in them are masked and control characters shown as escapes.
+/// in them are masked and control characters shown as escapes. Hints are ours (they may show
+/// a URL's shape, `postgres://USER@HOST/DB`): only escaped.
 impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "error: {}", shown(&self.message))?;
+        let message = crate::sanitize::redact::text(&self.message);
+        write!(f, "error: {}", crate::sanitize::terminal::escape(&message))?;
         for hint in &self.hints {
-            write!(f, "\nhint: {}", shown(hint))?;
+            write!(f, "\nhint: {}", crate::sanitize::terminal::escape(hint))?;
         }
         Ok(())
     }
-}
-
-fn shown(text: &str) -> String {
-    let text = crate::sanitize::redact::text(text);
-    crate::sanitize::terminal::escape(&text).into_owned()
 }
 
 impl std::error::Error for CliError {}

@@ -507,7 +507,7 @@ pub(crate) mod tests {
                 ('c', "hw-sync", "1", true),
                 ('d', "data-disks", "1", true),
                 ('e', "roce-routing", "1", true),
-                ('f', "deploy-user", "1", true),
+                ('f', "deploy-user", "2", true),
             ]
         );
         assert!(rendered.layers[3].destructive);
