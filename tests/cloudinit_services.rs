@@ -445,3 +445,55 @@ fn copy_dir(from: &Path, to: &Path, edit: &dyn Fn(String) -> String) {
         }
     }
 }
+
+/// Every sudo policy renders a rule real `visudo -c` accepts, for the line cloud-init writes
+/// (`<user> <rule>` in /etc/sudoers.d/90-cloud-init-users).
+#[test]
+fn every_sudo_policy_renders_a_rule_visudo_accepts() {
+    use metalform::model::{DeployPassword, DeployUserPolicy, SudoPolicy};
+    let dir = tempfile::tempdir().unwrap();
+    for (sudo, password) in [
+        (SudoPolicy::Restricted, None),
+        (SudoPolicy::Password, Some("Deploy-Pa55")),
+        (SudoPolicy::Passwordless, None),
+    ] {
+        let mut input = input(
+            "http://10.176.46.5:8740/agent/v1/enroll",
+            &Secret::new("tok_Abcdefghijklmnopqrstuvwxyz0123456789"),
+            "c07u43",
+            "x7k3pa",
+        );
+        input.deploy_user.password = password.map(Secret::new);
+        input.deploy_user.policy = DeployUserPolicy {
+            sudo,
+            password: if password.is_some() {
+                DeployPassword::PerNode
+            } else {
+                DeployPassword::None
+            },
+            ssh_password_login: false,
+        };
+        let text = cloudinit::render(&input)
+            .unwrap()
+            .user_data
+            .expose()
+            .to_string();
+        let rule = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("sudo: "))
+            .map(|r| serde_json::from_str::<String>(r).unwrap_or_else(|_| r.to_owned()))
+            .expect("a sudo line");
+        let file = dir.path().join(format!("{sudo}"));
+        std::fs::write(&file, format!("hpcadmin {rule}\n")).unwrap();
+        let out = Command::new("visudo")
+            .args(["-c", "-f"])
+            .arg(&file)
+            .output()
+            .expect("visudo runs (scripts/services/30-cloud-init.sh installs sudo)");
+        assert!(
+            out.status.success(),
+            "{sudo}: {rule}\n{}",
+            output_text(&out)
+        );
+    }
+}

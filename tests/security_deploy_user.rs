@@ -56,10 +56,10 @@ fn the_deploy_user_logs_in_with_keys_only_and_no_password_by_default() {
     assert!(!text.contains("passwd: \""), "no password hash: {text}");
     assert!(text.contains("\nssh_pwauth: false\n"), "{text}");
     assert!(!text.contains("NOPASSWD:ALL"), "{text}");
-    assert!(!text.contains("ALL=(ALL:ALL) ALL"), "{text}");
+    assert!(!text.contains("ALL=(ALL:ALL) ALL,"), "{text}");
     assert!(
         text.contains(&format!(
-            "    sudo:\n      - \"{}\"\n",
+            "    sudo: \"{}\"\n",
             cloudinit::restricted_sudo_rule()
         )),
         "{text}"
@@ -106,7 +106,10 @@ fn a_profile_asking_for_sudo_with_a_password_gets_a_high_round_hash_and_its_keys
     );
     assert!(!text.contains("node-own-password"));
     assert!(text.contains("    lock_passwd: false\n"), "{text}");
-    assert!(text.contains("      - \"ALL=(ALL:ALL) ALL\"\n"), "{text}");
+    assert!(
+        text.contains("    sudo: \"ALL=(ALL:ALL) ALL, (root) NOPASSWD: /usr/bin/install "),
+        "{text}"
+    );
     assert!(text.contains("\nssh_pwauth: false\n"), "{text}");
     assert!(
         text.contains("    ssh_authorized_keys:\n      - \"ssh-ed25519 AAAA"),

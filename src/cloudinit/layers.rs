@@ -424,15 +424,20 @@ pub const HW_SYNC_UNITS: &[&str] = &["metalform-hw-sync.timer", "metalform-hw-sy
 /// The deploy-user layer's own version: 2 since it is keys-only by default (issue 16).
 const DEPLOY_USER_LAYER_VERSION: &str = "2";
 
-/// The sudoers rule that lets the deploy user run, without a password, exactly what metalform
-/// runs on the host over SSH (`provider::host::SshHost`): install the hardware-sync
-/// credentials file and enable and restart its units. Arguments are matched as written.
-pub fn restricted_sudo_rule() -> String {
+/// The sudoers commands the deploy user may run without a password: exactly what metalform
+/// runs on the host over SSH (`provider::host::SshHost`) — install the hardware-sync
+/// credentials file, enable and restart its units. Arguments are matched as written.
+fn metalform_commands() -> String {
     let units = HW_SYNC_UNITS.join(" ");
     format!(
-        "ALL=(root) NOPASSWD: /usr/bin/install -D -m 0600 -o root -g root /dev/stdin {MAAS_CREDS_PATH}, \
+        "(root) NOPASSWD: /usr/bin/install -D -m 0600 -o root -g root /dev/stdin {MAAS_CREDS_PATH}, \
          /usr/bin/systemctl enable {units}, /usr/bin/systemctl restart {units}"
     )
+}
+
+/// The sudoers rule of `sudo: restricted`: metalform's own commands, nothing else.
+pub fn restricted_sudo_rule() -> String {
+    format!("ALL={}", metalform_commands())
 }
 
 /// (f) The site's deploy user, set up as the profile's `deployUser` says: SSH keys, a locked
@@ -464,15 +469,13 @@ pub(super) fn deploy_user(input: &CloudInitInput, reveal: Reveal) -> LayerParts 
         DEPLOY_USER_LAYER_VERSION,
         format!("{} ({password_note}, {sudo_note}, {ssh_note})", user.name),
     );
-    let sudo = match policy.sudo {
-        SudoPolicy::Restricted => Yaml::Seq(vec![Yaml::str(restricted_sudo_rule())]),
-        // The later rule wins for metalform's own commands: no password for those.
-        SudoPolicy::Password => Yaml::Seq(vec![
-            Yaml::str("ALL=(ALL:ALL) ALL"),
-            Yaml::str(restricted_sudo_rule()),
-        ]),
-        SudoPolicy::Passwordless => Yaml::str("ALL=(ALL) NOPASSWD:ALL"),
-    };
+    // One sudoers rule (cloud-init's schema takes a string): for `password`, everything with
+    // the password, then metalform's commands — sudo uses the last match, so those need none.
+    let sudo = Yaml::str(match policy.sudo {
+        SudoPolicy::Restricted => restricted_sudo_rule(),
+        SudoPolicy::Password => format!("ALL=(ALL:ALL) ALL, {}", metalform_commands()),
+        SudoPolicy::Passwordless => "ALL=(ALL) NOPASSWD:ALL".to_owned(),
+    });
     let mut entry = vec![
         ("name", Yaml::str(&user.name)),
         ("gecos", Yaml::str("metalform deploy user")),
