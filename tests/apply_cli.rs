@@ -214,16 +214,6 @@ async fn refused_as_stale(bed: &Bed, file: &std::path::Path, moved: &str) {
     );
 }
 
-fn plan_to(bed: &Bed, name: &str) -> std::path::PathBuf {
-    let file = bed.dir.path().join(name);
-    let out = bed
-        .cli_plan(&["plan", "--out", file.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
-    file
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_plan_file_is_refused_and_changes_nothing() {
     let setup = Setup {
@@ -238,7 +228,7 @@ async fn a_stale_plan_file_is_refused_and_changes_nothing() {
     let bed = Bed::start(setup).await;
 
     // The manifests changed after the plan was made.
-    let file = plan_to(&bed, "fleet.json");
+    let file = bed.plan_to("fleet.json");
     let before = plan::load(&file).unwrap().fleet_revision;
     bed.edit_fleet("profiles/dc1.yaml", "tokenTtl: 2h", "tokenTtl: 3h");
     let source = metalform::source::FleetSource::new(&bed.fleet_dir, None);
@@ -261,7 +251,7 @@ async fn a_stale_plan_file_is_refused_and_changes_nothing() {
     bed.edit_fleet("profiles/dc1.yaml", "tokenTtl: 3h", "tokenTtl: 2h");
 
     // Another apply (of dc2 only) ran since: the store, its jobs and inventory moved.
-    let file = plan_to(&bed, "store.json");
+    let file = bed.plan_to("store.json");
     let planned_serial = plan::load(&file).unwrap().store_serial;
     let out = bed
         .cli(&["apply", "--site", "dc2", "--auto-approve"], free_port())
@@ -282,7 +272,7 @@ async fn a_stale_plan_file_is_refused_and_changes_nothing() {
     .await;
 
     // A fresh plan of the same world is accepted.
-    let file = plan_to(&bed, "fresh.json");
+    let file = bed.plan_to("fresh.json");
     let out = bed
         .cli(&["apply", file.to_str().unwrap()], free_port())
         .output()
@@ -295,7 +285,7 @@ async fn a_stale_plan_file_is_refused_and_changes_nothing() {
     );
 
     // A machine was deleted in MAAS by hand: even a plan without changes is stale then.
-    let file = plan_to(&bed, "maas.json");
+    let file = bed.plan_to("maas.json");
     assert!(!plan::load(&file).unwrap().has_changes());
     let gone = bed
         .sim("dc1")
@@ -307,7 +297,7 @@ async fn a_stale_plan_file_is_refused_and_changes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plan_file_is_checked_before_anything_else() {
     let bed = Bed::start(Setup::one_site(SiteSetup::generated("dc1", 7, 1, 0))).await;
-    let file = plan_to(&bed, "plan.json");
+    let file = bed.plan_to("plan.json");
 
     // --site with a plan file: the plan names its sites.
     let out = bed
@@ -388,7 +378,7 @@ async fn a_destructive_item_is_refused_without_allow_destructive() {
     check_refused(&out, &shown_plan_id(&stdout));
 
     // From a plan file: the same.
-    let file = plan_to(&bed, "plan.json");
+    let file = bed.plan_to("plan.json");
     let saved = plan::load(&file).unwrap();
     let out = bed
         .cli(&["apply", file.to_str().unwrap()], free_port())

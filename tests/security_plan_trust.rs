@@ -7,7 +7,7 @@
 
 mod onboard_support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use metalform::model::NodeId;
 use metalform::model::SecretRef;
@@ -23,16 +23,6 @@ fn text(out: &std::process::Output) -> String {
     )
 }
 
-fn plan_to(bed: &Bed, name: &str) -> PathBuf {
-    let file = bed.dir.path().join(name);
-    let out = bed
-        .cli_plan(&["plan", "--out", file.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
-    file
-}
-
 /// Write `plan` to `path` the way a forger would: content edited, id re-hashed to match.
 fn rehash_and_save(mut plan: Plan, path: &Path) {
     plan.summary = metalform::plan::Summary::of(&plan.items);
@@ -46,6 +36,14 @@ async fn rehash_sign_and_save(bed: &Bed, mut plan: Plan, path: &Path) {
     plan.id = plan::content_id(&plan);
     plan::sign(&mut plan, &bed.store.plan_signing_key().await.unwrap());
     plan::save(&plan, path).unwrap();
+}
+
+/// A forgery signed with the store's key, written to `name` and applied: refused with
+/// `expected`, nothing changed.
+async fn signed_forgery_refused(bed: &Bed, forged: Plan, name: &str, expected: &str) -> String {
+    let attack = bed.dir.path().join(name);
+    rehash_sign_and_save(bed, forged, &attack).await;
+    refused(bed, &attack, expected).await
 }
 
 /// Apply `file` (with --allow-destructive, so only the forgery checks stand in the way): it
@@ -85,7 +83,7 @@ async fn rehashed_plan_with_the_destructive_flag_cleared_is_refused() {
     // Someone else's workload runs on gpu00001's machine: onboarding it destroys that.
     site.config.machines[0].initial = metalform::sim::InitialState::Deployed;
     let bed = Bed::start(Setup::one_site(site)).await;
-    let file = plan_to(&bed, "plan.json");
+    let file = bed.plan_to("plan.json");
     let mut forged = plan::load(&file).unwrap();
     assert!(item_mut(&mut forged, "gpu00001").destructive);
     item_mut(&mut forged, "gpu00001").destructive = false;
@@ -134,7 +132,7 @@ async fn rehashed_plan_pointing_at_another_maas_is_refused_and_never_contacts_it
     let evil_url: url::Url = format!("http://{}/MAAS", evil.local_addr().unwrap())
         .parse()
         .unwrap();
-    let file = plan_to(&bed, "plan.json");
+    let file = bed.plan_to("plan.json");
     let mut forged = plan::load(&file).unwrap();
     for item in &mut forged.items {
         if let Some(target) = &mut item.target {
@@ -167,14 +165,14 @@ async fn rehashed_plan_pointing_at_another_maas_is_refused_and_never_contacts_it
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_items_for_a_paused_node_and_a_node_not_in_the_manifests_are_refused() {
     let bed = Bed::start(Setup::one_site(SiteSetup::generated("dc1", 10, 3, 0))).await;
-    let first = plan::load(&plan_to(&bed, "first.json")).unwrap();
+    let first = plan::load(&bed.plan_to("first.json")).unwrap();
     let paused = first.items[1].node.hostname.to_string();
     bed.edit_fleet(
         "nodes/dc1.yaml",
         &format!("{{hostname: {paused}, "),
         &format!("{{hostname: {paused}, paused: true, "),
     );
-    let file = plan_to(&bed, "plan.json");
+    let file = bed.plan_to("plan.json");
     let honest = plan::load(&file).unwrap();
     let template = honest
         .items
@@ -200,11 +198,10 @@ async fn forged_items_for_a_paused_node_and_a_node_not_in_the_manifests_are_refu
     item.action = Action::Onboard;
     item.reason = "forged".into();
     item.target = Some(target);
-    let attack = bed.dir.path().join("paused.json");
-    rehash_sign_and_save(&bed, forged, &attack).await;
-    refused(
+    signed_forgery_refused(
         &bed,
-        &attack,
+        forged,
+        "paused.json",
         &format!("dc1/{paused}: the file says onboard, planning now says blocked"),
     )
     .await;
@@ -215,11 +212,10 @@ async fn forged_items_for_a_paused_node_and_a_node_not_in_the_manifests_are_refu
     ghost.node = NodeId::new("dc1", "ghost01");
     ghost.target.as_mut().unwrap().node.id = NodeId::new("dc1", "ghost01");
     forged.items.push(ghost);
-    let attack = bed.dir.path().join("ghost.json");
-    rehash_sign_and_save(&bed, forged, &attack).await;
-    refused(
+    signed_forgery_refused(
         &bed,
-        &attack,
+        forged,
+        "ghost.json",
         "dc1/ghost01: the file has an item (onboard), planning now has none",
     )
     .await;
@@ -228,7 +224,7 @@ async fn forged_items_for_a_paused_node_and_a_node_not_in_the_manifests_are_refu
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_power_credentials_reading_another_secret_are_refused() {
     let bed = Bed::start(Setup::one_site(SiteSetup::generated("dc1", 11, 1, 0))).await;
-    let file = plan_to(&bed, "plan.json");
+    let file = bed.plan_to("plan.json");
     let mut forged = plan::load(&file).unwrap();
     // Send the MAAS API key to the BMC as its password.
     for item in &mut forged.items {
@@ -236,11 +232,10 @@ async fn forged_power_credentials_reading_another_secret_are_refused() {
             target.power_credentials = SecretRef::new("kv/dc1/api-token", None);
         }
     }
-    let attack = bed.dir.path().join("attack.json");
-    rehash_sign_and_save(&bed, forged, &attack).await;
-    refused(
+    signed_forgery_refused(
         &bed,
-        &attack,
+        forged,
+        "attack.json",
         "the file reads the BMC login from kv/dc1/api-token, the fleet from kv/dc1/power/default",
     )
     .await;
@@ -249,7 +244,7 @@ async fn forged_power_credentials_reading_another_secret_are_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unsigned_plans_and_plans_signed_by_another_store_are_refused() {
     let bed = Bed::start(Setup::one_site(SiteSetup::generated("dc1", 12, 1, 0))).await;
-    let file = plan_to(&bed, "plan.json");
+    let file = bed.plan_to("plan.json");
     let mut honest = plan::load(&file).unwrap();
     assert!(
         honest

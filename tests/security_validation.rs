@@ -7,33 +7,10 @@ mod manifest_support;
 use manifest_support::{metalform, repo_root, stderr, stdout};
 use serde_json::{Value, json};
 
-/// Resolves `$ref`s to files in schema/ on disk, as an editor does with relative references.
-struct FromDisk;
-
-impl jsonschema::Retrieve for FromDisk {
-    fn retrieve(
-        &self,
-        uri: &jsonschema::Uri<String>,
-    ) -> Result<Value, Box<dyn std::error::Error + Send + Sync>> {
-        let name = uri.as_str().rsplit('/').next().unwrap_or_default();
-        let path = repo_root().join("schema").join(name);
-        Ok(serde_json::from_str(&std::fs::read_to_string(path)?)?)
-    }
-}
-
 /// The fleet schema as a permissive editor compiles it: `format` is an annotation only (the
 /// 2020-12 default), so only patterns, enums and bounds hold a value back.
 fn editor_validator() -> jsonschema::Validator {
-    let schema: Value = serde_json::from_str(
-        &std::fs::read_to_string(repo_root().join("schema/fleet.schema.json")).unwrap(),
-    )
-    .unwrap();
-    jsonschema::options()
-        .with_base_uri("file:///schema/fleet.schema.json")
-        .with_retriever(FromDisk)
-        .should_validate_formats(false)
-        .build(&schema)
-        .unwrap()
+    manifest_support::editor_validator(false)
 }
 
 fn node(ipmi: &str, extra: Value) -> Value {

@@ -279,18 +279,19 @@ async fn authenticate(
         )
     })?;
     let token = Secret::new(token.to_owned());
+    let unknown = || {
+        error(
+            StatusCode::UNAUTHORIZED,
+            "invalid_token",
+            "unknown or revoked agent token: enroll again",
+        )
+    };
     let identity = state
         .store
         .agent_identity(&token)
         .await
         .map_err(|e| store_failure(&e))?
-        .ok_or_else(|| {
-            error(
-                StatusCode::UNAUTHORIZED,
-                "invalid_token",
-                "unknown or revoked agent token: enroll again",
-            )
-        })?;
+        .ok_or_else(unknown)?;
     if identity.node_id != node {
         return Err(error(
             StatusCode::FORBIDDEN,
@@ -305,13 +306,7 @@ async fn authenticate(
         .await
         .map_err(|e| store_failure(&e))?
         .filter(|again| again.node_id == node)
-        .ok_or_else(|| {
-            error(
-                StatusCode::UNAUTHORIZED,
-                "invalid_token",
-                "unknown or revoked agent token: enroll again",
-            )
-        })?;
+        .ok_or_else(unknown)?;
     Ok((node, identity))
 }
 

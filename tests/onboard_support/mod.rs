@@ -463,6 +463,22 @@ impl Bed {
         command
     }
 
+    /// `metalform plan --out DIR/name` against this bed: the signed plan file's path.
+    pub fn plan_to(&self, name: &str) -> PathBuf {
+        let file = self.dir.path().join(name);
+        let out = self
+            .cli_plan(&["plan", "--out", file.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        file
+    }
+
     /// The MAAS requests a site's simulator received that change something (not GET).
     pub fn maas_writes(&self, site: &str) -> Vec<String> {
         self.sim(site)
