@@ -85,6 +85,6 @@ mod tests {
                 assert!(d >= ceiling / 2 && d <= ceiling, "{failures} {unit}: {d:?}");
             }
         }
-        assert_eq!(b.jittered(3, 0.5), s(4) + s(1));
+        assert_eq!(b.jittered(3, 0.5), s(4) + s(2));
     }
 }

@@ -219,8 +219,10 @@ async fn observe_site_within(
 }
 
 /// One site's MAAS: the machines list, the power parameters (both needed: without BMC
-/// addresses discovery could not match) and, best effort, the version. The drift pass reads a
-/// site with it when the daemon has no fresh snapshot to hand over.
+/// addresses discovery could not match) and, best effort, the version. The version and the
+/// BMC addresses of machines seen before are taken from what `maas` remembers of the site
+/// (`SiteMemory`) while fresh, so a site where nothing changed costs one request. The drift
+/// pass reads a site with it when the daemon has no fresh snapshot to hand over.
 pub async fn observe_site(
     site: &Site,
     secrets: &dyn SecretStore,
@@ -303,10 +305,10 @@ pub async fn observe_site(
     let listed: std::collections::HashSet<&str> =
         machines.iter().map(|m| m.system_id.as_str()).collect();
     memory.power.retain(|id, _| listed.contains(id.as_str()));
-    if let Some(version) = &version {
-        if known_version.is_none() {
-            memory.version = Some((version.clone(), now));
-        }
+    if let Some(version) = &version
+        && known_version.is_none()
+    {
+        memory.version = Some((version.clone(), now));
     }
     let mut machines: Vec<ObservedMachine> = machines
         .iter()
