@@ -29,7 +29,13 @@ impl Default for Shape {
 /// Write the fleet under `dir` (sites/, profiles/, nodes/<site>/). Returns the files written.
 pub fn generate(dir: &Path, shape: Shape) -> std::io::Result<usize> {
     assert!(shape.sites > 0 && shape.groups >= shape.sites && shape.nodes >= shape.groups);
-    assert!(shape.sites <= 8, "address plan: at most 8 sites");
+    // RoCE addresses: 172.16–23 and 172.24–31 by site modulo 8; beyond 8 sites, each group of
+    // 8 takes its own 32 third octets.
+    assert!(shape.sites <= 64, "address plan: at most 64 sites");
+    assert!(
+        shape.sites <= 8 || shape.nodes.div_ceil(shape.sites) < 4096,
+        "address plan: beyond 8 sites, fewer than 4,096 nodes per site"
+    );
     let mut files = 0;
     for s in 0..shape.sites {
         let site = format!("site{s}");
@@ -74,9 +80,9 @@ pub fn generate(dir: &Path, shape: Shape) -> std::io::Result<usize> {
                 b = 16 + s,
                 c = i / 250,
                 d = i % 250 + 1,
-                r1 = 16 + s,
-                r2 = 24 + s,
-                hi = odd / 256,
+                r1 = 16 + s % 8,
+                r2 = 24 + s % 8,
+                hi = (s / 8) * 32 + odd / 256,
                 lo = odd % 256,
             );
         }

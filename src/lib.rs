@@ -6,6 +6,7 @@
 pub mod agent;
 pub mod api;
 pub mod apply;
+pub mod backoff;
 pub mod cli;
 pub mod clock;
 pub mod cloudinit;

@@ -155,10 +155,20 @@ async fn each_site_is_listed_exactly_once_and_planned_from_it() {
     assert_eq!(snapshot.inventory, vec![]);
     assert_eq!(snapshot.store_serial, 0);
 
-    // Observing an unchanged world again gives the same fingerprint.
+    // Observing an unchanged world again gives the same fingerprint, and costs one request per
+    // site: the version and the BMC addresses of machines already seen are remembered.
+    let before = clients.metrics().total();
     let again = observe_all(&env, &clients).await;
     assert_eq!(again.fingerprint(), snapshot.fingerprint());
     assert_eq!(list_calls(&sim_a), 2);
+    assert_eq!(clients.metrics().total() - before, 2, "one list per site");
+    assert_eq!(clients.metrics().operation_total("power_parameters"), 2);
+    assert_eq!(site(&again, "east"), site(&snapshot, "east"));
+    // Fresh clients (a `metalform plan` run) read everything again.
+    let fresh = self::clients();
+    let anew = observe_all(&env, &fresh).await;
+    assert_eq!(anew.fingerprint(), snapshot.fingerprint());
+    assert_eq!(fresh.metrics().operation_total("power_parameters"), 2);
 
     // The plan matches every node to its machine by hostname and BMC and onboards it.
     let plan = plan::plan(&env.fleet, &snapshot, &PlanOptions::default());

@@ -633,12 +633,11 @@ impl<'a, K: Kind> Run<'a, K> {
                     }
                     *facts.retries() += 1;
                     let retry = *facts.retries();
-                    let delay = backoff::delay(
-                        retry,
+                    let delay = crate::backoff::Backoff::new(
                         self.shared.options.retry_base,
                         self.shared.options.retry_cap,
-                        &mut self.rng,
-                    );
+                    )
+                    .jittered(retry, rand::RngExt::random::<f64>(&mut self.rng));
                     let message = format!(
                         "{} ({}); retry {retry}{} in {:.1}s",
                         failure.message,

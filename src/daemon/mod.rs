@@ -54,7 +54,7 @@ use crate::provider::host::{SimHost, SshHost};
 use crate::provider::maas::{MaasClientOptions, MaasMetrics};
 use crate::secrets::SecretStore;
 use crate::stages::onboard::{Peers, SitePeers};
-use crate::store::{Actor, JobFilter, Store, StoreError};
+use crate::store::{Actor, Store, StoreError};
 
 /// Why the daemon could not start.
 #[derive(Debug, thiserror::Error)]
@@ -930,18 +930,12 @@ fn take_outcome(
 /// state is set (zero when none), so a job that moved on leaves no stale count behind.
 async fn record_job_counts(core: &Arc<Core>, site: &SiteName) {
     for kind in [JobKind::Onboarding, JobKind::Decommission] {
-        let filter = JobFilter {
-            site: Some(site.to_string()),
-            ..JobFilter::default()
-        };
-        let Ok(jobs) = core.store.list_jobs(kind, &filter).await else {
+        let Ok(found) = core.store.job_counts(kind, Some(site.as_str())).await else {
             continue;
         };
         let mut counts: BTreeMap<JobState, usize> =
             JobState::ALL.iter().map(|state| (*state, 0)).collect();
-        for job in jobs {
-            *counts.entry(job.state).or_default() += 1;
-        }
+        counts.extend(found);
         for (state, n) in counts {
             core.metrics
                 .jobs(kind.as_str(), site.as_str(), state.as_str(), n);

@@ -6,8 +6,10 @@
 //! Every action runs under the node's lease (an executor working on the node makes the pass
 //! leave it alone) and after the machine was read again right before it: when MAAS moved on
 //! since the list, the pass records what it now sees and acts on nothing (the next pass
-//! decides again). A node's store write is one transaction checked against the node row the
-//! rules saw (its generation), so a node that moved in between is left for the next pass.
+//! decides again). A node's store write is checked against the node row the rules saw (its
+//! generation), so a node that moved in between is left for the next pass. The writes of
+//! nodes with nothing to act on share a transaction per batch of nodes, and a node whose
+//! machine looks exactly as last recorded only has its reconcile time moved, in bulk.
 //! Quarantine never touches allocations: it only takes the node out of scheduling.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -24,8 +26,8 @@ use crate::observe::{InventoryNode, MaasClients, SiteObservation, observe_site};
 use crate::provider::maas::{MaasClient, MaasError, ReleaseParams, StopMode};
 use crate::secrets::SecretStore;
 use crate::store::{
-    Actor, AuditEntry, DriftMark, DriftRecord, JobFilter, Lease, MaasObservation, Node, NodeFilter,
-    Store, StoreError, node_lease_name,
+    Actor, AuditEntry, DriftMark, DriftRecord, Lease, MaasObservation, Node, NodeFilter, Store,
+    StoreError, node_lease_name,
 };
 
 use super::policy::DriftPolicy;
@@ -211,12 +213,8 @@ async fn load_inputs(store: &Store, site: &str) -> Result<Inputs, StoreError> {
     let mut job_machines = BTreeSet::new();
     let mut latest_machine: HashMap<Uuid, String> = HashMap::new();
     for kind in JobKind::ALL {
-        let filter = JobFilter {
-            site: Some(site.to_owned()),
-            ..JobFilter::default()
-        };
         // Newest request first: the first job of a node with a machine names its latest one.
-        for job in store.list_jobs(*kind, &filter).await? {
+        for job in store.current_jobs(*kind, Some(site)).await? {
             if job.state.is_open() {
                 job_machines.extend(job.maas_system_id.clone());
                 if let Some(node) = job.node_id {
@@ -296,11 +294,15 @@ pub async fn reconcile_site(
         guard: evaluation.guard.clone(),
         actions: Vec::new(),
         errors: Vec::new(),
+        batch: Vec::new(),
+        unchanged: Vec::new(),
     };
     let mut findings = Vec::with_capacity(evaluation.findings.len());
     for ((finding, input), node) in evaluation.findings.into_iter().zip(&inputs).zip(&nodes) {
-        findings.push(pass.settle(finding, input, node).await);
+        let settled = pass.settle(finding, input, node, findings.len()).await;
+        findings.push(settled);
     }
+    pass.flush(&mut findings).await;
     let mut by_rule: BTreeMap<String, usize> = rules::count_by_rule(&findings)
         .into_iter()
         .map(|(rule, n)| (rule.as_str().to_owned(), n))
@@ -339,7 +341,17 @@ struct Pass<'a> {
     guard: Option<String>,
     actions: Vec<ActionOutcome>,
     errors: Vec<String>,
+    /// Records of findings with nothing to act on, written together by [`Pass::flush`]: the
+    /// index of the finding and its record.
+    batch: Vec<(usize, DriftRecord)>,
+    /// Nodes whose machine MAAS shows exactly as last recorded: only their reconcile time moves.
+    unchanged: Vec<Uuid>,
 }
+
+/// How many nodes' records one store transaction of the pass writes: large enough that a
+/// converged site costs a few transactions, small enough that the write lock is never held
+/// long against the executors.
+const BATCH: usize = 500;
 
 impl Pass<'_> {
     fn outcome(&mut self, finding: &Finding, action: DriftAction, result: ActionResult) {
@@ -370,8 +382,14 @@ impl Pass<'_> {
         Ok(self.client.as_ref().expect("client made"))
     }
 
-    /// Record one node's finding and carry out its actions.
-    async fn settle(&mut self, mut finding: Finding, input: &NodeInput, node: &Node) -> Finding {
+    /// Record one node's finding (the `index`th of the pass) and carry out its actions.
+    async fn settle(
+        &mut self,
+        mut finding: Finding,
+        input: &NodeInput,
+        node: &Node,
+        index: usize,
+    ) -> Finding {
         for held in &finding.held {
             self.actions.push(ActionOutcome {
                 node_id: finding.node_id,
@@ -383,7 +401,11 @@ impl Pass<'_> {
         if finding.actions.is_empty() {
             if finding.record || finding.marking != DriftMarking::Leave {
                 let record = self.record(&finding, node, None, false);
-                self.write(&mut finding, record).await;
+                if seen_as_recorded(&record, input.prior.as_ref()) {
+                    self.unchanged.push(node.id);
+                } else if !writes_nothing(&record) {
+                    self.batch.push((index, record));
+                }
             }
             return finding;
         }
@@ -617,33 +639,94 @@ impl Pass<'_> {
 
     /// Write; `false` (and the reason in the report) when the store refused.
     async fn write(&mut self, finding: &mut Finding, record: DriftRecord) -> bool {
-        if record.observation.is_none()
-            && record.mark == DriftMark::Leave
-            && record.transition.is_none()
-            && record.host.is_none()
-            && record.audit.is_none()
-        {
+        if writes_nothing(&record) {
             return true;
         }
         match self.env.store.record_drift(&record).await {
             Ok(_) => true,
             Err(err) => {
-                let reason = match &err {
-                    StoreError::JobOpen { kind, job, .. } => {
-                        format!("an open {kind} ({job}) owns the node now: left to it")
-                    }
-                    StoreError::StaleGeneration { .. } | StoreError::Concurrent { .. } => {
-                        "the node changed while the pass ran: left for the next pass".to_owned()
-                    }
-                    other => other.to_string(),
-                };
-                self.errors
-                    .push(format!("{}/{}: {reason}", finding.site, finding.hostname));
-                self.skip_all(finding, &reason);
+                self.refused(finding, &err);
                 false
             }
         }
     }
+
+    fn refused(&mut self, finding: &mut Finding, err: &StoreError) {
+        let reason = match err {
+            StoreError::JobOpen { kind, job, .. } => {
+                format!("an open {kind} ({job}) owns the node now: left to it")
+            }
+            StoreError::StaleGeneration { .. } | StoreError::Concurrent { .. } => {
+                "the node changed while the pass ran: left for the next pass".to_owned()
+            }
+            other => other.to_string(),
+        };
+        self.errors
+            .push(format!("{}/{}: {reason}", finding.site, finding.hostname));
+        self.skip_all(finding, &reason);
+    }
+
+    /// Write the records of the findings with nothing to act on, [`BATCH`] nodes per
+    /// transaction, and move the reconcile time of the unchanged ones.
+    async fn flush(&mut self, findings: &mut [Finding]) {
+        let batch = std::mem::take(&mut self.batch);
+        for chunk in batch.chunks(BATCH) {
+            let records: Vec<DriftRecord> = chunk.iter().map(|(_, r)| r.clone()).collect();
+            match self.env.store.record_drift_batch(&records).await {
+                Ok(results) => {
+                    for ((index, _), result) in chunk.iter().zip(results) {
+                        if let Err(err) = result {
+                            self.refused(&mut findings[*index], &err);
+                        }
+                    }
+                }
+                Err(err) => {
+                    for (index, _) in chunk {
+                        self.refused(&mut findings[*index], &err);
+                    }
+                }
+            }
+        }
+        let unchanged = std::mem::take(&mut self.unchanged);
+        if let Err(err) = self.env.store.touch_reconciled(&unchanged).await {
+            self.errors.push(format!(
+                "{}: cannot record the reconcile time of {} unchanged nodes: {err}",
+                self.site.name,
+                unchanged.len()
+            ));
+        }
+    }
+}
+
+/// A record that would change nothing in the store.
+fn writes_nothing(record: &DriftRecord) -> bool {
+    record.observation.is_none()
+        && record.mark == DriftMark::Leave
+        && record.transition.is_none()
+        && record.host.is_none()
+        && record.audit.is_none()
+}
+
+/// A record that only repeats what the node's MAAS state row already says: the same machine,
+/// status, power state and addresses, and no drift mark to change.
+fn seen_as_recorded(record: &DriftRecord, prior: Option<&crate::store::MaasState>) -> bool {
+    let (Some(observation), Some(prior)) = (&record.observation, prior) else {
+        return false;
+    };
+    let mark_changes = match &record.mark {
+        DriftMark::Leave => false,
+        DriftMark::Clear => prior.drift_detected,
+        DriftMark::Flag(_) | DriftMark::Resolved(_) => true,
+    };
+    !mark_changes
+        && record.transition.is_none()
+        && record.host.is_none()
+        && record.audit.is_none()
+        && prior.site == observation.site
+        && prior.maas_system_id == observation.system_id
+        && prior.last_maas_status == observation.status
+        && prior.last_maas_power_state == observation.power_state
+        && prior.last_maas_ips == observation.ips
 }
 
 fn with_auto_heal(mut details: Value) -> Value {

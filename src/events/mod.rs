@@ -240,7 +240,8 @@ impl Outbox {
             let pass = self.deliver_pending().await;
             let wait = if pass.failed {
                 failures = failures.saturating_add(1);
-                backoff(self.pacing.retry_base, self.pacing.retry_cap, failures)
+                crate::backoff::Backoff::new(self.pacing.retry_base, self.pacing.retry_cap)
+                    .ceiling(failures)
             } else {
                 failures = 0;
                 self.pacing.idle
@@ -250,26 +251,5 @@ impl Outbox {
                 _ = tokio::time::sleep(wait) => {}
             }
         }
-    }
-}
-
-/// `base · 2^(failures-1)`, at most `cap`.
-pub fn backoff(base: Duration, cap: Duration, failures: u32) -> Duration {
-    let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(20));
-    base.saturating_mul(factor).min(cap)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_up_to_the_cap() {
-        let s = Duration::from_secs;
-        assert_eq!(backoff(s(1), s(10), 1), s(1));
-        assert_eq!(backoff(s(1), s(10), 2), s(2));
-        assert_eq!(backoff(s(1), s(10), 4), s(8));
-        assert_eq!(backoff(s(1), s(10), 5), s(10));
-        assert_eq!(backoff(s(1), s(10), 400), s(10));
     }
 }

@@ -3,8 +3,14 @@
 //! restart; every client counts its requests into one shared [`MaasMetrics`].
 //!
 //! Observe and the executor both get their clients here.
+//!
+//! The clients also remember, per site, what observe reads besides the machines list and what
+//! seldom changes — the MAAS version and each machine's BMC address — so that observing a
+//! site where nothing changed costs one request (the list).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::model::{Site, SiteName};
 use crate::provider::maas::{MaasClient, MaasClientOptions, MaasError, MaasMetrics};
@@ -15,6 +21,42 @@ use crate::secrets::{self, SecretError, SecretStore};
 pub struct MaasClients {
     options: MaasClientOptions,
     endpoints: BTreeMap<SiteName, String>,
+    memory: Arc<Mutex<HashMap<SiteName, SiteMemory>>>,
+}
+
+/// How long a site's MAAS version is taken as read.
+const VERSION_KEPT: Duration = Duration::from_secs(3600);
+/// How long BMC addresses read from a site are taken as read: a changed address of a machine
+/// already known is seen within this; a new machine's is read when it first appears.
+const POWER_KEPT: Duration = Duration::from_secs(600);
+
+/// What observe read from a site's MAAS that a later observation may reuse.
+#[derive(Debug, Default, Clone)]
+pub struct SiteMemory {
+    /// The version, and when it was read.
+    pub version: Option<(String, Instant)>,
+    /// Each machine's BMC address (`power_address`), by system id; only the address is kept,
+    /// never the other (secret) power parameters.
+    pub power: HashMap<String, Option<String>>,
+    /// When every machine's power parameters were last read at once.
+    pub power_read_at: Option<Instant>,
+}
+
+impl SiteMemory {
+    /// The version, when it was read recently enough.
+    pub fn version(&self, now: Instant) -> Option<&str> {
+        self.version
+            .as_ref()
+            .filter(|(_, at)| now.duration_since(*at) < VERSION_KEPT)
+            .map(|(v, _)| v.as_str())
+    }
+
+    /// Whether every machine's power parameters must be read again (never read, or too long
+    /// ago).
+    pub fn power_stale(&self, now: Instant) -> bool {
+        self.power_read_at
+            .is_none_or(|at| now.duration_since(at) >= POWER_KEPT)
+    }
 }
 
 /// Why no client could be made for a site.
@@ -59,6 +101,7 @@ impl MaasClients {
         Self {
             options,
             endpoints: BTreeMap::new(),
+            memory: Arc::default(),
         }
     }
 
@@ -76,6 +119,23 @@ impl MaasClients {
     }
 
     /// The MAAS URL used for a site.
+    /// What an earlier observation of the site left to reuse (shared by every clone).
+    pub fn memory_of(&self, site: &SiteName) -> SiteMemory {
+        self.memory
+            .lock()
+            .expect("memory lock")
+            .get(site)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    pub fn remember(&self, site: &SiteName, memory: SiteMemory) {
+        self.memory
+            .lock()
+            .expect("memory lock")
+            .insert(site.clone(), memory);
+    }
+
     pub fn url_of(&self, site: &Site) -> String {
         self.endpoints
             .get(&site.name)

@@ -1,6 +1,6 @@
 //! Observed-state snapshot (seed 000 §6.3 FetchMaasMachines / FetchGPUaaSNodes, seed 001 §2,
 //! DESIGN.md §4): per site one MAAS machines list (plus one bulk power-parameters read for the
-//! BMC addresses discovery matches on, 000 §4.16), the inventory rows and the jobs.
+//! BMC addresses discovery matches on, 000 §4.16), the inventory rows and the current jobs.
 //!
 //! [`observe`] is the I/O edge in front of the pure planner: it reads, it never decides. A site
 //! whose MAAS cannot be read (unreachable, bad or non-admin key, missing secret) is recorded as
@@ -17,9 +17,9 @@ use std::time::Duration;
 
 use crate::lifecycle::JobKind;
 use crate::model::{Fleet, Site, SiteName};
-use crate::provider::maas::{MaasClient, MachineFilter, MachinePowerParameters, MachineSummary};
+use crate::provider::maas::{MaasClient, MachineFilter, MachineSummary};
 use crate::secrets::SecretStore;
-use crate::store::{JobFilter, NodeFilter, Store, StoreError};
+use crate::store::{NodeFilter, Store, StoreError};
 
 pub use clients::{ClientError, MaasClients};
 pub(crate) use snapshot::hash_json;
@@ -219,8 +219,10 @@ async fn observe_site_within(
 }
 
 /// One site's MAAS: the machines list, the power parameters (both needed: without BMC
-/// addresses discovery could not match) and, best effort, the version. The drift pass reads a
-/// site with it when the daemon has no fresh snapshot to hand over.
+/// addresses discovery could not match) and, best effort, the version. The version and the
+/// BMC addresses of machines seen before are taken from what `maas` remembers of the site
+/// (`SiteMemory`) while fresh, so a site where nothing changed costs one request. The drift
+/// pass reads a site with it when the daemon has no fresh snapshot to hand over.
 pub async fn observe_site(
     site: &Site,
     secrets: &dyn SecretStore,
@@ -237,10 +239,29 @@ pub async fn observe_site(
         }
     };
     let all = MachineFilter::all();
+    let now = std::time::Instant::now();
+    let mut memory = maas.memory_of(&site.name);
+    let known_version = memory.version(now).map(str::to_owned);
+    let read_version = async {
+        match &known_version {
+            Some(version) => Some(version.clone()),
+            None => client.version().await.ok().map(|v| v.version),
+        }
+    };
+    // Every machine's power parameters are read with the list when none are known (or they
+    // are old); otherwise only those of machines not seen before, after the list.
+    let read_all_power = memory.power_stale(now);
+    let read_power = async {
+        if read_all_power {
+            Some(client.power_parameters(&[]).await)
+        } else {
+            None
+        }
+    };
     let (version, machines, power) = tokio::join!(
-        client.version(),
+        read_version,
         client.list_machine_summaries(&all),
-        client.power_parameters(&[]),
+        read_power
     );
     let unreadable =
         |what: &str, err: crate::provider::maas::MaasError| SiteObservation::Unreadable {
@@ -253,18 +274,52 @@ pub async fn observe_site(
         Err(err) => return unreadable("list the machines", err),
     };
     let power = match power {
-        Ok(power) => power,
-        Err(err) => return unreadable("read the power parameters", err),
+        Some(Ok(power)) => {
+            memory.power_read_at = Some(now);
+            memory.power.clear();
+            power
+        }
+        Some(Err(err)) => return unreadable("read the power parameters", err),
+        None => {
+            let new: Vec<String> = machines
+                .iter()
+                .filter(|m| !memory.power.contains_key(&m.system_id))
+                .map(|m| m.system_id.clone())
+                .collect();
+            if new.is_empty() {
+                BTreeMap::new()
+            } else {
+                match client.power_parameters(&new).await {
+                    Ok(power) => power,
+                    Err(err) => return unreadable("read the power parameters", err),
+                }
+            }
+        }
     };
+    for (system_id, parameters) in power {
+        memory
+            .power
+            .insert(system_id, parameters.power_address.clone());
+    }
+    // Machines gone from MAAS are forgotten.
+    let listed: std::collections::HashSet<&str> =
+        machines.iter().map(|m| m.system_id.as_str()).collect();
+    memory.power.retain(|id, _| listed.contains(id.as_str()));
+    if let Some(version) = &version
+        && known_version.is_none()
+    {
+        memory.version = Some((version.clone(), now));
+    }
     let mut machines: Vec<ObservedMachine> = machines
         .iter()
-        .map(|m| observed_machine(m, power.get(&m.system_id)))
+        .map(|m| observed_machine(m, memory.power.get(&m.system_id).cloned().flatten()))
         .collect();
+    maas.remember(&site.name, memory);
     machines.sort_by(|a, b| {
         (a.hostname.as_str(), a.system_id.as_str()).cmp(&(b.hostname.as_str(), &b.system_id))
     });
     SiteObservation::Readable {
-        maas_version: version.ok().map(|v| v.version),
+        maas_version: version,
         machines,
     }
 }
@@ -273,7 +328,7 @@ fn api_url(client: &MaasClient) -> String {
     client.api_root().to_string()
 }
 
-fn observed_machine(m: &MachineSummary, power: Option<&MachinePowerParameters>) -> ObservedMachine {
+fn observed_machine(m: &MachineSummary, power_address: Option<String>) -> ObservedMachine {
     let mut macs: Vec<String> = m.mac_addresses().map(str::to_ascii_lowercase).collect();
     macs.sort();
     macs.dedup();
@@ -287,7 +342,7 @@ fn observed_machine(m: &MachineSummary, power: Option<&MachinePowerParameters>) 
             name: m.status_label(),
         },
         power_state: m.power_state.to_string(),
-        power_address: power.and_then(|p| p.power_address.clone()),
+        power_address,
         macs,
         ip_addresses,
         owner: m.owner.clone().filter(|o| !o.is_empty()),
@@ -324,15 +379,7 @@ async fn read_store(
     // Per (site, hostname, kind): every open job, and the latest one whatever its state.
     let mut jobs: BTreeMap<(String, String, JobKind), Vec<ObservedJob>> = BTreeMap::new();
     for kind in JobKind::ALL {
-        let rows = store
-            .list_jobs(
-                *kind,
-                &JobFilter {
-                    site: site_filter.clone(),
-                    ..JobFilter::default()
-                },
-            )
-            .await?;
+        let rows = store.current_jobs(*kind, site_filter.as_deref()).await?;
         // Newest request first: the first row of a key is its latest job.
         for job in rows
             .iter()

@@ -13,6 +13,7 @@ pub mod auth;
 mod catalog;
 pub mod config;
 mod control;
+pub mod converged;
 pub mod describe;
 pub mod events;
 pub mod export;

@@ -178,96 +178,158 @@ impl Store {
         record: &DriftRecord,
     ) -> Result<(Node, Option<MaasState>), StoreError> {
         let now = self.now();
-        let at = format_time(now);
         let mut tx = self.pool.write().await?;
-        lock_node(&mut tx, record.node_id).await?;
-        let node = read_node(&mut tx, record.node_id).await?;
-        if node.generation != record.expected_generation {
-            return Err(StoreError::StaleGeneration {
-                node: node.id.to_string(),
-                expected: record.expected_generation,
-                found: node.generation,
-            });
-        }
-        if let Some(fence) = &record.fence {
-            check_fence(&mut tx, fence, now).await?;
-        }
-        if record.refuse_if_job_open
-            && let Some((kind, _, state, job)) =
-                open_jobs(&mut tx, node.id).await?.into_iter().next()
-        {
-            return Err(StoreError::JobOpen {
-                node: node.id.to_string(),
-                kind: kind.as_str(),
-                job,
-                state: state.to_string(),
-            });
-        }
-        let mut node = node;
-        if let Some((to, by)) = record.transition {
-            let mut request = NodeTransition::new(to, by, record.actor.clone());
-            request.reason = record.reason.clone();
-            node = transition_in(&mut tx, now, node.id, &request, None).await?;
-        }
-        if let Some(host) = &record.host
-            && node.host.as_deref() != Some(host.as_str())
-        {
-            let target = node.status;
-            node = write_node(
-                &mut tx,
-                now,
-                &node,
-                vec![("host", Param::from(host.as_str()))],
-                NodeAudit {
-                    actor: &record.actor,
-                    reason: record.reason.clone(),
-                    action: "node.set_host",
-                    target,
-                    correlation_ids: json!({"owner": Owner::Reconciler.as_str()}),
-                    details: json!({"from": node.host, "to": host}),
-                },
-            )
-            .await?;
-        }
-        if let Some(observation) = &record.observation {
-            write_maas_state(
-                &mut tx,
-                now,
-                &MaasStateUpdate {
-                    node_id: node.id,
-                    site: observation.site.clone(),
-                    maas_system_id: observation.system_id.clone(),
-                    status: observation.status.clone(),
-                    power_state: observation.power_state.clone(),
-                    ips: observation.ips.clone(),
-                    drift: None,
-                },
-            )
-            .await?;
-        }
-        write_mark(&mut tx, &at, node.id, &record.mark).await?;
-        if let Some((action, details)) = &record.audit {
-            write_audit(
-                &mut tx,
-                now,
-                &AuditEntry {
-                    actor: record.actor.clone(),
-                    reason: record.reason.clone(),
-                    action: action.clone(),
-                    subject_kind: "node".into(),
-                    subject_id: node.id.to_string(),
-                    prior_state: Some(node.status.as_str().into()),
-                    expected_target: Some(node.status.as_str().into()),
-                    correlation_ids: json!({}),
-                    details: details.clone(),
-                },
-            )
-            .await?;
-        }
-        let state = read_maas_state(&mut tx, node.id).await?;
+        let written = write_drift(&mut tx, now, record).await?;
         tx.commit().await?;
-        Ok((node, state))
+        Ok(written)
     }
+
+    /// Write many nodes' reconciliations in one transaction (the drift pass of a site). Each
+    /// record is checked as [`Store::record_drift`] checks it, and one that a check refuses
+    /// writes nothing and gets its refusal in the answer (in `records` order), while the others
+    /// are written; a database failure fails them all.
+    pub async fn record_drift_batch(
+        &self,
+        records: &[DriftRecord],
+    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        let now = self.now();
+        let mut tx = self.pool.write().await?;
+        let mut results = Vec::with_capacity(records.len());
+        for record in records {
+            results.push(match write_drift(&mut tx, now, record).await {
+                Ok(_) => Ok(()),
+                Err(
+                    refused @ (StoreError::StaleGeneration { .. } | StoreError::JobOpen { .. }),
+                ) => Err(refused),
+                Err(other) => return Err(other),
+            });
+        }
+        tx.commit().await?;
+        Ok(results)
+    }
+
+    /// Record that the drift pass saw these nodes' machines again exactly as last recorded:
+    /// only `last_reconciled_at` moves, in one statement per thousand nodes. Nothing a job
+    /// or an operator owns changes, so no node check is needed.
+    pub async fn touch_reconciled(&self, nodes: &[Uuid]) -> Result<(), StoreError> {
+        if nodes.is_empty() {
+            return Ok(());
+        }
+        let at = format_time(self.now());
+        let mut tx = self.pool.write().await?;
+        for chunk in nodes.chunks(1000) {
+            let mut values: Vec<Param> = vec![Param::from(at.as_str())];
+            let mut marks = Vec::with_capacity(chunk.len());
+            for node in chunk {
+                values.push(Param::from(node.to_string()));
+                marks.push(format!("${}", values.len()));
+            }
+            tx.execute(
+                format!(
+                    "UPDATE node_maas_state SET last_reconciled_at = $1 WHERE node_id IN ({})",
+                    marks.join(", ")
+                ),
+                &values,
+            )
+            .await?;
+        }
+        tx.commit().await
+    }
+}
+
+/// One node's reconciliation in `tx` (see [`DriftRecord`]); the checks come before any
+/// write, so a refused record leaves nothing behind.
+async fn write_drift(
+    tx: &mut Tx,
+    now: DateTime<Utc>,
+    record: &DriftRecord,
+) -> Result<(Node, Option<MaasState>), StoreError> {
+    let at = format_time(now);
+    lock_node(tx, record.node_id).await?;
+    let node = read_node(tx, record.node_id).await?;
+    if node.generation != record.expected_generation {
+        return Err(StoreError::StaleGeneration {
+            node: node.id.to_string(),
+            expected: record.expected_generation,
+            found: node.generation,
+        });
+    }
+    if let Some(fence) = &record.fence {
+        check_fence(tx, fence, now).await?;
+    }
+    if record.refuse_if_job_open
+        && let Some((kind, _, state, job)) = open_jobs(tx, node.id).await?.into_iter().next()
+    {
+        return Err(StoreError::JobOpen {
+            node: node.id.to_string(),
+            kind: kind.as_str(),
+            job,
+            state: state.to_string(),
+        });
+    }
+    let mut node = node;
+    if let Some((to, by)) = record.transition {
+        let mut request = NodeTransition::new(to, by, record.actor.clone());
+        request.reason = record.reason.clone();
+        node = transition_in(tx, now, node.id, &request, None).await?;
+    }
+    if let Some(host) = &record.host
+        && node.host.as_deref() != Some(host.as_str())
+    {
+        let target = node.status;
+        node = write_node(
+            tx,
+            now,
+            &node,
+            vec![("host", Param::from(host.as_str()))],
+            NodeAudit {
+                actor: &record.actor,
+                reason: record.reason.clone(),
+                action: "node.set_host",
+                target,
+                correlation_ids: json!({"owner": Owner::Reconciler.as_str()}),
+                details: json!({"from": node.host, "to": host}),
+            },
+        )
+        .await?;
+    }
+    if let Some(observation) = &record.observation {
+        write_maas_state(
+            tx,
+            now,
+            &MaasStateUpdate {
+                node_id: node.id,
+                site: observation.site.clone(),
+                maas_system_id: observation.system_id.clone(),
+                status: observation.status.clone(),
+                power_state: observation.power_state.clone(),
+                ips: observation.ips.clone(),
+                drift: None,
+            },
+        )
+        .await?;
+    }
+    write_mark(tx, &at, node.id, &record.mark).await?;
+    if let Some((action, details)) = &record.audit {
+        write_audit(
+            tx,
+            now,
+            &AuditEntry {
+                actor: record.actor.clone(),
+                reason: record.reason.clone(),
+                action: action.clone(),
+                subject_kind: "node".into(),
+                subject_id: node.id.to_string(),
+                prior_state: Some(node.status.as_str().into()),
+                expected_target: Some(node.status.as_str().into()),
+                correlation_ids: json!({}),
+                details: details.clone(),
+            },
+        )
+        .await?;
+    }
+    let state = read_maas_state(tx, node.id).await?;
+    Ok((node, state))
 }
 
 /// Last contact per node: `nodes.last_agent_contact_at`, written by the enrollment and by every

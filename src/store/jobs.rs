@@ -7,6 +7,8 @@
 //! failure fields, an event row, an optional coarse node transition, the node/job consistency
 //! check of 001 §4.3/§5.3, the domain event and the store serial — all or nothing.
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -17,7 +19,7 @@ use crate::lifecycle::{
     OnboardingStage, RecoveryAction, check_job_node_state, recommend,
 };
 
-use super::db::{Row, Select, Tx, params};
+use super::db::{Param, Row, Select, Tx, params};
 use super::leases::{Fence, check_fence};
 use super::nodes::{NodeTransition, lock_node, open_jobs, read_node, transition_in};
 use super::records::{Actor, AuditEntry, DomainEvent, write_audit, write_outbox};
@@ -543,6 +545,71 @@ impl Store {
             .iter()
             .map(|row| job_from_row(kind, row))
             .collect()
+    }
+
+    /// The jobs that still matter for deciding about nodes, newest request first: every open
+    /// job, the latest job of each (site, hostname), and each node's latest job that names a
+    /// MAAS machine. Observe and the drift pass read these instead of every job ever recorded:
+    /// a node's history of finished jobs costs nothing once a newer one exists.
+    pub async fn current_jobs(
+        &self,
+        kind: JobKind,
+        site: Option<&str>,
+    ) -> Result<Vec<Job>, StoreError> {
+        let table = tables(kind).jobs;
+        let terminal: Vec<String> = JobState::ALL
+            .iter()
+            .filter(|s| s.is_terminal())
+            .map(|s| format!("'{}'", s.as_str()))
+            .collect();
+        // `n` is newer than `j` in the order the listings use (requested_at DESC, id).
+        let newer = "(n.requested_at > j.requested_at OR (n.requested_at = j.requested_at AND n.id < j.id))";
+        let mut sql = format!(
+            "SELECT * FROM {table} j WHERE (j.status NOT IN ({terminal})
+               OR NOT EXISTS (SELECT 1 FROM {table} n WHERE n.site = j.site
+                   AND n.hostname = j.hostname AND {newer})
+               OR (j.maas_system_id IS NOT NULL AND j.node_id IS NOT NULL
+                   AND NOT EXISTS (SELECT 1 FROM {table} n WHERE n.node_id = j.node_id
+                   AND n.maas_system_id IS NOT NULL AND {newer})))",
+            terminal = terminal.join(", ")
+        );
+        let mut values = Vec::new();
+        if let Some(site) = site {
+            values.push(Param::from(site));
+            sql.push_str(" AND j.site = $1");
+        }
+        sql.push_str(" ORDER BY j.requested_at DESC, j.id");
+        let mut tx = self.pool.read().await?;
+        tx.fetch_all(sql, &values)
+            .await?
+            .iter()
+            .map(|row| job_from_row(kind, row))
+            .collect()
+    }
+
+    /// How many jobs of one kind (of one site) are in each state: one counting query.
+    pub async fn job_counts(
+        &self,
+        kind: JobKind,
+        site: Option<&str>,
+    ) -> Result<BTreeMap<JobState, usize>, StoreError> {
+        let mut sql = format!(
+            "SELECT status, COUNT(*) AS n FROM {} WHERE 1 = 1",
+            tables(kind).jobs
+        );
+        let mut values = Vec::new();
+        if let Some(site) = site {
+            values.push(Param::from(site));
+            sql.push_str(" AND site = $1");
+        }
+        sql.push_str(" GROUP BY status");
+        let mut tx = self.pool.read().await?;
+        let mut counts = BTreeMap::new();
+        for row in tx.fetch_all(sql, &values).await? {
+            let state: JobState = parse_name(&row.text("status")?)?;
+            counts.insert(state, usize::try_from(row.int("n")?).unwrap_or(0));
+        }
+        Ok(counts)
     }
 
     /// The node's most recent job of either kind (the lifecycle detail view, 001 §9.2).

@@ -9,8 +9,8 @@ use chrono::Duration;
 use metalform::drift::{self, Resolution, ResolveError};
 use metalform::lifecycle::{DecommissionMode, JobKind, JobState, NodeState, Owner};
 use metalform::store::{
-    Actor, DriftMark, DriftRecord, JobUpdate, MaasObservation, NewDecommission, NodeTransition,
-    Store, StoreError,
+    Actor, ConvergedNode, DriftMark, DriftRecord, JobFilter, JobUpdate, MaasObservation,
+    NewDecommission, NodeTransition, Store, StoreError,
 };
 use serde_json::json;
 use uuid::Uuid;
@@ -318,6 +318,181 @@ pub async fn the_summary_counts_ok_drifted_and_unreconciled(url: String) {
     assert_eq!(open[0].rule.as_deref(), Some("unexpected_recommission"));
 }
 
+/// A converged node of site dc1 for `Store::seed_converged`.
+fn converged(hostname: &str) -> ConvergedNode {
+    ConvergedNode {
+        site: "dc1".into(),
+        hostname: hostname.into(),
+        sku: Some("mi300x.192g.8gpu".into()),
+        gpus: Some(8),
+        ipmi_ip: Some(format!("10.176.16.{}", hostname.len())),
+        system_id: format!("sys-{hostname}"),
+        maas_status: "Deployed".into(),
+        power_state: "on".into(),
+        ips: vec!["10.0.0.5".into()],
+        host: Some("10.0.0.5".into()),
+    }
+}
+
+pub async fn a_drift_batch_writes_every_record_but_the_refused_ones(url: String) {
+    let (store, clock) = open(&url).await;
+    let ids = store
+        .seed_converged(&[converged("a1"), converged("a2"), converged("a3")], 0)
+        .await
+        .unwrap();
+    let nodes: Vec<_> = futures::future::join_all(ids.iter().map(|id| store.node(*id)))
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let seeded_at = store
+        .maas_state(ids[0])
+        .await
+        .unwrap()
+        .unwrap()
+        .last_reconciled_at;
+    clock.advance(Duration::minutes(5));
+    let powered_off = |node: &metalform::store::Node, hostname: &str| {
+        let mut record = DriftRecord::new(node, reconciler());
+        let mut seen = observation(hostname, Some("Deployed"));
+        seen.power_state = Some("off".into());
+        record.observation = Some(seen);
+        record
+    };
+    // a2 moved since the pass read it; a3 has an open job: both refused, a1 written.
+    let mut stale = powered_off(&nodes[1], "a2");
+    stale.expected_generation -= 1;
+    store
+        .create_decommission(&NewDecommission {
+            node_id: ids[2],
+            mode: DecommissionMode::SoftReset,
+            erase: None,
+            storage_cleanup: None,
+            reason: None,
+            requested_by: None,
+            plan_id: None,
+        })
+        .await
+        .unwrap();
+    let results = store
+        .record_drift_batch(&[
+            powered_off(&nodes[0], "a1"),
+            stale,
+            powered_off(&nodes[2], "a3"),
+        ])
+        .await
+        .unwrap();
+    assert!(results[0].is_ok(), "{results:?}");
+    assert!(
+        matches!(results[1], Err(StoreError::StaleGeneration { .. })),
+        "{results:?}"
+    );
+    assert!(
+        matches!(results[2], Err(StoreError::JobOpen { .. })),
+        "{results:?}"
+    );
+    let state = |i: usize| {
+        let store = store.clone();
+        let id = ids[i];
+        async move { store.maas_state(id).await.unwrap().unwrap() }
+    };
+    assert_eq!(state(0).await.last_maas_power_state.as_deref(), Some("off"));
+    assert_eq!(state(1).await.last_maas_power_state.as_deref(), Some("on"));
+    assert_eq!(state(2).await.last_maas_power_state.as_deref(), Some("on"));
+    assert_eq!(state(1).await.last_reconciled_at, seeded_at);
+
+    // Seen again as recorded: only the reconcile time moves, for exactly those nodes.
+    clock.advance(Duration::minutes(5));
+    store.touch_reconciled(&ids[1..2]).await.unwrap();
+    let touched = state(1).await;
+    assert_eq!(
+        touched.last_reconciled_at,
+        Some(t0() + Duration::minutes(10))
+    );
+    assert_eq!(touched.last_maas_power_state.as_deref(), Some("on"));
+    assert_eq!(touched.maas_system_id, "sys-a2");
+    assert_eq!(
+        state(0).await.last_reconciled_at,
+        Some(t0() + Duration::minutes(5))
+    );
+    store.touch_reconciled(&[]).await.unwrap();
+}
+
+pub async fn observe_reads_the_current_jobs_not_the_history(url: String) {
+    let (store, clock) = open(&url).await;
+    let ids = store
+        .seed_converged(&[converged("b1"), converged("b2")], 2)
+        .await
+        .unwrap();
+    let node = store.node(ids[0]).await.unwrap();
+    assert_eq!(node.status, NodeState::Active);
+    assert_eq!(node.host.as_deref(), Some("10.0.0.5"));
+    assert_eq!(
+        store.last_agent_contact(ids[0]).await.unwrap(),
+        Some(t0()),
+        "its agent was heard from"
+    );
+    let all = store
+        .list_jobs(JobKind::Onboarding, &JobFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 6, "three onboardings per node");
+    let current = store.current_jobs(JobKind::Onboarding, None).await.unwrap();
+    assert_eq!(current.len(), 2, "{current:?}");
+    for job in &current {
+        assert_eq!(job.requested_at, t0(), "the newest of its node: {job:?}");
+        assert_eq!(
+            job.maas_system_id.as_deref(),
+            Some(&*format!("sys-{}", job.hostname))
+        );
+    }
+
+    // A newer job without a machine: it is current, and so is the newest one with a machine
+    // (the drift pass binds the node through it); an open job always is.
+    clock.advance(Duration::minutes(1));
+    let reonboard = store
+        .create_onboarding(&metalform::store::NewOnboarding {
+            site: "dc1".into(),
+            hostname: "b1".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let current = store
+        .current_jobs(JobKind::Onboarding, Some("dc1"))
+        .await
+        .unwrap();
+    let of_b1: Vec<_> = current.iter().filter(|j| j.hostname == "b1").collect();
+    assert_eq!(of_b1.len(), 2, "{of_b1:?}");
+    assert_eq!(of_b1[0].id, reonboard.id, "newest first");
+    assert_eq!(of_b1[1].maas_system_id.as_deref(), Some("sys-b1"));
+    assert!(
+        store
+            .current_jobs(JobKind::Onboarding, Some("dc2"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    let counts = store
+        .job_counts(JobKind::Onboarding, Some("dc1"))
+        .await
+        .unwrap();
+    assert_eq!(counts.get(&JobState::Completed), Some(&6));
+    assert_eq!(counts.get(&JobState::Pending), Some(&1));
+    assert_eq!(counts.len(), 2, "{counts:?}");
+    assert!(
+        store
+            .job_counts(JobKind::Decommission, None)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // Seeding a hostname that is already live is refused.
+    assert!(store.seed_converged(&[converged("b2")], 0).await.is_err());
+}
+
 #[macro_export]
 macro_rules! drift_store_suite_tests {
     ($make_url:path) => {
@@ -326,6 +501,8 @@ macro_rules! drift_store_suite_tests {
             a_drift_record_is_written_whole_or_not_at_all,
             resolve_acknowledges_or_reactivates_and_refuses_otherwise,
             the_summary_counts_ok_drifted_and_unreconciled,
+            a_drift_batch_writes_every_record_but_the_refused_ones,
+            observe_reads_the_current_jobs_not_the_history,
         );
     };
     (@cases $make_url:path; $($case:ident),+ $(,)?) => {

@@ -16,6 +16,8 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use rand::{RngExt, SeedableRng};
+
+use crate::backoff::Backoff;
 use rand_chacha::ChaCha8Rng;
 
 /// How often and how patiently a call is retried.
@@ -66,10 +68,11 @@ impl RetryPolicy {
     /// The un-jittered backoff before retry number `retry` (0 = the first retry):
     /// `min(max_delay, base_delay * 2^retry)`.
     pub fn backoff(&self, retry: u32) -> Duration {
-        let factor = 2u32.saturating_pow(retry.min(31));
-        self.base_delay
-            .checked_mul(factor)
-            .map_or(self.max_delay, |delay| delay.min(self.max_delay))
+        self.schedule().ceiling(retry.saturating_add(1))
+    }
+
+    fn schedule(&self) -> Backoff {
+        Backoff::new(self.base_delay, self.max_delay)
     }
 
     /// The wait before retry number `retry`, given MAAS's `Retry-After` (if any) and a uniform
@@ -79,17 +82,10 @@ impl RetryPolicy {
     /// * with `Retry-After`: at least what MAAS asked, plus up to `backoff/2` of jitter so that a
     ///   fleet of clients told "5 s" does not come back in the same instant.
     pub fn delay(&self, retry: u32, retry_after: Option<Duration>, unit: f64) -> Duration {
-        let unit = if unit.is_finite() {
-            unit.clamp(0.0, 1.0)
-        } else {
-            0.0
-        };
-        let backoff = self.backoff(retry);
-        let half = backoff / 2;
-        let spread = half.mul_f64(unit);
+        let failures = retry.saturating_add(1);
         match retry_after {
-            None => half + spread,
-            Some(asked) => asked + spread,
+            None => self.schedule().jittered(failures, unit),
+            Some(asked) => asked + self.schedule().spread(failures, unit),
         }
     }
 }

@@ -1,0 +1,386 @@
+//! Benchmark of a converged fleet (issue 17): a generated fleet (10,000 nodes over 20 sites by
+//! default, examples/large_fleet.rs) whose machines are already Deployed in one simulated MAAS
+//! per site and whose nodes the store already holds active and bound to them — the
+//! simulator's converged scenario (`sim::converged`) and `Store::seed_converged` — so nothing
+//! is onboarded first.
+//!
+//! `cargo bench --profile dev --bench converged [-- --machines N --sites S --runs R
+//! --history H]` prints, per run and as min/median/max:
+//! - `plan`: observe every site with fresh clients (as `metalform plan` does) and plan, with
+//!   the MAAS requests made and the heap it peaked at (a counting allocator: what the
+//!   observation and the plan hold, the simulators included as they answer);
+//! - a reconcile pass: for every site at once, as the daemon does, observe the site with the
+//!   daemon's long-lived clients, plan it and run its drift pass on that observation; with the
+//!   MAAS requests per pass;
+//! - the store seeding itself.
+//!
+//! `--history H` gives each node H older completed onboardings (a reimaged fleet's history).
+//! Behaviour is asserted (every node settled, nothing to act on, no drift); timings are
+//! printed, never asserted. Under `cargo test --all-targets` it runs once on 200 nodes over 4
+//! sites as a smoke test.
+
+#[allow(dead_code)]
+#[path = "../examples/large_fleet.rs"]
+mod large_fleet;
+
+mod support;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use metalform::clock::SystemClock;
+use metalform::drift::{DriftEnv, DriftPolicy};
+use metalform::manifest;
+use metalform::model::{Fleet, SiteName};
+use metalform::observe::{self, MaasClients, SiteFilter, SiteObservation};
+use metalform::plan::{self, Action, PlanOptions};
+use metalform::provider::maas::{MaasClientOptions, MaasMetrics};
+use metalform::secrets::{FileStore, SecretStore};
+use metalform::sim::converged::{FleetMachine, converged_config, converged_nodes};
+use metalform::sim::{self, SimHandle};
+use metalform::source::FleetSource;
+use metalform::store::Store;
+use support::{Samples, benchmarking, ms};
+
+/// The system allocator, counting the bytes in use and their peak since the last reset.
+struct Counting;
+
+static IN_USE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let ptr = unsafe { System.alloc(layout) };
+        if !ptr.is_null() {
+            let now = IN_USE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
+            PEAK.fetch_max(now, Ordering::Relaxed);
+        }
+        ptr
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) };
+        IN_USE.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Bytes in use now, and the peak is reset to it.
+fn reset_peak() -> usize {
+    let now = IN_USE.load(Ordering::Relaxed);
+    PEAK.store(now, Ordering::Relaxed);
+    now
+}
+
+fn mib(bytes: usize) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+/// The process's resident set (VmRSS), from /proc.
+fn rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map(|kib| kib / 1024.0)
+        .unwrap_or(0.0)
+}
+
+/// The simulators' runtime: a MAAS is another server, sharing the machine's cores.
+static SIM_RUNTIME: std::sync::LazyLock<tokio::runtime::Runtime> = std::sync::LazyLock::new(|| {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("simulated-maas")
+        .enable_all()
+        .build()
+        .expect("a runtime for the simulators")
+});
+
+struct Options {
+    shape: large_fleet::Shape,
+    runs: usize,
+    history: usize,
+}
+
+fn options() -> Options {
+    let mut options = if benchmarking() {
+        Options {
+            shape: large_fleet::Shape {
+                nodes: 10_000,
+                sites: 20,
+                groups: 200,
+            },
+            runs: 5,
+            history: 2,
+        }
+    } else {
+        Options {
+            shape: large_fleet::Shape {
+                nodes: 200,
+                sites: 4,
+                groups: 8,
+            },
+            runs: 2,
+            history: 1,
+        }
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut number = |name: &str| -> usize {
+            args.next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{name} needs a number"))
+        };
+        match arg.as_str() {
+            "--machines" => options.shape.nodes = number("--machines"),
+            "--sites" => options.shape.sites = number("--sites"),
+            "--runs" => options.runs = number("--runs").max(1),
+            "--history" => options.history = number("--history"),
+            _ => {}
+        }
+    }
+    options.shape.groups = options.shape.groups.max(options.shape.sites);
+    options
+}
+
+async fn start_regions(fleet: &Fleet) -> BTreeMap<SiteName, SimHandle> {
+    let mut regions = BTreeMap::new();
+    for (index, site) in fleet.sites.keys().enumerate() {
+        let nodes: Vec<FleetMachine> = fleet
+            .nodes_of_site(site)
+            .map(|node| FleetMachine {
+                hostname: node.id.hostname.to_string(),
+                bmc_ip: node.bmc.ipmi_ip.to_string(),
+            })
+            .collect();
+        let config = converged_config(index as u64 + 1, &nodes);
+        let handle = SIM_RUNTIME
+            .spawn(sim::start(config))
+            .await
+            .expect("the simulator task runs")
+            .expect("the simulator starts");
+        regions.insert(site.clone(), handle);
+    }
+    regions
+}
+
+fn clients(regions: &BTreeMap<SiteName, SimHandle>, metrics: &MaasMetrics) -> MaasClients {
+    let mut clients = MaasClients::new(MaasClientOptions {
+        metrics: metrics.clone(),
+        ..MaasClientOptions::default()
+    });
+    for (name, region) in regions {
+        clients = clients.with_endpoint(name.clone(), region.maas_url.clone());
+    }
+    clients
+}
+
+fn requests(metrics: &MaasMetrics) -> String {
+    metrics
+        .snapshot()
+        .into_iter()
+        .map(|((op, status), n)| format!("{op} {status}: {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Every node of the plan settled: nothing to do and no drift.
+fn assert_converged(plan: &plan::Plan, nodes: usize) {
+    let items: Vec<_> = plan.items.iter().collect();
+    assert_eq!(items.len(), nodes, "one item per node");
+    for item in items {
+        assert_eq!(item.action, Action::Noop, "{item:?}");
+        assert!(item.drift.is_none(), "{item:?}");
+    }
+}
+
+async fn run(options: Options) {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let root = dir.path().join("fleet");
+    large_fleet::generate(&root, options.shape).expect("the fleet is generated");
+    let fleet = manifest::load_fleet(&FleetSource::Directory(root))
+        .expect("the generated fleet is valid")
+        .fleet;
+    let nodes = fleet.nodes.len();
+    let started = Instant::now();
+    let regions = start_regions(&fleet).await;
+
+    let mut secrets: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    for (name, site) in &fleet.sites {
+        secrets.insert(
+            site.maas.api_key.path.clone(),
+            BTreeMap::from([(
+                site.maas.api_key.key.clone().unwrap_or_default(),
+                regions[name].api_key().expose().to_owned(),
+            )]),
+        );
+    }
+    let secrets_path = dir.path().join("secrets.json");
+    std::fs::write(&secrets_path, serde_json::to_string(&secrets).unwrap()).unwrap();
+    let secrets: Arc<dyn SecretStore> = Arc::new(FileStore::new(&secrets_path));
+    let store = Store::open(
+        &format!("sqlite://{}", dir.path().join("state.db").display()),
+        Arc::new(SystemClock),
+    )
+    .await
+    .expect("the store opens");
+    let simulated = started.elapsed();
+
+    let seeding = Instant::now();
+    for (name, region) in &regions {
+        let mut rows = converged_nodes(region, name.as_str());
+        for row in &mut rows {
+            let node = fleet
+                .nodes_of_site(name)
+                .find(|n| n.id.hostname.as_str() == row.hostname)
+                .expect("every machine is a node of the site");
+            row.sku = Some(node.sku.to_string());
+            row.gpus = Some(i64::from(node.gpus));
+        }
+        store
+            .seed_converged(&rows, options.history)
+            .await
+            .expect("the store is seeded");
+    }
+    println!(
+        "fleet: {nodes} nodes over {} sites, converged; {} simulated regions started in {:.1} s; store seeded in {:.1} s ({} older onboardings per node)",
+        fleet.sites.len(),
+        regions.len(),
+        simulated.as_secs_f64(),
+        seeding.elapsed().as_secs_f64(),
+        options.history
+    );
+    println!("process RSS after set-up: {:.0} MiB", rss_mib());
+
+    // `plan`: fresh clients every time, every site at once.
+    let (mut times, mut peaks) = (Vec::new(), Vec::new());
+    let mut last = String::new();
+    for run in 0..options.runs {
+        let metrics = MaasMetrics::new();
+        let clients = clients(&regions, &metrics);
+        let base = reset_peak();
+        let start = Instant::now();
+        let snapshot =
+            observe::observe(&fleet, &SiteFilter::All, &store, secrets.as_ref(), &clients)
+                .await
+                .expect("observed");
+        let observed = start.elapsed();
+        let plan = plan::plan(&fleet, &snapshot, &PlanOptions::default());
+        let total = start.elapsed();
+        let peak = PEAK.load(Ordering::Relaxed).saturating_sub(base);
+        assert_converged(&plan, nodes);
+        drop((plan, snapshot));
+        println!(
+            "  plan run {}: observe {:>7.1} ms + plan {:>6.1} ms = {:>7.1} ms; heap peak +{:.0} MiB; {} MAAS requests",
+            run + 1,
+            ms(observed),
+            ms(total - observed),
+            ms(total),
+            mib(peak),
+            metrics.total()
+        );
+        last = requests(&metrics);
+        times.push(total);
+        peaks.push(peak);
+    }
+    peaks.sort();
+    println!(
+        "plan (observe + plan, {nodes} nodes): {}; heap peak median +{:.0} MiB ({:.1} KiB per node); requests: {last}",
+        Samples::from(times).summary(),
+        mib(peaks[peaks.len() / 2]),
+        peaks[peaks.len() / 2] as f64 / 1024.0 / nodes as f64,
+    );
+
+    // Reconcile passes: the daemon's long-lived clients, every site at once.
+    let metrics = MaasMetrics::new();
+    let daemon_clients = clients(&regions, &metrics);
+    let env = DriftEnv::new(
+        store.clone(),
+        secrets.clone(),
+        daemon_clients.clone(),
+        DriftPolicy::default(),
+    );
+    let mut passes = Vec::new();
+    for run in 0..options.runs + 1 {
+        let before = metrics.total();
+        let start = Instant::now();
+        let reports = futures::future::join_all(fleet.sites.values().map(|site| {
+            let (fleet, store, secrets, clients, env) =
+                (&fleet, &store, &secrets, &daemon_clients, &env);
+            async move {
+                let filter = SiteFilter::Only([site.name.clone()].into());
+                let mut snapshot =
+                    observe::observe(fleet, &filter, store, secrets.as_ref(), clients)
+                        .await
+                        .expect("observed");
+                let plan = plan::plan(fleet, &snapshot, &PlanOptions { sites: filter });
+                let observation = snapshot.sites.remove(&site.name);
+                assert!(matches!(
+                    observation,
+                    Some(SiteObservation::Readable { .. })
+                ));
+                let report = metalform::drift::reconcile_site(env, site, observation)
+                    .await
+                    .expect("drift pass");
+                (plan, report)
+            }
+        }))
+        .await;
+        let took = start.elapsed();
+        let mut settled = 0;
+        for (plan, report) in &reports {
+            settled += plan.items.len();
+            assert!(report.errors.is_empty(), "{:?}", report.errors);
+            assert_eq!(report.taken().count(), 0, "nothing to act on");
+            assert_eq!(
+                report.by_rule.get("deployed_active").copied().unwrap_or(0),
+                report.findings.len(),
+                "{:?}",
+                report.by_rule
+            );
+        }
+        assert_eq!(settled, nodes);
+        let made = metrics.total() - before;
+        println!(
+            "  reconcile pass {}{}: {:>7.1} ms; {made} MAAS requests ({:.1} per site)",
+            run + 1,
+            if run == 0 {
+                " (first: clients new)"
+            } else {
+                ""
+            },
+            ms(took),
+            made as f64 / fleet.sites.len() as f64
+        );
+        if run > 0 {
+            passes.push(took);
+        }
+    }
+    println!(
+        "reconcile pass ({nodes} nodes, {} sites, after the first): {}; requests in all: {}",
+        fleet.sites.len(),
+        Samples::from(passes).summary(),
+        requests(&metrics)
+    );
+    println!("process RSS at the end: {:.0} MiB", rss_mib());
+    store.close().await;
+}
+
+fn main() {
+    let options = options();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("metalform")
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(run(options));
+}
