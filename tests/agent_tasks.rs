@@ -10,7 +10,7 @@ mod agent_suite;
 use std::time::Duration;
 
 use chrono::Duration as Span;
-use metalform::agent::{AgentState, TaskTiming, TaskType};
+use metalform::agent::{AgentChannel, ChannelOptions, TaskTiming, TaskType};
 use metalform::clock::ManualClock;
 use metalform::store::{EnsureOutcome, Store, TaskStatus};
 use serde_json::{Value, json};
@@ -18,6 +18,7 @@ use uuid::Uuid;
 
 struct Bed {
     store: Store,
+    channel: AgentChannel,
     clock: ManualClock,
     base: String,
     node: Uuid,
@@ -41,17 +42,32 @@ async fn bed() -> Bed {
         .await
         .unwrap()
         .agent_token;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let state = AgentState::new(store.clone(), format!("http://{addr}/").parse().unwrap())
-        .with_task_timing(TaskTiming {
-            lease: Duration::from_secs(120),
-            poll_step: Duration::from_millis(20),
-        });
-    let app = metalform::agent::router(state);
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    // The channel on the hardened listener, TLS turned off explicitly (raw HTTP for the test).
+    let bound = metalform::listener::bind(
+        "agent",
+        "127.0.0.1:0".parse().unwrap(),
+        &metalform::listener::TlsSetting::Off,
+        metalform::listener::Limits::agent(),
+    )
+    .await
+    .unwrap();
+    let addr = bound.local_addr();
+    let channel = AgentChannel::new(
+        store.clone(),
+        format!("http://{addr}/").parse().unwrap(),
+        ChannelOptions {
+            timing: TaskTiming {
+                lease: Duration::from_secs(120),
+                poll_step: Duration::from_millis(20),
+            },
+            // Contacts are written when the test flushes.
+            contact_flush: Duration::from_secs(3600),
+        },
+    );
+    std::mem::forget(bound.serve(channel.router()));
     Bed {
         store,
+        channel: channel.clone(),
         clock,
         base: format!("http://{addr}/agent/v1/nodes/{}/tasks", a.node),
         node: a.node,
@@ -160,36 +176,44 @@ async fn polls_need_the_nodes_own_agent_token() {
 }
 
 #[tokio::test]
-async fn every_poll_is_a_heartbeat() {
+async fn every_poll_is_a_heartbeat_written_in_batches() {
     let bed = bed().await;
-    let enrolled_at = bed
-        .store
-        .node(bed.node)
-        .await
-        .unwrap()
-        .last_agent_contact_at
-        .unwrap();
+    let contact_of = |bed: &Bed| {
+        let store = bed.store.clone();
+        let node = bed.node;
+        async move {
+            store
+                .node(node)
+                .await
+                .unwrap()
+                .last_agent_contact_at
+                .unwrap()
+        }
+    };
+    let enrolled_at = contact_of(&bed).await;
+    // The first use of a new agent token is written at once (the replay rule reads it).
     bed.clock.advance(Span::minutes(7));
     assert_eq!(bed.poll().await.0, 204);
-    let contact = bed
-        .store
-        .node(bed.node)
-        .await
-        .unwrap()
-        .last_agent_contact_at
-        .unwrap();
+    let contact = contact_of(&bed).await;
     assert_eq!(contact - enrolled_at, Span::minutes(7));
+    // Later polls are noted in memory and written together at the next flush.
+    bed.clock.advance(Span::minutes(1));
+    assert_eq!(bed.poll().await.0, 204);
+    bed.clock.advance(Span::minutes(1));
+    assert_eq!(bed.poll().await.0, 204);
+    assert_eq!(contact_of(&bed).await, contact, "not written yet");
+    assert_eq!(bed.channel.flush_contacts().await.unwrap(), 1, "one row");
+    assert_eq!(contact_of(&bed).await - contact, Span::minutes(2));
     // A refused poll (another node's token) is no heartbeat for this node.
     bed.clock.advance(Span::minutes(1));
     assert_eq!(bed.poll_with(Some(&bed.other_token), "0").await.0, 403);
-    assert_eq!(
-        bed.store
-            .node(bed.node)
-            .await
-            .unwrap()
-            .last_agent_contact_at,
-        Some(contact)
-    );
+    assert_eq!(bed.channel.flush_contacts().await.unwrap(), 0);
+    assert_eq!(contact_of(&bed).await - contact, Span::minutes(2));
+    // Closing the channel writes what is noted (a restart loses nothing).
+    bed.clock.advance(Span::minutes(1));
+    assert_eq!(bed.poll().await.0, 204);
+    bed.channel.close().await;
+    assert_eq!(contact_of(&bed).await - contact, Span::minutes(4));
 }
 
 #[tokio::test]

@@ -41,6 +41,15 @@ pub fn http() -> reqwest::Client {
     reqwest::Client::new()
 }
 
+/// A client that trusts only `ca_pem` (what a deployed host's agent does).
+pub fn pinned(ca_pem: &str) -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .tls_certs_only(reqwest::Certificate::from_pem_bundle(ca_pem.as_bytes()).unwrap())
+        .build()
+        .unwrap()
+}
+
 fn exec() -> Actor {
     Actor::system("apply")
 }

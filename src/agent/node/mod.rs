@@ -1,0 +1,1 @@
+//! The node agent (`metalform agent`): placeholder, filled in below.
