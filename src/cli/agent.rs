@@ -24,13 +24,28 @@ pub struct Args {
 #[derive(Debug, Clone, clap::Args)]
 pub struct PathArgs {
     /// What the tasks may touch (optional; docs/agent.md "Configuration").
-    #[arg(long, global = true, default_value = "/etc/metalform/agent.toml", value_name = "FILE")]
+    #[arg(
+        long,
+        global = true,
+        default_value = "/etc/metalform/agent.toml",
+        value_name = "FILE"
+    )]
     pub config: PathBuf,
     /// Where to enroll and who this host is (cloud-init writes it).
-    #[arg(long, global = true, default_value = "/etc/metalform/agent.env", value_name = "FILE")]
+    #[arg(
+        long,
+        global = true,
+        default_value = "/etc/metalform/agent.env",
+        value_name = "FILE"
+    )]
     pub env_file: PathBuf,
     /// The agent's credentials and task journals (0700).
-    #[arg(long, global = true, default_value = "/var/lib/metalform-agent", value_name = "DIR")]
+    #[arg(
+        long,
+        global = true,
+        default_value = "/var/lib/metalform-agent",
+        value_name = "DIR"
+    )]
     pub state_dir: PathBuf,
     /// The CA bundle to pin (default: /etc/metalform/ca.pem when it exists, else the system
     /// roots).
@@ -64,7 +79,12 @@ pub struct RunArgs {
 #[derive(Debug, clap::Args)]
 pub struct EnrollArgs {
     /// The single-use enrollment token (from a fresh cloud-init payload).
-    #[arg(long, env = "METALFORM_ENROLL_TOKEN", hide_env_values = true, value_name = "TOKEN")]
+    #[arg(
+        long,
+        env = "METALFORM_ENROLL_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
     pub token: String,
     /// The enrollment URL (default: agent.env's METALFORM_ENROLL_URL).
     #[arg(long, value_name = "URL")]
@@ -76,7 +96,11 @@ pub struct EnrollArgs {
 
 /// `metalform-agent`: the agent alone.
 #[derive(Debug, clap::Parser)]
-#[command(name = "metalform-agent", version, about = "metalform node agent (docs/agent.md)")]
+#[command(
+    name = "metalform-agent",
+    version,
+    about = "metalform node agent (docs/agent.md)"
+)]
 struct Standalone {
     #[command(flatten)]
     args: Args,
@@ -124,15 +148,18 @@ pub fn main(args: Args, log: &str) -> ExitCode {
         ca_file: paths.ca_file.clone(),
         dry_run,
     };
-    let outcome = match args.command.unwrap_or(AgentCommand::Run(RunArgs::default())) {
-        AgentCommand::Run(run) => runtime
-            .block_on(node::run(options(run.dry_run)))
-            .map(|stopped| {
-                match stopped {
+    let outcome = match args
+        .command
+        .unwrap_or(AgentCommand::Run(RunArgs::default()))
+    {
+        AgentCommand::Run(run) => {
+            runtime
+                .block_on(node::run(options(run.dry_run)))
+                .map(|stopped| match stopped {
                     Stopped::Signalled => tracing::info!("metalform agent stopped"),
                     Stopped::Uninstalled => tracing::info!("metalform agent uninstalled itself"),
-                }
-            }),
+                })
+        }
         AgentCommand::Enroll(enroll) => runtime.block_on(async {
             let options = options(false);
             if !enroll.force

@@ -176,9 +176,10 @@ impl ListenerStats {
     /// At most one log line a second about refused connections (a flood must not flood the
     /// log too).
     fn log_refusal(&self, name: &str, peer: &SocketAddr, why: &str) {
-        let now = now_ms();
+        // 0: never logged (times are stored plus one).
+        let now = now_ms() + 1;
         let last = self.last_refusal_log.load(Ordering::Relaxed);
-        if now.saturating_sub(last) >= 1_000
+        if (last == 0 || now.saturating_sub(last) >= 1_000)
             && self
                 .last_refusal_log
                 .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)

@@ -144,6 +144,18 @@ sim_control = {{ {sims} }}
         std::fs::write(&self.config_path, text.replace(&local, lines)).unwrap();
     }
 
+    /// Replace the `[agent]` table's body (its listen address, TLS, leases).
+    pub fn set_agent(&self, lines: &str) {
+        let text = std::fs::read_to_string(&self.config_path).unwrap();
+        let table = "[agent]\nlisten = \"127.0.0.1:0\"\n";
+        assert!(text.contains(table));
+        std::fs::write(
+            &self.config_path,
+            text.replace(table, &format!("[agent]\n{lines}\n")),
+        )
+        .unwrap();
+    }
+
     /// Listen on fixed free ports (a spawned daemon's address must be known, and deployed
     /// hosts carry the agent channel's URL across a restart); the admin listener's address.
     pub fn listen_on_free_port(&self) -> String {

@@ -152,7 +152,11 @@ impl TaskExecutor for RevokeUsers {
         let force = match params.get("force") {
             None | Some(Value::Null) => false,
             Some(Value::Bool(force)) => *force,
-            Some(other) => return Err(bad_params(format!("`force` must be true or false, not {other}"))),
+            Some(other) => {
+                return Err(bad_params(format!(
+                    "`force` must be true or false, not {other}"
+                )));
+            }
         };
         let (mut removed, mut locked) = (Vec::new(), Vec::new());
         for account in tenants(ctx) {
@@ -279,7 +283,10 @@ impl TaskExecutor for Drain {
 /// The GPUs of one vendor as its tool numbers them.
 fn gpu_indices(ctx: &mut TaskContext<'_>, vendor: Vendor) -> Result<Vec<String>, TaskFailure> {
     let (tool, args): (&str, &[&str]) = match vendor {
-        Vendor::Nvidia => ("nvidia-smi", &["--query-gpu=index", "--format=csv,noheader"]),
+        Vendor::Nvidia => (
+            "nvidia-smi",
+            &["--query-gpu=index", "--format=csv,noheader"],
+        ),
         Vendor::Amd => ("rocm-smi", &["--showid"]),
     };
     let out = ctx.probe(Cmd::probe(&ctx.tool(tool), args)).map_err(|e| {
@@ -333,8 +340,7 @@ impl TaskExecutor for GpuScrub {
     fn run(&self, _: &Value, ctx: &mut TaskContext<'_>) -> Result<Report, TaskFailure> {
         let gpus = ctx.host.pci_gpus();
         if gpus.is_empty() {
-            let message =
-                "no GPU present: no NVIDIA (0x10de) or AMD (0x1002) display or accelerator device on the PCI bus";
+            let message = "no GPU present: no NVIDIA (0x10de) or AMD (0x1002) display or accelerator device on the PCI bus";
             if ctx.config.gpu.require {
                 return Err(TaskFailure::new("no_gpu_present", message)
                     .with(json!({"gpus": 0, "hint": "a GPU may have fallen off the bus; set [gpu] require = false for hosts without GPUs"})));
@@ -393,15 +399,12 @@ fn boot_disks(mounts: &[Mount]) -> BTreeSet<String> {
 }
 
 /// Why `path` must not be cleaned, if it must not.
-fn refusal(
-    path: &Path,
-    data_disk: bool,
-    in_scope: &[&Path],
-    mounts: &[Mount],
-) -> Option<String> {
+fn refusal(path: &Path, data_disk: bool, in_scope: &[&Path], mounts: &[Mount]) -> Option<String> {
     let shown = path.display();
     if NEVER_CLEANED.iter().any(|p| Path::new(p) == path) {
-        return Some(format!("refusing to clean {shown}: it is a system directory"));
+        return Some(format!(
+            "refusing to clean {shown}: it is a system directory"
+        ));
     }
     if data_disk {
         let Some(mount) = mounts.iter().rfind(|m| Path::new(&m.target) == path) else {
@@ -458,8 +461,9 @@ impl StorageCleanup {
             .filter_map(|(path, disk)| refusal(path, *disk, &in_scope, &mounts))
             .collect();
         if !refused.is_empty() {
-            return Err(TaskFailure::new("refused", refused.join("; "))
-                .with(json!({"refused": refused})));
+            return Err(
+                TaskFailure::new("refused", refused.join("; ")).with(json!({"refused": refused}))
+            );
         }
         let mut cleaned = Vec::new();
         for (path, _) in targets {
@@ -538,7 +542,10 @@ impl TaskExecutor for StorageCleanup {
     }
 
     fn run(&self, params: &Value, ctx: &mut TaskContext<'_>) -> Result<Report, TaskFailure> {
-        let scope = params.get("scope").and_then(Value::as_str).unwrap_or("local");
+        let scope = params
+            .get("scope")
+            .and_then(Value::as_str)
+            .unwrap_or("local");
         let (local, weka) = match scope {
             "local" => (Some(Self::local(ctx)?), None),
             "weka" => (None, Some(Self::weka(ctx)?)),
@@ -570,7 +577,10 @@ impl ValidateClean {
             Vendor::Nvidia => {
                 let out = ctx.probe(Cmd::probe(
                     &ctx.tool("nvidia-smi"),
-                    &["--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
+                    &[
+                        "--query-gpu=index,memory.used",
+                        "--format=csv,noheader,nounits",
+                    ],
                 ))?;
                 for line in out.stdout.lines() {
                     if let Some((index, used)) = line.split_once(',')
@@ -601,7 +611,10 @@ impl ValidateClean {
                     if !rest.contains("VRAM%") && !rest.contains("memory use") {
                         continue;
                     }
-                    if let Some(used) = rest.rsplit(':').next().and_then(|v| v.trim().parse::<u64>().ok())
+                    if let Some(used) = rest
+                        .rsplit(':')
+                        .next()
+                        .and_then(|v| v.trim().parse::<u64>().ok())
                         && used > max.min(100)
                     {
                         residue.push(format!("GPU {index} has {used}% of its memory in use"));
@@ -641,10 +654,7 @@ impl TaskExecutor for ValidateClean {
             .into_iter()
             .filter(|m| {
                 let target = Path::new(&m.target);
-                m.fstype == "wekafs"
-                    || scoped
-                        .iter()
-                        .any(|s| target != *s && target.starts_with(s))
+                m.fstype == "wekafs" || scoped.iter().any(|s| target != *s && target.starts_with(s))
             })
             .map(|m| format!("{} ({})", m.target, m.fstype))
             .collect();
@@ -680,8 +690,10 @@ impl TaskExecutor for ValidateClean {
                 details,
             ))
         } else {
-            Err(TaskFailure::new("residue", format!("not clean: {}", found.join("; ")))
-                .with(details))
+            Err(
+                TaskFailure::new("residue", format!("not clean: {}", found.join("; ")))
+                    .with(details),
+            )
         }
     }
 }
@@ -704,12 +716,18 @@ impl TaskExecutor for HwSyncReseed {
         let Some(creds) = ctx.host.read(MAAS_CREDS) else {
             return Err(TaskFailure::new(
                 "credentials_missing",
-                format!("no MAAS hardware-sync credentials at {MAAS_CREDS}: metalform writes them after deploy (its hardware-sync stage); run that stage again"),
+                format!(
+                    "no MAAS hardware-sync credentials at {MAAS_CREDS}: metalform writes them after deploy (its hardware-sync stage); run that stage again"
+                ),
             ));
         };
         let missing: Vec<&str> = ["consumer_key", "token_key", "token_secret", "endpoint"]
             .into_iter()
-            .filter(|k| !creds.lines().any(|l| l.trim_start().starts_with(&format!("{k}:"))))
+            .filter(|k| {
+                !creds
+                    .lines()
+                    .any(|l| l.trim_start().starts_with(&format!("{k}:")))
+            })
             .collect();
         if !missing.is_empty() {
             return Err(TaskFailure::new(
@@ -721,19 +739,29 @@ impl TaskExecutor for HwSyncReseed {
         let endpoint_ok = system_id.is_empty()
             || creds.lines().any(|l| {
                 l.trim_start().starts_with("endpoint:")
-                    && l.trim_end().trim_end_matches('"').ends_with(&format!("/metadata/status/{system_id}"))
+                    && l.trim_end()
+                        .trim_end_matches('"')
+                        .ends_with(&format!("/metadata/status/{system_id}"))
             });
         if !endpoint_ok {
             return Err(TaskFailure::new(
                 "credentials_mismatch",
-                format!("{MAAS_CREDS} reports for another machine, not {system_id}: metalform's hardware-sync stage must write it again"),
+                format!(
+                    "{MAAS_CREDS} reports for another machine, not {system_id}: metalform's hardware-sync stage must write it again"
+                ),
             ));
         }
-        for unit in ["metalform-hw-sync.service", "metalform-hw-sync.timer", "metalform-hw-sync.path"] {
+        for unit in [
+            "metalform-hw-sync.service",
+            "metalform-hw-sync.timer",
+            "metalform-hw-sync.path",
+        ] {
             if !ctx.host.exists(&format!("/etc/systemd/system/{unit}")) {
                 return Err(TaskFailure::new(
                     "units_missing",
-                    format!("/etc/systemd/system/{unit} is missing: the host was not deployed with metalform's hardware-sync layer"),
+                    format!(
+                        "/etc/systemd/system/{unit} is missing: the host was not deployed with metalform's hardware-sync layer"
+                    ),
                 ));
             }
         }
@@ -743,11 +771,22 @@ impl TaskExecutor for HwSyncReseed {
         ctx.change(Cmd::change(&systemctl, &["daemon-reload"]))?;
         ctx.change(Cmd::change(
             &systemctl,
-            &["enable", "--now", "metalform-hw-sync.timer", "metalform-hw-sync.path"],
+            &[
+                "enable",
+                "--now",
+                "metalform-hw-sync.timer",
+                "metalform-hw-sync.path",
+            ],
         ))?;
-        ctx.change(Cmd::change(&systemctl, &["restart", "metalform-hw-sync.timer"]))?;
+        ctx.change(Cmd::change(
+            &systemctl,
+            &["restart", "metalform-hw-sync.timer"],
+        ))?;
         // Report now: MAAS sets last_sync when the machine posts its results.
-        ctx.change(Cmd::change(&systemctl, &["start", "metalform-hw-sync.service"]))?;
+        ctx.change(Cmd::change(
+            &systemctl,
+            &["start", "metalform-hw-sync.service"],
+        ))?;
         Ok(Report::new(
             "hardware sync reseeded: credentials present, timer and path units enabled, a sync reported now",
             json!({"commands": changed(ctx)}),
@@ -773,7 +812,15 @@ impl TaskExecutor for Uninstall {
             Cmd::change(&systemctl, &["disable", "metalform-agent.service"]),
             Cmd::change(&rm, &["-f", "--", &path(crate::cloudinit::AGENT_UNIT_PATH)]),
             Cmd::change(&systemctl, &["daemon-reload"]),
-            Cmd::change(&rm, &["-f", "--", &path(crate::cloudinit::AGENT_ENV_PATH), &path(crate::cloudinit::AGENT_CA_PATH)]),
+            Cmd::change(
+                &rm,
+                &[
+                    "-f",
+                    "--",
+                    &path(crate::cloudinit::AGENT_ENV_PATH),
+                    &path(crate::cloudinit::AGENT_CA_PATH),
+                ],
+            ),
             Cmd::change(&rm, &["-rf", "--", &ctx.state_dir.display().to_string()]),
         ];
         // The installed agent removes its executable; `metalform agent` (the full binary) does not

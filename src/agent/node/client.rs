@@ -122,8 +122,13 @@ impl Client {
     }
 
     pub async fn enroll<B: Serialize>(&self, url: &str, body: &B) -> Answer<EnrollResponse> {
-        self.send(self.http.post(url).json(body).timeout(Duration::from_secs(30)))
-            .await
+        self.send(
+            self.http
+                .post(url)
+                .json(body)
+                .timeout(Duration::from_secs(30)),
+        )
+        .await
     }
 
     pub async fn poll(&self, tasks_url: &str, token: &str, wait: Duration) -> Answer<PollAnswer> {

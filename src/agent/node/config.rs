@@ -244,10 +244,7 @@ impl NodeConfig {
                 .span()
                 .map(|s| {
                     let before = &text[..s.start.min(text.len())];
-                    format!(
-                        "line {}: ",
-                        before.matches('\n').count() + 1
-                    )
+                    format!("line {}: ", before.matches('\n').count() + 1)
                 })
                 .unwrap_or_default();
             ConfigError {
@@ -279,9 +276,10 @@ impl NodeConfig {
                 ));
             }
         }
-        if self.users.tenant_uid_min == 0 || self.users.tenant_uid_min > self.users.tenant_uid_max
-        {
-            return Err("[users] tenant_uid_min must be at least 1 and at most tenant_uid_max".into());
+        if self.users.tenant_uid_min == 0 || self.users.tenant_uid_min > self.users.tenant_uid_max {
+            return Err(
+                "[users] tenant_uid_min must be at least 1 and at most tenant_uid_max".into(),
+            );
         }
         Ok(())
     }
@@ -324,7 +322,10 @@ impl EnvFile {
     }
 
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.values.get(key).map(String::as_str).filter(|v| !v.is_empty())
+        self.values
+            .get(key)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
     }
 
     /// Who this host is.
@@ -334,7 +335,10 @@ impl EnvFile {
                 .get("METALFORM_NODE")
                 .map(str::to_owned)
                 .unwrap_or_else(local_hostname),
-            system_id: self.get("METALFORM_SYSTEM_ID").unwrap_or_default().to_owned(),
+            system_id: self
+                .get("METALFORM_SYSTEM_ID")
+                .unwrap_or_default()
+                .to_owned(),
             deploy_user: self.get("METALFORM_DEPLOY_USER").map(str::to_owned),
         }
     }
@@ -355,14 +359,32 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let config = NodeConfig::load(&dir.path().join("agent.toml")).unwrap();
         assert_eq!(config, NodeConfig::default());
-        assert_eq!(config.storage.scratch, vec![PathBuf::from("/tmp"), "/var/tmp".into()]);
+        assert_eq!(
+            config.storage.scratch,
+            vec![PathBuf::from("/tmp"), "/var/tmp".into()]
+        );
         let path = dir.path().join("bad.toml");
-        std::fs::write(&path, "[drain]\nunits = [\"slurmd.service\"]\n\n[storage]\nscrach = [\"/scratch\"]\n").unwrap();
+        std::fs::write(
+            &path,
+            "[drain]\nunits = [\"slurmd.service\"]\n\n[storage]\nscrach = [\"/scratch\"]\n",
+        )
+        .unwrap();
         let err = NodeConfig::load(&path).unwrap_err();
-        assert!(err.message.starts_with("line 5: unknown field `scrach`"), "{err}");
-        std::fs::write(&path, "[commands]\npaths = { nvidia_smi = \"/usr/bin/nvidia-smi\" }\n").unwrap();
+        assert!(
+            err.message.starts_with("line 5: unknown field `scrach`"),
+            "{err}"
+        );
+        std::fs::write(
+            &path,
+            "[commands]\npaths = { nvidia_smi = \"/usr/bin/nvidia-smi\" }\n",
+        )
+        .unwrap();
         let err = NodeConfig::load(&path).unwrap_err();
-        assert!(err.message.starts_with("[commands] paths: unknown tool `nvidia_smi`"), "{err}");
+        assert!(
+            err.message
+                .starts_with("[commands] paths: unknown tool `nvidia_smi`"),
+            "{err}"
+        );
         std::fs::write(&path, "[storage]\nscratch = [\"scratch\"]\n").unwrap();
         assert_eq!(
             NodeConfig::load(&path).unwrap_err().message,

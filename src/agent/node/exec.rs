@@ -157,8 +157,18 @@ impl Runner for HostRunner {
                 String::from_utf8_lossy(&out).into_owned()
             })
         };
-        let stdout = read(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
-        let stderr = read(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+        let stdout = read(
+            child
+                .stdout
+                .take()
+                .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        );
+        let stderr = read(
+            child
+                .stderr
+                .take()
+                .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        );
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let _ = tx.send(child.wait());
@@ -371,7 +381,10 @@ mod tests {
 
     #[test]
     fn command_lines_are_quoted_for_people_and_logs() {
-        let cmd = Cmd::change("sed", &["-i", "-E", "/^[^#]*[[:space:]]wekafs/d", "/etc/fstab"]);
+        let cmd = Cmd::change(
+            "sed",
+            &["-i", "-E", "/^[^#]*[[:space:]]wekafs/d", "/etc/fstab"],
+        );
         assert_eq!(
             cmd.line(),
             "sed -i -E '/^[^#]*[[:space:]]wekafs/d' /etc/fstab"

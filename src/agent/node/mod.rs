@@ -89,7 +89,9 @@ impl From<state::StateError> for AgentStop {
             state::StateError::Locked { .. } => {
                 "stop the other agent (systemctl status metalform-agent), or give this one its own --state-dir"
             }
-            _ => "check the state directory's ownership and space (docs/agent.md \"Troubleshooting\")",
+            _ => {
+                "check the state directory's ownership and space (docs/agent.md \"Troubleshooting\")"
+            }
         };
         AgentStop::operator(err.to_string(), hint)
     }
@@ -179,7 +181,12 @@ impl Agent {
     /// `retry_cap`, with full jitter (so a fleet whose control plane came back does not call
     /// in step).
     fn backoff(&self, attempt: u32) -> Duration {
-        let base = self.config.server.retry_base.0.max(Duration::from_millis(10));
+        let base = self
+            .config
+            .server
+            .retry_base
+            .0
+            .max(Duration::from_millis(10));
         let cap = self.config.server.retry_cap.0.max(base);
         let ceiling = base.saturating_mul(1u32 << attempt.min(16)).min(cap);
         let millis = ceiling.as_millis().max(1) as u64;
@@ -271,7 +278,10 @@ async fn enroll(
         match agent.client.enroll(url, &body).await {
             Answer::Ok(answer) => {
                 let node_id = answer.node_id.parse().map_err(|_| {
-                    AgentStop::Failed(format!("the server answered a node id that is not one: {}", answer.node_id))
+                    AgentStop::Failed(format!(
+                        "the server answered a node id that is not one: {}",
+                        answer.node_id
+                    ))
                 })?;
                 let credentials = Credentials {
                     node_id,
@@ -287,7 +297,10 @@ async fn enroll(
             }
             Answer::Refused { status, error } => {
                 return Err(AgentStop::operator(
-                    format!("enrollment refused ({status} {}): {}", error.error, error.message),
+                    format!(
+                        "enrollment refused ({status} {}): {}",
+                        error.error, error.message
+                    ),
                     "an enrollment token works once and expires: redeploy or reimage the node for a new one, or run metalform agent enroll --token NEW_TOKEN (docs/agent.md)",
                 ));
             }
@@ -315,7 +328,12 @@ fn layer_outcomes(config: &NodeConfig) -> serde_json::Map<String, serde_json::Va
             };
             if let Some(status) = text.lines().find_map(|l| l.strip_prefix("status=")) {
                 layers.insert(
-                    entry.file_name().to_string_lossy().chars().take(64).collect(),
+                    entry
+                        .file_name()
+                        .to_string_lossy()
+                        .chars()
+                        .take(64)
+                        .collect(),
                     json!(status.chars().take(64).collect::<String>()),
                 );
             }
@@ -387,11 +405,17 @@ async fn poll_loop(
 fn refused(status: u16, error: &crate::agent::ErrorBody) -> AgentStop {
     match (status, error.error.as_str()) {
         (401, _) => AgentStop::operator(
-            format!("the control plane refuses this agent's token ({}): {}", error.error, error.message),
+            format!(
+                "the control plane refuses this agent's token ({}): {}",
+                error.error, error.message
+            ),
             "it was revoked (the node was decommissioned or enrolled again); to enroll again: metalform agent enroll --force --token NEW_TOKEN (docs/agent.md)",
         ),
         _ => AgentStop::operator(
-            format!("the control plane refused a task call ({status} {}): {}", error.error, error.message),
+            format!(
+                "the control plane refused a task call ({status} {}): {}",
+                error.error, error.message
+            ),
             "the credentials do not match this node; see docs/agent.md \"Troubleshooting\"",
         ),
     }
@@ -457,7 +481,11 @@ async fn execute(
         .iter()
         .position(|e| e.task_type().as_str() == task.task_type)
     else {
-        let known: Vec<&str> = agent.catalog.iter().map(|e| e.task_type().as_str()).collect();
+        let known: Vec<&str> = agent
+            .catalog
+            .iter()
+            .map(|e| e.task_type().as_str())
+            .collect();
         return (
             ResultBody {
                 status: ResultStatus::Failed,
@@ -592,7 +620,12 @@ async fn report(
     loop {
         let answer = agent
             .client
-            .report(&credentials.tasks_url, &credentials.agent_token, journal.task_id, &body)
+            .report(
+                &credentials.tasks_url,
+                &credentials.agent_token,
+                journal.task_id,
+                &body,
+            )
             .await;
         let outcome = match answer {
             Answer::Ok(_) => "stored",
@@ -630,7 +663,11 @@ async fn report(
 }
 
 /// Forget the credentials and enroll again with `token` (the documented operator step).
-pub async fn reenroll(options: Options, url: Option<String>, token: String) -> Result<Credentials, AgentStop> {
+pub async fn reenroll(
+    options: Options,
+    url: Option<String>,
+    token: String,
+) -> Result<Credentials, AgentStop> {
     let agent = Agent::open(options)?;
     let url = url
         .or_else(|| agent.env.get("METALFORM_ENROLL_URL").map(str::to_owned))

@@ -94,7 +94,11 @@ impl HostView {
         };
         let mut found = Vec::new();
         for entry in entries.flatten() {
-            let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
                 continue;
             };
             let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
@@ -172,9 +176,12 @@ fn unescape(field: &str) -> String {
     while i < bytes.len() {
         if bytes[i] == b'\\'
             && i + 3 < bytes.len()
-            && bytes[i + 1..i + 4].iter().all(|b| (b'0'..=b'7').contains(b))
+            && bytes[i + 1..i + 4]
+                .iter()
+                .all(|b| (b'0'..=b'7').contains(b))
         {
-            let value = (bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0');
+            let value =
+                (bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0');
             out.push(value);
             i += 4;
         } else {
@@ -228,7 +235,11 @@ mod tests {
             "/etc/passwd",
             "root:x:0:0:root:/root:/bin/bash\n# comment\nalice:x:1001:1001::/home/alice:/bin/bash\nbroken\n",
         );
-        write(&view, "/proc/4711/status", "Name:\tpython\nUid:\t1001\t1001\t1001\t1001\n");
+        write(
+            &view,
+            "/proc/4711/status",
+            "Name:\tpython\nUid:\t1001\t1001\t1001\t1001\n",
+        );
         write(&view, "/proc/1/status", "Name:\tinit\nUid:\t0\t0\t0\t0\n");
         write(&view, "/proc/self/status", "Uid:\t0\n");
         write(
@@ -239,8 +250,16 @@ mod tests {
         assert_eq!(
             view.accounts(),
             vec![
-                Account { name: "root".into(), uid: 0, home: "/root".into() },
-                Account { name: "alice".into(), uid: 1001, home: "/home/alice".into() },
+                Account {
+                    name: "root".into(),
+                    uid: 0,
+                    home: "/root".into()
+                },
+                Account {
+                    name: "alice".into(),
+                    uid: 1001,
+                    home: "/home/alice".into()
+                },
             ]
         );
         assert_eq!(view.processes(), vec![(1, 0), (4711, 1001)]);
@@ -257,14 +276,28 @@ mod tests {
             ("0000:03:00.0", "0x1002", "0x040300"), // AMD audio: not a GPU
             ("0000:04:00.0", "0x8086", "0x030000"), // Intel display: not scrubbed
         ] {
-            write(&view, &format!("/sys/bus/pci/devices/{address}/vendor"), &format!("{vendor}\n"));
-            write(&view, &format!("/sys/bus/pci/devices/{address}/class"), &format!("{class}\n"));
+            write(
+                &view,
+                &format!("/sys/bus/pci/devices/{address}/vendor"),
+                &format!("{vendor}\n"),
+            );
+            write(
+                &view,
+                &format!("/sys/bus/pci/devices/{address}/class"),
+                &format!("{class}\n"),
+            );
         }
         assert_eq!(
             view.pci_gpus(),
             vec![
-                PciGpu { address: "0000:01:00.0".into(), vendor: Vendor::Nvidia },
-                PciGpu { address: "0000:02:00.0".into(), vendor: Vendor::Amd },
+                PciGpu {
+                    address: "0000:01:00.0".into(),
+                    vendor: Vendor::Nvidia
+                },
+                PciGpu {
+                    address: "0000:02:00.0".into(),
+                    vendor: Vendor::Amd
+                },
             ]
         );
     }

@@ -124,7 +124,10 @@ impl Host {
     }
 
     fn process(&self, pid: u32, uid: u32) {
-        self.write(&format!("/proc/{pid}/status"), &format!("Uid:\t{uid}\t{uid}\t{uid}\t{uid}\n"));
+        self.write(
+            &format!("/proc/{pid}/status"),
+            &format!("Uid:\t{uid}\t{uid}\t{uid}\t{uid}\n"),
+        );
     }
 
     fn gpu(&self, address: &str, vendor: &str, class: &str) {
@@ -159,8 +162,18 @@ impl Host {
         executor.run(&params, &mut ctx)
     }
 
-    fn once(&self, task: TaskType, params: Value, runner: &Recorder) -> Result<super::Report, super::TaskFailure> {
-        self.run(task, params, runner, &mut Journal::new(uuid::Uuid::nil(), task.as_str()))
+    fn once(
+        &self,
+        task: TaskType,
+        params: Value,
+        runner: &Recorder,
+    ) -> Result<super::Report, super::TaskFailure> {
+        self.run(
+            task,
+            params,
+            runner,
+            &mut Journal::new(uuid::Uuid::nil(), task.as_str()),
+        )
     }
 }
 
@@ -180,10 +193,15 @@ fn terminal_close_ends_tenant_sessions_only() {
         "loginctl list-sessions --no-legend",
         "  3 1000 hpcadmin seat0 tty1\n 17 1001 alice     pts/0\n 18 0 root pts/1\n 21 1002 bob - pts/2 active no -\n",
     );
-    let report = host.once(TaskType::TerminalClose, json!({}), &runner).unwrap();
+    let report = host
+        .once(TaskType::TerminalClose, json!({}), &runner)
+        .unwrap();
     assert_eq!(
         runner.changes(),
-        ["loginctl terminate-session 17", "loginctl terminate-session 21"]
+        [
+            "loginctl terminate-session 17",
+            "loginctl terminate-session 21"
+        ]
     );
     assert_eq!(report.message, "closed 2 tenant session(s)");
 }
@@ -195,19 +213,30 @@ fn revoke_user_locks_busy_tenants_unless_forced() {
     host.process(1, 0);
     let runner = Recorder::default();
     let report = host
-        .once(TaskType::AllocationRevokeUser, json!({"force": false}), &runner)
+        .once(
+            TaskType::AllocationRevokeUser,
+            json!({"force": false}),
+            &runner,
+        )
         .unwrap();
     assert_eq!(
         runner.changes(),
-        ["usermod --lock --expiredate 1 alice", "userdel --remove bob"]
+        [
+            "usermod --lock --expiredate 1 alice",
+            "userdel --remove bob"
+        ]
     );
     assert_eq!(
         report.message,
         "removed 1 tenant account(s); locked 1 with running work (a forced revoke removes them)"
     );
     let runner = Recorder::default();
-    host.once(TaskType::AllocationRevokeUser, json!({"force": true}), &runner)
-        .unwrap();
+    host.once(
+        TaskType::AllocationRevokeUser,
+        json!({"force": true}),
+        &runner,
+    )
+    .unwrap();
     assert_eq!(
         runner.changes(),
         [
@@ -217,7 +246,11 @@ fn revoke_user_locks_busy_tenants_unless_forced() {
         ]
     );
     let err = host
-        .once(TaskType::AllocationRevokeUser, json!({"force": "yes"}), &Recorder::default())
+        .once(
+            TaskType::AllocationRevokeUser,
+            json!({"force": "yes"}),
+            &Recorder::default(),
+        )
         .unwrap_err();
     assert_eq!(err.code, "bad_params");
 }
@@ -225,8 +258,14 @@ fn revoke_user_locks_busy_tenants_unless_forced() {
 #[test]
 fn drain_stops_units_runs_kubectl_and_waits_and_says_when_nothing_is_configured() {
     let mut host = Host::new();
-    let report = host.once(TaskType::NodeDrain, json!({}), &Recorder::default()).unwrap();
-    assert!(report.message.starts_with("nothing to drain: no workload units and no kubeconfig"));
+    let report = host
+        .once(TaskType::NodeDrain, json!({}), &Recorder::default())
+        .unwrap();
+    assert!(
+        report
+            .message
+            .starts_with("nothing to drain: no workload units and no kubeconfig")
+    );
     host.config.drain.units = vec!["slurmd.service".into(), "tenant-jobs.service".into()];
     host.config.drain.kubeconfig = Some("/etc/kubernetes/kubelet.conf".into());
     let runner = Recorder::default()
@@ -246,9 +285,14 @@ fn drain_stops_units_runs_kubectl_and_waits_and_says_when_nothing_is_configured(
     host.config.drain.units = vec!["slurmd.service".into()];
     host.config.drain.timeout = super::super::config::Span(std::time::Duration::ZERO);
     let runner = Recorder::default().answer("systemctl is-active slurmd.service", "deactivating\n");
-    let err = host.once(TaskType::NodeDrain, json!({}), &runner).unwrap_err();
+    let err = host
+        .once(TaskType::NodeDrain, json!({}), &runner)
+        .unwrap_err();
     assert_eq!(err.code, "drain_timeout");
-    assert_eq!(err.message, "work still running after 0s: slurmd.service (deactivating)");
+    assert_eq!(
+        err.message,
+        "work still running after 0s: slurmd.service (deactivating)"
+    );
 }
 
 #[test]
@@ -256,8 +300,13 @@ fn gpu_scrub_resets_each_gpu_with_its_vendors_tool() {
     let host = Host::new();
     host.gpu("0000:17:00.0", "0x10de\n", "0x030200\n");
     host.gpu("0000:65:00.0", "0x10de\n", "0x030200\n");
-    let runner = Recorder::default().answer("nvidia-smi --query-gpu=index --format=csv,noheader", "0\n1\n");
-    let report = host.once(TaskType::NodeGpuScrub, json!({}), &runner).unwrap();
+    let runner = Recorder::default().answer(
+        "nvidia-smi --query-gpu=index --format=csv,noheader",
+        "0\n1\n",
+    );
+    let report = host
+        .once(TaskType::NodeGpuScrub, json!({}), &runner)
+        .unwrap();
     assert_eq!(
         runner.changes(),
         ["nvidia-smi --gpu-reset -i 0", "nvidia-smi --gpu-reset -i 1"]
@@ -266,35 +315,56 @@ fn gpu_scrub_resets_each_gpu_with_its_vendors_tool() {
 
     let amd = Host::new();
     amd.gpu("0000:05:00.0", "0x1002\n", "0x120000\n");
-    let runner = Recorder::default().answer("rocm-smi --showid", "======\nGPU[0]\t\t: Device ID: 0x74a1\nGPU[0]\t\t: Device Rev: 0x00\n======\n");
-    amd.once(TaskType::NodeGpuScrub, json!({}), &runner).unwrap();
+    let runner = Recorder::default().answer(
+        "rocm-smi --showid",
+        "======\nGPU[0]\t\t: Device ID: 0x74a1\nGPU[0]\t\t: Device Rev: 0x00\n======\n",
+    );
+    amd.once(TaskType::NodeGpuScrub, json!({}), &runner)
+        .unwrap();
     assert_eq!(runner.changes(), ["rocm-smi --gpureset -d 0"]);
 }
 
 #[test]
 fn gpu_scrub_without_a_gpu_or_its_tool_says_so() {
     let mut host = Host::new();
-    let err = host.once(TaskType::NodeGpuScrub, json!({}), &Recorder::default()).unwrap_err();
+    let err = host
+        .once(TaskType::NodeGpuScrub, json!({}), &Recorder::default())
+        .unwrap_err();
     assert_eq!(err.code, "no_gpu_present");
     assert_eq!(
         err.message,
         "no GPU present: no NVIDIA (0x10de) or AMD (0x1002) display or accelerator device on the PCI bus"
     );
     host.config.gpu.require = false;
-    let report = host.once(TaskType::NodeGpuScrub, json!({}), &Recorder::default()).unwrap();
+    let report = host
+        .once(TaskType::NodeGpuScrub, json!({}), &Recorder::default())
+        .unwrap();
     assert!(report.message.starts_with("no GPU present"));
     assert_eq!(report.details["gpus"], 0);
 
     host.gpu("0000:17:00.0", "0x10de\n", "0x030200\n");
-    host.config.commands.paths.insert("nvidia-smi".into(), "missing-tool".into());
-    let err = host.once(TaskType::NodeGpuScrub, json!({}), &Recorder::default()).unwrap_err();
+    host.config
+        .commands
+        .paths
+        .insert("nvidia-smi".into(), "missing-tool".into());
+    let err = host
+        .once(TaskType::NodeGpuScrub, json!({}), &Recorder::default())
+        .unwrap_err();
     assert_eq!(err.code, "tool_missing");
-    assert!(err.message.starts_with("NVIDIA GPU(s) are present but nvidia-smi is not installed"), "{}", err.message);
+    assert!(
+        err.message
+            .starts_with("NVIDIA GPU(s) are present but nvidia-smi is not installed"),
+        "{}",
+        err.message
+    );
     // The driver lists fewer GPUs than the bus has: no reset of a partial set.
     host.config.commands.paths.clear();
     host.gpu("0000:65:00.0", "0x10de\n", "0x030200\n");
-    let runner = Recorder::default().answer("nvidia-smi --query-gpu=index --format=csv,noheader", "0\n");
-    let err = host.once(TaskType::NodeGpuScrub, json!({}), &runner).unwrap_err();
+    let runner =
+        Recorder::default().answer("nvidia-smi --query-gpu=index --format=csv,noheader", "0\n");
+    let err = host
+        .once(TaskType::NodeGpuScrub, json!({}), &runner)
+        .unwrap_err();
     assert_eq!(err.code, "gpu_missing");
     assert!(runner.changes().is_empty());
 }
@@ -312,8 +382,12 @@ fn storage_cleanup_local_empties_only_its_scope_and_refuses_the_boot_disk_and_fo
         "/dev/nvme0n1p2 / ext4 rw 0 0\n/dev/nvme0n1p1 /boot/efi vfat rw 0 0\n/dev/nvme1n1 /share1 ext4 rw 0 0\n",
     );
     let runner = Recorder::default();
-    host.once(TaskType::NodeStorageCleanup, json!({"scope": "local"}), &runner)
-        .unwrap();
+    host.once(
+        TaskType::NodeStorageCleanup,
+        json!({"scope": "local"}),
+        &runner,
+    )
+    .unwrap();
     assert_eq!(
         runner.changes(),
         [
@@ -332,7 +406,11 @@ fn storage_cleanup_local_empties_only_its_scope_and_refuses_the_boot_disk_and_fo
     );
     let runner = Recorder::default();
     let err = host
-        .once(TaskType::NodeStorageCleanup, json!({"scope": "local"}), &runner)
+        .once(
+            TaskType::NodeStorageCleanup,
+            json!({"scope": "local"}),
+            &runner,
+        )
         .unwrap_err();
     assert_eq!(err.code, "refused");
     assert_eq!(
@@ -344,7 +422,11 @@ fn storage_cleanup_local_empties_only_its_scope_and_refuses_the_boot_disk_and_fo
     );
     assert!(runner.changes().is_empty());
     let err = host
-        .once(TaskType::NodeStorageCleanup, json!({"scope": "everything"}), &Recorder::default())
+        .once(
+            TaskType::NodeStorageCleanup,
+            json!({"scope": "everything"}),
+            &Recorder::default(),
+        )
         .unwrap_err();
     assert_eq!(err.code, "bad_params");
 }
@@ -365,8 +447,12 @@ fn storage_cleanup_weka_unmounts_and_removes_the_tenants_client_config() {
         "UUID=1 / ext4 defaults 0 1\nweka01/fs1 /mnt/weka wekafs defaults 0 0\n",
     );
     let runner = Recorder::default();
-    host.once(TaskType::NodeStorageCleanup, json!({"scope": "weka"}), &runner)
-        .unwrap();
+    host.once(
+        TaskType::NodeStorageCleanup,
+        json!({"scope": "weka"}),
+        &runner,
+    )
+    .unwrap();
     assert_eq!(
         runner.changes(),
         [
@@ -393,9 +479,17 @@ fn validate_clean_lists_every_residue_and_passes_a_clean_host() {
         "/dev/nvme0n1p2 / ext4 rw 0 0\nweka01/fs1 /mnt/weka wekafs rw 0 0\n",
     );
     let runner = Recorder::default()
-        .answer("nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits", "0, 2048\n1, 3\n")
-        .answer("nvidia-smi --query-compute-apps=pid --format=csv,noheader", "4711\n");
-    let err = host.once(TaskType::NodeValidateClean, json!({}), &runner).unwrap_err();
+        .answer(
+            "nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits",
+            "0, 2048\n1, 3\n",
+        )
+        .answer(
+            "nvidia-smi --query-compute-apps=pid --format=csv,noheader",
+            "4711\n",
+        );
+    let err = host
+        .once(TaskType::NodeValidateClean, json!({}), &runner)
+        .unwrap_err();
     assert_eq!(err.code, "residue");
     assert_eq!(
         err.message,
@@ -405,7 +499,10 @@ fn validate_clean_lists_every_residue_and_passes_a_clean_host() {
     assert!(runner.changes().is_empty(), "validation only reads");
 
     let clean = Host::new();
-    clean.write("/etc/passwd", "root:x:0:0:root:/root:/bin/bash\nhpcadmin:x:1000:1000::/home/hpcadmin:/bin/bash\n");
+    clean.write(
+        "/etc/passwd",
+        "root:x:0:0:root:/root:/bin/bash\nhpcadmin:x:1000:1000::/home/hpcadmin:/bin/bash\n",
+    );
     let report = clean
         .once(TaskType::NodeValidateClean, json!({}), &Recorder::default())
         .unwrap();
@@ -418,29 +515,39 @@ fn validate_clean_lists_every_residue_and_passes_a_clean_host() {
 #[test]
 fn hw_sync_reseed_needs_this_machines_credentials_then_restarts_the_sync() {
     let host = Host::new();
-    let err = host.once(TaskType::NodeHwSyncReseed, json!({}), &Recorder::default()).unwrap_err();
+    let err = host
+        .once(TaskType::NodeHwSyncReseed, json!({}), &Recorder::default())
+        .unwrap_err();
     assert_eq!(err.code, "credentials_missing");
     host.write(
         "/etc/maas/maas-machine-creds.yml",
         "reporting:\n  maas:\n    consumer_key: ck\n    endpoint: \"http://10.0.0.1:5240/MAAS/metadata/status/other1\"\n    token_key: tk\n    token_secret: ts\n",
     );
-    let err = host.once(TaskType::NodeHwSyncReseed, json!({}), &Recorder::default()).unwrap_err();
+    let err = host
+        .once(TaskType::NodeHwSyncReseed, json!({}), &Recorder::default())
+        .unwrap_err();
     assert_eq!(err.code, "credentials_mismatch");
     host.write(
         "/etc/maas/maas-machine-creds.yml",
         "reporting:\n  maas:\n    consumer_key: ck\n    endpoint: \"http://10.0.0.1:5240/MAAS/metadata/status/x7k3pa\"\n    token_key: tk\n    token_secret: ts\n",
     );
-    let err = host.once(TaskType::NodeHwSyncReseed, json!({}), &Recorder::default()).unwrap_err();
+    let err = host
+        .once(TaskType::NodeHwSyncReseed, json!({}), &Recorder::default())
+        .unwrap_err();
     assert_eq!(err.code, "units_missing");
     for unit in ["service", "timer", "path"] {
         host.write(&format!("/etc/systemd/system/metalform-hw-sync.{unit}"), "");
     }
     let runner = Recorder::default();
-    host.once(TaskType::NodeHwSyncReseed, json!({}), &runner).unwrap();
+    host.once(TaskType::NodeHwSyncReseed, json!({}), &runner)
+        .unwrap();
     assert_eq!(
         runner.changes(),
         [
-            format!("chmod 0600 {}", host.root("/etc/maas/maas-machine-creds.yml")),
+            format!(
+                "chmod 0600 {}",
+                host.root("/etc/maas/maas-machine-creds.yml")
+            ),
             "systemctl daemon-reload".to_owned(),
             "systemctl enable --now metalform-hw-sync.timer metalform-hw-sync.path".to_owned(),
             "systemctl restart metalform-hw-sync.timer".to_owned(),
@@ -453,14 +560,19 @@ fn hw_sync_reseed_needs_this_machines_credentials_then_restarts_the_sync() {
 fn uninstall_removes_the_agent_only_after_its_result_is_stored() {
     let host = Host::new();
     let runner = Recorder::default();
-    let report = host.once(TaskType::NodeUninstall, json!({}), &runner).unwrap();
+    let report = host
+        .once(TaskType::NodeUninstall, json!({}), &runner)
+        .unwrap();
     assert!(runner.changes().is_empty(), "nothing before the report");
     let then: Vec<String> = report.then.iter().map(Cmd::line).collect();
     assert_eq!(
         then,
         [
             "systemctl disable metalform-agent.service".to_owned(),
-            format!("rm -f -- {}", host.root("/etc/systemd/system/metalform-agent.service")),
+            format!(
+                "rm -f -- {}",
+                host.root("/etc/systemd/system/metalform-agent.service")
+            ),
             "systemctl daemon-reload".to_owned(),
             format!(
                 "rm -f -- {} {}",
@@ -478,8 +590,15 @@ fn a_rerun_skips_the_changes_its_journal_says_were_made() {
     host.gpu("0000:17:00.0", "0x10de\n", "0x030200\n");
     host.gpu("0000:65:00.0", "0x10de\n", "0x030200\n");
     let runner = Recorder::default()
-        .answer("nvidia-smi --query-gpu=index --format=csv,noheader", "0\n1\n")
-        .fail("nvidia-smi --gpu-reset -i 1", 255, "Unable to reset GPU 00000000:65:00.0: In use by another client");
+        .answer(
+            "nvidia-smi --query-gpu=index --format=csv,noheader",
+            "0\n1\n",
+        )
+        .fail(
+            "nvidia-smi --gpu-reset -i 1",
+            255,
+            "Unable to reset GPU 00000000:65:00.0: In use by another client",
+        );
     let mut journal = Journal::new(uuid::Uuid::nil(), "node.gpu_scrub");
     let err = host
         .run(TaskType::NodeGpuScrub, json!({}), &runner, &mut journal)
@@ -490,7 +609,10 @@ fn a_rerun_skips_the_changes_its_journal_says_were_made() {
     );
     assert_eq!(journal.steps_done, ["nvidia-smi --gpu-reset -i 0"]);
     // Handed out again: GPU 0 is not reset twice.
-    let runner = Recorder::default().answer("nvidia-smi --query-gpu=index --format=csv,noheader", "0\n1\n");
+    let runner = Recorder::default().answer(
+        "nvidia-smi --query-gpu=index --format=csv,noheader",
+        "0\n1\n",
+    );
     host.run(TaskType::NodeGpuScrub, json!({}), &runner, &mut journal)
         .unwrap();
     assert_eq!(runner.changes(), ["nvidia-smi --gpu-reset -i 1"]);
