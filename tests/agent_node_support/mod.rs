@@ -162,7 +162,7 @@ case "$line" in
 esac
 echo "$line" >>"$dir/begun"
 if [ -f "$dir/slow" ] && [ "$(cat "$dir/slow")" = "$line" ]; then
-  sleep 20
+  sleep "$(cat "$dir/slow-seconds" 2>/dev/null || echo 20)"
 fi
 if [ "$name" = userdel ]; then
   for user in "$@"; do :; done
@@ -357,6 +357,12 @@ impl AgentHost {
 
     pub fn make_slow(&self, line: &str) {
         std::fs::write(self.calls.join("slow"), line).unwrap();
+    }
+
+    /// `line` takes `seconds`.
+    pub fn make_slow_for(&self, line: &str, seconds: u64) {
+        std::fs::write(self.calls.join("slow-seconds"), seconds.to_string()).unwrap();
+        self.make_slow(line);
     }
 
     pub fn make_quick(&self) {
