@@ -2,8 +2,10 @@
 //! docs/agent.md, docs/performance.md):
 //!
 //! 1. 10,000 simulated agents against a real `metalform daemon` process (release build, TLS with
-//!    its development CA, SQLite): 9,000 heartbeat every 30 s (a poll that does not wait) and
-//!    1,000 hold long-polls open, each agent on its own connection from its own loopback address.
+//!    its development CA, SQLite), each from its own loopback address with its own TLS session
+//!    cache, as `metalform agent` behaves: 9,000 idle agents heartbeat every 30 s (a poll that
+//!    does not wait, on a connection closed after the answer, the TLS session resumed) and 1,000
+//!    busy ones hold long-polls open back to back on kept connections.
 //!    After a warm-up in which every agent called once, the daemon's CPU (of one core) and RSS are
 //!    read from /proc over a measurement window.
 //! 2. 1,000 tasks queued for the long-polling agents: the time until each was handed out and
@@ -83,7 +85,10 @@ async fn main() {
             source: source_of(k),
             conn: None,
         };
-        let (tls, stats) = (tls.clone(), stats.clone());
+        // Each agent its own session cache (a host resumes its own sessions).
+        let mut own = (*tls).clone();
+        own.resumption = rustls::client::Resumption::in_memory_sessions(4);
+        let (tls, stats) = (Arc::new(own), stats.clone());
         if k < long_polls {
             load.spawn(agent.long_poll(tls, server, long_wait, stats));
         } else {
@@ -165,9 +170,7 @@ async fn main() {
             if args.benchmarking { 10 } else { 2 },
         )
         .await;
-        println!(
-            "agent: `{name}` idle RSS {rss:.1} MiB, executable {size:.1} MiB"
-        );
+        println!("agent: `{name}` idle RSS {rss:.1} MiB, executable {size:.1} MiB");
     }
 
     // SIGTERM with every connection still open.
@@ -271,7 +274,16 @@ fn daemon_files(dir: &Path, state: &Path, admin: u16, agent: u16) -> PathBuf {
     for args in [
         vec!["init", "-q", "-b", "main"],
         vec!["add", "-A"],
-        vec!["-c", "user.name=b", "-c", "user.email=b@b", "commit", "-q", "-m", "fleet"],
+        vec![
+            "-c",
+            "user.name=b",
+            "-c",
+            "user.email=b@b",
+            "commit",
+            "-q",
+            "-m",
+            "fleet",
+        ],
     ] {
         assert!(
             Command::new("git")
@@ -354,7 +366,9 @@ fn spawn_daemon(config: &Path, log: &Path) -> Child {
 async fn wait_healthz(port: u16, log: &Path) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let up = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok();
+        let up = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok();
         if up {
             return;
         }
@@ -451,6 +465,7 @@ impl SimAgent {
         method: &str,
         path: &str,
         body: &str,
+        close: bool,
     ) -> std::io::Result<(u16, Vec<u8>)> {
         for attempt in 0..2 {
             if self.conn.is_none() {
@@ -458,9 +473,10 @@ impl SimAgent {
             }
             let conn = self.conn.as_mut().expect("connected");
             let request = format!(
-                "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{}\r\n{body}",
                 self.token,
-                body.len()
+                body.len(),
+                if close { "Connection: close\r\n" } else { "" }
             );
             match exchange(conn, request.as_bytes()).await {
                 Ok((status, body, close)) => {
@@ -493,7 +509,14 @@ impl SimAgent {
         let tasks = format!("/agent/v1/nodes/{}/tasks", self.node);
         loop {
             match self
-                .call(&tls, server, "GET", &format!("{tasks}/wait?wait={wait}"), "")
+                .call(
+                    &tls,
+                    server,
+                    "GET",
+                    &format!("{tasks}/wait?wait={wait}"),
+                    "",
+                    false,
+                )
                 .await
             {
                 Ok((200, body)) => {
@@ -502,7 +525,14 @@ impl SimAgent {
                     let id = answer["task"]["id"].as_str().unwrap().to_owned();
                     let result = r#"{"status":"succeeded","message":"alive"}"#;
                     match self
-                        .call(&tls, server, "POST", &format!("{tasks}/{id}/result"), result)
+                        .call(
+                            &tls,
+                            server,
+                            "POST",
+                            &format!("{tasks}/{id}/result"),
+                            result,
+                            false,
+                        )
                         .await
                     {
                         Ok((200, _)) => {
@@ -538,7 +568,7 @@ impl SimAgent {
         loop {
             tokio::time::sleep_until(next).await;
             next += every;
-            match self.call(&tls, server, "GET", &path, "").await {
+            match self.call(&tls, server, "GET", &path, "", true).await {
                 Ok((204 | 200, _)) => {
                     stats.calls.fetch_add(1, Ordering::Relaxed);
                 }

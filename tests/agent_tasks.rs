@@ -337,3 +337,56 @@ async fn a_waiting_poll_gets_a_task_queued_while_it_waits() {
         "the long-poll answered as soon as the task was queued"
     );
 }
+
+#[tokio::test]
+async fn a_restart_keeps_every_contact_and_resets_none() {
+    let bed = bed().await;
+    let b = bed
+        .store
+        .node(
+            bed.store
+                .find_node("dc1", "c07u44")
+                .await
+                .unwrap()
+                .unwrap()
+                .id,
+        )
+        .await
+        .unwrap();
+    let quiet_since = b.last_agent_contact_at;
+    // The first agent polls (its first use is written at once), then again (noted only).
+    bed.clock.advance(Span::minutes(1));
+    assert_eq!(bed.poll().await.0, 204);
+    bed.clock.advance(Span::minutes(1));
+    assert_eq!(bed.poll().await.0, 204);
+    // A graceful stop writes what was noted; a new channel on the same store (the restarted
+    // daemon) starts from the store and resets nothing: the quiet node stays as quiet.
+    bed.channel.close().await;
+    let again = AgentChannel::new(
+        bed.store.clone(),
+        "http://127.0.0.1:1/".parse().unwrap(),
+        ChannelOptions::default(),
+    );
+    bed.clock.advance(Span::minutes(10));
+    again.flush_contacts().await.unwrap();
+    let polled = bed
+        .store
+        .node(bed.node)
+        .await
+        .unwrap()
+        .last_agent_contact_at;
+    assert_eq!(
+        polled.unwrap() - b.last_agent_contact_at.unwrap(),
+        Span::minutes(2)
+    );
+    assert_eq!(
+        bed.store.node(b.id).await.unwrap().last_agent_contact_at,
+        quiet_since,
+        "the node whose agent went quiet is not heard from after the restart"
+    );
+    // What the drift pass reads: the quiet node is 12 minutes without contact, past the
+    // 5-minute threshold, and will go offline.
+    let contacts = bed.store.agent_contacts(Some("dc1")).await.unwrap();
+    assert_eq!(contacts.get(&b.id).copied(), quiet_since, "{contacts:?}");
+    again.close().await;
+}

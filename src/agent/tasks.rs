@@ -30,7 +30,9 @@ use uuid::Uuid;
 use super::AgentChannel;
 use crate::listener::{declared_length, error_response as error, read_body};
 use crate::secrets::Secret;
-use crate::store::{AgentContact, AgentIdentity, AgentTask, StoreError, TaskOutcome};
+use crate::store::{
+    AgentContact, AgentCredential, AgentIdentity, AgentTask, StoreError, TaskOutcome,
+};
 
 /// The typed tasks a node agent runs (000 §5.6 and the existing catalog it names, plus the
 /// heartbeat check of §6.3).
@@ -269,6 +271,17 @@ async fn authenticate(
     headers: &HeaderMap,
     node: &str,
 ) -> Result<(Uuid, AgentIdentity), Response> {
+    authenticated(channel, headers, node)
+        .await
+        .map(|(node, credential)| (node, credential.identity))
+}
+
+/// [`authenticate`], with the credential (and whether the node has a task to claim).
+async fn authenticated(
+    channel: &AgentChannel,
+    headers: &HeaderMap,
+    node: &str,
+) -> Result<(Uuid, AgentCredential), Response> {
     let token = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -308,20 +321,25 @@ async fn authenticate(
             format!("the agent token belongs to another node, not {node}"),
         ));
     }
-    let contact = AgentContact {
-        node_id: node,
-        credential: Some(credential.token_hash),
-        at: store.clock().now(),
-    };
+    let at = store.clock().now();
     if credential.used {
-        channel.inner.contacts.note(contact);
+        // The credential is known to be in use: only the node's contact moves.
+        channel.inner.contacts.note(AgentContact {
+            node_id: node,
+            credential: None,
+            at,
+        });
     } else {
         store
-            .record_agent_contacts(&[contact])
+            .record_agent_contacts(&[AgentContact {
+                node_id: node,
+                credential: Some(credential.token_hash.clone()),
+                at,
+            }])
             .await
             .map_err(|e| store_failure(&e))?;
     }
-    Ok((node, credential.identity))
+    Ok((node, credential))
 }
 
 /// The lease holder name of an agent: one per enrollment, so a re-enrolled agent (after a
@@ -344,10 +362,11 @@ async fn wait(
     Query(query): Query<WaitQuery>,
     headers: HeaderMap,
 ) -> Response {
-    let (node, identity) = match authenticate(&channel, &headers, &node).await {
+    let (node, credential) = match authenticated(&channel, &headers, &node).await {
         Ok(who) => who,
         Err(response) => return response,
     };
+    let identity = credential.identity;
     let wait = match query.wait.as_deref().map(str::parse::<u64>) {
         None => DEFAULT_WAIT_SECONDS,
         Some(Ok(seconds)) => seconds.min(MAX_WAIT_SECONDS),
@@ -365,19 +384,19 @@ async fn wait(
     let deadline = tokio::time::Instant::now() + Duration::from_secs(wait);
     let mut closing = channel.inner.closing.subscribe();
     let waiting = channel.inner.waiters.register(node);
-    // The first look reads before it writes; a wake-up from the dispatcher claims at once.
-    let mut look = Look::Read;
+    // The authentication read also said whether there is a task to claim; a wake-up from the
+    // dispatcher claims at once.
+    let mut look = if credential.claimable {
+        Look::Claim
+    } else {
+        Look::None
+    };
     loop {
         let notified = waiting.notify.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
         let claimed = match look {
             Look::None => Ok(None),
-            Look::Read => match store.has_claimable_task(node).await {
-                Ok(true) => store.claim_task(node, &holder, lease_span).await,
-                Ok(false) => Ok(None),
-                Err(err) => Err(err),
-            },
             Look::Claim => store.claim_task(node, &holder, lease_span).await,
         };
         match claimed {
@@ -406,11 +425,10 @@ async fn wait(
     }
 }
 
-/// What a waiting poll does next.
+/// What a waiting poll does next: claim (there is a task), or not.
 #[derive(Clone, Copy)]
 enum Look {
     None,
-    Read,
     Claim,
 }
 

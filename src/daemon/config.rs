@@ -1179,6 +1179,73 @@ path = "events.jsonl"
         assert!(err.message.contains("no `agent.public_url`"), "{err}");
     }
 
+    #[test]
+    fn listeners_speak_tls_unless_told_not_to_and_agent_keys_are_checked() {
+        let config = parse(GOOD).unwrap();
+        assert_eq!(config.api_tls, TlsChoice::DevCa);
+        assert_eq!(config.agent.tls, TlsChoice::DevCa);
+        assert_eq!(config.agent.listen, "127.0.0.1:8741".parse().unwrap());
+        assert_eq!(config.agent.task_lease, Duration::from_secs(120));
+        // A quarter of the drift heartbeat threshold at most.
+        assert_eq!(config.agent.contact_flush, Duration::from_secs(5));
+        let short = format!("{GOOD}\n[drift]\nheartbeat_threshold = \"8s\"\n");
+        assert_eq!(
+            parse(&short).unwrap().agent.contact_flush,
+            Duration::from_secs(2)
+        );
+        let lines = GOOD.lines().count();
+        let with_agent = |body: &str| parse(&format!("{GOOD}\n[agent]\n{body}\n"));
+        let config = with_agent(
+            "listen = \"0.0.0.0:9000\"\npublic_url = \"http://10.0.0.5:9000/\"\nplain_http = true",
+        )
+        .unwrap();
+        assert_eq!(config.agent.tls, TlsChoice::Off);
+        let err = with_agent("listen = \"0.0.0.0:9000\"\npublic_url = \"http://10.0.0.5:9000/\"")
+            .unwrap_err();
+        assert_eq!(err.line, lines + 4, "{err}");
+        assert_eq!(
+            err.message,
+            "`agent.public_url` must be https:// (http:// only with `agent.plain_http = true`), not http"
+        );
+        let err = with_agent("tls_cert = \"agent.pem\"").unwrap_err();
+        assert_eq!(
+            err.message,
+            "`agent.tls_cert` and `agent.tls_key` go together"
+        );
+        let config =
+            with_agent("tls_cert = \"tls/agent.pem\"\ntls_key = \"tls/agent.key\"").unwrap();
+        assert_eq!(
+            config.agent.tls,
+            TlsChoice::Files {
+                cert: "/etc/metalform/tls/agent.pem".into(),
+                key: "/etc/metalform/tls/agent.key".into(),
+                client_ca: None
+            }
+        );
+        let err = with_agent("binary_url = \"https://a.example/metalform-agent\"").unwrap_err();
+        assert!(err.message.contains("go together"), "{err}");
+        let err = with_agent(
+            "binary_url = \"https://a.example/metalform-agent\"\nbinary_sha256 = \"abc\"",
+        )
+        .unwrap_err();
+        assert_eq!(err.message, "`agent.binary_sha256` must be 64 hex digits");
+        // The old place of the enrollment URL says where it went.
+        let err = parse(&GOOD.replace(
+            "listen = \"127.0.0.1:8740\"",
+            "listen = \"127.0.0.1:8740\"\npublic_url = \"http://10.0.0.5:8740/\"",
+        ))
+        .unwrap_err();
+        assert_eq!(
+            err.message,
+            "`api.public_url` moved: the agent channel has its own listener"
+        );
+        let plain = GOOD.replace(
+            "listen = \"127.0.0.1:8740\"",
+            "listen = \"127.0.0.1:8740\"\nplain_http = true",
+        );
+        assert_eq!(parse(&plain).unwrap().api_tls, TlsChoice::Off);
+    }
+
     fn with_source(lines: &str) -> Result<DaemonConfig, ConfigError> {
         parse(&GOOD.replace("repository = \"fleet.git\"", lines))
     }

@@ -104,6 +104,8 @@ pub struct AgentCredential {
     /// The stored hash of the token (what [`AgentContact::credential`] names).
     pub token_hash: String,
     pub used: bool,
+    /// The node has a task a poll could claim now.
+    pub claimable: bool,
 }
 
 /// One agent contact to record.
@@ -475,21 +477,30 @@ impl Store {
     }
 
     /// Who a bearer token belongs to, read only: nothing is recorded (a refused call is no
-    /// contact). `None` when unknown or revoked.
+    /// contact). `None` when unknown or revoked. One statement, no transaction: the agent
+    /// channel runs it for every poll, and it also says whether the node has a task to claim
+    /// (the condition of `Store::claim_task`).
     pub async fn agent_credential(
         &self,
         token: &Secret,
     ) -> Result<Option<AgentCredential>, StoreError> {
         let hash = token_hash(token);
-        let mut tx = self.pool.read().await?;
-        let row = tx
-            .fetch_optional(
-                "SELECT node_id, enrollment_id, last_used_at FROM agent_credentials
-                 WHERE token_hash = $1 AND revoked_at IS NULL",
-                &params![hash.clone()],
+        let row = self
+            .pool
+            .fetch_optional_once(
+                "SELECT c.node_id, c.enrollment_id, c.last_used_at,
+                    CASE WHEN EXISTS (SELECT 1 FROM agent_tasks t WHERE t.node_id = c.node_id
+                        AND (t.status = $2 OR (t.status = $3 AND t.lease_expires_at <= $4)))
+                    THEN 1 ELSE 0 END AS claimable
+                 FROM agent_credentials c WHERE c.token_hash = $1 AND c.revoked_at IS NULL",
+                &params![
+                    hash.clone(),
+                    TaskStatus::Queued.as_str(),
+                    TaskStatus::Dispatched.as_str(),
+                    format_time(self.now())
+                ],
             )
             .await?;
-        tx.commit().await?;
         row.map(|row| {
             Ok(AgentCredential {
                 identity: AgentIdentity {
@@ -498,6 +509,7 @@ impl Store {
                 },
                 token_hash: hash.clone(),
                 used: row.opt_text("last_used_at")?.is_some(),
+                claimable: row.int("claimable")? != 0,
             })
         })
         .transpose()

@@ -297,6 +297,27 @@ impl Pool {
         .map_err(db_err("starting a transaction"))
     }
 
+    /// One query on its own, without a transaction around it (one round trip to the
+    /// database: for hot read paths where a single statement is the whole read).
+    pub async fn fetch_optional_once(
+        &self,
+        sql: impl Into<Sql>,
+        params: &[Param],
+    ) -> Result<Option<Row>, StoreError> {
+        let sql = AssertSqlSafe(sql.into());
+        match self {
+            Pool::Sqlite(p) => bind_all!(sqlx::query::<Sqlite>(sql), params)
+                .fetch_optional(p)
+                .await
+                .map(|r| r.map(Row::Sqlite)),
+            Pool::Postgres(p) => bind_all!(sqlx::query::<Postgres>(sql), params)
+                .fetch_optional(p)
+                .await
+                .map(|r| r.map(Row::Postgres)),
+        }
+        .map_err(db_err("running a query"))
+    }
+
     pub fn backend(&self) -> Backend {
         match self {
             Pool::Sqlite(_) => Backend::Sqlite,

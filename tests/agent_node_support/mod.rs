@@ -224,7 +224,7 @@ impl AgentHost {
         std::fs::write(
             &config,
             format!(
-                "[server]\npoll_wait = \"2s\"\nretry_base = \"100ms\"\nretry_cap = \"1s\"\n\n\
+                "[server]\npoll_wait = \"2s\"\nhot_period = \"1h\"\nretry_base = \"100ms\"\nretry_cap = \"1s\"\n\n\
                  [drain]\nunits = [\"tenant-workload.service\"]\n\n\
                  [storage]\nscratch = [\"/scratch1\", \"/scratch2\"]\n\n\
                  [host]\nroot = \"{}\"\n\n\

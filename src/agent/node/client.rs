@@ -49,7 +49,7 @@ impl Client {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let mut builder = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
-            .pool_idle_timeout(Duration::from_secs(50))
+            .pool_idle_timeout(Duration::from_secs(10))
             .pool_max_idle_per_host(2)
             .http1_only()
             .user_agent(concat!("metalform-agent/", env!("CARGO_PKG_VERSION")));
@@ -131,19 +131,29 @@ impl Client {
         .await
     }
 
-    pub async fn poll(&self, tasks_url: &str, token: &str, wait: Duration) -> Answer<PollAnswer> {
+    /// A task poll waiting up to `wait`; `close` asks the server to close the connection after
+    /// the answer (a heartbeat of an idle agent holds nothing open until the next one).
+    pub async fn poll(
+        &self,
+        tasks_url: &str,
+        token: &str,
+        wait: Duration,
+        close: bool,
+    ) -> Answer<PollAnswer> {
         let url = format!(
             "{}/wait?wait={}",
             tasks_url.trim_end_matches('/'),
             wait.as_secs()
         );
-        self.send(
-            self.http
-                .get(url)
-                .bearer_auth(token)
-                .timeout(wait + Duration::from_secs(20)),
-        )
-        .await
+        let mut request = self
+            .http
+            .get(url)
+            .bearer_auth(token)
+            .timeout(wait + Duration::from_secs(20));
+        if close {
+            request = request.header(reqwest::header::CONNECTION, "close");
+        }
+        self.send(request).await
     }
 
     pub async fn renew(&self, tasks_url: &str, token: &str, task: Uuid) -> Answer<LeaseAnswer> {

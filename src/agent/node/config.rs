@@ -54,6 +54,10 @@ pub struct ServerConfig {
     pub ca_file: Option<PathBuf>,
     /// How long one task poll may wait (the server caps it at 60 s).
     pub poll_wait: Span,
+    /// How long after a task (and after starting) the agent long-polls back to back; then it
+    /// heartbeats at the interval the server gave (a short poll on a fresh connection), so an
+    /// idle fleet holds no connections open.
+    pub hot_period: Span,
     /// Back-off after a failed call: from `retry_base`, doubling, to `retry_cap`, with jitter.
     pub retry_base: Span,
     pub retry_cap: Span,
@@ -64,6 +68,7 @@ impl Default for ServerConfig {
         Self {
             ca_file: None,
             poll_wait: Span(Duration::from_secs(30)),
+            hot_period: Span(Duration::from_secs(300)),
             retry_base: Span(Duration::from_secs(1)),
             retry_cap: Span(Duration::from_secs(60)),
         }

@@ -6,7 +6,10 @@
 //! operator says so (`metalform agent enroll --force`). Then it long-polls its task URL — each
 //! poll is a heartbeat — and runs one task at a time through the catalog's executors, renewing
 //! the task's lease while it works (by the length the server gave, never by this host's
-//! clock), and reports the result. A result is journaled before it is sent, so a lost answer
+//! clock), and reports the result. For a while after a task (and after starting) it
+//! long-polls back to back, so a workflow's next task starts at once; otherwise it heartbeats —
+//! a short poll every heartbeat interval, on a connection it does not keep — so an idle fleet
+//! holds no connections open on the control plane. A result is journaled before it is sent, so a lost answer
 //! or a crash is followed by the same report again; a `409 lease_lost` answer drops it. A task
 //! handed out again after the agent died skips the changes its journal says were made. When
 //! the server is unreachable it backs off with jitter. A refusal only an operator can fix (a
@@ -374,10 +377,21 @@ async fn poll_loop(
     signals: &mut Signals,
 ) -> Result<Stopped, AgentStop> {
     let wait = agent.config.server.poll_wait.0.min(Duration::from_secs(60));
+    let hot_period = agent.config.server.hot_period.0;
+    let heartbeat = Duration::from_secs(credentials.heartbeat_interval_seconds.clamp(5, 300));
+    // Busy (just started, or a task just ran): long-poll back to back, so the next task of a
+    // workflow starts at once. Idle: a short poll every heartbeat interval.
+    let mut hot_until = tokio::time::Instant::now() + hot_period;
     let mut failures = 0;
     loop {
+        let hot = tokio::time::Instant::now() < hot_until;
         let polled = tokio::select! {
-            polled = agent.client.poll(&credentials.tasks_url, &credentials.agent_token, wait) => polled,
+            polled = agent.client.poll(
+                &credentials.tasks_url,
+                &credentials.agent_token,
+                if hot { wait } else { Duration::ZERO },
+                !hot,
+            ) => polled,
             _ = signals.wait() => return Ok(Stopped::Signalled),
         };
         match polled {
@@ -386,8 +400,18 @@ async fn poll_loop(
                 if let Some(stopped) = run_task(agent, credentials, answer.task, signals).await? {
                     return Ok(stopped);
                 }
+                hot_until = tokio::time::Instant::now() + hot_period;
             }
-            Answer::Empty => failures = 0,
+            Answer::Empty => {
+                failures = 0;
+                if !hot {
+                    // ±10 %: a fleet started together does not heartbeat in step.
+                    let pause = heartbeat.mul_f64(rand::rng().random_range(0.9..1.1));
+                    if signals.sleep(pause).await {
+                        return Ok(Stopped::Signalled);
+                    }
+                }
+            }
             Answer::Refused { status, error } => return Err(refused(status, &error)),
             Answer::Transient(reason) => {
                 let pause = agent.backoff(failures);
