@@ -166,9 +166,14 @@ impl Bed {
     }
 
     async fn poll(&self, who: &Enrolled, token: &str) -> (u16, Value) {
+        self.poll_waiting(who, token, 0).await
+    }
+
+    /// A poll that waits up to `wait` s (it sees a task queued a moment ago).
+    async fn poll_waiting(&self, who: &Enrolled, token: &str, wait: u64) -> (u16, Value) {
         answer(
             self.http
-                .get(format!("{}/wait?wait=0", who.tasks))
+                .get(format!("{}/wait?wait={wait}", who.tasks))
                 .bearer_auth(token),
         )
         .await
@@ -413,7 +418,7 @@ async fn results_and_renewals_for_tasks_not_leased_to_the_caller_are_refused_and
     // Handed out, its lease run out, handed out again: the first holder's result and renewal
     // are refused (here the same agent re-enrolled would be another holder; a stale lease of
     // the same holder is refused as well).
-    let (status, body) = bed.poll(&bed.a, &bed.a.token).await;
+    let (status, body) = bed.poll_waiting(&bed.a, &bed.a.token, 2).await;
     assert_eq!(
         (status, body["task"]["id"].as_str()),
         (200, Some(queued.to_string().as_str()))
@@ -511,7 +516,7 @@ async fn a_task_result_body_is_not_read_before_its_token_is_checked() {
 async fn oversized_malformed_and_trickled_bodies_get_typed_errors_and_change_nothing() {
     let bed = bed(true).await;
     let task = bed.task(bed.a.node, "node.validate_clean").await;
-    let (status, _) = bed.poll(&bed.a, &bed.a.token).await;
+    let (status, _) = bed.poll_waiting(&bed.a, &bed.a.token, 2).await;
     assert_eq!(status, 200);
     let before = bed.snapshot().await;
     let url = format!("{}/{task}/result", bed.a.tasks);

@@ -1,16 +1,15 @@
 //! The whole enrollment path with the simulator's node agents (docs/contracts.md §4–§5): a
 //! payload rendered by `cloudinit::render` is deployed through metalform's MAAS client to
 //! simulated machines whose agents enroll on time, late, never, or with a wrong token, against
-//! a real `AgentServer` (TLS with a development CA the payload carries) over a SQLite store. The hardware-sync credentials rendered for
-//! the post-deploy push revive a machine whose sync went stale.
+//! a real `AgentServer` (TLS with a development CA the payload carries) over a SQLite store.
+//! The hardware-sync credentials rendered for the post-deploy push revive a machine whose sync
+//! went stale.
 
 mod agent_suite;
 
 use metalform::lifecycle::MaasStatus;
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use metalform::agent::{AgentServer, AgentServerConfig};
 use metalform::cloudinit::{self, CloudInitInput, NodeRuntime};
 use metalform::lifecycle::{FailureClass, JobKind, JobState};
 use metalform::manifest;
@@ -95,19 +94,7 @@ async fn simulated_agents_enroll_on_time_late_never_and_with_a_wrong_token() {
     )
     .await
     .unwrap();
-    let server = AgentServer::start(
-        store.clone(),
-        AgentServerConfig::new(
-            SocketAddr::from(([127, 0, 0, 1], 0)),
-            None,
-            metalform::listener::TlsSetting::DevCa {
-                dir: dir.path().join("agent-ca"),
-                names: vec![],
-            },
-        ),
-    )
-    .await
-    .unwrap();
+    let server = agent_suite::tls_server(&store, &dir.path().join("agent-ca")).await;
 
     // Each machine gets the payload of a sample-fleet node of dc1 (its site, profile and deploy
     // user), with the machine's own hostname and system id and a fresh token.

@@ -91,8 +91,15 @@ impl Bed {
         )
     }
 
+    /// A heartbeat: a poll that does not wait (answered from memory when the channel knows
+    /// the token and the node had nothing to claim at its last refresh).
     async fn poll(&self) -> (u16, Value) {
         self.poll_with(Some(&self.token), "0").await
+    }
+
+    /// A poll that waits a little: it sees a task queued a moment ago.
+    async fn poll_for_task(&self) -> (u16, Value) {
+        self.poll_with(Some(&self.token), "2").await
     }
 
     async fn report(&self, task: &str, body: &Value) -> (u16, Value) {
@@ -226,7 +233,7 @@ async fn a_live_lease_or_a_queued_task_is_never_duplicated_and_a_stale_one_is_ha
         (id, EnsureOutcome::AlreadyQueued)
     );
 
-    let (status, body) = bed.poll().await;
+    let (status, body) = bed.poll_for_task().await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["task"]["id"], json!(id.to_string()));
     assert_eq!(body["task"]["type"], json!("node.gpu_scrub"));
@@ -249,7 +256,7 @@ async fn a_live_lease_or_a_queued_task_is_never_duplicated_and_a_stale_one_is_ha
         bed.ensure(TaskType::NodeGpuScrub).await,
         (id, EnsureOutcome::Requeued)
     );
-    let (status, body) = bed.poll().await;
+    let (status, body) = bed.poll_for_task().await;
     assert_eq!((status, &body["task"]["id"]), (200, &json!(id.to_string())));
     let task = bed.store.task(id).await.unwrap();
     assert_eq!(
@@ -270,7 +277,7 @@ async fn results_come_from_the_lease_holder_once() {
             .0,
         409
     );
-    assert_eq!(bed.poll().await.0, 200);
+    assert_eq!(bed.poll_for_task().await.0, 200);
     assert_eq!(
         bed.report(&id.to_string(), &json!({"status": "maybe"}))
             .await
@@ -389,4 +396,29 @@ async fn a_restart_keeps_every_contact_and_resets_none() {
     let contacts = bed.store.agent_contacts(Some("dc1")).await.unwrap();
     assert_eq!(contacts.get(&b.id).copied(), quiet_since, "{contacts:?}");
     again.close().await;
+}
+
+#[tokio::test]
+async fn a_revoked_token_is_refused_within_a_poll_step_though_the_channel_knew_it() {
+    let bed = bed().await;
+    // Known to the channel (checked, in use): later polls are answered from memory.
+    assert_eq!(bed.poll().await.0, 204);
+    assert_eq!(bed.poll().await.0, 204);
+    // The decommission's CleanupSecrets revokes it: the store serial moves, the channel
+    // forgets what it knew at its next step (20 ms here), and the token is refused.
+    assert_eq!(
+        bed.store.revoke_agent_credentials(bed.node).await.unwrap(),
+        1
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        bed.poll().await,
+        (
+            401,
+            error(
+                "invalid_token",
+                "unknown or revoked agent token: enroll again"
+            )
+        )
+    );
 }

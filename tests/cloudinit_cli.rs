@@ -62,12 +62,18 @@ fn golden_payloads_of_the_sample_fleet() {
 
 #[test]
 fn the_agent_install_is_pinned_or_refused() {
-    let text = stdout(&render(&[
-        "c07u46",
-        "--fleet",
-        "fleet",
-        "--agent-binary-url",
-        "https://artifacts.example/metalform-agent",
+    let with = |extra: &[&str]| {
+        let mut args = vec![
+            "c07u46",
+            "--fleet",
+            "fleet",
+            "--agent-binary-url",
+            "https://artifacts.example/metalform-agent",
+        ];
+        args.extend_from_slice(extra);
+        render(&args)
+    };
+    let text = stdout(&with(&[
         "--agent-binary-sha256",
         &AGENT_SHA256.to_uppercase(),
     ]));
@@ -78,28 +84,14 @@ fn the_agent_install_is_pinned_or_refused() {
     assert!(text.contains("path: /etc/systemd/system/metalform-agent.service"));
     assert!(text.contains("#   b agent-bootstrap v2    enroll at <enroll-url>; agent https://artifacts.example/metalform-agent (sha256 4f2c5e0d8a7b)"));
     // A URL without its pin, or a pin that is not a digest, is refused.
-    let out = render(&[
-        "c07u46",
-        "--fleet",
-        "fleet",
-        "--agent-binary-url",
-        "https://artifacts.example/metalform-agent",
-    ]);
+    let out = with(&[]);
     assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("--agent-binary-sha256"),
         "{}",
         stderr(&out)
     );
-    let out = render(&[
-        "c07u46",
-        "--fleet",
-        "fleet",
-        "--agent-binary-url",
-        "https://artifacts.example/metalform-agent",
-        "--agent-binary-sha256",
-        "abc123",
-    ]);
+    let out = with(&["--agent-binary-sha256", "abc123"]);
     assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
     assert_eq!(
         stderr(&out),

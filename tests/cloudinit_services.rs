@@ -11,7 +11,6 @@ mod agent_suite;
 mod manifest_support;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -19,7 +18,6 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use manifest_support::{metalform, repo_root, stderr, stdout};
-use metalform::agent::{AgentServer, AgentServerConfig};
 use metalform::cloudinit::{
     self, AgentBootstrap, AgentInstall, CloudInitInput, DeployUser, HwSyncLayer,
 };
@@ -226,19 +224,7 @@ async fn the_payload_bootstrap_enrolls_with_real_curl() {
     ))
     .await;
     // TLS with a development CA: the payload carries its ca.pem and curl trusts it.
-    let server = AgentServer::start(
-        store.clone(),
-        AgentServerConfig::new(
-            SocketAddr::from(([127, 0, 0, 1], 0)),
-            None,
-            metalform::listener::TlsSetting::DevCa {
-                dir: db.path().join("ca"),
-                names: vec![],
-            },
-        ),
-    )
-    .await
-    .unwrap();
+    let server = agent_suite::tls_server(&store, &db.path().join("ca")).await;
     let o = agent_suite::onboarding(&store, "c07u43", "x7k3pa").await;
     let input = input(
         &server.enroll_url(),

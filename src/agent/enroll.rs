@@ -131,6 +131,8 @@ async fn enroll(State(state): State<AgentChannel>, request: Request) -> Response
     match state.store().enroll_agent(&request).await {
         Ok(enrolled) => {
             let e = &enrolled.enrollment;
+            // Older tokens of the node were revoked: not one more poll with them.
+            state.inner.known.forget_node(e.node_id);
             tracing::info!(
                 node = %e.node_id,
                 hostname = %e.hostname,

@@ -7,9 +7,12 @@
 //! hardened listener (crate::listener), separate from the admin API. `apply` and the daemon
 //! both start an [`AgentServer`]: one implementation.
 //!
-//! Two costs are kept off the store: heartbeats (every authenticated call is agent contact) are
-//! noted in memory and written in batches, one transaction per flush ([`contacts`]); waiting
-//! long-polls are woken by one query per poll step for all of them together ([`dispatch`]).
+//! Heartbeats cost the store nothing per call ([`dispatch`], [`contacts`]): a checked agent token
+//! is remembered until the store serial moves (a revocation or an enrollment moves it; the
+//! serial is read once per poll step), whether a node has a task to claim is refreshed for every
+//! polling node at once, and every authenticated call's contact is noted in memory and written
+//! in batches, one transaction per flush. Waiting long-polls are woken by one query per poll
+//! step for all of them together.
 //! The store does the leasing (`Store::claim_task`, `Store::renew_task`,
 //! `Store::complete_task`).
 
@@ -76,6 +79,8 @@ struct Channel {
     /// by long-polls.
     closing: tokio::sync::watch::Sender<bool>,
     waiters: dispatch::Waiters,
+    /// Agent tokens checked and in use (by hash), valid while the serial is `known.serial`.
+    known: dispatch::Known,
     contacts: contacts::ContactBook,
     background: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
@@ -101,6 +106,7 @@ impl AgentChannel {
             options,
             closing: tokio::sync::watch::channel(false).0,
             waiters: dispatch::Waiters::default(),
+            known: dispatch::Known::default(),
             contacts: contacts::ContactBook::default(),
             background: Mutex::new(Vec::new()),
         });

@@ -303,17 +303,29 @@ async fn authenticated(
         )
     })?;
     let store = channel.store();
-    let credential = store
-        .agent_credential(&Secret::new(token.to_owned()))
-        .await
-        .map_err(|e| store_failure(&e))?
-        .ok_or_else(|| {
-            error(
-                StatusCode::UNAUTHORIZED,
-                "invalid_token",
-                "unknown or revoked agent token: enroll again",
-            )
-        })?;
+    let known = &channel.inner.known;
+    let hash = crate::store::token_hash(&Secret::new(token.to_owned()));
+    let serial = known.current_serial();
+    let credential = match known.token(&hash) {
+        // Checked before under the same serial: no read.
+        Some((identity, claimable)) => AgentCredential {
+            identity,
+            token_hash: hash,
+            used: true,
+            claimable,
+        },
+        None => store
+            .agent_credential(&Secret::new(token.to_owned()))
+            .await
+            .map_err(|e| store_failure(&e))?
+            .ok_or_else(|| {
+                error(
+                    StatusCode::UNAUTHORIZED,
+                    "invalid_token",
+                    "unknown or revoked agent token: enroll again",
+                )
+            })?,
+    };
     if credential.identity.node_id != node {
         return Err(error(
             StatusCode::FORBIDDEN,
@@ -339,6 +351,12 @@ async fn authenticated(
             .await
             .map_err(|e| store_failure(&e))?;
     }
+    known.remember(
+        credential.token_hash.clone(),
+        credential.identity.clone(),
+        serial,
+    );
+    known.polled(node);
     Ok((node, credential))
 }
 
@@ -397,7 +415,10 @@ async fn wait(
         notified.as_mut().enable();
         let claimed = match look {
             Look::None => Ok(None),
-            Look::Claim => store.claim_task(node, &holder, lease_span).await,
+            Look::Claim => {
+                channel.inner.known.claimed(node);
+                store.claim_task(node, &holder, lease_span).await
+            }
         };
         match claimed {
             Ok(Some(task)) => {

@@ -45,6 +45,14 @@ pub enum TlsSetting {
 }
 
 impl TlsSetting {
+    /// A development CA in `dir`, the server certificate naming only the local addresses.
+    pub fn dev_ca(dir: impl Into<PathBuf>) -> TlsSetting {
+        TlsSetting::DevCa {
+            dir: dir.into(),
+            names: Vec::new(),
+        }
+    }
+
     pub fn is_off(&self) -> bool {
         matches!(self, TlsSetting::Off)
     }

@@ -517,25 +517,38 @@ impl Store {
 
     /// Record agent contacts in one transaction (the agent channel's coalesced heartbeats,
     /// seed 000 §6.3): each node's last contact moves forward, never back; a credential named
-    /// in a contact is marked used (the enrollment replay rule reads that).
+    /// in a contact is marked used (the enrollment replay rule reads that). Nodes are updated
+    /// 100 to a statement: a flush of thousands of contacts is a few dozen statements.
     pub async fn record_agent_contacts(&self, contacts: &[AgentContact]) -> Result<(), StoreError> {
         if contacts.is_empty() {
             return Ok(());
         }
         let mut tx = self.pool.write().await?;
+        for chunk in contacts.chunks(100) {
+            // CASE id WHEN $1 THEN $2 … END: each node its own time, in one statement.
+            let mut arms = String::new();
+            let mut ids = Vec::with_capacity(chunk.len());
+            let mut bound = Vec::with_capacity(chunk.len() * 2);
+            for (i, contact) in chunk.iter().enumerate() {
+                arms.push_str(&format!(" WHEN ${} THEN ${}", 2 * i + 1, 2 * i + 2));
+                ids.push(format!("${}", 2 * i + 1));
+                bound.push(super::db::Param::from(contact.node_id.to_string()));
+                bound.push(super::db::Param::from(format_time(contact.at)));
+            }
+            let at = format!("(CASE id{arms} END)");
+            let sql = format!(
+                "UPDATE nodes SET last_agent_contact_at = {at}
+                 WHERE id IN ({}) AND (last_agent_contact_at IS NULL OR last_agent_contact_at < {at})",
+                ids.join(", ")
+            );
+            tx.execute(sql, &bound).await?;
+        }
         for contact in contacts {
-            let at = format_time(contact.at);
-            tx.execute(
-                "UPDATE nodes SET last_agent_contact_at = $1
-                 WHERE id = $2 AND (last_agent_contact_at IS NULL OR last_agent_contact_at < $1)",
-                &params![at.clone(), contact.node_id.to_string()],
-            )
-            .await?;
             if let Some(hash) = &contact.credential {
                 tx.execute(
                     "UPDATE agent_credentials SET last_used_at = $1
                      WHERE token_hash = $2 AND (last_used_at IS NULL OR last_used_at < $1)",
-                    &params![at, hash.clone()],
+                    &params![format_time(contact.at), hash.clone()],
                 )
                 .await?;
             }
@@ -545,14 +558,14 @@ impl Store {
 
     /// Which of `nodes` have a task a poll could claim now (queued, or dispatched with an
     /// expired lease: the condition of `Store::claim_task`), in one read per 500 nodes. The
-    /// agent channel asks this once per poll step for every waiting long-poll together.
+    /// agent channel asks this once per poll step for every waiting long-poll together (no
+    /// transaction: each statement is a consistent read on its own).
     pub async fn nodes_with_claimable_tasks(
         &self,
         nodes: &[Uuid],
     ) -> Result<std::collections::BTreeSet<Uuid>, StoreError> {
         let now = format_time(self.now());
         let mut found = std::collections::BTreeSet::new();
-        let mut tx = self.pool.read().await?;
         for chunk in nodes.chunks(500) {
             let list: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 4)).collect();
             let sql = format!(
@@ -568,11 +581,10 @@ impl Store {
             ]
             .to_vec();
             bound.extend(chunk.iter().map(|n| super::db::Param::from(n.to_string())));
-            for row in tx.fetch_all(sql, &bound).await? {
+            for row in self.pool.fetch_all_once(sql, &bound).await? {
                 found.insert(parse_uuid(&row.text("node_id")?)?);
             }
         }
-        tx.commit().await?;
         Ok(found)
     }
 
@@ -587,7 +599,20 @@ impl Store {
                 &params![at, node.to_string()],
             )
             .await?;
+        if n > 0 {
+            // Agent channels keep the credentials they checked until the serial moves.
+            bump_serial(&mut tx).await?;
+        }
         tx.commit().await?;
         Ok(n)
+    }
+
+    /// The store serial in one statement (the agent channel checks it every poll step).
+    pub async fn serial_now(&self) -> Result<i64, StoreError> {
+        self.pool
+            .fetch_optional_once("SELECT value FROM store_serial WHERE id = 1", &[])
+            .await?
+            .ok_or_else(|| StoreError::Corrupt("no store serial".into()))?
+            .int("value")
     }
 }

@@ -127,23 +127,6 @@ impl Drop for Network {
     }
 }
 
-/// Every tool the catalog runs.
-pub const TOOLS: &[&str] = &[
-    "systemctl",
-    "kubectl",
-    "loginctl",
-    "usermod",
-    "userdel",
-    "pkill",
-    "find",
-    "umount",
-    "sed",
-    "rm",
-    "chmod",
-    "nvidia-smi",
-    "rocm-smi",
-];
-
 /// The recording script every tool points at: probes answer as an idle host would; a change is
 /// appended to `begun` when it starts and to `done` when it ends. A change whose line is in
 /// `slow` takes 20 s (a test kills the agent meanwhile). `userdel` removes the account from
@@ -216,7 +199,7 @@ impl AgentHost {
         std::fs::write(&script, recorder).unwrap();
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
         let mut paths = Vec::new();
-        for tool in TOOLS {
+        for tool in metalform::agent::node::config::TOOLS {
             std::os::unix::fs::symlink(&script, bin.join(tool)).unwrap();
             paths.push(format!("\"{tool}\" = \"{}\"", bin.join(tool).display()));
         }

@@ -253,10 +253,7 @@ impl Bed {
             AgentServerConfig::new(
                 "127.0.0.1:0".parse().unwrap(),
                 None,
-                metalform::listener::TlsSetting::DevCa {
-                    dir: dir.path().join("agent-ca"),
-                    names: vec![],
-                },
+                metalform::listener::TlsSetting::dev_ca(dir.path().join("agent-ca")),
             ),
         )
         .await

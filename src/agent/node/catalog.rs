@@ -443,12 +443,7 @@ impl StorageCleanup {
     fn local(ctx: &mut TaskContext<'_>) -> Result<Value, TaskFailure> {
         let storage = ctx.config.storage.clone();
         let mounts = ctx.host.mounts();
-        let in_scope: Vec<&Path> = storage
-            .scratch
-            .iter()
-            .chain(&storage.data_disks)
-            .map(|p| p.as_path())
-            .collect();
+        let in_scope = storage.scope();
         let targets: Vec<(&Path, bool)> = storage
             .scratch
             .iter()
@@ -641,13 +636,7 @@ impl TaskExecutor for ValidateClean {
             .filter(|(_, uid)| is_tenant_uid(ctx, *uid, &kept))
             .map(|(pid, uid)| json!({"pid": pid, "uid": uid}))
             .collect();
-        let storage = &ctx.config.storage;
-        let scoped: Vec<&Path> = storage
-            .scratch
-            .iter()
-            .chain(&storage.data_disks)
-            .map(|p| p.as_path())
-            .collect();
+        let scoped = ctx.config.storage.scope();
         let mounts: Vec<String> = ctx
             .host
             .mounts()

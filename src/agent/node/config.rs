@@ -118,6 +118,17 @@ impl Default for StorageConfig {
     }
 }
 
+impl StorageConfig {
+    /// Every path in the cleanup scope: scratch directories, then data disks.
+    pub fn scope(&self) -> Vec<&Path> {
+        self.scratch
+            .iter()
+            .chain(&self.data_disks)
+            .map(PathBuf::as_path)
+            .collect()
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct WekaConfig {

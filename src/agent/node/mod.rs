@@ -360,11 +360,13 @@ pub async fn run(options: Options) -> Result<Stopped, AgentStop> {
         return Ok(Stopped::Signalled);
     };
     // Results a crash or an outage kept from the control plane go first.
-    for journal in agent.state.unreported()? {
+    for mut journal in agent.state.unreported()? {
         if let Some(result) = journal.result.clone() {
-            let mut journal = journal;
             if report(&agent, &credentials, &mut journal, &result, &mut signals).await? {
                 return Ok(Stopped::Signalled);
+            }
+            if after_report(&agent, &journal).await {
+                return Ok(Stopped::Uninstalled);
             }
         }
     }
@@ -460,37 +462,62 @@ async fn run_task(
     journal.dispatches += 1;
     journal.reported = None;
     agent.save_journal(&journal);
-    let (result, then) = match journal.result.clone() {
+    let result = match journal.result.clone() {
         // It ran to its end before, and the report did not get through: the same report again.
         Some(result) => {
             tracing::info!(task = %task.id, r#type = %task.task_type, "task already done; reporting its result again");
-            (result, Vec::new())
+            result
         }
         None => {
             tracing::info!(task = %task.id, r#type = %task.task_type, dispatch = journal.dispatches, "task started");
             let (result, then, ran) = execute(agent, credentials, &task, &mut journal).await;
             journal.result = Some(result.clone());
+            journal.after_report = then
+                .iter()
+                .map(|cmd| {
+                    std::iter::once(cmd.program.clone())
+                        .chain(cmd.args.clone())
+                        .collect()
+                })
+                .collect();
             agent.save_journal(&journal);
             tracing::info!(task = %task.id, r#type = %task.task_type, status = ?result.status, message = result.message.as_deref().unwrap_or(""), commands = ran, "task finished");
-            (result, then)
+            result
         }
     };
     let signalled = report(agent, credentials, &mut journal, &result, signals).await?;
     agent.state.prune();
-    if !then.is_empty() && journal.reported.as_deref() == Some("stored") {
-        for cmd in then {
-            tracing::info!(command = %cmd.line(), "uninstall");
-            let runner = agent.runner.clone();
-            match tokio::task::spawn_blocking(move || runner.run(&cmd)).await {
-                Ok(Ok(out)) if out.ok() => {}
-                Ok(Ok(out)) => tracing::warn!(output = %out.tail(), "uninstall step failed"),
-                Ok(Err(err)) => tracing::warn!(error = %err, "uninstall step failed"),
-                Err(err) => tracing::warn!(error = %err, "uninstall step failed"),
-            }
-        }
+    if after_report(agent, &journal).await {
         return Ok(Some(Stopped::Uninstalled));
     }
     Ok(signalled.then_some(Stopped::Signalled))
+}
+
+/// The changes a task left for after its report (`node.uninstall` removing the agent), once
+/// the control plane stored the result; true when there were any (the agent then stops).
+async fn after_report(agent: &Agent, journal: &Journal) -> bool {
+    if journal.after_report.is_empty() || journal.reported.as_deref() != Some("stored") {
+        return false;
+    }
+    for line in &journal.after_report {
+        let Some((program, args)) = line.split_first() else {
+            continue;
+        };
+        let cmd = exec::Cmd {
+            program: program.clone(),
+            args: args.to_vec(),
+            changes: true,
+        };
+        tracing::info!(command = %cmd.line(), "uninstall");
+        let runner = agent.runner.clone();
+        match tokio::task::spawn_blocking(move || runner.run(&cmd)).await {
+            Ok(Ok(out)) if out.ok() => {}
+            Ok(Ok(out)) => tracing::warn!(output = %out.tail(), "uninstall step failed"),
+            Ok(Err(err)) => tracing::warn!(error = %err, "uninstall step failed"),
+            Err(err) => tracing::warn!(error = %err, "uninstall step failed"),
+        }
+    }
+    true
 }
 
 /// Run the task's executor on a blocking thread, renewing its lease meanwhile.

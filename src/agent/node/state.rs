@@ -56,6 +56,9 @@ pub struct Journal {
     /// What became of the report: `stored`, `lease_lost` (dropped), `gone` (the task no
     /// longer exists); `None` while it is still to be sent.
     pub reported: Option<String>,
+    /// Changes to make once the result is stored (`node.uninstall`): program and arguments.
+    #[serde(default)]
+    pub after_report: Vec<Vec<String>>,
 }
 
 impl Journal {
@@ -67,6 +70,7 @@ impl Journal {
             steps_done: Vec::new(),
             result: None,
             reported: None,
+            after_report: Vec::new(),
         }
     }
 }
