@@ -366,10 +366,8 @@ fn spawn_daemon(config: &Path, log: &Path) -> Child {
 async fn wait_healthz(port: u16, log: &Path) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let up = tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok();
-        if up {
+        // The admin socket is bound (and accepts) before the daemon serves: wait for an answer.
+        if healthz_answers(port).await {
             return;
         }
         assert!(
@@ -379,6 +377,19 @@ async fn wait_healthz(port: u16, log: &Path) {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+async fn healthz_answers(port: u16) -> bool {
+    let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+        return false;
+    };
+    let request = "GET /healthz HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n";
+    if stream.write_all(request.as_bytes()).await.is_err() {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    let read = tokio::time::timeout(Duration::from_secs(2), stream.read_exact(&mut head)).await;
+    matches!(read, Ok(Ok(_))) && head.starts_with(b"HTTP/1.1 ")
 }
 
 fn tls_config(ca: &str) -> Arc<rustls::ClientConfig> {
