@@ -88,7 +88,7 @@ async fn decommission_in(d: &DaemonBed, node: uuid::Uuid, state: JobState, withi
             .list_jobs(JobKind::Decommission, &Default::default())
             .await
             .unwrap();
-        let job = jobs.iter().filter(|j| j.node_id == Some(node)).last();
+        let job = jobs.iter().rfind(|j| j.node_id == Some(node));
         if job.is_some_and(|j| j.state == state) {
             return;
         }

@@ -208,7 +208,7 @@ pub(super) async fn run(channel: Weak<Channel>, step: Duration) {
             Ok(serial) => channel.known.serial(serial),
             Err(err) => tracing::debug!(error = %err, "agent poll dispatch: serial not read"),
         }
-        if steps % REFRESH_STEPS == 0 {
+        if steps.is_multiple_of(REFRESH_STEPS) {
             let polling = channel.known.polling();
             match channel.store.nodes_with_claimable_tasks(&polling).await {
                 Ok(ready) => {

@@ -1,26 +1,25 @@
 //! Decommissions (seed 000 §5.7 monitoring, §5.2 soft reset and §5.5 storage-only cleanup as
-//! runtime triggers, §5.8 retry and cancel): the read model, the recovery actions and the two
-//! runtime requests, each through the library services of `apply::decommission` (the same code
-//! as `metalform decommissions`), audited there with the token's name, role and the reason. A
-//! request or a retry is run by the daemon: the API asks for an immediate reconcile of the
-//! node's site, whose plan resumes the open job (`Action::ResumeDecommission`). Reimage, full
-//! decommission and retirement are declarative and refused as owned by git.
+//! runtime triggers, §5.8 retry and cancel): the job routes of the kind (`jobs`: list, one job
+//! with its events and follow-ups, retry, cancel), and the node requests — the two runtime
+//! modes through the library services of `apply::decommission`, audited there with the token's
+//! name, role and the reason, then run by the daemon: the API asks for an immediate reconcile
+//! of the node's site, whose plan takes the open job up (`Action::ResumeDecommission`). Reimage,
+//! full decommission and retirement are declarative and refused as owned by git.
 
 use axum::Extension;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{Method, StatusCode};
 use axum::response::IntoResponse;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use uuid::Uuid;
 
+use super::jobs::node_id;
 use super::{Access, ApiError, ApiState, JsonBody, Principal, RouteTable, required_reason};
-use crate::apply::decommission::{self, ConflictReason, ServiceError};
-use crate::lifecycle::JobState;
+use crate::apply::decommission;
+use crate::lifecycle::JobKind;
 use crate::model::Node as ManifestNode;
-use crate::store::{Job, JobFilter, Node};
+use crate::store::{Job, Node};
 
-const BASE: &str = "/api/v1/admin/decommissions";
 const NODES: &str = "/api/v1/admin/nodes";
 
 /// The declarative modes (000 §5.3, §5.4, seed 004): path segment, what the manifest says.
@@ -31,20 +30,7 @@ const DECLARATIVE: &[(&str, &str)] = &[
 ];
 
 pub(super) fn routes(table: &mut RouteTable) {
-    table.add(Method::GET, BASE, Access::Admin, list);
-    table.add(Method::GET, &format!("{BASE}/{{id}}"), Access::Admin, get);
-    table.add(
-        Method::POST,
-        &format!("{BASE}/{{id}}/retry"),
-        Access::Admin,
-        retry,
-    );
-    table.add(
-        Method::POST,
-        &format!("{BASE}/{{id}}/cancel"),
-        Access::Admin,
-        cancel,
-    );
+    super::jobs::routes(table, JobKind::Decommission);
     table.add(
         Method::POST,
         &format!("{NODES}/{{node_id}}/soft-reset"),
@@ -69,125 +55,6 @@ pub(super) fn routes(table: &mut RouteTable) {
     }
 }
 
-/// The services' refusals, classified once: unknown → 404, a conflict → 409 whose code is its
-/// reason, the manifests' business → 409 `owned_by_git`, the store's → as the store's.
-impl From<ServiceError> for ApiError {
-    fn from(err: ServiceError) -> Self {
-        match err {
-            ServiceError::NotFound { .. } => ApiError::not_found(err.to_string()),
-            ServiceError::Conflict { reason, message } => {
-                let (code, hint) = match reason {
-                    ConflictReason::DecommissionOpen => (
-                        "decommission_open",
-                        "GET /api/v1/admin/decommissions?node_id=… shows the open job: wait for it, retry or cancel it",
-                    ),
-                    ConflictReason::NodeState => (
-                        "node_state",
-                        "the message lists the node states this starts from; GET /api/v1/admin/reconciliation/drift?all=true says why the node is where it is",
-                    ),
-                    ConflictReason::JobState => (
-                        "job_state",
-                        "GET the decommission: its state and recommended action say which recovery applies",
-                    ),
-                    ConflictReason::Protected => (
-                        "protected",
-                        "the node is protected: remove `protected: true` from its manifest first",
-                    ),
-                };
-                ApiError::new(StatusCode::CONFLICT, code, message).hint(hint)
-            }
-            ServiceError::OwnedByGit { file, message } => ApiError::owned_by_git(message, &file),
-            ServiceError::Store(err) => err.into(),
-        }
-    }
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ListQuery {
-    node_id: Option<String>,
-    /// The job state (`failed` matches both failed states).
-    status: Option<String>,
-    site: Option<String>,
-    #[serde(default)]
-    open: bool,
-}
-
-fn uuid_of(text: &str, what: &str, hint: &str) -> Result<Uuid, ApiError> {
-    Uuid::parse_str(text)
-        .map_err(|_| ApiError::bad_request(format!("`{text}` is not {what} (a UUID)")).hint(hint))
-}
-
-fn job_id(text: &str) -> Result<Uuid, ApiError> {
-    uuid_of(
-        text,
-        "a decommission id",
-        "GET /api/v1/admin/decommissions?node_id=NODE lists a node's decommissions",
-    )
-}
-
-fn node_id(text: &str) -> Result<Uuid, ApiError> {
-    uuid_of(
-        text,
-        "a node id",
-        "the node id is the inventory's (`metalform status --format json`, or a job's node_id)",
-    )
-}
-
-/// `status`: a job state, or `failed` for both failed states (000 §5.7 `?status=failed`).
-fn status_filter(status: &str) -> Result<Vec<JobState>, ApiError> {
-    if status == "failed" {
-        return Ok(vec![
-            JobState::FailedRetryable,
-            JobState::FailedManualIntervention,
-        ]);
-    }
-    status.parse::<JobState>().map(|s| vec![s]).map_err(|e| {
-        ApiError::bad_request(format!("status `{status}`: {e}")).hint(
-            "one of pending, running, completed, failed (both failed states), failed_retryable, failed_manual_intervention, cancelled, compensating",
-        )
-    })
-}
-
-async fn list(
-    State(state): State<ApiState>,
-    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<impl IntoResponse, ApiError> {
-    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let node = query.node_id.as_deref().map(node_id).transpose()?;
-    let states = query.status.as_deref().map(status_filter).transpose()?;
-    let filter = JobFilter {
-        node_id: node,
-        site: query.site,
-        open_only: query.open,
-        ..JobFilter::default()
-    };
-    let jobs: Vec<Job> = decommission::list_decommissions(state.store(), &filter)
-        .await?
-        .into_iter()
-        .filter(|j| states.as_ref().is_none_or(|s| s.contains(&j.state)))
-        .collect();
-    Ok(axum::Json(json!({"decommissions": jobs})))
-}
-
-async fn get(
-    State(state): State<ApiState>,
-    Path(id): Path<String>,
-) -> Result<impl IntoResponse, ApiError> {
-    let view = decommission::show_decommission(state.store(), job_id(&id)?).await?;
-    Ok(axum::Json(json!({
-        "decommission": view.job,
-        "events": view.events,
-        "follow_ups": view.follow_ups,
-    })))
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ReasonBody {
-    reason: Option<String>,
-}
-
 /// Ask the daemon to reconcile `site` now (its plan resumes the open job); the outcome is
 /// the job's, so nothing waits for the reconcile.
 fn run_soon(state: &ApiState, principal: &Principal, site: &str) -> Result<(), ApiError> {
@@ -203,64 +70,6 @@ fn accepting(state: &ApiState) -> Result<(), ApiError> {
     } else {
         Err(super::ControlError::ShuttingDown.into())
     }
-}
-
-async fn retry(
-    State(state): State<ApiState>,
-    Extension(principal): Extension<Principal>,
-    Path(id): Path<String>,
-    JsonBody(body): JsonBody<ReasonBody>,
-) -> Result<impl IntoResponse, ApiError> {
-    let id = job_id(&id)?;
-    let reason = required_reason(body.reason.as_deref())?;
-    accepting(&state)?;
-    let prior = state
-        .store()
-        .job(crate::lifecycle::JobKind::Decommission, id)
-        .await?;
-    reconciled(&state, &prior.site, &prior.hostname)?;
-    let job =
-        decommission::retry_decommission(state.store(), id, &principal.actor(), Some(&reason))
-            .await?;
-    tracing::info!(decommission = %id, actor = %principal.name, from = %prior.state, "decommission retry recorded");
-    run_soon(&state, &principal, &job.site)?;
-    Ok((
-        StatusCode::ACCEPTED,
-        axum::Json(json!({
-            "action": "retry",
-            "prior_state": prior.state,
-            "decommission": job,
-            "execution": "queued",
-        })),
-    ))
-}
-
-async fn cancel(
-    State(state): State<ApiState>,
-    Extension(principal): Extension<Principal>,
-    Path(id): Path<String>,
-    JsonBody(body): JsonBody<ReasonBody>,
-) -> Result<impl IntoResponse, ApiError> {
-    let id = job_id(&id)?;
-    let reason = required_reason(body.reason.as_deref())?;
-    let prior = state
-        .store()
-        .job(crate::lifecycle::JobKind::Decommission, id)
-        .await?;
-    let job = decommission::cancel_decommission(
-        state.store(),
-        id,
-        &principal.actor(),
-        Some(&reason),
-        state.inner.control.lease_ttl(),
-    )
-    .await?;
-    tracing::info!(decommission = %id, actor = %principal.name, from = %prior.state, to = %job.state, "decommission cancelled");
-    Ok(axum::Json(json!({
-        "action": "cancel",
-        "prior_state": prior.state,
-        "decommission": job,
-    })))
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -4,6 +4,7 @@
 //! the site's reference paths; `probe` checks the stored key.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Extension;
@@ -13,7 +14,7 @@ use axum::response::IntoResponse;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::{Access, ApiError, ApiState, JsonBody, Principal, RouteTable};
+use super::{Access, ApiError, ApiState, FleetRevision, JsonBody, Principal, RouteTable};
 use crate::lifecycle::JobKind;
 use crate::model::{Site, SiteName};
 use crate::provider::maas::{MaasClient, MaasClientOptions, RetryPolicy};
@@ -36,6 +37,12 @@ pub(super) fn routes(table: &mut RouteTable) {
         credentials,
     );
     table.add(Method::POST, &format!("{SITE}/probe"), Access::Admin, probe);
+    table.add(
+        Method::POST,
+        &format!("{SITE}/import"),
+        Access::Admin,
+        super::import_maas::import,
+    );
     table.add(
         Method::GET,
         &format!("{SITE}/roce-assignments"),
@@ -107,7 +114,14 @@ async fn view(
     })
 }
 
-fn find_site(fleet: &crate::model::Fleet, id: &str) -> Result<Site, ApiError> {
+/// The accepted fleet and its site `id` (404 when the fleet has no such site).
+fn accepted_site(state: &ApiState, id: &str) -> Result<(Arc<FleetRevision>, Site), ApiError> {
+    let accepted = state.fleet()?;
+    let site = find_site(&accepted.fleet, id)?;
+    Ok((accepted, site))
+}
+
+pub(super) fn find_site(fleet: &crate::model::Fleet, id: &str) -> Result<Site, ApiError> {
     fleet.sites.get(&SiteName::new(id)).cloned().ok_or_else(|| {
         ApiError::not_found(format!("site `{id}` is not in the fleet")).hint(format!(
             "sites: {}",
@@ -136,8 +150,7 @@ async fn get(
     State(state): State<ApiState>,
     Path(id): Path<String>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let accepted = state.fleet()?;
-    let site = find_site(&accepted.fleet, &id)?;
+    let (accepted, site) = accepted_site(&state, &id)?;
     Ok(axum::Json(view(&state, &site, &accepted.fleet).await?))
 }
 
@@ -160,8 +173,7 @@ async fn update(
     Path(id): Path<String>,
     JsonBody(body): JsonBody<Value>,
 ) -> Result<(), ApiError> {
-    let accepted = state.fleet()?;
-    let site = find_site(&accepted.fleet, &id)?;
+    let (_, site) = accepted_site(&state, &id)?;
     let fields = body
         .as_object()
         .map(|o| {
@@ -187,8 +199,7 @@ async fn update(
 }
 
 async fn delete(State(state): State<ApiState>, Path(id): Path<String>) -> Result<(), ApiError> {
-    let accepted = state.fleet()?;
-    let site = find_site(&accepted.fleet, &id)?;
+    let (_, site) = accepted_site(&state, &id)?;
     let file = &site.provenance.file;
     Err(ApiError::owned_by_git(
         format!("site {id} is owned by git: set spec.status: disabled in {file} instead"),
@@ -255,7 +266,7 @@ async fn run_probe(
     let version = client.version().await.map_err(|e| e.to_string())?;
     let whoami = client.whoami().await.map_err(|e| e.to_string())?;
     Ok(ProbeReport {
-        maas_url: state.inner.maas.url_of(site),
+        maas_url: crate::sanitize::redact::url(&state.inner.maas.url_of(site)),
         hardware_sync_supported: version.supports_hardware_sync(),
         version: version.version,
         capabilities: version.capabilities,
@@ -300,8 +311,7 @@ async fn credentials(
     Path(id): Path<String>,
     JsonBody(body): JsonBody<CredentialsBody>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let accepted = state.fleet()?;
-    let site = find_site(&accepted.fleet, &id)?;
+    let (_, site) = accepted_site(&state, &id)?;
     if body.maas_api_key.expose().trim().is_empty() {
         return Err(ApiError::bad_request("`maas_api_key` is empty"));
     }
@@ -365,8 +375,7 @@ async fn probe(
     State(state): State<ApiState>,
     Path(id): Path<String>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let accepted = state.fleet()?;
-    let site = find_site(&accepted.fleet, &id)?;
+    let (_, site) = accepted_site(&state, &id)?;
     let key_ref = crate::secrets::SecretRef::new(
         site.maas.api_key.path.clone(),
         site.maas.api_key.key.as_deref(),
@@ -399,8 +408,7 @@ async fn list_roce(
     State(state): State<ApiState>,
     Path(id): Path<String>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let accepted = state.fleet()?;
-    let site = find_site(&accepted.fleet, &id)?;
+    let (accepted, site) = accepted_site(&state, &id)?;
     let items: Vec<RoceView> = accepted
         .fleet
         .nodes_of_site(&site.name)
@@ -422,8 +430,7 @@ async fn upsert_roce(
     Path(id): Path<String>,
     JsonBody(body): JsonBody<Value>,
 ) -> Result<(), ApiError> {
-    let accepted = state.fleet()?;
-    let site = find_site(&accepted.fleet, &id)?;
+    let (accepted, site) = accepted_site(&state, &id)?;
     let hostnames: std::collections::BTreeSet<&str> = body
         .get("items")
         .and_then(Value::as_array)
@@ -457,8 +464,7 @@ async fn delete_roce(
     State(state): State<ApiState>,
     Path((id, aid)): Path<(String, String)>,
 ) -> Result<(), ApiError> {
-    let accepted = state.fleet()?;
-    let site = find_site(&accepted.fleet, &id)?;
+    let (accepted, site) = accepted_site(&state, &id)?;
     let (hostname, interface) = aid.split_once(':').unwrap_or((aid.as_str(), ""));
     let node = accepted
         .fleet

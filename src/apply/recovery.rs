@@ -1,16 +1,16 @@
-//! Operator recovery actions on an onboarding (seed 000 §4.9, §4.12, §4.15): the one library
-//! path behind `metalform onboardings retry|resume|…` and the admin API's
-//! `POST /api/v1/admin/onboardings/{id}/{action}`.
+//! Operator recovery actions on a job of any kind (seed 000 §4.9, §4.12, §4.15, §5.8): the one
+//! library path behind `metalform jobs retry|resume|…` (and its `onboardings` and
+//! `decommissions` aliases) and the admin API's `POST /api/v1/admin/{kind}s/{id}/{action}`.
 //!
 //! An action is two steps. [`record`] is the audited state change (the store writes the job
 //! move and the audit row in one transaction, or refuses and changes nothing); it is quick and
-//! the API answers after it. [`Executor::carry_out`] then does what the action needs — the
+//! the API answers after it. `Engine::carry_out` (`kinds`) then does what the action needs — the
 //! stages for retry, resume, rerun and adopt, the compensation for cancel and restart-clean,
 //! nothing for mark-manual — and may take as long as the stages do.
 
 use uuid::Uuid;
 
-use super::{ApplyReport, Compensation, Executor, NodeTarget, Work, WorkItem};
+use super::engine::Compensation;
 use crate::lifecycle::{JobKind, JobState, RecoveryAction};
 use crate::store::{Actor, Job, Store, StoreError};
 
@@ -39,16 +39,17 @@ pub struct Recovery {
     pub execution: Execution,
 }
 
-/// Record (and audit) `action` on onboarding `job_id`. A refusal — the action does not apply
-/// to the job's state, the job is unknown — changes nothing.
+/// Record (and audit) `action` on job `job_id` of `kind`. A refusal — the action does not
+/// apply to the job's state, the job is unknown — changes nothing.
 pub async fn record(
     store: &Store,
+    kind: JobKind,
     job_id: Uuid,
     action: RecoveryAction,
     actor: &Actor,
     reason: &str,
 ) -> Result<Recovery, StoreError> {
-    let prior = store.job(JobKind::Onboarding, job_id).await?;
+    let prior = store.job(kind, job_id).await?;
     if action == RecoveryAction::Resume && prior.state == JobState::Compensating {
         return Ok(Recovery {
             action,
@@ -58,7 +59,7 @@ pub async fn record(
         });
     }
     let job = store
-        .recover_job(JobKind::Onboarding, job_id, action, actor, Some(reason))
+        .recover_job(kind, job_id, action, actor, Some(reason))
         .await?;
     let execution = match action {
         RecoveryAction::MarkManualInterventionRequired => Execution::Nothing,
@@ -75,33 +76,4 @@ pub async fn record(
         job,
         execution,
     })
-}
-
-impl Executor {
-    /// Carry out a recorded action for its node (`target`): what [`Recovery::execution`] says.
-    pub async fn carry_out(&self, target: NodeTarget, recovery: &Recovery) -> ApplyReport {
-        let job_id = recovery.job.id;
-        let item = |work| WorkItem::new(target.clone(), work);
-        match recovery.execution {
-            Execution::Nothing => ApplyReport::default(),
-            Execution::Continue => self.run(vec![item(Work::Continue { job_id })]).await,
-            Execution::FinishCompensation => self.run(vec![item(Work::Resume { job_id })]).await,
-            Execution::Compensate(kind) => {
-                let compensated = self.compensate(&target, job_id, kind).await;
-                let pending = self
-                    .env()
-                    .store
-                    .job(JobKind::Onboarding, job_id)
-                    .await
-                    .is_ok_and(|job| job.state == JobState::Pending);
-                if kind == Compensation::RestartClean && pending {
-                    self.run(vec![item(Work::Continue { job_id })]).await
-                } else {
-                    ApplyReport {
-                        results: vec![compensated],
-                    }
-                }
-            }
-        }
-    }
 }

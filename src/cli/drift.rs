@@ -5,10 +5,11 @@
 use serde_json::json;
 
 use super::apply::operator;
-use super::observe::{FleetArgs, SecretArgs, SiteArgs, load_fleet, open_secrets, unknown_site};
-use super::output::ReportFormat;
-use super::status::{find_node, store_error, table, time};
-use super::status::{open_store, with_store};
+use super::output::{ReportFormat, table, time};
+use super::world::{
+    WorldArgs, find_node, load_fleet, open_secrets, open_store, store_error, unknown_site,
+    with_store, with_store_read,
+};
 use super::{CliError, Exit, GlobalArgs};
 use crate::drift::{
     self, ActionResult, DriftEnv, DriftFilter, DriftPolicy, DriftReport, DriftSummary, Resolution,
@@ -17,11 +18,8 @@ use crate::drift::{
 use crate::observe::MaasClients;
 use crate::provider::maas::MaasClientOptions;
 
-#[derive(Debug, clap::Args)]
-pub struct Args {
-    #[command(subcommand)]
-    pub command: Command,
-}
+/// `metalform drift …`.
+pub type Args = super::Subcommands<Command>;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
@@ -32,7 +30,7 @@ pub enum Command {
     /// Acknowledge a node's drift, or reactivate a quarantined node whose machine is Deployed
     /// again. Audited.
     Resolve(ResolveArgs),
-    /// Run one drift pass now (000 §6.6 `reconciliation/run`): observe MAAS, record, act.
+    /// Run one drift pass now, as the daemon does at each reconcile: observe MAAS, record, act.
     Run(RunArgs),
 }
 
@@ -89,11 +87,7 @@ pub struct ResolveArgs {
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
     #[command(flatten)]
-    pub fleet: FleetArgs,
-    #[command(flatten)]
-    pub sites: SiteArgs,
-    #[command(flatten)]
-    pub secrets: SecretArgs,
+    pub world: WorldArgs,
     /// The self-heal policy as TOML (the daemon's `[drift]` table, docs/drift.md); default:
     /// every auto-action of the table, heartbeat threshold 5m.
     #[arg(long, value_name = "FILE")]
@@ -105,13 +99,13 @@ pub struct RunArgs {
 pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
     match args.command {
         Command::List(list) => {
-            with_store(global, &list.fleet, async |store| {
+            with_store_read(global, &list.fleet, async |store| {
                 list_drift(store, &list).await
             })
             .await
         }
         Command::Status(status) => {
-            let summary = with_store(global, &status.fleet, async |store| {
+            let summary = with_store_read(global, &status.fleet, async |store| {
                 drift::summary(store).await.map_err(store_error)
             })
             .await?;
@@ -281,14 +275,15 @@ fn read_policy(path: Option<&std::path::Path>) -> Result<DriftPolicy, CliError> 
 
 async fn run_pass(global: &GlobalArgs, args: &RunArgs) -> Result<Exit, CliError> {
     let policy = read_policy(args.policy.as_deref())?;
-    let fleet = load_fleet(&args.fleet)?;
-    let sites = args
+    let world = &args.world;
+    let fleet = load_fleet(&world.fleet)?;
+    let sites = world
         .sites
         .site_filter()
         .resolve(&fleet)
         .map_err(unknown_site)?;
-    let secrets = open_secrets(&args.secrets)?;
-    let store = open_store(global, &args.fleet.fleet).await?;
+    let secrets = open_secrets(&world.secrets)?;
+    let store = open_store(global, &world.fleet.fleet).await?;
     let env = DriftEnv::new(
         store.clone(),
         secrets,

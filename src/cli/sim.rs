@@ -26,7 +26,7 @@ pub struct Args {
     /// State the generated machines start in: ready, new, allocated, deployed, broken,
     /// failed_commissioning, or unknown (they appear only through PXE discovery).
     #[arg(long, value_name = "STATE", default_value = "ready")]
-    pub state: String,
+    pub machine_state: String,
     /// Additional BMCs MAAS does not know (power-cycle them with PXE boot to enlist them).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub unknown: usize,
@@ -45,12 +45,60 @@ pub struct Args {
     /// Seed of every random draw.
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub seed: u64,
+    /// Also serve N simulated Redfish BMCs, each on its own port (docs/redfish.md).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub redfish_bmcs: usize,
+    /// Vendor of the Redfish BMCs: dell, hpe, lenovo, supermicro, generic, or mixed (each in turn).
+    #[arg(long, value_name = "VENDOR", default_value = "mixed")]
+    pub redfish_vendor: String,
+    /// Controller base URL the simulated maintenance OS posts its status webhook to; the
+    /// shared secret comes from METALFORM_WEBHOOK_SECRET.
+    #[arg(long, value_name = "URL")]
+    pub redfish_webhook: Option<url::Url>,
+    /// Fault rules for every Redfish BMC (docs/redfish.md), e.g. `insert:status=503,count=2`.
+    #[arg(long, default_value = "", value_name = "SPEC")]
+    pub redfish_faults: String,
+}
+
+/// The simulated Redfish BMCs the flags describe (none without --redfish-bmcs).
+pub fn redfish_config(args: &Args) -> Result<sim::redfish::RedfishSimConfig, CliError> {
+    use crate::provider::redfish::profile::Vendor;
+    let vendor = match args.redfish_vendor.as_str() {
+        "mixed" => None,
+        text => Some(Vendor::parse(text).ok_or_else(|| {
+            CliError::argument(format!("unknown --redfish-vendor `{text}`"))
+                .hint("use one of: dell, hpe, lenovo, supermicro, generic, mixed")
+        })?),
+    };
+    let faults = sim::redfish::FaultRule::parse(&args.redfish_faults).map_err(|e| {
+        CliError::argument(format!("--redfish-faults: {e}"))
+            .hint("see docs/redfish.md for the fault grammar")
+    })?;
+    let mut config = sim::redfish::RedfishSimConfig::generated(args.redfish_bmcs, vendor);
+    for bmc in &mut config.bmcs {
+        bmc.faults = faults.clone();
+    }
+    config.time_scale = args.time_scale;
+    config.listen = args.listen.ip();
+    if let Some(base) = &args.redfish_webhook {
+        let secret = std::env::var("METALFORM_WEBHOOK_SECRET").map_err(|_| {
+            CliError::argument(
+                "--redfish-webhook needs the shared secret in METALFORM_WEBHOOK_SECRET",
+            )
+            .hint("export METALFORM_WEBHOOK_SECRET with the controller's webhook secret")
+        })?;
+        config.webhook = Some(sim::redfish::WebhookTarget {
+            base: base.clone(),
+            secret: crate::secrets::Secret::new(secret),
+        });
+    }
+    Ok(config)
 }
 
 /// Builds the simulator configuration the flags describe.
 pub fn config(args: &Args) -> Result<SimConfig, CliError> {
-    let initial = InitialState::parse(&args.state).ok_or_else(|| {
-        CliError::argument(format!("unknown --state `{}`", args.state)).hint(
+    let initial = InitialState::parse(&args.machine_state).ok_or_else(|| {
+        CliError::argument(format!("unknown --machine-state `{}`", args.machine_state)).hint(
             "use one of: ready, new, allocated, deployed, broken, failed_commissioning, unknown",
         )
     })?;
@@ -99,6 +147,7 @@ pub fn config(args: &Args) -> Result<SimConfig, CliError> {
 
 pub async fn run(args: Args) -> Result<Exit, CliError> {
     let config = config(&args)?;
+    let redfish = redfish_config(&args)?;
     let handle = sim::start_with_clock(
         config,
         std::sync::Arc::new(crate::clock::SystemClock),
@@ -117,10 +166,25 @@ pub async fn run(args: Args) -> Result<Exit, CliError> {
     println!("MAAS URL: {}", handle.maas_url);
     println!("API key:  {}", handle.api_key().expose());
     println!("control:  {}/sim/v1/", handle.base_url());
+    let bmcs = sim::redfish::start(redfish).await.map_err(|e| {
+        CliError::user(e.to_string()).hint("choose a free address with --listen 127.0.0.1:PORT")
+    })?;
+    for bmc in &bmcs.bmcs {
+        // The login is printed on purpose: it is the simulator's own development credential.
+        println!(
+            "Redfish BMC {} ({}): {}/redfish/v1/ (login {} / {})",
+            bmc.serial,
+            bmc.vendor,
+            bmc.url,
+            sim::redfish::DEFAULT_USER,
+            sim::redfish::DEFAULT_PASSWORD
+        );
+    }
     tokio::signal::ctrl_c()
         .await
         .map_err(|e| CliError::unexpected(format!("cannot wait for Ctrl-C: {e}")))?;
     handle.shutdown();
+    bmcs.shutdown();
     Ok(Exit::Success)
 }
 
@@ -143,7 +207,7 @@ mod tests {
             "3",
             "--unknown",
             "2",
-            "--state",
+            "--machine-state",
             "new",
             "--seed",
             "4",
@@ -183,9 +247,30 @@ mod tests {
                 .message
                 .starts_with("cannot read /nonexistent/export.json")
         );
-        let bad = Wrapper::parse_from(["sim", "--state", "sleepy"]);
+        let redfish = Wrapper::parse_from([
+            "sim",
+            "--redfish-bmcs",
+            "6",
+            "--redfish-faults",
+            "insert:status=503,count=1",
+        ]);
+        let r = redfish_config(&redfish.args).unwrap();
+        let vendors: Vec<&str> = r.bmcs.iter().map(|b| b.vendor.as_str()).collect();
+        assert_eq!(
+            vendors,
+            ["dell", "hpe", "lenovo", "supermicro", "generic", "dell"]
+        );
+        assert_eq!(r.bmcs[5].serial, "RF-0006");
+        assert_eq!(r.bmcs[0].faults.len(), 1);
+        let bad_vendor =
+            Wrapper::parse_from(["sim", "--redfish-bmcs", "1", "--redfish-vendor", "acme"]);
+        assert_eq!(
+            redfish_config(&bad_vendor.args).unwrap_err().message,
+            "unknown --redfish-vendor `acme`"
+        );
+        let bad = Wrapper::parse_from(["sim", "--machine-state", "sleepy"]);
         let err = config(&bad.args).unwrap_err();
-        assert_eq!(err.message, "unknown --state `sleepy`");
-        assert_eq!(err.class.exit_code(), 64);
+        assert_eq!(err.message, "unknown --machine-state `sleepy`");
+        assert_eq!(err.class.exit_code(), 2);
     }
 }

@@ -3,19 +3,15 @@
 //! shows the lifecycle detail view (job state, stage, attempt, failure class, last observed MAAS
 //! state, recommended next action). Creates and migrates the store if needed.
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
 
-use chrono::{DateTime, Utc};
 use serde_json::json;
 
-use super::output::ReportFormat;
+use super::output::{ReportFormat, detail_view, table, time};
+use super::world::{find_node, store_error, with_store_read};
 use super::{CliError, Exit, GlobalArgs};
-use crate::clock::SystemClock;
 use crate::lifecycle::NodeState;
-use crate::store::{
-    self, Job, JobSpec, MaasState, Node, NodeFilter, StageEventRow, Store, StoreError,
-};
+use crate::store::{Job, JobSpec, MaasState, Node, NodeFilter, StageEventRow, Store};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -39,72 +35,11 @@ pub struct Args {
 const DETAIL_EVENTS: i64 = 10;
 
 pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
-    with_store(global, &args.fleet, async |store| match &args.node {
+    with_store_read(global, &args.fleet, async |store| match &args.node {
         None => inventory(store, &args).await,
         Some(node) => detail(store, &args, node).await,
     })
     .await
-}
-
-/// Run `work` on the state store ([`open_store`]), closed afterwards whatever `work` returned.
-pub(super) async fn with_store<T>(
-    global: &GlobalArgs,
-    fleet_dir: &Path,
-    work: impl AsyncFnOnce(&Store) -> Result<T, CliError>,
-) -> Result<T, CliError> {
-    let store = open_store(global, fleet_dir).await?;
-    let result = work(&store).await;
-    store.close().await;
-    result
-}
-
-/// The state store every command works on: `--state URL`, else the default SQLite file in
-/// the fleet directory's `.metalform/` (docs/contracts.md §2), created and migrated if needed.
-/// The fleet directory must exist: a typo must not create a store somewhere unexpected.
-pub(super) async fn open_store(global: &GlobalArgs, fleet_dir: &Path) -> Result<Store, CliError> {
-    let url = match &global.state {
-        Some(url) => url.clone(),
-        None => {
-            if !fleet_dir.is_dir() {
-                return Err(CliError::user(format!(
-                    "fleet directory `{}` does not exist",
-                    fleet_dir.display()
-                ))
-                .hint("pass --fleet DIR (the fleet repository) or --state URL"));
-            }
-            store::default_url(fleet_dir)
-        }
-    };
-    Store::open(&url, Arc::new(SystemClock))
-        .await
-        .map_err(store_error)
-}
-
-/// Classify a store error once, with what to do about it.
-pub fn store_error(err: StoreError) -> CliError {
-    let hint = match &err {
-        StoreError::InvalidUrl { .. } => {
-            Some("pass --state sqlite://PATH or --state postgres://USER@HOST:PORT/DB")
-        }
-        StoreError::Unreachable { .. } => Some(
-            "check that the database is running and the --state URL (host, port, credentials) is right",
-        ),
-        StoreError::SchemaTooNew { .. } => {
-            Some("upgrade metalform: a newer version wrote this store")
-        }
-        StoreError::Corrupt(_) => Some("restore the store from a backup or report a bug"),
-        _ => None,
-    };
-    let unexpected = matches!(err, StoreError::Corrupt(_));
-    let mut cli = if unexpected {
-        CliError::unexpected(err.to_string())
-    } else {
-        CliError::user(err.to_string())
-    };
-    if let Some(hint) = hint {
-        cli = cli.hint(hint);
-    }
-    cli
 }
 
 fn flags(node: &Node) -> String {
@@ -123,37 +58,6 @@ fn flags(node: &Node) -> String {
     } else {
         flags.join(",")
     }
-}
-
-pub(super) fn time(t: DateTime<Utc>) -> String {
-    t.format("%Y-%m-%d %H:%M:%SZ").to_string()
-}
-
-/// Left-aligned columns separated by two spaces; the last column is not padded.
-pub(super) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for row in rows {
-        for (i, cell) in row.iter().enumerate() {
-            widths[i] = widths[i].max(cell.chars().count());
-        }
-    }
-    let line = |cells: Vec<&str>| {
-        let last = cells.len() - 1;
-        let mut out = String::new();
-        for (i, cell) in cells.into_iter().enumerate() {
-            if i == last {
-                out.push_str(cell);
-            } else {
-                out.push_str(&format!("{cell:<w$}  ", w = widths[i]));
-            }
-        }
-        out.trim_end().to_owned() + "\n"
-    };
-    let mut out = line(header.to_vec());
-    for row in rows {
-        out.push_str(&line(row.iter().map(String::as_str).collect()));
-    }
-    out
 }
 
 async fn inventory(store: &Store, args: &Args) -> Result<Exit, CliError> {
@@ -223,51 +127,8 @@ async fn inventory(store: &Store, args: &Args) -> Result<Exit, CliError> {
     Ok(Exit::Success)
 }
 
-async fn find(store: &Store, args: &Args, wanted: &str) -> Result<Node, CliError> {
-    find_node(store, args.site.as_deref(), wanted).await
-}
-
-/// A node by id, or by hostname (with `site` when the hostname exists in several sites).
-pub(super) async fn find_node(
-    store: &Store,
-    site: Option<&str>,
-    wanted: &str,
-) -> Result<Node, CliError> {
-    if let Ok(id) = uuid::Uuid::parse_str(wanted) {
-        return store.node(id).await.map_err(store_error);
-    }
-    let candidates = match site {
-        Some(site) => store
-            .find_node(site, wanted)
-            .await
-            .map_err(store_error)?
-            .into_iter()
-            .collect(),
-        None => store
-            .find_nodes_by_hostname(wanted)
-            .await
-            .map_err(store_error)?,
-    };
-    match candidates.len() {
-        1 => Ok(candidates.into_iter().next().expect("one")),
-        0 => Err(CliError::user(format!(
-            "no node `{wanted}`{} in the inventory",
-            site.map(|s| format!(" in site `{s}`")).unwrap_or_default()
-        ))
-        .hint("run `metalform status` to list nodes; pass a hostname or a node id")),
-        _ => {
-            let sites: Vec<&str> = candidates.iter().map(|n| n.site.as_str()).collect();
-            Err(CliError::user(format!(
-                "hostname `{wanted}` exists in several sites: {}",
-                sites.join(", ")
-            ))
-            .hint("pass --site SITE"))
-        }
-    }
-}
-
 async fn detail(store: &Store, args: &Args, wanted: &str) -> Result<Exit, CliError> {
-    let node = find(store, args, wanted).await?;
+    let node = find_node(store, args.site.as_deref(), wanted).await?;
     let maas = store.maas_state(node.id).await.map_err(store_error)?;
     let job = store
         .latest_job_for_node(node.id)
@@ -400,40 +261,4 @@ fn render_detail(
         }
     }
     detail_view(&lines, "recent events", events)
-}
-
-/// A detail view: `key  value` lines aligned on the longest key, then the stage events under
-/// `events_title`.
-pub(super) fn detail_view<K: AsRef<str>>(
-    lines: &[(K, String)],
-    events_title: &str,
-    events: &[StageEventRow],
-) -> String {
-    let width = lines
-        .iter()
-        .map(|(k, _)| k.as_ref().len())
-        .max()
-        .unwrap_or(0);
-    let mut out: String = lines
-        .iter()
-        .map(|(k, v)| format!("{:<width$}  {v}\n", k.as_ref()))
-        .collect();
-    if !events.is_empty() {
-        out.push_str(&format!("\n{events_title}\n"));
-        for event in events {
-            out.push_str(&format!(
-                "  {}  {}#{}  {}{}\n",
-                time(event.occurred_at),
-                event.stage,
-                event.attempt,
-                event.status,
-                event
-                    .message
-                    .as_deref()
-                    .map(|m| format!("  {m}"))
-                    .unwrap_or_default()
-            ));
-        }
-    }
-    out
 }

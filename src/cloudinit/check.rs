@@ -24,6 +24,19 @@ fn invalid(field: &'static str, reason: impl Into<String>) -> CloudInitError {
     }
 }
 
+/// `Ok` when `ok`, else the field's error with `reason`.
+fn require<R: Into<String>>(
+    ok: bool,
+    field: &'static str,
+    reason: impl FnOnce() -> R,
+) -> Result<(), CloudInitError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(field, reason()))
+    }
+}
+
 /// A value shown in an error message: short and printable.
 fn shown(value: &str) -> String {
     let mut s: String = value.chars().take(80).collect();
@@ -151,17 +164,12 @@ pub fn bundle_reference(field: &'static str, value: &str) -> Result<(), CloudIni
         && !value
             .split('/')
             .any(|s| s.is_empty() || s == "." || s == "..");
-    if ok {
-        Ok(())
-    } else {
-        Err(invalid(
-            field,
-            format!(
-                "{} is neither an http(s) URL nor a relative path (A-Z a-z 0-9 . _ - /, no ..)",
-                shown(value)
-            ),
-        ))
-    }
+    require(ok, field, || {
+        format!(
+            "{} is neither an http(s) URL nor a relative path (A-Z a-z 0-9 . _ - /, no ..)",
+            shown(value)
+        )
+    })
 }
 
 /// A version label: letters, digits, `.`, `_`, `-`.
@@ -172,17 +180,12 @@ pub fn version(field: &'static str, value: &str) -> Result<(), CloudInitError> {
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
         && !value.starts_with('.');
-    if ok {
-        Ok(())
-    } else {
-        Err(invalid(
-            field,
-            format!(
-                "{} is not a version label (A-Z a-z 0-9 . _ -)",
-                shown(value)
-            ),
-        ))
-    }
+    require(ok, field, || {
+        format!(
+            "{} is not a version label (A-Z a-z 0-9 . _ -)",
+            shown(value)
+        )
+    })
 }
 
 /// A device path such as `/dev/disk/by-id/ata-Dell_BOSS-N1_S1`.
@@ -193,14 +196,9 @@ pub fn device_path(field: &'static str, value: &str) -> Result<(), CloudInitErro
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '.' | '_' | '-' | ':' | '+'))
         && !value.split('/').any(|s| s == "..");
-    if ok {
-        Ok(())
-    } else {
-        Err(invalid(
-            field,
-            format!("{} is not a /dev/ path", shown(value)),
-        ))
-    }
+    require(ok, field, || {
+        format!("{} is not a /dev/ path", shown(value))
+    })
 }
 
 /// A Linux interface name: 1–15 characters, no `/`, whitespace or `:`.
@@ -212,17 +210,12 @@ pub fn interface(field: &'static str, value: &str) -> Result<(), CloudInitError>
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
         && value != "."
         && value != "..";
-    if ok {
-        Ok(())
-    } else {
-        Err(invalid(
-            field,
-            format!(
-                "{} is not an interface name (1-15 of A-Z a-z 0-9 . _ -)",
-                shown(value)
-            ),
-        ))
-    }
+    require(ok, field, || {
+        format!(
+            "{} is not an interface name (1-15 of A-Z a-z 0-9 . _ -)",
+            shown(value)
+        )
+    })
 }
 
 /// A login name as `useradd` accepts it by default; not `root`.
@@ -250,6 +243,38 @@ pub fn user_name(field: &'static str, value: &str) -> Result<(), CloudInitError>
     Ok(())
 }
 
+/// An OpenSSH public key line: a key type, base64, an optional comment; one printable line.
+pub fn ssh_key(field: &'static str, value: &str) -> Result<(), CloudInitError> {
+    const TYPES: &[&str] = &[
+        "ssh-ed25519",
+        "ssh-rsa",
+        "ecdsa-sha2-nistp256",
+        "ecdsa-sha2-nistp384",
+        "ecdsa-sha2-nistp521",
+        "sk-ssh-ed25519@openssh.com",
+        "sk-ecdsa-sha2-nistp256@openssh.com",
+    ];
+    let mut parts = value.splitn(3, ' ');
+    let kind = parts.next().unwrap_or_default();
+    let body = parts.next().unwrap_or_default();
+    let ok = value.len() <= 16_384
+        && !value.chars().any(char::is_control)
+        && TYPES.contains(&kind)
+        && !body.is_empty()
+        && body
+            .trim_end_matches('=')
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '+' || c == '/');
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            field,
+            "is not an OpenSSH public key line (type, base64 key, optional comment)",
+        ))
+    }
+}
+
 /// PEM certificates: printable text holding at least one certificate block.
 pub fn ca_bundle(field: &'static str, value: &str) -> Result<(), CloudInitError> {
     let ok = value.contains("-----BEGIN CERTIFICATE-----")
@@ -258,14 +283,11 @@ pub fn ca_bundle(field: &'static str, value: &str) -> Result<(), CloudInitError>
         && value
             .chars()
             .all(|c| c.is_ascii_graphic() || matches!(c, ' ' | '\n' | '\r' | '\t'));
-    if ok {
-        Ok(())
-    } else {
-        Err(invalid(
-            field,
-            "must be PEM text with at least one -----BEGIN CERTIFICATE----- block (at most 256 KiB)",
-        ))
-    }
+    require(
+        ok,
+        field,
+        || "must be PEM text with at least one -----BEGIN CERTIFICATE----- block (at most 256 KiB)",
+    )
 }
 
 #[cfg(test)]

@@ -55,9 +55,15 @@ async fn openapi() -> impl IntoResponse {
 }
 
 pub(super) fn app(core: Arc<Core>, api: ApiState) -> Router {
-    let (admin, _) = crate::api::admin_router(api);
+    let (admin, _) = crate::api::admin_router(api.clone());
     let (public, _) = public_routes().into_parts();
+    let web = crate::web::WebState::new(
+        core.store.clone(),
+        Arc::new(super::Handle { core: core.clone() }),
+        crate::web::DEFAULT_REFRESH,
+    );
     Router::new()
+        .merge(crate::web::router(web, api.clone()))
         .merge(admin)
         .merge(public.with_state(core))
         .fallback(crate::api::not_found)

@@ -1,13 +1,11 @@
 //! The self-heal policy (seed 000 §6.4 "Auto-action", §6.3 heartbeat threshold): which of the
 //! table's auto-actions the drift pass carries out. The default is the table's: all of them,
 //! with a 5-minute heartbeat threshold. A disabled action is still detected, recorded and
-//! reported — as held, not taken.
+//! reported — as held, not taken (`DriftAction::allowed_by`).
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-
-use super::rules::DriftAction;
 
 /// `[drift]` of the daemon's configuration (every field optional).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -52,28 +50,6 @@ impl Default for DriftPolicy {
             update_host: true,
             release_retired: true,
             absent_guard_fraction: 0.5,
-        }
-    }
-}
-
-impl DriftPolicy {
-    /// Whether the policy lets the pass take this action.
-    pub fn allows(&self, action: &DriftAction) -> bool {
-        match action {
-            DriftAction::MarkOffline | DriftAction::MarkActive => self.heartbeat,
-            DriftAction::Quarantine => self.quarantine,
-            DriftAction::UpdateHost { .. } => self.update_host,
-            DriftAction::ReleaseAndPowerOff { .. } => self.release_retired,
-        }
-    }
-
-    /// The policy key that turns an action on or off (for "held" explanations).
-    pub fn key_of(action: &DriftAction) -> &'static str {
-        match action {
-            DriftAction::MarkOffline | DriftAction::MarkActive => "heartbeat",
-            DriftAction::Quarantine => "quarantine",
-            DriftAction::UpdateHost { .. } => "update_host",
-            DriftAction::ReleaseAndPowerOff { .. } => "release_retired",
         }
     }
 }

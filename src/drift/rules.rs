@@ -194,6 +194,26 @@ impl DriftAction {
         }
     }
 
+    /// Whether the self-heal policy lets the pass take this action.
+    pub fn allowed_by(&self, policy: &DriftPolicy) -> bool {
+        match self {
+            DriftAction::MarkOffline | DriftAction::MarkActive => policy.heartbeat,
+            DriftAction::Quarantine => policy.quarantine,
+            DriftAction::UpdateHost { .. } => policy.update_host,
+            DriftAction::ReleaseAndPowerOff { .. } => policy.release_retired,
+        }
+    }
+
+    /// The policy key that turns this action on or off (for "held" explanations).
+    pub fn policy_key(&self) -> &'static str {
+        match self {
+            DriftAction::MarkOffline | DriftAction::MarkActive => "heartbeat",
+            DriftAction::Quarantine => "quarantine",
+            DriftAction::UpdateHost { .. } => "update_host",
+            DriftAction::ReleaseAndPowerOff { .. } => "release_retired",
+        }
+    }
+
     /// Talks to MAAS or depends on what MAAS shows: the pass re-reads the machine first.
     pub fn needs_fresh_machine(&self) -> bool {
         matches!(
@@ -249,15 +269,16 @@ impl From<&ObservedMachine> for MachineFacts {
 
 impl From<&crate::provider::maas::Machine> for MachineFacts {
     fn from(m: &crate::provider::maas::Machine) -> Self {
+        let status = ObservedStatus {
+            code: m.status.code(),
+            name: m.status_label(),
+        };
         let mut ip_addresses = m.ip_addresses.clone();
         ip_addresses.sort();
         MachineFacts {
             system_id: m.system_id.clone(),
             hostname: m.hostname.clone(),
-            status: ObservedStatus {
-                code: m.status.code(),
-                name: m.status_label(),
-            },
+            status,
             power_state: m.power_state.to_string(),
             ip_addresses,
         }
@@ -692,10 +713,10 @@ fn hold(finding: &mut Finding, node: &InventoryNode, policy: &DriftPolicy) {
     for action in actions {
         let reason = if node.paused {
             Some("the node is paused: the reconciler leaves it alone".to_owned())
-        } else if !policy.allows(&action) {
+        } else if !action.allowed_by(policy) {
             Some(format!(
                 "the self-heal policy has `{}` off",
-                DriftPolicy::key_of(&action)
+                action.policy_key()
             ))
         } else if node.protected && matches!(action, DriftAction::ReleaseAndPowerOff { .. }) {
             Some("the node is protected: unset `protected` to let it be released".to_owned())

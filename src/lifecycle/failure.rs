@@ -24,14 +24,15 @@ named_enum! {
     }
 }
 
-/// How much automatic retrying a failure class gets (000 §4.7 "default handling").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RetryPolicy {
-    /// Fail at once; no automatic retry.
-    None,
-    /// Bounded automatic retry (the stage's own bound, 000 §4.6).
-    Bounded,
+named_enum! {
+    "retry policy",
+    /// How much automatic retrying a failure class gets (000 §4.7 "default handling").
+    pub enum RetryPolicy {
+        /// Fail at once; no automatic retry.
+        None = "none",
+        /// Bounded automatic retry (the stage's own bound, 000 §4.6).
+        Bounded = "bounded",
+    }
 }
 
 /// The default handling of a failure class.
@@ -200,6 +201,19 @@ pub struct RecoveryError {
 }
 
 impl RecoveryAction {
+    /// The action's name in routes and commands (000 §4.15 `…/{id}/restart-clean`).
+    pub fn route(self) -> &'static str {
+        match self {
+            RecoveryAction::RetryStage => "retry",
+            RecoveryAction::Resume => "resume",
+            RecoveryAction::Rerun => "rerun",
+            RecoveryAction::RestartClean => "restart-clean",
+            RecoveryAction::Cancel => "cancel",
+            RecoveryAction::AdoptObservedState => "adopt",
+            RecoveryAction::MarkManualInterventionRequired => "mark-manual-intervention",
+        }
+    }
+
     /// The job states the action applies to.
     pub fn applies_to(self) -> &'static [JobState] {
         use JobState as J;

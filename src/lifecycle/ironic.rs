@@ -55,18 +55,19 @@ named_enum! {
     }
 }
 
-/// Where a state sits in the -ING / -WAIT / -FAIL pattern.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Phase {
-    /// Passive: moves only on a verb.
-    Stable,
-    /// -ING: the conductor is doing something.
-    Active,
-    /// -WAIT: waiting for the ramdisk or an in-band step.
-    Wait,
-    /// -FAIL (and ERROR): the process failed.
-    Fail,
+named_enum! {
+    "provision phase",
+    /// Where a state sits in the -ING / -WAIT / -FAIL pattern.
+    pub enum Phase {
+        /// Passive: moves only on a verb.
+        Stable = "stable",
+        /// -ING: the conductor is doing something.
+        Active = "active",
+        /// -WAIT: waiting for the ramdisk or an in-band step.
+        Wait = "wait",
+        /// -FAIL (and ERROR): the process failed.
+        Fail = "fail",
+    }
 }
 
 use ProvisionState as P;

@@ -175,6 +175,18 @@ const NOT_DELETED: &[NodeState] = &[
     N::Removing,
 ];
 
+/// The live states from `from` to `to` in [`NOT_DELETED`]'s order, the way a node leaves
+/// service (active, offline, quarantined, draining, retired, removing).
+fn live(from: NodeState, to: NodeState) -> &'static [NodeState] {
+    let at = |state| {
+        NOT_DELETED
+            .iter()
+            .position(|s| *s == state)
+            .expect("a live state")
+    };
+    &NOT_DELETED[at(from)..=at(to)]
+}
+
 /// The coarse node states consistent with a job state for the node's current job.
 ///
 /// Onboarding follows 001 §4.3 literally; `cancelled` and `compensating` are not in that table
@@ -199,32 +211,15 @@ pub fn job_node_states(
         },
         JobKind::Decommission => match mode.unwrap_or(DecommissionMode::FullDecommission) {
             DecommissionMode::FullDecommission => match job {
-                J::Pending | J::Running => &[
-                    N::Active,
-                    N::Offline,
-                    N::Quarantined,
-                    N::Draining,
-                    N::Retired,
-                    N::Removing,
-                ],
-                J::FailedRetryable | J::FailedManualIntervention => &[
-                    N::Active,
-                    N::Offline,
-                    N::Quarantined,
-                    N::Draining,
-                    N::Retired,
-                ],
+                J::Pending | J::Running => live(N::Active, N::Removing),
+                J::FailedRetryable | J::FailedManualIntervention => live(N::Active, N::Retired),
                 J::Completed | J::Reconciled => &[N::Deleted],
                 J::Cancelled | J::Compensating => NOT_DELETED,
             },
             DecommissionMode::Retire => match job {
-                J::Pending | J::Running | J::FailedRetryable | J::FailedManualIntervention => &[
-                    N::Active,
-                    N::Offline,
-                    N::Quarantined,
-                    N::Draining,
-                    N::Retired,
-                ],
+                J::Pending | J::Running | J::FailedRetryable | J::FailedManualIntervention => {
+                    live(N::Active, N::Retired)
+                }
                 J::Completed | J::Reconciled => &[N::Retired],
                 J::Cancelled | J::Compensating => NOT_DELETED,
             },
@@ -232,7 +227,7 @@ pub fn job_node_states(
             | DecommissionMode::Reimage
             | DecommissionMode::StorageCleanup => match job {
                 J::Pending | J::Running | J::FailedRetryable | J::FailedManualIntervention => {
-                    &[N::Active, N::Offline, N::Quarantined]
+                    live(N::Active, N::Quarantined)
                 }
                 J::Completed | J::Reconciled => &[N::Active],
                 J::Cancelled | J::Compensating => NOT_DELETED,
@@ -282,6 +277,41 @@ mod tests {
                 .unwrap_err()
                 .to_string(),
             "job is completed, which is terminal; start a new job instead"
+        );
+    }
+
+    #[test]
+    fn decommission_modes_keep_their_node_states() {
+        let states = |mode, job| job_node_states(JobKind::Decommission, Some(mode), job).to_vec();
+        use DecommissionMode as M;
+        assert_eq!(
+            states(M::FullDecommission, JobState::Running),
+            [
+                N::Active,
+                N::Offline,
+                N::Quarantined,
+                N::Draining,
+                N::Retired,
+                N::Removing
+            ]
+        );
+        assert_eq!(
+            states(M::FullDecommission, JobState::FailedRetryable),
+            [
+                N::Active,
+                N::Offline,
+                N::Quarantined,
+                N::Draining,
+                N::Retired
+            ]
+        );
+        assert_eq!(
+            states(M::Retire, JobState::Pending),
+            states(M::FullDecommission, JobState::FailedManualIntervention)
+        );
+        assert_eq!(
+            states(M::SoftReset, JobState::Running),
+            [N::Active, N::Offline, N::Quarantined]
         );
     }
 

@@ -31,4 +31,4 @@ pub use node_state::{
     NodeState, Owner, Provider, TransitionContext, TransitionError, check_initial,
     check_transition, owners,
 };
-pub use stages::{Cleanup, DecommissionStage, OnboardingStage, Reentry};
+pub use stages::{Cleanup, DecommissionStage, OnboardingStage, Reentry, StageName};

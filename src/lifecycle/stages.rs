@@ -58,6 +58,32 @@ named_enum! {
     }
 }
 
+/// One stage of a job kind's stage table, by its canonical name (stages jump to each other by
+/// name; the executor parses a journal's stage back with `FromStr`).
+pub trait StageName:
+    Copy
+    + PartialEq
+    + Send
+    + Sync
+    + std::fmt::Display
+    + std::str::FromStr<Err = super::UnknownName>
+    + 'static
+{
+    fn name(self) -> &'static str;
+}
+
+impl StageName for OnboardingStage {
+    fn name(self) -> &'static str {
+        self.as_str()
+    }
+}
+
+impl StageName for DecommissionStage {
+    fn name(self) -> &'static str {
+        self.as_str()
+    }
+}
+
 /// Whether a stage needs cleanup before it is re-entered (000 §4.10 "Requires cleanup first?").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -140,6 +166,26 @@ impl OnboardingStage {
     }
 }
 
+/// A full decommission (000 §5.4).
+const FULL_DECOMMISSION: &[DecommissionStage] = {
+    use DecommissionStage as D;
+    &[
+        D::DisableNode,
+        D::ForceReleaseAllocations,
+        D::DrainNode,
+        D::LoadSiteConfig,
+        D::ReleaseMaasNode,
+        D::PowerOffMaasNode,
+        D::RetireGpuaasNode,
+        D::RemoveGpuaasNodeRecord,
+        D::CleanupSecrets,
+        D::RemoveMaasRecord,
+    ]
+};
+
+/// Where a full decommission retires the node.
+const RETIRED_AT: usize = 6;
+
 impl DecommissionMode {
     /// The stages of one mode, in order (000 §5.2 soft reset, §5.3 reimage, §5.4 full
     /// decommission, §5.5 storage-only cleanup).
@@ -171,28 +217,10 @@ impl DecommissionMode {
                 D::WaitForAgentEnrollment,
                 D::EnableNode,
             ],
-            DecommissionMode::FullDecommission => &[
-                D::DisableNode,
-                D::ForceReleaseAllocations,
-                D::DrainNode,
-                D::LoadSiteConfig,
-                D::ReleaseMaasNode,
-                D::PowerOffMaasNode,
-                D::RetireGpuaasNode,
-                D::RemoveGpuaasNodeRecord,
-                D::CleanupSecrets,
-                D::RemoveMaasRecord,
-            ],
+            DecommissionMode::FullDecommission => FULL_DECOMMISSION,
             DecommissionMode::StorageCleanup => &[D::CleanupStorage, D::ValidateCleanNode],
-            DecommissionMode::Retire => &[
-                D::DisableNode,
-                D::ForceReleaseAllocations,
-                D::DrainNode,
-                D::LoadSiteConfig,
-                D::ReleaseMaasNode,
-                D::PowerOffMaasNode,
-                D::RetireGpuaasNode,
-            ],
+            // The first half of a full decommission, up to the retirement.
+            DecommissionMode::Retire => &FULL_DECOMMISSION[..RETIRED_AT + 1],
         }
     }
 
@@ -257,6 +285,10 @@ mod tests {
             .position(|s| *s == DecommissionStage::RemoveGpuaasNodeRecord);
         assert!(retire < remove);
         assert_eq!(DecommissionStage::CATALOG_001.len(), 13);
+        assert_eq!(
+            DecommissionMode::Retire.stages().last(),
+            Some(&DecommissionStage::RetireGpuaasNode)
+        );
         for stage in full {
             assert!(DecommissionStage::CATALOG_001.contains(stage));
         }

@@ -234,6 +234,11 @@ impl FieldList {
         self.put(path, value.to_string())
     }
 
+    /// A duration as manifests write it (`15m`).
+    fn duration(&mut self, path: impl Into<String>, value: std::time::Duration) -> &mut Self {
+        self.text(path, duration::format(value))
+    }
+
     fn secret(&mut self, path: impl Into<String>, value: &SecretRef) -> &mut Self {
         // References appear as their paths only; they never hold values in the first place.
         self.text(path, value)
@@ -251,7 +256,10 @@ fn site_fields(site: &Site) -> Fields {
     let mut f = FieldList::default();
     f.text("region", &site.region)
         .text("status", site.status)
-        .text("maas.url", &site.maas.url)
+        .text(
+            "maas.url",
+            crate::sanitize::redact::url(site.maas.url.as_str()),
+        )
         .secret("maas.apiKey", &site.maas.api_key)
         .text("power.type", site.power.kind)
         .secret("power.defaultCredentials", &site.power.default_credentials);
@@ -277,8 +285,13 @@ fn site_fields(site: &Site) -> Fields {
             ),
         )
         .text("deploy.user", &site.deploy.user)
-        .secret("deploy.password", &site.deploy.password)
+        .optional("deploy.password", site.deploy.password.as_ref())
+        .optional("deploy.nodePasswords", site.deploy.node_passwords.as_ref())
         .text("deploy.sshIface", &site.deploy.ssh_iface)
+        .optional(
+            "deploy.sshKeys",
+            (!site.deploy.ssh_keys.is_empty()).then(|| site.deploy.ssh_keys.join(", ")),
+        )
         .optional("defaultProfile", site.default_profile.as_ref())
         .put("reconcile.prune", site.reconcile.prune);
     f.0
@@ -294,10 +307,7 @@ fn profile_fields(p: &Profile) -> Fields {
         .text("storage.dataDisks", p.storage.data_disks)
         .put("roce.enabled", p.roce.enabled)
         .put("hardwareSync.required", p.hardware_sync.required)
-        .text(
-            "hardwareSync.interval",
-            duration::format(p.hardware_sync.interval),
-        )
+        .duration("hardwareSync.interval", p.hardware_sync.interval)
         .put(
             "discovery.autoClaimSingleNewMachine",
             p.discovery.auto_claim_single_new_machine,
@@ -307,14 +317,20 @@ fn profile_fields(p: &Profile) -> Fields {
             p.deploy.retry_on_datasource_failure,
         )
         .put("deploy.maxRetryAttempts", p.deploy.max_retry_attempts)
+        .optional(
+            "deployUser",
+            (!p.deploy_user.is_default()).then(|| {
+                format!(
+                    "sudo {}, password {}, sshPasswordLogin {}",
+                    p.deploy_user.sudo, p.deploy_user.password, p.deploy_user.ssh_password_login
+                )
+            }),
+        )
         .text("release.erase", p.release.erase)
         .put("release.fallbackNoErase", p.release.fallback_no_erase)
         .put("preflight.strictPxe", p.preflight.strict_pxe)
         .put("concurrency.maxParallel", p.concurrency.max_parallel)
-        .text(
-            "enrollment.tokenTtl",
-            duration::format(p.enrollment.token_ttl),
-        );
+        .duration("enrollment.tokenTtl", p.enrollment.token_ttl);
     let t = &p.timeouts;
     for (name, value) in [
         ("discovery", t.discovery),
@@ -327,7 +343,7 @@ fn profile_fields(p: &Profile) -> Fields {
         ("release", t.release),
         ("powerOff", t.power_off),
     ] {
-        f.text(format!("timeouts.{name}"), duration::format(value));
+        f.duration(format!("timeouts.{name}"), value);
     }
     if let Some(bundle) = &p.cloud_init.site_bundle {
         f.text("cloudInit.siteBundle.ref", &bundle.reference)

@@ -473,10 +473,9 @@ impl<'a> JobView<'a> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn machine(system_id: &str, hostname: &str) -> ObservedMachine {
+impl ObservedMachine {
+    /// A Ready, powered-off machine with nothing else known (tests).
+    pub(crate) fn ready(system_id: &str, hostname: &str) -> Self {
         ObservedMachine {
             system_id: system_id.into(),
             hostname: hostname.into(),
@@ -485,14 +484,28 @@ mod tests {
                 name: "Ready".into(),
             },
             power_state: "off".into(),
-            power_address: Some("10.0.0.1".into()),
-            macs: vec!["aa:bb:cc:dd:ee:01".into()],
-            ip_addresses: vec![],
+            power_address: None,
+            macs: Vec::new(),
+            ip_addresses: Vec::new(),
             owner: None,
-            enable_hw_sync: Some(false),
+            enable_hw_sync: None,
             last_sync: None,
             next_sync: None,
             sync_interval: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn machine(system_id: &str, hostname: &str) -> ObservedMachine {
+        ObservedMachine {
+            power_address: Some("10.0.0.1".into()),
+            macs: vec!["aa:bb:cc:dd:ee:01".into()],
+            enable_hw_sync: Some(false),
+            ..ObservedMachine::ready(system_id, hostname)
         }
     }
 

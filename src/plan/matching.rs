@@ -176,7 +176,6 @@ pub(super) fn match_site<'a>(
 mod tests {
     use super::*;
     use crate::model::{Bmc, Decommission, EraseMode, Lifecycle, ProfileName, Reimage, Sku};
-    use crate::observe::ObservedStatus;
 
     fn node(hostname: &str, bmc: &str, pxe_mac: Option<&str>) -> Node {
         Node {
@@ -211,21 +210,9 @@ mod tests {
         macs: &[&str],
     ) -> ObservedMachine {
         ObservedMachine {
-            system_id: system_id.into(),
-            hostname: hostname.into(),
-            status: ObservedStatus {
-                code: 4,
-                name: "Ready".into(),
-            },
-            power_state: "off".into(),
             power_address: bmc.map(str::to_owned),
             macs: macs.iter().map(|m| (*m).to_owned()).collect(),
-            ip_addresses: vec![],
-            owner: None,
-            enable_hw_sync: None,
-            last_sync: None,
-            next_sync: None,
-            sync_interval: None,
+            ..ObservedMachine::ready(system_id, hostname)
         }
     }
 

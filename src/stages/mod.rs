@@ -9,26 +9,32 @@
 //! (issue 5) and decommission (issue 6).
 
 pub mod decommission;
+mod env;
 pub mod onboard;
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::lifecycle::{FailureClass, JobState, OnboardingStage, PolicyTimeout};
+use crate::lifecycle::{FailureClass, JobState, OnboardingStage, PolicyTimeout, StageName};
 use crate::provider::bmc::BmcError;
 use crate::provider::host::HostError;
 use crate::provider::maas::MaasError;
 use crate::secrets::SecretError;
 use crate::store::StoreError;
+pub use env::{
+    Checkpoint, JournalFacts, MaasAccess, NodeMemory, Peers, SitePeers, SitePreflight, StageClock,
+    StageEnv, checkpoint,
+};
 
 /// Where the job goes after a stage is done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Next {
-    /// The stage's normal successor (`OnboardingStage::next`).
+    /// The stage's normal successor in the kind's stage table.
     Normal,
-    /// Another stage (status-aware adoption, the deploy-failure branch, a re-render).
-    Jump(OnboardingStage),
+    /// Another stage, by name (status-aware adoption, the deploy-failure branch, a re-render):
+    /// the kind's table says whether it has that stage.
+    Jump(&'static str),
     /// The job reached its goal.
     Complete,
 }
@@ -152,6 +158,11 @@ impl StageFailure {
             ),
             MaasError::NotFound { .. } => Self::ambiguity("maas_not_found", message),
             MaasError::Conflict { .. } => Self::ambiguity("maas_state_conflict", message),
+            MaasError::AddressUnavailable { .. } => Self::new(
+                FailureClass::InputConfigError,
+                "maas_address_unavailable",
+                message,
+            ),
             MaasError::BadRequest { .. } => {
                 Self::new(FailureClass::InputConfigError, "maas_rejected", message)
             }
@@ -253,11 +264,11 @@ impl StageOutcome {
         })
     }
 
-    pub fn jump(to: OnboardingStage, message: impl Into<String>, details: Value) -> Self {
+    pub fn jump(to: impl StageName, message: impl Into<String>, details: Value) -> Self {
         StageOutcome::Done(StageDone {
             message: message.into(),
             details,
-            next: Next::Jump(to),
+            next: Next::Jump(to.name()),
             skipped: false,
         })
     }

@@ -20,7 +20,7 @@ use super::TaskStatus;
 use super::db::{Row, Tx, params};
 use super::nodes::{lock_node, read_node};
 use super::records::{Actor, AuditEntry, Role, read_maas_state, write_audit};
-use super::tokens::{random_token, token_hash};
+use super::tokens::{mark_used, random_token, token_hash};
 use super::{
     Store, StoreError, TokenError, bump_serial, format_time, parse_json, parse_name, parse_time,
     parse_uuid,
@@ -302,13 +302,7 @@ impl Store {
         let enrollment_id = match &replay {
             Some(previous) => previous.id,
             None => {
-                let consumed = tx
-                    .execute(
-                        "UPDATE enrollment_tokens SET used_at = $1
-                         WHERE token_hash = $2 AND used_at IS NULL AND expires_at > $1",
-                        &params![at.clone(), hash.clone()],
-                    )
-                    .await?;
+                let consumed = mark_used(&mut tx, &hash, &at).await?;
                 if consumed != 1 {
                     return Err(EnrollError::InvalidToken(TokenError::AlreadyUsed));
                 }
@@ -454,6 +448,15 @@ impl Store {
             }
         }
         Ok(latest)
+    }
+
+    /// Whose agent token this is, when it is current; nothing is written. A call the token
+    /// is then refused for (another node's route, an admin route) is not agent contact.
+    pub async fn agent_identity(
+        &self,
+        token: &Secret,
+    ) -> Result<Option<AgentIdentity>, StoreError> {
+        Ok(self.agent_credential(token).await?.map(|c| c.identity))
     }
 
     /// Check an agent's bearer token (the task API, issue 6): its node and enrollment when it

@@ -88,6 +88,33 @@ pub(crate) use params;
 
 pub(crate) type Sql = Cow<'static, str>;
 
+/// `SELECT * FROM table WHERE …`, built condition by condition with numbered parameters.
+pub(crate) struct Select {
+    sql: String,
+    params: Vec<Param>,
+}
+
+impl Select {
+    pub fn all_of(table: &str) -> Self {
+        Self {
+            sql: format!("SELECT * FROM {table} WHERE 1 = 1"),
+            params: Vec::new(),
+        }
+    }
+
+    /// ` AND {condition} $n` (`condition` ends with its operator: `site =`, `status <>`).
+    pub fn and(&mut self, condition: &str, value: impl Into<Param>) {
+        self.params.push(value.into());
+        self.sql
+            .push_str(&format!(" AND {condition} ${}", self.params.len()));
+    }
+
+    pub async fn fetch(mut self, tx: &mut Tx, order_by: &str) -> Result<Vec<Row>, StoreError> {
+        self.sql.push_str(&format!(" ORDER BY {order_by}"));
+        tx.fetch_all(self.sql, &self.params).await
+    }
+}
+
 /// A row of either backend, read by column name.
 pub(crate) enum Row {
     Sqlite(SqliteRow),
@@ -208,6 +235,22 @@ impl Tx {
         self.fetch_optional(sql, params)
             .await?
             .ok_or_else(|| StoreError::Corrupt("a query that returns one row returned none".into()))
+    }
+
+    /// The row of `table` whose `id` column is `id`; [`StoreError::NotFound`] names it `kind`.
+    pub async fn fetch_by_id(
+        &mut self,
+        table: &str,
+        kind: &'static str,
+        id: impl ToString,
+    ) -> Result<Row, StoreError> {
+        let id = id.to_string();
+        self.fetch_optional(
+            format!("SELECT * FROM {table} WHERE id = $1"),
+            &[Param::from(id.as_str())],
+        )
+        .await?
+        .ok_or(StoreError::NotFound { kind, id })
     }
 
     /// Run a script of several statements (migrations), no parameters.

@@ -17,7 +17,7 @@ use crate::lifecycle::{
     OnboardingStage, RecoveryAction, check_job_node_state, recommend,
 };
 
-use super::db::{Param, Row, Tx, params};
+use super::db::{Row, Select, Tx, params};
 use super::leases::{Fence, check_fence};
 use super::nodes::{NodeTransition, lock_node, open_jobs, read_node, transition_in};
 use super::records::{Actor, AuditEntry, DomainEvent, write_audit, write_outbox};
@@ -77,8 +77,6 @@ pub struct Job {
     pub stage: String,
     pub attempt: i64,
     pub state: JobState,
-    /// An adopt action was taken; success then ends `reconciled`.
-    pub adopted: bool,
     pub failure_class: Option<FailureClass>,
     pub error_code: Option<String>,
     pub error_message: Option<String>,
@@ -88,6 +86,8 @@ pub struct Job {
     pub last_maas_power_state: Option<String>,
     pub last_maas_ips: Vec<String>,
     pub stage_details: Value,
+    /// An adopt action was taken; success then ends `reconciled`.
+    pub adopted: bool,
     pub plan_id: Option<String>,
     pub requested_at: DateTime<Utc>,
     pub started_at: Option<DateTime<Utc>>,
@@ -299,16 +299,7 @@ fn job_from_row(kind: JobKind, row: &Row) -> Result<Job, StoreError> {
 
 async fn read_job(tx: &mut Tx, kind: JobKind, id: Uuid) -> Result<Job, StoreError> {
     let t = tables(kind);
-    let row = tx
-        .fetch_optional(
-            format!("SELECT * FROM {} WHERE id = $1", t.jobs),
-            &params![id.to_string()],
-        )
-        .await?
-        .ok_or_else(|| StoreError::NotFound {
-            kind: t.label,
-            id: id.to_string(),
-        })?;
+    let row = tx.fetch_by_id(t.jobs, t.label, id).await?;
     job_from_row(kind, &row)
 }
 
@@ -525,35 +516,29 @@ impl Store {
         kind: JobKind,
         filter: &JobFilter,
     ) -> Result<Vec<Job>, StoreError> {
-        let t = tables(kind);
-        let mut sql = format!("SELECT * FROM {} WHERE 1 = 1", t.jobs);
-        let mut params: Vec<Param> = Vec::new();
-        let mut add = |clause: &str, value: Param| {
-            params.push(value);
-            sql.push_str(&format!(" AND {clause} ${}", params.len()));
-        };
+        let mut select = Select::all_of(tables(kind).jobs);
         if let Some(node) = filter.node_id {
-            add("node_id =", node.to_string().into());
+            select.and("node_id =", node.to_string());
         }
         if let Some(site) = &filter.site {
-            add("site =", site.into());
+            select.and("site =", site);
         }
         if let Some(state) = filter.state {
-            add("status =", state.as_str().into());
+            select.and("status =", state.as_str());
         }
         if let Some(batch) = &filter.batch_id
             && kind == JobKind::Onboarding
         {
-            add("batch_id =", batch.into());
+            select.and("batch_id =", batch);
         }
         if filter.open_only {
             for state in JobState::ALL.iter().filter(|s| s.is_terminal()) {
-                add("status <>", state.as_str().into());
+                select.and("status <>", state.as_str());
             }
         }
-        sql.push_str(" ORDER BY requested_at DESC, id");
         let mut tx = self.pool.read().await?;
-        tx.fetch_all(sql, &params)
+        select
+            .fetch(&mut tx, "requested_at DESC, id")
             .await?
             .iter()
             .map(|row| job_from_row(kind, row))

@@ -1,16 +1,206 @@
-//! Named leases with fencing generations (seed 003 "Leasing"; DESIGN.md §4).
+//! Leases with fencing generations (seed 003 "Leasing"; DESIGN.md §4): one implementation for
+//! every row that can be leased.
 //!
-//! Acquire is an atomic conditional write (insert if absent, else take over only when released
-//! or expired); renew and release are conditional on the holder and the fencing generation;
-//! every takeover bumps the generation. A write made under a lease passes its [`Fence`], which
-//! the store re-checks inside the write's transaction, so a holder whose lease was stolen after
-//! expiry cannot write any more.
+//! A lease lives in a row with a holder, an expiry and a fencing generation ([`LeaseColumns`]):
+//! the named leases of the job executors (`leases`: one per node, onboarding and decommission
+//! share it), the dispatch lease of each agent task (`agent_tasks`, whose `dispatch_count` is
+//! its generation), and — seed 003 — a provisioning job's own row. Every lease write is one
+//! conditional `UPDATE` built here ([`LeaseWrite`]): take (only when free or expired; bumps the
+//! generation), renew and release (only by the holder, at its generation), check (a fenced
+//! no-op), free a stale one. The callers add their own columns and conditions (a task's
+//! status) to the same statement, so a lease and the state it guards change together.
+//!
+//! A write made under a named lease passes its [`Fence`], which the store re-checks inside the
+//! write's transaction, so a holder whose lease was taken over after expiry cannot write any
+//! more.
 
 use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
 
-use super::db::{Tx, params};
+use super::db::{Param, Tx, params};
 use super::{Store, StoreError, format_time, parse_time};
+
+/// Where one sort of lease is kept: the table and the columns of its rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LeaseColumns {
+    pub table: &'static str,
+    /// The row's key.
+    pub key: &'static str,
+    /// The holder's name; NULL when nobody holds it.
+    pub holder: &'static str,
+    pub expires: &'static str,
+    /// Grows by one on every take.
+    pub fencing: &'static str,
+}
+
+/// The named leases of executors and the drift pass.
+pub(crate) const NAMED: LeaseColumns = LeaseColumns {
+    table: "leases",
+    key: "name",
+    holder: "holder",
+    expires: "expires_at",
+    fencing: "fencing",
+};
+
+/// The dispatch lease of an agent task.
+pub(crate) const TASK: LeaseColumns = LeaseColumns {
+    table: "agent_tasks",
+    key: "id",
+    holder: "lease_holder",
+    expires: "lease_expires_at",
+    fencing: "dispatch_count",
+};
+
+/// One conditional `UPDATE` of a leased row: `SET …` and `WHERE key = … AND …`, with numbered
+/// parameters. Conditions take `?` where a value goes.
+#[must_use]
+pub(crate) struct LeaseWrite {
+    columns: LeaseColumns,
+    sets: Vec<String>,
+    conditions: Vec<String>,
+    params: Vec<Param>,
+}
+
+impl LeaseWrite {
+    /// A write to the row `key`.
+    pub fn row(columns: LeaseColumns, key: impl Into<Param>) -> Self {
+        let mut write = Self {
+            columns,
+            sets: Vec::new(),
+            conditions: Vec::new(),
+            params: Vec::new(),
+        };
+        let placeholder = write.bind(key);
+        write
+            .conditions
+            .push(format!("{} = {placeholder}", columns.key));
+        write
+    }
+
+    fn bind(&mut self, value: impl Into<Param>) -> String {
+        self.params.push(value.into());
+        format!("${}", self.params.len())
+    }
+
+    /// `column = value`.
+    pub fn set(mut self, column: &str, value: impl Into<Param>) -> Self {
+        let placeholder = self.bind(value);
+        self.sets.push(format!("{column} = {placeholder}"));
+        self
+    }
+
+    /// `column = expression` (no values).
+    pub fn set_expr(mut self, column: &str, expression: &str) -> Self {
+        self.sets.push(format!("{column} = {expression}"));
+        self
+    }
+
+    /// One more condition; each `?` in it takes the next of `values`.
+    pub fn when<const N: usize>(mut self, condition: &str, values: [Param; N]) -> Self {
+        let mut values = values.into_iter();
+        let mut text = String::new();
+        for (i, part) in condition.split('?').enumerate() {
+            if i > 0 {
+                let value = values.next().expect("a value for every `?`");
+                text.push_str(&self.bind(value));
+            }
+            text.push_str(part);
+        }
+        self.conditions.push(text);
+        self
+    }
+
+    /// Held by `holder` (at `fencing`, when given).
+    pub fn held_by(self, holder: &str, fencing: Option<i64>) -> Self {
+        let columns = self.columns;
+        let write = self.when(&format!("{} = ?", columns.holder), params![holder]);
+        match fencing {
+            Some(fencing) => write.when(&format!("{} = ?", columns.fencing), params![fencing]),
+            None => write,
+        }
+    }
+
+    /// Not expired at `now`.
+    pub fn live(self, now: DateTime<Utc>) -> Self {
+        let expires = self.columns.expires;
+        self.when(&format!("{expires} > ?"), params![format_time(now)])
+    }
+
+    fn sql(&self) -> String {
+        format!(
+            "UPDATE {} SET {} WHERE {}",
+            self.columns.table,
+            self.sets.join(", "),
+            self.conditions.join(" AND ")
+        )
+    }
+
+    /// The number of rows changed (0 or 1).
+    pub async fn execute(self, tx: &mut Tx) -> Result<u64, StoreError> {
+        tx.execute(self.sql(), &self.params).await
+    }
+}
+
+/// Take the lease of `key` for `holder` until `now + ttl` when nobody holds it or it expired;
+/// the generation grows. Add the caller's columns and conditions before executing.
+pub(crate) fn take(
+    columns: LeaseColumns,
+    key: impl Into<Param>,
+    holder: &str,
+    now: DateTime<Utc>,
+    ttl: Duration,
+) -> LeaseWrite {
+    let fencing = format!("{} + 1", columns.fencing);
+    let free = format!("({} IS NULL OR {} <= ?)", columns.holder, columns.expires);
+    LeaseWrite::row(columns, key)
+        .set(columns.holder, holder)
+        .set(columns.expires, format_time(now + ttl))
+        .set_expr(columns.fencing, &fencing)
+        .when(&free, params![format_time(now)])
+}
+
+/// Extend a live lease of `holder` to `now + ttl`.
+pub(crate) fn renew(
+    columns: LeaseColumns,
+    key: impl Into<Param>,
+    holder: &str,
+    fencing: Option<i64>,
+    now: DateTime<Utc>,
+    ttl: Duration,
+) -> LeaseWrite {
+    LeaseWrite::row(columns, key)
+        .set(columns.expires, format_time(now + ttl))
+        .held_by(holder, fencing)
+        .live(now)
+}
+
+/// Give up the lease of `holder` (expired or not).
+pub(crate) fn release(
+    columns: LeaseColumns,
+    key: impl Into<Param>,
+    holder: &str,
+    fencing: Option<i64>,
+    now: DateTime<Utc>,
+) -> LeaseWrite {
+    LeaseWrite::row(columns, key)
+        .set_expr(columns.holder, "NULL")
+        .set(columns.expires, format_time(now))
+        .held_by(holder, fencing)
+}
+
+/// Free a lease whose holder let it expire (the row is claimable again, the generation
+/// unchanged until the next take).
+pub(crate) fn free_stale(
+    columns: LeaseColumns,
+    key: impl Into<Param>,
+    now: DateTime<Utc>,
+) -> LeaseWrite {
+    let stale = format!("{} <= ?", columns.expires);
+    LeaseWrite::row(columns, key)
+        .set_expr(columns.holder, "NULL")
+        .set_expr(columns.expires, "NULL")
+        .when(&stale, params![format_time(now)])
+}
 
 /// A lease held by this process.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -41,6 +231,16 @@ pub struct Fence {
     pub fencing: i64,
 }
 
+impl Fence {
+    fn lost(&self) -> StoreError {
+        StoreError::LeaseLost {
+            name: self.name.clone(),
+            holder: self.holder.clone(),
+            fencing: self.fencing,
+        }
+    }
+}
+
 /// The lease name used for one node's executor (000 §4.4: one stage runner per node).
 pub fn node_lease_name(node: uuid::Uuid) -> String {
     format!("node:{node}")
@@ -53,27 +253,13 @@ pub(crate) async fn check_fence(
     fence: &Fence,
     now: DateTime<Utc>,
 ) -> Result<(), StoreError> {
-    let held = tx
-        .execute(
-            "UPDATE leases SET renewed_at = renewed_at
-             WHERE name = $1 AND holder = $2 AND fencing = $3 AND expires_at > $4",
-            &params![
-                fence.name.clone(),
-                fence.holder.clone(),
-                fence.fencing,
-                format_time(now)
-            ],
-        )
+    let held = LeaseWrite::row(NAMED, fence.name.clone())
+        .set_expr("renewed_at", "renewed_at")
+        .held_by(&fence.holder, Some(fence.fencing))
+        .live(now)
+        .execute(tx)
         .await?;
-    if held == 1 {
-        Ok(())
-    } else {
-        Err(StoreError::LeaseLost {
-            name: fence.name.clone(),
-            holder: fence.holder.clone(),
-            fencing: fence.fencing,
-        })
-    }
+    if held == 1 { Ok(()) } else { Err(fence.lost()) }
 }
 
 impl Store {
@@ -87,47 +273,39 @@ impl Store {
         ttl: Duration,
     ) -> Result<Lease, StoreError> {
         let now = self.now();
-        let expires = format_time(now + ttl);
         let now_s = format_time(now);
         let mut tx = self.pool.write().await?;
         let inserted = tx
             .execute(
                 "INSERT INTO leases (name, holder, expires_at, fencing, acquired_at, renewed_at)
                  VALUES ($1, $2, $3, $4, $5, $5) ON CONFLICT (name) DO NOTHING",
-                &params![name, holder, expires.clone(), 1i64, now_s.clone()],
+                &params![name, holder, format_time(now + ttl), 1i64, now_s.clone()],
             )
             .await?;
-        if inserted == 0 {
-            let taken = tx
-                .execute(
-                    "UPDATE leases SET holder = $1, expires_at = $2, fencing = fencing + 1,
-                        acquired_at = $3, renewed_at = $3
-                     WHERE name = $4 AND (holder IS NULL OR expires_at <= $3)",
-                    &params![holder, expires.clone(), now_s.clone(), name],
+        let taken = inserted == 1
+            || take(NAMED, name, holder, now, ttl)
+                .set("acquired_at", now_s.clone())
+                .set("renewed_at", now_s.clone())
+                .execute(&mut tx)
+                .await?
+                == 1
+            || renew(NAMED, name, holder, None, now, ttl)
+                .set("renewed_at", now_s)
+                .execute(&mut tx)
+                .await?
+                == 1;
+        if !taken {
+            let row = tx
+                .fetch_one(
+                    "SELECT holder, expires_at FROM leases WHERE name = $1",
+                    &params![name],
                 )
                 .await?;
-            if taken == 0 {
-                let renewed = tx
-                    .execute(
-                        "UPDATE leases SET expires_at = $1, renewed_at = $2
-                         WHERE name = $3 AND holder = $4 AND expires_at > $2",
-                        &params![expires, now_s, name, holder],
-                    )
-                    .await?;
-                if renewed == 0 {
-                    let row = tx
-                        .fetch_one(
-                            "SELECT holder, expires_at FROM leases WHERE name = $1",
-                            &params![name],
-                        )
-                        .await?;
-                    return Err(StoreError::LeaseHeld {
-                        name: name.to_owned(),
-                        holder: row.opt_text("holder")?.unwrap_or_default(),
-                        expires_at: row.text("expires_at")?,
-                    });
-                }
-            }
+            return Err(StoreError::LeaseHeld {
+                name: name.to_owned(),
+                holder: row.opt_text("holder")?.unwrap_or_default(),
+                expires_at: row.text("expires_at")?,
+            });
         }
         let lease = read_lease(&mut tx, name).await?;
         tx.commit().await?;
@@ -139,25 +317,19 @@ impl Store {
     pub async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError> {
         let now = self.now();
         let mut tx = self.pool.write().await?;
-        let renewed = tx
-            .execute(
-                "UPDATE leases SET expires_at = $1, renewed_at = $2
-                 WHERE name = $3 AND holder = $4 AND fencing = $5 AND expires_at > $2",
-                &params![
-                    format_time(now + ttl),
-                    format_time(now),
-                    lease.name.clone(),
-                    lease.holder.clone(),
-                    lease.fencing,
-                ],
-            )
-            .await?;
+        let renewed = renew(
+            NAMED,
+            lease.name.clone(),
+            &lease.holder,
+            Some(lease.fencing),
+            now,
+            ttl,
+        )
+        .set("renewed_at", format_time(now))
+        .execute(&mut tx)
+        .await?;
         if renewed == 0 {
-            return Err(StoreError::LeaseLost {
-                name: lease.name.clone(),
-                holder: lease.holder.clone(),
-                fencing: lease.fencing,
-            });
+            return Err(lease.fence().lost());
         }
         let lease = read_lease(&mut tx, &lease.name).await?;
         tx.commit().await?;
@@ -168,18 +340,15 @@ impl Store {
     /// was already taken over is a no-op (returns `false`).
     pub async fn release_lease(&self, lease: &Lease) -> Result<bool, StoreError> {
         let mut tx = self.pool.write().await?;
-        let released = tx
-            .execute(
-                "UPDATE leases SET holder = NULL, expires_at = $1
-                 WHERE name = $2 AND holder = $3 AND fencing = $4",
-                &params![
-                    format_time(self.now()),
-                    lease.name.clone(),
-                    lease.holder.clone(),
-                    lease.fencing
-                ],
-            )
-            .await?;
+        let released = release(
+            NAMED,
+            lease.name.clone(),
+            &lease.holder,
+            Some(lease.fencing),
+            self.now(),
+        )
+        .execute(&mut tx)
+        .await?;
         tx.commit().await?;
         Ok(released == 1)
     }
@@ -223,4 +392,50 @@ async fn read_lease(tx: &mut Tx, name: &str) -> Result<Lease, StoreError> {
         fencing: row.int("fencing")?,
         expires_at: parse_time(&row.text("expires_at")?)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_take_binds_every_value_once_in_order() {
+        let now = DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let write = take(TASK, "t1", "agent-a", now, Duration::seconds(30))
+            .set("status", "dispatched")
+            .when("status IN (?, ?)", params!["queued", "dispatched"]);
+        assert_eq!(
+            write.sql(),
+            "UPDATE agent_tasks SET lease_holder = $2, lease_expires_at = $3, \
+             dispatch_count = dispatch_count + 1, status = $5 WHERE id = $1 AND \
+             (lease_holder IS NULL OR lease_expires_at <= $4) AND status IN ($6, $7)"
+        );
+        assert_eq!(
+            write.params,
+            params![
+                "t1",
+                "agent-a",
+                "2026-01-01T00:00:30.000000Z",
+                "2026-01-01T00:00:00.000000Z",
+                "dispatched",
+                "queued",
+                "dispatched"
+            ]
+        );
+        let renew = renew(
+            NAMED,
+            "node:x",
+            "exec-a",
+            Some(3),
+            now,
+            Duration::seconds(30),
+        );
+        assert_eq!(
+            renew.sql(),
+            "UPDATE leases SET expires_at = $2 WHERE name = $1 AND holder = $3 AND \
+             fencing = $4 AND expires_at > $5"
+        );
+    }
 }

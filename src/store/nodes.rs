@@ -11,9 +11,11 @@ use crate::lifecycle::{
     ProvisionState, TransitionContext, Verb, check_initial, check_job_node_state, check_transition,
 };
 
-use super::db::{Param, Row, Tx, params};
+use super::db::{Param, Row, Select, Tx, params};
 use super::leases::{Fence, check_fence};
-use super::records::{Actor, AuditEntry, MaasState, read_maas_state, write_audit};
+use super::records::{
+    Actor, AuditEntry, MaasState, MaasStateUpdate, read_maas_state, write_audit, write_maas_state,
+};
 use super::{
     Store, StoreError, bump_serial, format_time, parse_name, parse_opt_time, parse_time, parse_uuid,
 };
@@ -135,17 +137,7 @@ pub(crate) async fn lock_node(tx: &mut Tx, id: Uuid) -> Result<(), StoreError> {
 }
 
 pub(crate) async fn read_node(tx: &mut Tx, id: Uuid) -> Result<Node, StoreError> {
-    let row = tx
-        .fetch_optional(
-            "SELECT * FROM nodes WHERE id = $1",
-            &params![id.to_string()],
-        )
-        .await?
-        .ok_or_else(|| StoreError::NotFound {
-            kind: "node",
-            id: id.to_string(),
-        })?;
-    node_from_row(&row)
+    node_from_row(&tx.fetch_by_id("nodes", "node", id).await?)
 }
 
 /// The open (non-terminal) jobs of a node: (kind, mode, state, id).
@@ -423,8 +415,7 @@ impl Store {
     }
 
     pub async fn node(&self, id: Uuid) -> Result<Node, StoreError> {
-        let mut tx = self.pool.read().await?;
-        read_node(&mut tx, id).await
+        self.by_id("nodes", "node", id, node_from_row).await
     }
 
     /// The live (not deleted) node with this hostname in this site.
@@ -448,31 +439,39 @@ impl Store {
 
     /// Nodes matching a filter, ordered by site then hostname.
     pub async fn list_nodes(&self, filter: &NodeFilter) -> Result<Vec<Node>, StoreError> {
-        let mut sql = String::from("SELECT * FROM nodes WHERE 1 = 1");
-        let mut params: Vec<Param> = Vec::new();
-        let mut add = |clause: &str, value: Param, params: &mut Vec<Param>| {
-            params.push(value);
-            sql.push_str(&format!(" AND {clause} ${}", params.len()));
-        };
+        let mut select = Select::all_of("nodes");
         if let Some(site) = &filter.site {
-            add("site =", site.into(), &mut params);
+            select.and("site =", site);
         }
         if let Some(status) = filter.status {
-            add("status =", status.as_str().into(), &mut params);
+            select.and("status =", status.as_str());
         }
         if let Some(retired) = filter.retired {
-            add("retired =", retired.into(), &mut params);
+            select.and("retired =", retired);
         }
         if !filter.include_deleted {
-            add("status <>", NodeState::Deleted.as_str().into(), &mut params);
+            select.and("status <>", NodeState::Deleted.as_str());
         }
-        sql.push_str(" ORDER BY site, hostname, created_at");
         let mut tx = self.pool.read().await?;
-        tx.fetch_all(sql, &params)
+        select
+            .fetch(&mut tx, "site, hostname, created_at")
             .await?
             .iter()
             .map(node_from_row)
             .collect()
+    }
+
+    /// Record what MAAS reports for a node (insert or update its single row).
+    pub async fn upsert_maas_state(
+        &self,
+        update: &MaasStateUpdate,
+    ) -> Result<MaasState, StoreError> {
+        let now = self.now();
+        let mut tx = self.pool.write().await?;
+        read_node(&mut tx, update.node_id).await?;
+        let state = write_maas_state(&mut tx, now, update).await?;
+        tx.commit().await?;
+        Ok(state)
     }
 
     /// Move a node between coarse states under the rules of 001 §3 (see [`NodeTransition`]).

@@ -270,6 +270,35 @@ pub struct ApplyRecord {
     pub details: Value,
 }
 
+fn plan_from_row(row: &Row) -> Result<PlanRecord, StoreError> {
+    Ok(PlanRecord {
+        id: parse_uuid(&row.text("id")?)?,
+        created_at: parse_time(&row.text("created_at")?)?,
+        fleet_revision: row.opt_text("fleet_revision")?,
+        snapshot_fingerprint: row.text("snapshot_fingerprint")?,
+        store_serial: row.int("store_serial")?,
+        parent_id: row
+            .opt_text("parent_id")?
+            .as_deref()
+            .map(parse_uuid)
+            .transpose()?,
+        summary: parse_json(&row.text("summary")?)?,
+        body: parse_json(&row.text("body")?)?,
+    })
+}
+
+fn apply_from_row(row: &Row) -> Result<ApplyRecord, StoreError> {
+    Ok(ApplyRecord {
+        id: parse_uuid(&row.text("id")?)?,
+        plan_id: parse_uuid(&row.text("plan_id")?)?,
+        actor: row.text("actor")?,
+        status: row.text("status")?,
+        started_at: parse_time(&row.text("started_at")?)?,
+        finished_at: parse_opt_time(row.opt_text("finished_at")?)?,
+        details: parse_json(&row.text("details")?)?,
+    })
+}
+
 /// A domain event to announce (000 §8.0), e.g. `node.onboarding.completed`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DomainEvent {
@@ -331,19 +360,6 @@ impl Store {
         .collect()
     }
 
-    /// Record what MAAS reports for a node (insert or update its single row).
-    pub async fn upsert_maas_state(
-        &self,
-        update: &MaasStateUpdate,
-    ) -> Result<MaasState, StoreError> {
-        let now = self.now();
-        let mut tx = self.pool.write().await?;
-        super::nodes::read_node(&mut tx, update.node_id).await?;
-        let state = write_maas_state(&mut tx, now, update).await?;
-        tx.commit().await?;
-        Ok(state)
-    }
-
     pub async fn maas_state(&self, node: Uuid) -> Result<Option<MaasState>, StoreError> {
         let mut tx = self.pool.read().await?;
         read_maas_state(&mut tx, node).await
@@ -386,31 +402,7 @@ impl Store {
     }
 
     pub async fn plan(&self, id: Uuid) -> Result<PlanRecord, StoreError> {
-        let mut tx = self.pool.read().await?;
-        let row = tx
-            .fetch_optional(
-                "SELECT * FROM plans WHERE id = $1",
-                &params![id.to_string()],
-            )
-            .await?
-            .ok_or_else(|| StoreError::NotFound {
-                kind: "plan",
-                id: id.to_string(),
-            })?;
-        Ok(PlanRecord {
-            id: parse_uuid(&row.text("id")?)?,
-            created_at: parse_time(&row.text("created_at")?)?,
-            fleet_revision: row.opt_text("fleet_revision")?,
-            snapshot_fingerprint: row.text("snapshot_fingerprint")?,
-            store_serial: row.int("store_serial")?,
-            parent_id: row
-                .opt_text("parent_id")?
-                .as_deref()
-                .map(parse_uuid)
-                .transpose()?,
-            summary: parse_json(&row.text("summary")?)?,
-            body: parse_json(&row.text("body")?)?,
-        })
+        self.by_id("plans", "plan", id, plan_from_row).await
     }
 
     /// Start an apply of a recorded plan.
@@ -467,26 +459,7 @@ impl Store {
     }
 
     pub async fn apply_record(&self, id: Uuid) -> Result<ApplyRecord, StoreError> {
-        let mut tx = self.pool.read().await?;
-        let row = tx
-            .fetch_optional(
-                "SELECT * FROM applies WHERE id = $1",
-                &params![id.to_string()],
-            )
-            .await?
-            .ok_or_else(|| StoreError::NotFound {
-                kind: "apply",
-                id: id.to_string(),
-            })?;
-        Ok(ApplyRecord {
-            id: parse_uuid(&row.text("id")?)?,
-            plan_id: parse_uuid(&row.text("plan_id")?)?,
-            actor: row.text("actor")?,
-            status: row.text("status")?,
-            started_at: parse_time(&row.text("started_at")?)?,
-            finished_at: parse_opt_time(row.opt_text("finished_at")?)?,
-            details: parse_json(&row.text("details")?)?,
-        })
+        self.by_id("applies", "apply", id, apply_from_row).await
     }
 
     /// Append a domain event on its own (most events are written by the job updates that cause

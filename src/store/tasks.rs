@@ -11,6 +11,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::db::{Row, Tx, params};
+use super::leases::{self, LeaseWrite, TASK};
 use super::nodes::read_node;
 use super::{Store, StoreError, format_time, parse_json, parse_opt_time, parse_time, parse_uuid};
 
@@ -108,17 +109,41 @@ fn task_from_row(row: &Row) -> Result<AgentTask, StoreError> {
 }
 
 async fn read_task(tx: &mut Tx, id: Uuid) -> Result<AgentTask, StoreError> {
-    let row = tx
-        .fetch_optional(
-            "SELECT * FROM agent_tasks WHERE id = $1",
-            &params![id.to_string()],
-        )
-        .await?
-        .ok_or_else(|| StoreError::NotFound {
-            kind: "agent task",
-            id: id.to_string(),
-        })?;
-    task_from_row(&row)
+    task_from_row(&tx.fetch_by_id(TASKS, "agent task", id).await?)
+}
+
+const TASKS: &str = "agent_tasks";
+
+/// Back to the queue: a dispatched task whose holder let its lease expire.
+fn requeue_stale(id: Uuid, now: DateTime<Utc>) -> LeaseWrite {
+    leases::free_stale(TASK, id.to_string(), now)
+        .set("status", TaskStatus::Queued.as_str())
+        .set("updated_at", format_time(now))
+        .when("status = ?", params![TaskStatus::Dispatched.as_str()])
+}
+
+/// A lease write on a dispatched task by its holder, committed with `tx`; refused as a lost
+/// lease when the task is no longer dispatched to `holder`.
+async fn write_dispatched(
+    mut tx: Tx,
+    id: Uuid,
+    holder: &str,
+    write: LeaseWrite,
+) -> Result<AgentTask, StoreError> {
+    let written = write
+        .when("status = ?", params![TaskStatus::Dispatched.as_str()])
+        .execute(&mut tx)
+        .await?;
+    if written == 0 {
+        return Err(StoreError::LeaseLost {
+            name: format!("task:{id}"),
+            holder: holder.to_owned(),
+            fencing: 0,
+        });
+    }
+    let task = read_task(&mut tx, id).await?;
+    tx.commit().await?;
+    Ok(task)
 }
 
 impl Store {
@@ -158,17 +183,7 @@ impl Store {
                 (task.id, EnsureOutcome::LiveLease)
             }
             Some(task) => {
-                tx.execute(
-                    "UPDATE agent_tasks SET status = $1, lease_holder = NULL, lease_expires_at = NULL,
-                        updated_at = $2 WHERE id = $3 AND status = $4",
-                    &params![
-                        TaskStatus::Queued.as_str(),
-                        now_s.clone(),
-                        task.id.to_string(),
-                        TaskStatus::Dispatched.as_str()
-                    ],
-                )
-                .await?;
+                requeue_stale(task.id, now).execute(&mut tx).await?;
                 (task.id, EnsureOutcome::Requeued)
             }
             None => {
@@ -221,20 +236,15 @@ impl Store {
             .await?;
         for row in candidates {
             let id = row.text("id")?;
-            let claimed = tx
-                .execute(
-                    "UPDATE agent_tasks SET status = $1, lease_holder = $2, lease_expires_at = $3,
-                        dispatch_count = dispatch_count + 1, updated_at = $4
-                     WHERE id = $5 AND (status = $6 OR (status = $1 AND lease_expires_at <= $4))",
-                    &params![
-                        TaskStatus::Dispatched.as_str(),
-                        holder,
-                        format_time(now + ttl),
-                        now_s.clone(),
-                        id.clone(),
-                        TaskStatus::Queued.as_str()
-                    ],
+            // A queued task has no holder; a dispatched one is taken once its lease expired.
+            let claimed = leases::take(TASK, id.clone(), holder, now, ttl)
+                .set("status", TaskStatus::Dispatched.as_str())
+                .set("updated_at", now_s.clone())
+                .when(
+                    "status IN (?, ?)",
+                    params![TaskStatus::Queued.as_str(), TaskStatus::Dispatched.as_str()],
                 )
+                .execute(&mut tx)
                 .await?;
             if claimed == 1 {
                 let task = read_task(&mut tx, parse_uuid(&id)?).await?;
@@ -250,20 +260,8 @@ impl Store {
     /// task as it is afterwards. Unlike [`Store::ensure_task`] it never creates one, so an
     /// owner that raced the task's completion does not start a second copy.
     pub async fn requeue_if_stale(&self, id: Uuid) -> Result<(AgentTask, bool), StoreError> {
-        let now_s = format_time(self.now());
         let mut tx = self.pool.write().await?;
-        let requeued = tx
-            .execute(
-                "UPDATE agent_tasks SET status = $1, lease_holder = NULL, lease_expires_at = NULL,
-                    updated_at = $2 WHERE id = $3 AND status = $4 AND lease_expires_at <= $2",
-                &params![
-                    TaskStatus::Queued.as_str(),
-                    now_s,
-                    id.to_string(),
-                    TaskStatus::Dispatched.as_str()
-                ],
-            )
-            .await?;
+        let requeued = requeue_stale(id, self.now()).execute(&mut tx).await?;
         let task = read_task(&mut tx, id).await?;
         tx.commit().await?;
         Ok((task, requeued == 1))
@@ -297,30 +295,9 @@ impl Store {
         ttl: Duration,
     ) -> Result<AgentTask, StoreError> {
         let now = self.now();
-        let mut tx = self.pool.write().await?;
-        let renewed = tx
-            .execute(
-                "UPDATE agent_tasks SET lease_expires_at = $1, updated_at = $2
-                 WHERE id = $3 AND status = $4 AND lease_holder = $5 AND lease_expires_at > $2",
-                &params![
-                    format_time(now + ttl),
-                    format_time(now),
-                    id.to_string(),
-                    TaskStatus::Dispatched.as_str(),
-                    holder
-                ],
-            )
-            .await?;
-        if renewed == 0 {
-            return Err(StoreError::LeaseLost {
-                name: format!("task:{id}"),
-                holder: holder.to_owned(),
-                fencing: 0,
-            });
-        }
-        let task = read_task(&mut tx, id).await?;
-        tx.commit().await?;
-        Ok(task)
+        let renew = leases::renew(TASK, id.to_string(), holder, None, now, ttl)
+            .set("updated_at", format_time(now));
+        write_dispatched(self.pool.write().await?, id, holder, renew).await
     }
 
     /// Record a task's result. Only the current lease holder may report; a report from a
@@ -344,37 +321,20 @@ impl Store {
             tx.commit().await?;
             return Ok(task);
         }
-        let done = tx
-            .execute(
-                "UPDATE agent_tasks SET status = $1, result_message = $2, result_details = $3,
-                    completed_at = $4, updated_at = $4
-                 WHERE id = $5 AND status = $6 AND lease_holder = $7",
-                &params![
-                    status.as_str(),
-                    outcome.message.clone(),
-                    outcome.details.to_string(),
-                    now_s,
-                    id.to_string(),
-                    TaskStatus::Dispatched.as_str(),
-                    holder
-                ],
-            )
-            .await?;
-        if done == 0 {
-            return Err(StoreError::LeaseLost {
-                name: format!("task:{id}"),
-                holder: holder.to_owned(),
-                fencing: 0,
-            });
-        }
-        let task = read_task(&mut tx, id).await?;
-        tx.commit().await?;
-        Ok(task)
+        // The holder of record may report after its lease expired, as long as nobody took the
+        // task over meanwhile.
+        let report = LeaseWrite::row(TASK, id.to_string())
+            .set("status", status.as_str())
+            .set("result_message", outcome.message.clone())
+            .set("result_details", outcome.details.to_string())
+            .set("completed_at", now_s.clone())
+            .set("updated_at", now_s)
+            .held_by(holder, None);
+        write_dispatched(tx, id, holder, report).await
     }
 
     pub async fn task(&self, id: Uuid) -> Result<AgentTask, StoreError> {
-        let mut tx = self.pool.read().await?;
-        read_task(&mut tx, id).await
+        self.by_id(TASKS, "agent task", id, task_from_row).await
     }
 
     /// A node's tasks, oldest first.

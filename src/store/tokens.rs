@@ -5,11 +5,12 @@
 use base64::Engine as _;
 use chrono::{DateTime, Duration, Utc};
 use rand::Rng as _;
+use rand::RngExt as _;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use super::db::params;
+use super::db::{Tx, params};
 use super::nodes::read_node;
 use super::{Store, StoreError, format_time, parse_time, parse_uuid};
 use crate::secrets::Secret;
@@ -39,9 +40,31 @@ pub(crate) fn random_token() -> Secret {
     Secret::new(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw))
 }
 
+/// A new random password (24 characters of letters and digits, ~142 bits) for a node's deploy
+/// user: typed at a console when needed, so no punctuation a keyboard layout could garble.
+pub fn random_password() -> Secret {
+    const ALPHABET: &[u8] = b"abcdefghijkmnopqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789";
+    let mut rng = rand::rng();
+    let text: String = (0..24)
+        .map(|_| char::from(ALPHABET[rng.random_range(0..ALPHABET.len())]))
+        .collect();
+    Secret::new(text)
+}
+
 /// SHA-256 hex of a token: the only form the store keeps.
 pub fn token_hash(token: &Secret) -> String {
     hex::encode(Sha256::digest(token.expose().as_bytes()))
+}
+
+/// Use the token of `hash` at `at` if it is unused and unexpired (single use, 000 §4.6): the
+/// rows changed (0 or 1).
+pub(crate) async fn mark_used(tx: &mut Tx, hash: &str, at: &str) -> Result<u64, StoreError> {
+    tx.execute(
+        "UPDATE enrollment_tokens SET used_at = $1
+         WHERE token_hash = $2 AND used_at IS NULL AND expires_at > $1",
+        &params![at, hash],
+    )
+    .await
 }
 
 impl Store {
@@ -79,13 +102,7 @@ impl Store {
         let hash = token_hash(token);
         let now = format_time(self.now());
         let mut tx = self.pool.write().await?;
-        let used = tx
-            .execute(
-                "UPDATE enrollment_tokens SET used_at = $1
-                 WHERE token_hash = $2 AND used_at IS NULL AND expires_at > $1",
-                &params![now.clone(), hash.clone()],
-            )
-            .await?;
+        let used = mark_used(&mut tx, &hash, &now).await?;
         let row = tx
             .fetch_optional(
                 "SELECT node_id, onboarding_id, expires_at, used_at FROM enrollment_tokens

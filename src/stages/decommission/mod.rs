@@ -26,8 +26,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use uuid::Uuid;
 
-use super::onboard::{Facts, NodeMemory, StageEnv};
-use super::{StageFailure, StageOutcome};
+use super::onboard::Facts;
+use super::{
+    Checkpoint, JournalFacts, NodeMemory, StageClock, StageEnv, StageFailure, StageOutcome,
+};
 use crate::agent::TaskType;
 use crate::lifecycle::{DecommissionMode, DecommissionStage, FailureClass};
 use crate::model::EraseMode;
@@ -120,6 +122,36 @@ impl DecommissionFacts {
     }
 }
 
+impl JournalFacts for DecommissionFacts {
+    fn from_details(details: &serde_json::Value) -> Self {
+        DecommissionFacts::from_details(details)
+    }
+
+    fn to_details(&self) -> serde_json::Value {
+        DecommissionFacts::to_details(self)
+    }
+
+    fn clock(&mut self) -> &mut Option<StageClock> {
+        self.base.clock()
+    }
+
+    fn retries(&mut self) -> &mut u32 {
+        self.base.retries()
+    }
+
+    fn operator_moved(&mut self, from_top: bool) {
+        self.base.operator_moved(from_top);
+    }
+
+    fn node_id(&self) -> Option<Uuid> {
+        self.base.node_id
+    }
+
+    fn system_id(&self) -> Option<String> {
+        self.base.system_id.clone()
+    }
+}
+
 /// How long the decommission stages wait: the profile's `timeouts` (agentTask, release,
 /// powerOff), or their defaults for a node the manifests no longer resolve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,14 +183,6 @@ impl DecommissionTiming {
     }
 }
 
-/// Persist the journal facts in the middle of a stage (a release or power-off intent).
-pub trait DecommissionCheckpoint: Send + Sync {
-    fn checkpoint<'a>(
-        &'a self,
-        facts: &'a DecommissionFacts,
-    ) -> futures::future::BoxFuture<'a, Result<(), crate::store::StoreError>>;
-}
-
 /// One pass of one decommission stage.
 pub struct DecommissionCtx<'a> {
     pub env: &'a StageEnv,
@@ -166,7 +190,7 @@ pub struct DecommissionCtx<'a> {
     pub job: &'a Job,
     pub facts: &'a mut DecommissionFacts,
     pub memory: &'a mut NodeMemory,
-    pub journal: &'a dyn DecommissionCheckpoint,
+    pub journal: &'a dyn Checkpoint<DecommissionFacts>,
     /// The executor's lease: node transitions made by stages carry it.
     pub fence: Fence,
     pub timing: DecommissionTiming,
@@ -238,19 +262,11 @@ impl DecommissionCtx<'_> {
 
     /// How long the current stage attempt has been running.
     pub fn elapsed(&self) -> Duration {
-        self.facts
-            .base
-            .clock
-            .as_ref()
-            .and_then(|c| (self.now - c.started_at).to_std().ok())
-            .unwrap_or_default()
+        StageClock::elapsed(self.facts.base.clock.as_ref(), self.now)
     }
 
     pub async fn checkpoint(&self) -> Result<(), StageFailure> {
-        self.journal
-            .checkpoint(self.facts)
-            .await
-            .map_err(|e| StageFailure::store(&e))
+        super::checkpoint(self.journal, self.facts).await
     }
 
     /// Run agent tasks one after another (000 §5.6): each is ensured (created once, re-queued
@@ -390,16 +406,16 @@ pub async fn run_stage(stage: DecommissionStage, ctx: &mut DecommissionCtx<'_>) 
 }
 
 /// How many automatic retries a decommission stage gets (000 §5.8): inventory writes 3,
-/// agent tasks and MAAS calls a bounded 2, transient trouble 3; `None` for the redeploy stages,
-/// which keep the onboarding bounds ([`super::retry_budget`]).
-pub fn retry_budget(stage: DecommissionStage, class: FailureClass) -> u32 {
+/// agent tasks and MAAS calls a bounded 2, transient trouble 3; the redeploy stages keep the
+/// onboarding bounds ([`super::retry_budget`]; `None`: until the stage's timeout).
+pub fn retry_budget(stage: DecommissionStage, class: FailureClass) -> Option<u32> {
     use DecommissionStage as D;
     match (stage, class) {
-        (_, FailureClass::UpstreamTransient) => 3,
-        (D::DisableNode | D::RetireGpuaasNode | D::EnableNode, _) => 3,
+        (_, FailureClass::UpstreamTransient) => Some(3),
+        (D::DisableNode | D::RetireGpuaasNode | D::EnableNode, _) => Some(3),
         _ => match onboarding_stage(stage) {
-            Some(onboarding) => super::retry_budget(onboarding, class).unwrap_or(u32::MAX),
-            None => 2,
+            Some(onboarding) => super::retry_budget(onboarding, class),
+            None => Some(2),
         },
     }
 }

@@ -5,9 +5,10 @@
 
 use futures::future::BoxFuture;
 
-use super::{DecommissionCheckpoint, DecommissionCtx, DecommissionExtra, DecommissionFacts};
+use super::{DecommissionCtx, DecommissionExtra, DecommissionFacts};
 use crate::lifecycle::{DecommissionStage, OnboardingStage};
-use crate::stages::onboard::{Checkpoint, Facts, StageCtx};
+use crate::stages::Checkpoint;
+use crate::stages::onboard::{Facts, StageCtx};
 use crate::stages::{Next, StageFailure, StageOutcome};
 use crate::store::StoreError;
 
@@ -31,11 +32,11 @@ pub fn onboarding_stage(stage: DecommissionStage) -> Option<OnboardingStage> {
 
 /// An onboarding stage's mid-stage checkpoint, written with this family's facts beside it.
 struct Bridge<'a> {
-    journal: &'a dyn DecommissionCheckpoint,
+    journal: &'a dyn Checkpoint<DecommissionFacts>,
     extra: DecommissionExtra,
 }
 
-impl Checkpoint for Bridge<'_> {
+impl Checkpoint<Facts> for Bridge<'_> {
     fn checkpoint<'a>(&'a self, facts: &'a Facts) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let whole = DecommissionFacts {

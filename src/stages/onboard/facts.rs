@@ -8,6 +8,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::stages::{JournalFacts, StageClock};
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Facts {
@@ -115,16 +117,10 @@ pub struct EnrollmentFacts {
     /// Enrollment-token refreshes (000 §4.6: "Max 2 attempts").
     pub token_refreshes: u32,
     pub enrolled_at: Option<DateTime<Utc>>,
-}
-
-/// The stage attempt the journal is in.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StageClock {
-    pub stage: String,
-    pub attempt: i64,
-    pub started_at: DateTime<Utc>,
-    /// The attempt is under way (a `started` event was written and no end yet).
-    pub open: bool,
+    /// An adopted host (deployed without metalform's payload) got its enrollment token here.
+    pub delivered_at: Option<DateTime<Utc>>,
+    /// The `node.hw_sync_reseed` tasks queued because the sync was unhealthy after enrollment.
+    pub reseeds_queued: u32,
 }
 
 impl Facts {
@@ -142,6 +138,41 @@ impl Facts {
         if !self.warnings.contains(&warning) {
             self.warnings.push(warning);
         }
+    }
+}
+
+impl JournalFacts for Facts {
+    fn from_details(details: &serde_json::Value) -> Self {
+        Facts::from_details(details)
+    }
+
+    fn to_details(&self) -> serde_json::Value {
+        Facts::to_details(self)
+    }
+
+    fn clock(&mut self) -> &mut Option<StageClock> {
+        &mut self.clock
+    }
+
+    fn retries(&mut self) -> &mut u32 {
+        &mut self.retries
+    }
+
+    fn operator_moved(&mut self, from_top: bool) {
+        self.retries = 0;
+        self.enrollment.token_refreshes = 0;
+        if from_top {
+            // Rerun from the top: the bounded datasource redeploy is available again.
+            self.datasource_retries = 0;
+        }
+    }
+
+    fn node_id(&self) -> Option<Uuid> {
+        self.node_id
+    }
+
+    fn system_id(&self) -> Option<String> {
+        self.system_id.clone()
     }
 }
 

@@ -24,119 +24,23 @@ mod prepare;
 mod render;
 mod site;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use futures::future::BoxFuture;
 use serde_json::json;
 
-use super::{StageFailure, StageOutcome};
-use crate::clock::Clock;
+use super::{Checkpoint, StageFailure, StageOutcome};
 use crate::lifecycle::{OnboardingStage, PolicyTimeout};
-use crate::model::Site;
 use crate::plan::NodeTarget;
-use crate::provider::bmc::BmcPower;
-use crate::provider::host::HostAccess;
 use crate::provider::maas::{MaasClient, MaasError, Machine};
-use crate::secrets::{PowerCredentials, Secret, SecretStore};
-use crate::store::{Actor, Job, Observed, Store, StoreError};
+use crate::secrets::PowerCredentials;
+use crate::store::{Job, Observed};
+// The stages' shared environment, under the paths it has always had.
+pub use super::{MaasAccess, NodeMemory, Peers, SitePeers, SitePreflight, StageClock, StageEnv};
 pub use facts::{
     CloudInitFacts, DeployFacts, DeployFailureFacts, DiscoveryFacts, EnrollmentFacts, Facts,
-    HwSyncFacts, StageClock, TakeOverFacts,
+    HwSyncFacts, TakeOverFacts,
 };
-
-/// What a site's MAAS answered to the preflight of 000 §4.14 (reachable, token valid).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SitePreflight {
-    pub maas_version: String,
-    pub user: String,
-    pub is_admin: bool,
-}
-
-/// How stages reach a site's MAAS (the API key is read from the site's secret reference when
-/// the client is first needed).
-pub trait MaasAccess: Send + Sync + std::fmt::Debug {
-    fn client<'a>(&'a self, site: &'a Site) -> BoxFuture<'a, Result<MaasClient, StageFailure>>;
-
-    /// The preflight (`version/` + `whoami`), made once per site and run.
-    fn preflight<'a>(
-        &'a self,
-        site: &'a Site,
-    ) -> BoxFuture<'a, Result<SitePreflight, StageFailure>>;
-}
-
-/// Persist the journal facts in the middle of a stage (the deploy intent, before the call).
-pub trait Checkpoint: Send + Sync {
-    fn checkpoint<'a>(&'a self, facts: &'a Facts) -> BoxFuture<'a, Result<(), StoreError>>;
-}
-
-/// How a site's BMCs and deployed hosts are reached: production tools, or a simulator's
-/// stand-ins (one simulator per site, as one MAAS region per site).
-#[derive(Debug, Clone)]
-pub struct SitePeers {
-    pub bmc: Arc<dyn BmcPower>,
-    pub host: Arc<dyn HostAccess>,
-}
-
-/// The peers of every site: a default, and per-site exceptions.
-#[derive(Debug, Clone)]
-pub struct Peers {
-    pub default: SitePeers,
-    pub per_site: std::collections::BTreeMap<String, SitePeers>,
-}
-
-impl Peers {
-    pub fn uniform(bmc: Arc<dyn BmcPower>, host: Arc<dyn HostAccess>) -> Peers {
-        Peers {
-            default: SitePeers { bmc, host },
-            per_site: Default::default(),
-        }
-    }
-
-    pub fn for_site(&self, site: &str) -> &SitePeers {
-        self.per_site.get(site).unwrap_or(&self.default)
-    }
-}
-
-/// Everything the stages share for a run.
-#[derive(Clone)]
-pub struct StageEnv {
-    pub store: Store,
-    pub secrets: Arc<dyn SecretStore>,
-    pub maas: Arc<dyn MaasAccess>,
-    pub peers: Peers,
-    pub clock: Arc<dyn Clock>,
-    /// What cloud-init tells the node agent to call (docs/contracts.md §5).
-    pub enroll_url: String,
-    /// The agent binary and the CA cloud-init installs with it (docs/agent.md).
-    pub agent_install: crate::cloudinit::AgentInstall,
-    /// Who the journal writes are made by.
-    pub actor: Actor,
-    /// The executor's poll interval (waits inside stages are derived from it).
-    pub poll_interval: Duration,
-}
-
-impl std::fmt::Debug for StageEnv {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StageEnv")
-            .field("store", &self.store)
-            .field("enroll_url", &self.enroll_url)
-            .finish_non_exhaustive()
-    }
-}
-
-/// What one node's executor keeps in memory only: the rendered payload holds a fresh
-/// enrollment token, the BMC login a password (000 §3.2: read at use time, never stored).
-#[derive(Debug, Default)]
-pub struct NodeMemory {
-    pub user_data: Option<Secret>,
-    pub power: Option<PowerCredentials>,
-    /// The last machine seen, for the job's diagnostics (000 §4.12).
-    pub observed: Option<Observed>,
-    /// Why the current stage last waited (a timeout reports it).
-    pub last_wait: Option<String>,
-}
 
 /// One pass of one stage.
 pub struct StageCtx<'a> {
@@ -145,7 +49,7 @@ pub struct StageCtx<'a> {
     pub job: &'a Job,
     pub facts: &'a mut Facts,
     pub memory: &'a mut NodeMemory,
-    pub journal: &'a dyn Checkpoint,
+    pub journal: &'a dyn Checkpoint<Facts>,
     pub now: DateTime<Utc>,
 }
 
@@ -161,11 +65,7 @@ impl StageCtx<'_> {
 
     /// How long the current stage attempt has been running (from the journal's clock).
     pub fn elapsed(&self) -> Duration {
-        self.facts
-            .clock
-            .as_ref()
-            .and_then(|c| (self.now - c.started_at).to_std().ok())
-            .unwrap_or_default()
+        StageClock::elapsed(self.facts.clock.as_ref(), self.now)
     }
 
     /// The profile's value of a policy timeout.
@@ -241,10 +141,7 @@ impl StageCtx<'_> {
     }
 
     pub async fn checkpoint(&self) -> Result<(), StageFailure> {
-        self.journal
-            .checkpoint(self.facts)
-            .await
-            .map_err(|e| StageFailure::store(&e))
+        super::checkpoint(self.journal, self.facts).await
     }
 }
 

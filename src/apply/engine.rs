@@ -1,0 +1,859 @@
+//! The job engine (DESIGN.md §4; seed 000 §4.3–§4.13; seed 003 "Workers and Concurrency"): one
+//! executor loop for every kind of job. A kind ([`Kind`]) is its stage table and rules — how
+//! work becomes a job, what each stage does, where a finished stage leads, how often a failure
+//! class is retried (000 §4.6), what completion does to the node, how a cancel or a
+//! restart-clean is compensated. Everything else is here, once:
+//!
+//! - **concurrency**: each work item on its own task, at most the profile's
+//!   `concurrency.maxParallel` per (site, profile); one node's failure never blocks another;
+//! - **lease and fencing**: the node lease first (`lease`: one per node, whatever the kind, so
+//!   two jobs never work on a node at once), every journal write fenced by it;
+//! - **journal**: one `started` event when a stage attempt begins and one `succeeded`,
+//!   `skipped` or `failed` event when it ends, each in the same transaction as the job row
+//!   (stage, attempt, state, facts, last observed state). Between the two a stage may wait
+//!   (a poll writes only what it learnt) or checkpoint its facts (an intent before a call). A
+//!   restarted executor finds the attempt open and continues it; timeouts run from the
+//!   attempt's start as the journal recorded it;
+//! - **retry** with capped exponential backoff and jitter (`backoff`), within the kind's
+//!   budget, then the failure class's final state (000 §4.7, §4.8);
+//! - **stop and resume**: a stopping executor rests each job at its next stage boundary; the
+//!   journal says where, and the next executor continues from there;
+//! - **compensation** under the same lease ([`Engine::compensate`], and a `compensating` job
+//!   found on take-up);
+//! - **progress events** (`progress`), which the daemon also counts as metrics.
+
+use std::collections::BTreeMap;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures::future::BoxFuture;
+use rand_chacha::ChaCha8Rng;
+use serde_json::json;
+use uuid::Uuid;
+
+use super::backoff;
+use super::lease::NodeLease;
+use super::outcome::{ApplyReport, NodeOutcome, NodeResult};
+use super::progress::{self, Progress, ProgressStatus};
+use super::{ExecutorOptions, StopSignal};
+use crate::lifecycle::{FailureClass, JobKind, JobState, NodeState, Owner, StageName};
+use crate::stages::{
+    Checkpoint, JournalFacts, NodeMemory, Retry, StageClock, StageDone, StageEnv, StageFailure,
+    StageOutcome,
+};
+use crate::store::{
+    EventStatus, Fence, Job, JobFailure, JobUpdate, NodeTransition, StageEvent, Store, StoreError,
+};
+
+/// Which recovery action is being compensated (000 §4.9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compensation {
+    /// Stop and compensate; the job ends `cancelled`.
+    Cancel,
+    /// Compensate known progress and start again from the top (`pending`).
+    RestartClean,
+}
+
+/// A job kind: its stage table and rules. Implementations are data over the shared loop; see
+/// docs/architecture.md "How to add a job kind".
+pub trait Kind: Send + Sync + Sized + 'static {
+    /// The store's kind: its tables, labels and audit subjects.
+    const KIND: JobKind;
+    /// The kind's stage table.
+    type Stage: StageName;
+    /// What the kind's journal keeps between stages.
+    type Facts: JournalFacts;
+    /// One node's work: the node, what the manifests say of it, the job to run.
+    type Item: Send + Sync + 'static;
+
+    /// The item's node as (site, hostname): its lease and its progress label.
+    fn node(item: &Self::Item) -> (&str, &str);
+
+    /// The work item that continues a recorded job (maybe moved by an operator). `Err`: why
+    /// it cannot run.
+    fn continue_job(asked: Continuing<'_>) -> Result<Self::Item, String>;
+
+    /// The job to report for an item nothing was taken up for.
+    fn job_of(_item: &Self::Item) -> Option<Uuid> {
+        None
+    }
+
+    /// The item's concurrency group (site, profile) and its limit, if it has a profile.
+    fn limit(item: &Self::Item) -> Option<((String, String), usize)>;
+
+    /// Find or create the job the item names and move it where it can run (`pending` or
+    /// `running`); anything else ends the node's run with a reason.
+    fn take_up<'a>(run: &'a mut Run<'_, Self>) -> BoxFuture<'a, Result<Job, Stop>>;
+
+    /// Before each stage pass, on the facts just read from the journal.
+    fn prepare(_run: &Run<'_, Self>, _facts: &mut Self::Facts) {}
+
+    /// One pass of `stage`.
+    fn run_stage<'a>(stage: Self::Stage, pass: Pass<'a, Self>) -> BoxFuture<'a, StageOutcome>;
+
+    /// Where a finished `stage` of `job` leads (`done.next`): the next stage, `None` to
+    /// complete, or a failure when it names a stage this job does not have.
+    fn next(
+        job: &Job,
+        stage: Self::Stage,
+        done: &StageDone,
+    ) -> Result<Option<Self::Stage>, StageFailure>;
+
+    /// Whether `stage` is the first of `job` (an operator's rerun starts over from it).
+    fn is_first(job: &Job, stage: Self::Stage) -> bool;
+
+    /// Automatic retries of a failure class at a stage (000 §4.6); `None`: until the stage's
+    /// own timeout ends them.
+    fn retry_budget(stage: Self::Stage, class: FailureClass) -> Option<u32>;
+
+    /// The node's coarse move that completes the job, written with the job's last journal
+    /// write (001 §3.3).
+    fn completion<'a>(
+        run: &'a Run<'_, Self>,
+        job: &'a Job,
+    ) -> BoxFuture<'a, Result<Option<(NodeState, Owner)>, StoreError>>;
+
+    /// After the completing write.
+    fn completed<'a>(
+        _run: &'a Run<'_, Self>,
+        _job: &'a Job,
+        _facts: &'a Self::Facts,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(async {})
+    }
+
+    /// Compensate a `compensating` job under the node lease (000 §4.6 "compensation on
+    /// cancel", §4.9 restart_clean): it ends `cancelled`, `pending` (restart-clean) or
+    /// `failed_manual_intervention` (the compensation itself failed).
+    fn compensate<'a>(
+        run: &'a Run<'_, Self>,
+        job: &'a Job,
+        how: Compensation,
+    ) -> BoxFuture<'a, Result<NodeOutcome, StoreError>>;
+}
+
+/// A recorded job to continue, and its node as the manifests resolve it, if they still do.
+pub struct Continuing<'a> {
+    pub job: &'a Job,
+    pub target: Option<crate::plan::NodeTarget>,
+    /// The job may be `compensating`, its compensation stopped: finish that first.
+    pub resume: bool,
+}
+
+/// What every node's run shares.
+pub(super) struct Shared {
+    pub env: StageEnv,
+    pub options: ExecutorOptions,
+    pub progress: Arc<dyn Progress>,
+}
+
+impl Shared {
+    fn report(&self, node: &str, stage: &str, status: ProgressStatus, message: &str) {
+        progress::report(self.progress.as_ref(), node, stage, status, message);
+    }
+}
+
+/// The concurrency group of a node of the manifests — its (site, profile) — and the profile's
+/// `concurrency.maxParallel`.
+pub fn profile_limit(target: &crate::plan::NodeTarget) -> ((String, String), usize) {
+    let profile = &target.profile;
+    let group = (target.site_name().to_owned(), profile.name.to_string());
+    (group, profile.concurrency.max_parallel as usize)
+}
+
+/// Runs one kind's work items; cheap to clone. `Executor` and `DecommissionExecutor` are this
+/// engine over the onboarding and the decommission kinds.
+pub struct Engine<K> {
+    shared: Arc<Shared>,
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<K> Clone for Engine<K> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<K: Kind> Engine<K> {
+    pub fn new(env: StageEnv, options: ExecutorOptions, progress: Arc<dyn Progress>) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                env,
+                options,
+                progress,
+            }),
+            kind: PhantomData,
+        }
+    }
+
+    /// The engine of another kind over the same environment, options and progress.
+    pub fn of<J: Kind>(&self) -> Engine<J> {
+        Engine {
+            shared: self.shared.clone(),
+            kind: PhantomData,
+        }
+    }
+
+    pub fn env(&self) -> &StageEnv {
+        &self.shared.env
+    }
+
+    pub fn options(&self) -> &ExecutorOptions {
+        &self.shared.options
+    }
+
+    pub(super) fn progress(&self) -> &Arc<dyn Progress> {
+        &self.shared.progress
+    }
+
+    /// Run every item to a resting state: converged, failed, or left alone. The report holds
+    /// one result per item, ordered by node.
+    pub async fn run(&self, items: Vec<K::Item>) -> ApplyReport {
+        self.shared.progress.total(items.len());
+        let mut limits: BTreeMap<(String, String), Arc<tokio::sync::Semaphore>> = BTreeMap::new();
+        let mut tasks = tokio::task::JoinSet::new();
+        for item in items {
+            let limit = K::limit(&item).map(|(group, parallel)| {
+                limits
+                    .entry(group)
+                    .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(parallel.max(1))))
+                    .clone()
+            });
+            let shared = self.shared.clone();
+            tasks.spawn(async move {
+                let _permit = match limit {
+                    Some(limit) => limit.acquire_owned().await.ok(),
+                    None => None,
+                };
+                if shared.options.stop.is_stopped() {
+                    return not_started::<K>(&shared, &item);
+                }
+                run_item::<K>(&shared, item).await
+            });
+        }
+        let mut results = Vec::new();
+        while let Some(joined) = tasks.join_next().await {
+            match joined {
+                Ok(result) => results.push(result),
+                Err(err) => tracing::error!(
+                    target: "metalform::apply",
+                    kind = K::KIND.as_str(),
+                    "node task failed: {err}"
+                ),
+            }
+        }
+        results.sort_by(|a, b| a.node.cmp(&b.node));
+        self.shared.progress.finish();
+        ApplyReport { results }
+    }
+
+    /// Carry out a cancel or restart-clean an operator requested (the job is `compensating`)
+    /// under the node lease; a live executor holding the node is left to finish it.
+    pub async fn compensate(&self, item: K::Item, job_id: Uuid, how: Compensation) -> NodeResult {
+        let shared = &*self.shared;
+        let label = label::<K>(&item);
+        let outcome = match acquire::<K>(shared, &item).await {
+            Err(_) => NodeOutcome::Left {
+                reason: "another executor holds the node; the job stays compensating and is \
+                         compensated when that executor sees it"
+                    .into(),
+            },
+            Ok(lease) => {
+                let run = Run::<K>::new(shared, &item, &lease);
+                let outcome = run.compensate_job(job_id, how).await;
+                lease.release().await;
+                outcome.unwrap_or_else(|err| NodeOutcome::Aborted {
+                    reason: err.to_string(),
+                })
+            }
+        };
+        let (status, message) = outcome.progress();
+        shared.report(&label, "-", status, &message);
+        NodeResult {
+            node: label,
+            job_id: Some(job_id),
+            outcome,
+        }
+    }
+}
+
+/// Why a node's run stopped early.
+pub enum Stop {
+    /// The node ended (converged, failed, left alone, aborted).
+    Result(NodeOutcome),
+}
+
+impl Stop {
+    pub fn left(reason: impl Into<String>) -> Self {
+        Stop::Result(NodeOutcome::Left {
+            reason: reason.into(),
+        })
+    }
+}
+
+impl From<StoreError> for Stop {
+    fn from(err: StoreError) -> Self {
+        Stop::Result(match err {
+            StoreError::LeaseLost { .. } => NodeOutcome::Aborted {
+                reason: "another executor took the node's lease over; it continues the job".into(),
+            },
+            other => NodeOutcome::Aborted {
+                reason: format!("state store: {other}"),
+            },
+        })
+    }
+}
+
+impl From<StageFailure> for NodeOutcome {
+    fn from(failure: StageFailure) -> Self {
+        NodeOutcome::Failed {
+            state: failure.final_state(),
+            class: failure.class,
+            code: failure.code,
+            message: failure.message,
+        }
+    }
+}
+
+fn label<K: Kind>(item: &K::Item) -> String {
+    let (site, hostname) = K::node(item);
+    format!("{site}/{hostname}")
+}
+
+async fn acquire<K: Kind>(
+    shared: &Shared,
+    item: &K::Item,
+) -> Result<NodeLease, super::lease::LeaseRefusal> {
+    let (site, hostname) = K::node(item);
+    NodeLease::acquire_node(
+        &shared.env.store,
+        site,
+        hostname,
+        &shared.options.holder,
+        shared.options.lease_ttl,
+    )
+    .await
+}
+
+/// An item a stopping executor did not take up.
+fn not_started<K: Kind>(shared: &Shared, item: &K::Item) -> NodeResult {
+    let label = label::<K>(item);
+    let reason = "the executor is stopping: not started".to_owned();
+    shared.report(&label, "-", ProgressStatus::Left, &reason);
+    NodeResult {
+        node: label,
+        job_id: K::job_of(item),
+        outcome: NodeOutcome::Aborted { reason },
+    }
+}
+
+/// Take up one work item under the node lease and drive it to a resting state.
+async fn run_item<K: Kind>(shared: &Shared, item: K::Item) -> NodeResult {
+    let label = label::<K>(&item);
+    let lease = match acquire::<K>(shared, &item).await {
+        Ok(lease) => lease,
+        Err(refusal) => {
+            let reason = refusal.reason();
+            shared.report(&label, "-", ProgressStatus::Left, &reason);
+            return NodeResult {
+                node: label,
+                job_id: K::job_of(&item),
+                outcome: NodeOutcome::Left { reason },
+            };
+        }
+    };
+    let mut run = Run::<K>::new(shared, &item, &lease);
+    let (job_id, outcome) = match K::take_up(&mut run).await {
+        Ok(job) => {
+            let id = job.id;
+            match run.run_stages(id).await {
+                Ok(outcome) | Err(Stop::Result(outcome)) => (Some(id), outcome),
+            }
+        }
+        Err(Stop::Result(outcome)) => (K::job_of(&item), outcome),
+    };
+    drop(run);
+    lease.release().await;
+    let (status, message) = outcome.progress();
+    progress::report(shared.progress.as_ref(), &label, "-", status, &message);
+    NodeResult {
+        node: label,
+        job_id,
+        outcome,
+    }
+}
+
+/// One node being worked on, under its lease.
+pub struct Run<'a, K: Kind> {
+    shared: &'a Shared,
+    /// The work item.
+    pub item: &'a K::Item,
+    lease: &'a NodeLease,
+    label: String,
+    memory: NodeMemory,
+    rng: ChaCha8Rng,
+}
+
+/// One pass of one stage: what the kind's stage functions get.
+pub struct Pass<'a, K: Kind> {
+    pub env: &'a StageEnv,
+    pub item: &'a K::Item,
+    pub job: &'a Job,
+    pub facts: &'a mut K::Facts,
+    pub memory: &'a mut NodeMemory,
+    /// The mid-stage checkpoint: the same fenced journal write, facts only.
+    pub journal: &'a dyn Checkpoint<K::Facts>,
+    /// The node lease's fence (node transitions made by stages carry it).
+    pub fence: Fence,
+    pub now: DateTime<Utc>,
+}
+
+impl<'a, K: Kind> Run<'a, K> {
+    fn new(shared: &'a Shared, item: &'a K::Item, lease: &'a NodeLease) -> Self {
+        let label = label::<K>(item);
+        Self {
+            shared,
+            item,
+            lease,
+            rng: backoff::node_rng(shared.options.seed, &label),
+            label,
+            memory: NodeMemory::default(),
+        }
+    }
+
+    pub fn env(&self) -> &StageEnv {
+        &self.shared.env
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.shared.env.store
+    }
+
+    pub fn options(&self) -> &ExecutorOptions {
+        &self.shared.options
+    }
+
+    /// The node lease's fence, as renewed by its heartbeat.
+    pub fn fence(&self) -> Fence {
+        self.lease.fence()
+    }
+
+    /// What one node's run keeps in memory only.
+    pub fn memory(&self) -> &NodeMemory {
+        &self.memory
+    }
+
+    /// One progress line of this node (`stage` is `-` for whole-node events).
+    pub fn report(&self, stage: &str, status: ProgressStatus, message: &str) {
+        self.shared.report(&self.label, stage, status, message);
+    }
+
+    /// A journal write under the lease, carrying the facts and what they learnt (node,
+    /// machine, last observed state). Transient store errors are retried a few times.
+    pub async fn write(
+        &self,
+        job: &Job,
+        mut update: JobUpdate,
+        facts: &K::Facts,
+    ) -> Result<Job, StoreError> {
+        update.fence = Some(self.fence());
+        update.stage_details = Some(facts.to_details());
+        if update.observed.is_none() {
+            update.observed = self.memory.observed.clone();
+        }
+        if job.node_id.is_none() {
+            update.node_id = facts.node_id();
+        }
+        if update.maas_system_id.is_none() {
+            update.maas_system_id = facts.system_id();
+        }
+        advance_retrying(self.store(), K::KIND, job.id, &update).await
+    }
+
+    /// Complete an interrupted compensation (the one the job's last recovery action asked
+    /// for). A cancel ends the node's run; a restart-clean leaves the job pending, to run.
+    pub async fn finish_compensation(&self, job: &Job) -> Result<Job, Stop> {
+        let Some(how) = requested(self.store(), K::KIND, job.id).await? else {
+            return Err(Stop::left(format!(
+                "{} {} is compensating, but no cancel or restart-clean was recorded",
+                K::KIND,
+                job.id
+            )));
+        };
+        self.report(
+            &job.stage,
+            ProgressStatus::Begin,
+            &format!(
+                "finishing the interrupted {how:?} of {} {}",
+                K::KIND,
+                job.id
+            ),
+        );
+        let outcome = K::compensate(self, job, how).await?;
+        match how {
+            Compensation::Cancel => Err(Stop::Result(outcome)),
+            Compensation::RestartClean => Ok(self.store().job(K::KIND, job.id).await?),
+        }
+    }
+
+    async fn compensate_job(
+        &self,
+        job_id: Uuid,
+        how: Compensation,
+    ) -> Result<NodeOutcome, StoreError> {
+        let job = self.store().job(K::KIND, job_id).await?;
+        if job.state != JobState::Compensating {
+            return Ok(NodeOutcome::Left {
+                reason: format!("{} {job_id} is {}, not compensating", K::KIND, job.state),
+            });
+        }
+        K::compensate(self, &job, how).await
+    }
+
+    /// The stage loop: one pass at a time until the job completes, fails, or is taken away.
+    async fn run_stages(&mut self, id: Uuid) -> Result<NodeOutcome, Stop> {
+        let poll = self.shared.options.poll_interval;
+        let stop: StopSignal = self.shared.options.stop.clone();
+        let mut waiting_reported: Option<(String, i64)> = None;
+        let mut deploy_grace = true;
+        loop {
+            let job = self.store().job(K::KIND, id).await?;
+            // A rendered payload lives in memory only: stopping before it is deployed would
+            // make the next executor render again (a new token), so one more stage pass
+            // deploys it first.
+            if stop.is_stopped()
+                && (self.memory.user_data.is_none() || !std::mem::replace(&mut deploy_grace, false))
+            {
+                // A stage boundary: the journal says where the job is; the next executor
+                // continues the open attempt from there.
+                return Ok(NodeOutcome::Aborted {
+                    reason: format!(
+                        "the executor is stopping: {} {id} rests at {} (attempt {})",
+                        K::KIND,
+                        job.stage,
+                        job.attempt
+                    ),
+                });
+            }
+            if !matches!(job.state, JobState::Pending | JobState::Running) {
+                // Moved by someone else (an operator's cancel, another executor's failure).
+                return Ok(NodeOutcome::Left {
+                    reason: format!(
+                        "{} {id} is {} (changed outside this run)",
+                        K::KIND,
+                        job.state
+                    ),
+                });
+            }
+            let stage: K::Stage = job.stage.parse().map_err(|e| {
+                Stop::Result(NodeOutcome::Aborted {
+                    reason: format!("journal of {id}: {e}"),
+                })
+            })?;
+            let mut facts = K::Facts::from_details(&job.stage_details);
+            K::prepare(self, &mut facts);
+            let job = self.begin_attempt(&job, stage, &mut facts).await?;
+            let outcome = {
+                let journal = JournalCheckpoint::<K> {
+                    store: self.store().clone(),
+                    job: job.clone(),
+                    fence: self.fence(),
+                    kind: PhantomData,
+                };
+                let pass = Pass::<K> {
+                    env: &self.shared.env,
+                    item: self.item,
+                    job: &job,
+                    facts: &mut facts,
+                    memory: &mut self.memory,
+                    journal: &journal,
+                    fence: self.lease.fence(),
+                    now: self.shared.env.clock.now(),
+                };
+                K::run_stage(stage, pass).await
+            };
+            // Where a finished stage leads; a jump out of the job's stages is a failure.
+            let outcome = match outcome {
+                StageOutcome::Done(done) => match K::next(&job, stage, &done) {
+                    Ok(next) => Passed::Done(done, next),
+                    Err(failure) => Passed::Failed(failure),
+                },
+                StageOutcome::Wait(wait) => Passed::Wait(wait.reason, wait.poll),
+                StageOutcome::Failed(failure) => Passed::Failed(failure),
+            };
+            match outcome {
+                Passed::Wait(reason, poll_in) => {
+                    let key = (job.stage.clone(), job.attempt);
+                    if waiting_reported.as_ref() != Some(&key) {
+                        self.report(stage.name(), ProgressStatus::Waiting, &reason);
+                        waiting_reported = Some(key);
+                    }
+                    self.memory.last_wait = Some(reason);
+                    // A wait may have learnt something worth keeping (a release confirmed).
+                    if facts.to_details() != job.stage_details {
+                        self.write(&job, JobUpdate::new(JobState::Running), &facts)
+                            .await?;
+                    }
+                    stop.sleep(poll_in.unwrap_or(poll)).await;
+                }
+                Passed::Done(done, next) => {
+                    self.memory.last_wait = None;
+                    let (event, progress) = done_event(stage.name(), job.attempt, &done);
+                    *facts.clock() = None;
+                    *facts.retries() = 0;
+                    self.report(stage.name(), progress, &done.message);
+                    match next {
+                        Some(next) => {
+                            let mut update = JobUpdate::new(JobState::Running);
+                            update.stage = Some(next.name().into());
+                            update.attempt = Some(0);
+                            update.event = Some(event);
+                            self.write(&job, update, &facts).await?;
+                        }
+                        None => return self.complete(&job, event, &facts).await,
+                    }
+                }
+                Passed::Failed(failure) => {
+                    let budget = K::retry_budget(stage, failure.class);
+                    let retries_left = failure.retry == Retry::Budget
+                        && budget.is_none_or(|max| *facts.retries() < max);
+                    if let Some(clock) = facts.clock().as_mut() {
+                        clock.open = false;
+                    }
+                    if !retries_left {
+                        let (update, line) = failed_update(stage.name(), job.attempt, &failure);
+                        self.write(&job, update, &facts).await?;
+                        self.report(stage.name(), ProgressStatus::Failed, &line);
+                        return Ok(failure.into());
+                    }
+                    *facts.retries() += 1;
+                    let retry = *facts.retries();
+                    let delay = backoff::delay(
+                        retry,
+                        self.shared.options.retry_base,
+                        self.shared.options.retry_cap,
+                        &mut self.rng,
+                    );
+                    let message = format!(
+                        "{} ({}); retry {retry}{} in {:.1}s",
+                        failure.message,
+                        failure.class,
+                        budget.map(|b| format!(" of {b}")).unwrap_or_default(),
+                        delay.as_secs_f64()
+                    );
+                    let mut update = JobUpdate::new(JobState::Running);
+                    update.event = Some(StageEvent {
+                        stage: stage.name().into(),
+                        attempt: job.attempt,
+                        status: EventStatus::Failed,
+                        message: Some(message.clone()),
+                        details: json!({
+                            "class": failure.class,
+                            "code": failure.code,
+                            "details": failure.details,
+                            "retry_in_secs": delay.as_secs_f64(),
+                        }),
+                    });
+                    self.write(&job, update, &facts).await?;
+                    self.report(stage.name(), ProgressStatus::Retrying, &message);
+                    stop.sleep(delay).await;
+                }
+            }
+        }
+    }
+
+    /// Open a stage attempt in the journal, unless one is open already (a restarted executor
+    /// continues it, and its deadline). An attempt or stage an operator moved starts a new
+    /// clock with fresh budgets; else the next attempt keeps the stage's deadline.
+    async fn begin_attempt(
+        &mut self,
+        job: &Job,
+        stage: K::Stage,
+        facts: &mut K::Facts,
+    ) -> Result<Job, Stop> {
+        let now = self.shared.env.clock.now();
+        let (attempt, started_at, moved) = match facts.clock() {
+            Some(clock) if clock.stage == job.stage && clock.attempt == job.attempt => {
+                if clock.open {
+                    return Ok(job.clone());
+                }
+                (job.attempt + 1, clock.started_at, false)
+            }
+            Some(_) => (job.attempt.max(1), now, true),
+            None => (job.attempt + 1, now, false),
+        };
+        if moved {
+            facts.operator_moved(K::is_first(job, stage));
+        }
+        *facts.clock() = Some(StageClock {
+            stage: job.stage.clone(),
+            attempt,
+            started_at,
+            open: true,
+        });
+        let mut update = JobUpdate::new(JobState::Running);
+        update.attempt = Some(attempt);
+        update.event = Some(StageEvent {
+            stage: job.stage.clone(),
+            attempt,
+            status: EventStatus::Started,
+            message: moved.then(|| "after an operator's recovery action".to_owned()),
+            details: json!({}),
+        });
+        let updated = self.write(job, update, facts).await?;
+        let note = if attempt > 1 {
+            format!("attempt {attempt}")
+        } else {
+            String::new()
+        };
+        self.report(stage.name(), ProgressStatus::Started, &note);
+        Ok(updated)
+    }
+
+    /// The last stage is done: the job completes (or is reconciled, when it was adopted) and
+    /// the node makes the kind's move, in one transaction (001 §3.3).
+    async fn complete(
+        &mut self,
+        job: &Job,
+        event: StageEvent,
+        facts: &K::Facts,
+    ) -> Result<NodeOutcome, Stop> {
+        let state = JobState::on_success(job.adopted);
+        let mut update = JobUpdate::new(state);
+        update.event = Some(event);
+        if let Some((to, by)) = K::completion(self, job).await? {
+            let mut transition = NodeTransition::new(to, by, self.shared.env.actor.clone());
+            transition.reason = Some(format!("{} {} {state}", completion_name(job), job.id));
+            transition.fence = Some(self.fence());
+            update.node_transition = Some(transition);
+        }
+        let done = self.write(job, update, facts).await?;
+        K::completed(self, &done, facts).await;
+        Ok(NodeOutcome::Converged { state })
+    }
+}
+
+/// What the node transition of a completed job calls it: the kind, or a decommission's mode.
+fn completion_name(job: &Job) -> String {
+    match job.mode() {
+        Some(mode) => mode.to_string(),
+        None => job.kind.to_string(),
+    }
+}
+
+/// A stage pass, with where a finished stage leads.
+enum Passed<S> {
+    Done(StageDone, Option<S>),
+    Wait(String, Option<Duration>),
+    Failed(StageFailure),
+}
+
+/// The stages' mid-stage checkpoint: the fenced journal write, facts only.
+struct JournalCheckpoint<K> {
+    store: Store,
+    job: Job,
+    fence: Fence,
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<K: Kind> Checkpoint<K::Facts> for JournalCheckpoint<K> {
+    fn checkpoint<'a>(&'a self, facts: &'a K::Facts) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let mut update = JobUpdate::new(JobState::Running);
+            update.stage_details = Some(facts.to_details());
+            update.fence = Some(self.fence.clone());
+            if self.job.node_id.is_none() {
+                update.node_id = facts.node_id();
+            }
+            update.maas_system_id = facts.system_id();
+            self.store
+                .advance_job(K::KIND, self.job.id, &update)
+                .await
+                .map(|_| ())
+        })
+    }
+}
+
+/// A finished stage's journal event and progress status.
+fn done_event(stage: &str, attempt: i64, done: &StageDone) -> (StageEvent, ProgressStatus) {
+    let (status, progress) = if done.skipped {
+        (EventStatus::Skipped, ProgressStatus::Skipped)
+    } else {
+        (EventStatus::Succeeded, ProgressStatus::Succeeded)
+    };
+    let event = StageEvent {
+        stage: stage.into(),
+        attempt,
+        status,
+        message: Some(done.message.clone()),
+        details: done.details.clone(),
+    };
+    (event, progress)
+}
+
+/// A stage that failed for good: the journal write (the job's failure and the stage's failed
+/// event), and the progress line.
+fn failed_update(stage: &str, attempt: i64, failure: &StageFailure) -> (JobUpdate, String) {
+    let mut update = JobUpdate::new(failure.final_state());
+    update.failure = Some(JobFailure {
+        class: failure.class,
+        code: failure.code.clone(),
+        message: failure.message.clone(),
+        details: (*failure.details).clone(),
+    });
+    update.event = Some(StageEvent {
+        stage: stage.into(),
+        attempt,
+        status: EventStatus::Failed,
+        message: Some(failure.message.clone()),
+        details: json!({"class": failure.class, "code": failure.code, "details": failure.details}),
+    });
+    let line = format!("{} ({}, {})", failure.message, failure.class, failure.code);
+    (update, line)
+}
+
+/// A journal write, retried a few times on a transient store error (a busy SQLite, a dropped
+/// PostgreSQL connection): the stage's work is done, losing its record would redo it.
+async fn advance_retrying(
+    store: &Store,
+    kind: JobKind,
+    job: Uuid,
+    update: &JobUpdate,
+) -> Result<Job, StoreError> {
+    let mut tries = 0;
+    loop {
+        match store.advance_job(kind, job, update).await {
+            Err(err) if err.is_transient() && tries < 4 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(50 * (1 << tries))).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The compensation a `compensating` job owes: the last cancel or restart-clean in its audit
+/// trail.
+pub(super) async fn requested(
+    store: &Store,
+    kind: JobKind,
+    job_id: Uuid,
+) -> Result<Option<Compensation>, StoreError> {
+    let audit = store.audit_log(kind.as_str(), &job_id.to_string()).await?;
+    let cancel = format!("{kind}.cancel");
+    let restart = format!("{kind}.restart_clean");
+    Ok(audit.iter().rev().find_map(|entry| {
+        if entry.action == cancel {
+            Some(Compensation::Cancel)
+        } else if entry.action == restart {
+            Some(Compensation::RestartClean)
+        } else {
+            None
+        }
+    }))
+}
