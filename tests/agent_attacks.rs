@@ -341,7 +341,8 @@ async fn forged_expired_replayed_and_other_node_tokens_get_typed_answers_and_cha
             409,
             error(
                 "conflict",
-                "the token was issued for hostname `c07u46`, but `c07u99` presented it"
+                // Names no node: the caller is not authenticated yet.
+                "the token was issued for another machine (its hostname does not match)"
             )
         )
     );
