@@ -14,6 +14,7 @@ pub mod daemon;
 pub mod drift;
 pub mod events;
 pub mod lifecycle;
+pub mod listener;
 pub mod manifest;
 pub mod model;
 pub mod observe;

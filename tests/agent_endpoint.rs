@@ -1,33 +1,59 @@
 //! The enrollment endpoint over HTTP (docs/contracts.md §5, docs/agent-protocol.md): the 200
 //! answer, the typed JSON errors (401, 409, 400, 413, 405, 503), the server's start-up checks
-//! and its shutdown. A real `EnrollmentServer` on loopback over a SQLite store.
+//! and its shutdown. A real `AgentServer` on loopback over TLS (a development CA the client
+//! pins) and a SQLite store.
 
 mod agent_suite;
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
-use metalform::agent::{EnrollResponse, EnrollmentServer, ErrorBody, MAX_BODY_BYTES};
+use metalform::agent::{
+    AgentError, AgentServer, AgentServerConfig, EnrollResponse, ErrorBody, MAX_BODY_BYTES,
+};
+use metalform::listener::TlsSetting;
 use metalform::store::Store;
 use serde_json::{Value, json};
 
-async fn server() -> (Store, EnrollmentServer) {
+/// One development CA for every server of this file (made once, read by each).
+fn ca_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("tempdir").keep().join("ca");
+        metalform::listener::DevCa::open_or_create(&dir).expect("a CA");
+        dir
+    })
+}
+
+fn http() -> reqwest::Client {
+    agent_suite::pinned(&std::fs::read_to_string(ca_dir().join("ca.pem")).unwrap())
+}
+
+async fn start(
+    store: Store,
+    listen: SocketAddr,
+    url: Option<url::Url>,
+) -> Result<AgentServer, AgentError> {
+    let tls = TlsSetting::DevCa {
+        dir: ca_dir().to_owned(),
+        names: vec![],
+    };
+    AgentServer::start(store, AgentServerConfig::new(listen, url, tls)).await
+}
+
+async fn server() -> (Store, AgentServer) {
     let dir = tempfile::tempdir().expect("tempdir").keep();
     let (store, _) =
         agent_suite::open(&format!("sqlite://{}", dir.join("state.db").display())).await;
-    let server =
-        EnrollmentServer::start(store.clone(), SocketAddr::from(([127, 0, 0, 1], 0)), None)
-            .await
-            .expect("server starts");
+    let server = start(store.clone(), SocketAddr::from(([127, 0, 0, 1], 0)), None)
+        .await
+        .expect("server starts");
     (store, server)
 }
 
 async fn post(url: &str, body: &Value) -> (u16, Value) {
-    let response = agent_suite::http()
-        .post(url)
-        .json(body)
-        .send()
-        .await
-        .unwrap();
+    let response = http().post(url).json(body).send().await.unwrap();
     let status = response.status().as_u16();
     assert_eq!(
         response
@@ -76,7 +102,7 @@ async fn enrollment_answers_with_an_agent_token_and_the_task_url() {
     let url = server.enroll_url();
     assert_eq!(
         url,
-        format!("http://{}/agent/v1/enroll", server.local_addr())
+        format!("https://{}/agent/v1/enroll", server.local_addr())
     );
     let body = json!({"token": o.token.expose(), "hostname": "c07u43", "system_id": "x7k3pa",
         "agent_version": "metalform-agent/1.2", "something_newer": [1, 2]});
@@ -87,7 +113,7 @@ async fn enrollment_answers_with_an_agent_token_and_the_task_url() {
     assert_eq!(
         answer.tasks_url,
         format!(
-            "http://{}/agent/v1/nodes/{}/tasks",
+            "https://{}/agent/v1/nodes/{}/tasks",
             server.local_addr(),
             o.node
         )
@@ -171,7 +197,7 @@ async fn refusals_are_typed_json_errors() {
             .contains("invalid type: integer `7`, expected a string"),
         "{answer}"
     );
-    let response = agent_suite::http()
+    let response = http()
         .post(&url)
         .header("content-type", "application/json")
         .body("{not json")
@@ -205,9 +231,17 @@ async fn oversized_requests_are_refused_before_they_are_read() {
             )
         )
     );
-    // Without a Content-Length (chunked), the limit applies while reading.
-    assert_eq!(raw_chunked_post(server.local_addr(), 40, 1024).await, 413);
-    assert_eq!(raw_chunked_post(server.local_addr(), 1, 10).await, 400);
+    // Without a Content-Length (chunked), the limit applies while reading (raw bytes: a server
+    // with TLS turned off explicitly).
+    let plain = AgentServer::start(
+        _store.clone(),
+        AgentServerConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)), None, TlsSetting::Off),
+    )
+    .await
+    .unwrap();
+    assert_eq!(raw_chunked_post(plain.local_addr(), 40, 1024).await, 413);
+    assert_eq!(raw_chunked_post(plain.local_addr(), 1, 10).await, 400);
+    plain.shutdown().await;
     // A field over its own limit inside a small body is a 400.
     let (status, answer) = post(
         &url,
@@ -230,11 +264,7 @@ async fn oversized_requests_are_refused_before_they_are_read() {
 #[tokio::test]
 async fn only_post_is_served() {
     let (_store, server) = server().await;
-    let response = agent_suite::http()
-        .get(server.enroll_url())
-        .send()
-        .await
-        .unwrap();
+    let response = http().get(server.enroll_url()).send().await.unwrap();
     assert_eq!(response.status(), 405);
     assert_eq!(response.headers()["allow"], "POST");
     let body: ErrorBody = response.json().await.unwrap();
@@ -269,7 +299,7 @@ async fn a_store_that_is_down_is_a_transient_503() {
 async fn start_up_checks_and_shutdown() {
     let (store, server) = server().await;
     // Every interface and no public URL: the hosts' URL cannot be guessed.
-    let err = EnrollmentServer::start(store.clone(), SocketAddr::from(([0, 0, 0, 0], 0)), None)
+    let err = start(store.clone(), SocketAddr::from(([0, 0, 0, 0], 0)), None)
         .await
         .unwrap_err();
     assert_eq!(
@@ -278,10 +308,10 @@ async fn start_up_checks_and_shutdown() {
     );
     assert_eq!(
         err.hint(),
-        "pass --agent-url http://<address the deployed hosts reach>:<port>/"
+        "give the URL the deployed hosts reach, e.g. https://<address>:<port>/"
     );
-    let public = url::Url::parse("http://10.176.46.5:8740/metalform").unwrap();
-    let behind_proxy = EnrollmentServer::start(
+    let public = url::Url::parse("https://10.176.46.5:8741/metalform").unwrap();
+    let behind_proxy = start(
         store.clone(),
         SocketAddr::from(([0, 0, 0, 0], 0)),
         Some(public),
@@ -290,33 +320,42 @@ async fn start_up_checks_and_shutdown() {
     .unwrap();
     assert_eq!(
         behind_proxy.enroll_url(),
-        "http://10.176.46.5:8740/metalform/agent/v1/enroll"
+        "https://10.176.46.5:8741/metalform/agent/v1/enroll"
     );
     behind_proxy.shutdown().await;
-    let ftp = url::Url::parse("ftp://10.0.0.1/").unwrap();
-    assert!(matches!(
-        EnrollmentServer::start(
+    for (url, reason) in [
+        (
+            "ftp://10.0.0.1/",
+            "invalid agent URL `ftp://10.0.0.1/`: the scheme must be https (or http with TLS turned off)",
+        ),
+        (
+            "http://10.0.0.1/",
+            "invalid agent URL `http://10.0.0.1/`: the agent listener speaks TLS, so its URL is https://",
+        ),
+    ] {
+        let err = start(
             store.clone(),
             SocketAddr::from(([127, 0, 0, 1], 0)),
-            Some(ftp)
+            Some(url::Url::parse(url).unwrap()),
         )
-        .await,
-        Err(metalform::agent::AgentError::InvalidUrl { .. })
-    ));
+        .await
+        .unwrap_err();
+        assert_eq!(err.to_string(), reason);
+    }
     // The port is taken while the first server runs.
-    let taken = EnrollmentServer::start(store.clone(), server.local_addr(), None)
+    let taken = start(store.clone(), server.local_addr(), None)
         .await
         .unwrap_err();
     assert!(
         taken.to_string().starts_with(&format!(
-            "cannot listen for agent enrollments on {}",
+            "cannot listen for agents on {}",
             server.local_addr()
         )),
         "{taken}"
     );
     let url = server.enroll_url();
     server.shutdown().await;
-    let after = agent_suite::http().post(&url).json(&json!({})).send().await;
+    let after = http().post(&url).json(&json!({})).send().await;
     assert!(
         after.unwrap_err().is_connect(),
         "nothing listens after shutdown"

@@ -1,16 +1,15 @@
 //! The whole enrollment path with the simulator's node agents (docs/contracts.md §4–§5): a
 //! payload rendered by `cloudinit::render` is deployed through metalform's MAAS client to
 //! simulated machines whose agents enroll on time, late, never, or with a wrong token, against
-//! a real `EnrollmentServer` over a SQLite store. The hardware-sync credentials rendered for
-//! the post-deploy push revive a machine whose sync went stale.
+//! a real `AgentServer` (TLS with a development CA the payload carries) over a SQLite store.
+//! The hardware-sync credentials rendered for the post-deploy push revive a machine whose sync
+//! went stale.
 
 mod agent_suite;
 
 use metalform::lifecycle::MaasStatus;
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use metalform::agent::EnrollmentServer;
 use metalform::cloudinit::{self, CloudInitInput, NodeRuntime};
 use metalform::lifecycle::{FailureClass, JobKind, JobState};
 use metalform::manifest;
@@ -95,10 +94,7 @@ async fn simulated_agents_enroll_on_time_late_never_and_with_a_wrong_token() {
     )
     .await
     .unwrap();
-    let server =
-        EnrollmentServer::start(store.clone(), SocketAddr::from(([127, 0, 0, 1], 0)), None)
-            .await
-            .unwrap();
+    let server = agent_suite::tls_server(&store, &dir.path().join("agent-ca")).await;
 
     // Each machine gets the payload of a sample-fleet node of dc1 (its site, profile and deploy
     // user), with the machine's own hostname and system id and a fresh token.
@@ -125,8 +121,10 @@ async fn simulated_agents_enroll_on_time_late_never_and_with_a_wrong_token() {
                 enroll_token: onboarding.token.clone(),
                 deploy_password: Some(Secret::new("dc1-deploy-password")),
                 boot_disk_hint: None,
-                agent_package_url: None,
-                ca_bundle: None,
+                agent_install: metalform::cloudinit::AgentInstall {
+                    binary: None,
+                    ca_bundle: server.client_ca().map(str::to_owned),
+                },
             },
         );
         let rendered = cloudinit::render(&input).unwrap();

@@ -10,7 +10,7 @@ mod agent_suite;
 use std::time::Duration;
 
 use chrono::Duration as Span;
-use metalform::agent::{AgentState, TaskTiming, TaskType};
+use metalform::agent::{AgentChannel, ChannelOptions, TaskTiming, TaskType};
 use metalform::clock::ManualClock;
 use metalform::store::{EnsureOutcome, Store, TaskStatus};
 use serde_json::{Value, json};
@@ -18,6 +18,7 @@ use uuid::Uuid;
 
 struct Bed {
     store: Store,
+    channel: AgentChannel,
     clock: ManualClock,
     base: String,
     node: Uuid,
@@ -41,17 +42,32 @@ async fn bed() -> Bed {
         .await
         .unwrap()
         .agent_token;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let state = AgentState::new(store.clone(), format!("http://{addr}/").parse().unwrap())
-        .with_task_timing(TaskTiming {
-            lease: Duration::from_secs(120),
-            poll_step: Duration::from_millis(20),
-        });
-    let app = metalform::agent::router(state);
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    // The channel on the hardened listener, TLS turned off explicitly (raw HTTP for the test).
+    let bound = metalform::listener::bind(
+        "agent",
+        "127.0.0.1:0".parse().unwrap(),
+        &metalform::listener::TlsSetting::Off,
+        metalform::listener::Limits::agent(),
+    )
+    .await
+    .unwrap();
+    let addr = bound.local_addr();
+    let channel = AgentChannel::new(
+        store.clone(),
+        format!("http://{addr}/").parse().unwrap(),
+        ChannelOptions {
+            timing: TaskTiming {
+                lease: Duration::from_secs(120),
+                poll_step: Duration::from_millis(20),
+            },
+            // Contacts are written when the test flushes.
+            contact_flush: Duration::from_secs(3600),
+        },
+    );
+    std::mem::forget(bound.serve(channel.router()));
     Bed {
         store,
+        channel: channel.clone(),
         clock,
         base: format!("http://{addr}/agent/v1/nodes/{}/tasks", a.node),
         node: a.node,
@@ -75,8 +91,15 @@ impl Bed {
         )
     }
 
+    /// A heartbeat: a poll that does not wait (answered from memory when the channel knows
+    /// the token and the node had nothing to claim at its last refresh).
     async fn poll(&self) -> (u16, Value) {
         self.poll_with(Some(&self.token), "0").await
+    }
+
+    /// A poll that waits a little: it sees a task queued a moment ago.
+    async fn poll_for_task(&self) -> (u16, Value) {
+        self.poll_with(Some(&self.token), "2").await
     }
 
     async fn report(&self, task: &str, body: &Value) -> (u16, Value) {
@@ -160,36 +183,44 @@ async fn polls_need_the_nodes_own_agent_token() {
 }
 
 #[tokio::test]
-async fn every_poll_is_a_heartbeat() {
+async fn every_poll_is_a_heartbeat_written_in_batches() {
     let bed = bed().await;
-    let enrolled_at = bed
-        .store
-        .node(bed.node)
-        .await
-        .unwrap()
-        .last_agent_contact_at
-        .unwrap();
+    let contact_of = |bed: &Bed| {
+        let store = bed.store.clone();
+        let node = bed.node;
+        async move {
+            store
+                .node(node)
+                .await
+                .unwrap()
+                .last_agent_contact_at
+                .unwrap()
+        }
+    };
+    let enrolled_at = contact_of(&bed).await;
+    // The first use of a new agent token is written at once (the replay rule reads it).
     bed.clock.advance(Span::minutes(7));
     assert_eq!(bed.poll().await.0, 204);
-    let contact = bed
-        .store
-        .node(bed.node)
-        .await
-        .unwrap()
-        .last_agent_contact_at
-        .unwrap();
+    let contact = contact_of(&bed).await;
     assert_eq!(contact - enrolled_at, Span::minutes(7));
+    // Later polls are noted in memory and written together at the next flush.
+    bed.clock.advance(Span::minutes(1));
+    assert_eq!(bed.poll().await.0, 204);
+    bed.clock.advance(Span::minutes(1));
+    assert_eq!(bed.poll().await.0, 204);
+    assert_eq!(contact_of(&bed).await, contact, "not written yet");
+    assert_eq!(bed.channel.flush_contacts().await.unwrap(), 1, "one row");
+    assert_eq!(contact_of(&bed).await - contact, Span::minutes(2));
     // A refused poll (another node's token) is no heartbeat for this node.
     bed.clock.advance(Span::minutes(1));
     assert_eq!(bed.poll_with(Some(&bed.other_token), "0").await.0, 403);
-    assert_eq!(
-        bed.store
-            .node(bed.node)
-            .await
-            .unwrap()
-            .last_agent_contact_at,
-        Some(contact)
-    );
+    assert_eq!(bed.channel.flush_contacts().await.unwrap(), 0);
+    assert_eq!(contact_of(&bed).await - contact, Span::minutes(2));
+    // Closing the channel writes what is noted (a restart loses nothing).
+    bed.clock.advance(Span::minutes(1));
+    assert_eq!(bed.poll().await.0, 204);
+    bed.channel.close().await;
+    assert_eq!(contact_of(&bed).await - contact, Span::minutes(4));
 }
 
 #[tokio::test]
@@ -202,7 +233,7 @@ async fn a_live_lease_or_a_queued_task_is_never_duplicated_and_a_stale_one_is_ha
         (id, EnsureOutcome::AlreadyQueued)
     );
 
-    let (status, body) = bed.poll().await;
+    let (status, body) = bed.poll_for_task().await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["task"]["id"], json!(id.to_string()));
     assert_eq!(body["task"]["type"], json!("node.gpu_scrub"));
@@ -225,7 +256,7 @@ async fn a_live_lease_or_a_queued_task_is_never_duplicated_and_a_stale_one_is_ha
         bed.ensure(TaskType::NodeGpuScrub).await,
         (id, EnsureOutcome::Requeued)
     );
-    let (status, body) = bed.poll().await;
+    let (status, body) = bed.poll_for_task().await;
     assert_eq!((status, &body["task"]["id"]), (200, &json!(id.to_string())));
     let task = bed.store.task(id).await.unwrap();
     assert_eq!(
@@ -246,7 +277,7 @@ async fn results_come_from_the_lease_holder_once() {
             .0,
         409
     );
-    assert_eq!(bed.poll().await.0, 200);
+    assert_eq!(bed.poll_for_task().await.0, 200);
     assert_eq!(
         bed.report(&id.to_string(), &json!({"status": "maybe"}))
             .await
@@ -311,5 +342,83 @@ async fn a_waiting_poll_gets_a_task_queued_while_it_waits() {
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "the long-poll answered as soon as the task was queued"
+    );
+}
+
+#[tokio::test]
+async fn a_restart_keeps_every_contact_and_resets_none() {
+    let bed = bed().await;
+    let b = bed
+        .store
+        .node(
+            bed.store
+                .find_node("dc1", "c07u44")
+                .await
+                .unwrap()
+                .unwrap()
+                .id,
+        )
+        .await
+        .unwrap();
+    let quiet_since = b.last_agent_contact_at;
+    // The first agent polls (its first use is written at once), then again (noted only).
+    bed.clock.advance(Span::minutes(1));
+    assert_eq!(bed.poll().await.0, 204);
+    bed.clock.advance(Span::minutes(1));
+    assert_eq!(bed.poll().await.0, 204);
+    // A graceful stop writes what was noted; a new channel on the same store (the restarted
+    // daemon) starts from the store and resets nothing: the quiet node stays as quiet.
+    bed.channel.close().await;
+    let again = AgentChannel::new(
+        bed.store.clone(),
+        "http://127.0.0.1:1/".parse().unwrap(),
+        ChannelOptions::default(),
+    );
+    bed.clock.advance(Span::minutes(10));
+    again.flush_contacts().await.unwrap();
+    let polled = bed
+        .store
+        .node(bed.node)
+        .await
+        .unwrap()
+        .last_agent_contact_at;
+    assert_eq!(
+        polled.unwrap() - b.last_agent_contact_at.unwrap(),
+        Span::minutes(2)
+    );
+    assert_eq!(
+        bed.store.node(b.id).await.unwrap().last_agent_contact_at,
+        quiet_since,
+        "the node whose agent went quiet is not heard from after the restart"
+    );
+    // What the drift pass reads: the quiet node is 12 minutes without contact, past the
+    // 5-minute threshold, and will go offline.
+    let contacts = bed.store.agent_contacts(Some("dc1")).await.unwrap();
+    assert_eq!(contacts.get(&b.id).copied(), quiet_since, "{contacts:?}");
+    again.close().await;
+}
+
+#[tokio::test]
+async fn a_revoked_token_is_refused_within_a_poll_step_though_the_channel_knew_it() {
+    let bed = bed().await;
+    // Known to the channel (checked, in use): later polls are answered from memory.
+    assert_eq!(bed.poll().await.0, 204);
+    assert_eq!(bed.poll().await.0, 204);
+    // The decommission's CleanupSecrets revokes it: the store serial moves, the channel
+    // forgets what it knew at its next step (20 ms here), and the token is refused.
+    assert_eq!(
+        bed.store.revoke_agent_credentials(bed.node).await.unwrap(),
+        1
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        bed.poll().await,
+        (
+            401,
+            error(
+                "invalid_token",
+                "unknown or revoked agent token: enroll again"
+            )
+        )
     );
 }

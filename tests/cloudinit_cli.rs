@@ -28,36 +28,75 @@ fn secrets_file(dir: &Path) -> String {
     format!("file://{}", path.display())
 }
 
+/// What the agent install adds: the binary's URL and pin, and the CA it trusts.
+const AGENT_SHA256: &str = "4f2c5e0d8a7b9c1e3f5a7b9d1c3e5f7a9b1d3c5e7f9a1b3d5c7e9f1a3b5d7c9e";
+
 #[test]
 fn golden_payloads_of_the_sample_fleet() {
-    // gpu-default (dc1): every layer, data disks initialised.
-    let out = render(&[
+    // gpu-default (dc1): every layer, data disks initialised, the agent installed.
+    let args = [
         "c07u46",
         "--fleet",
         "fleet",
         "--system-id",
         "x7k3pa",
         "--agent-url",
-        "http://10.176.46.5:8740/",
+        "https://10.176.46.5:8741/",
+        "--agent-binary-url",
+        "https://artifacts.example/metalform/0.1.0/metalform-agent",
+        "--agent-binary-sha256",
+        AGENT_SHA256,
+        "--agent-ca",
+        "tests/fixtures/agent-ca.pem",
         "--boot-disk",
         "/dev/disk/by-id/ata-Dell_BOSS-N1_S1A2B3",
-    ]);
+    ];
+    let out = render(&args);
     assert!(out.status.success(), "{}", stderr(&out));
     insta::assert_snapshot!("c07u46_gpu_default", stdout(&out));
     // Deterministic across processes.
-    let again = render(&[
-        "c07u46",
-        "--fleet",
-        "fleet",
-        "--system-id",
-        "x7k3pa",
-        "--agent-url",
-        "http://10.176.46.5:8740/",
-        "--boot-disk",
-        "/dev/disk/by-id/ata-Dell_BOSS-N1_S1A2B3",
-    ]);
+    let again = render(&args);
     assert_eq!(out.stdout, again.stdout);
     assert_eq!(stderr(&out), "", "nothing is a placeholder");
+}
+
+#[test]
+fn the_agent_install_is_pinned_or_refused() {
+    let with = |extra: &[&str]| {
+        let mut args = vec![
+            "c07u46",
+            "--fleet",
+            "fleet",
+            "--agent-binary-url",
+            "https://artifacts.example/metalform-agent",
+        ];
+        args.extend_from_slice(extra);
+        render(&args)
+    };
+    let text = stdout(&with(&[
+        "--agent-binary-sha256",
+        &AGENT_SHA256.to_uppercase(),
+    ]));
+    assert!(
+        text.contains(&format!("METALFORM_AGENT_SHA256=\"{AGENT_SHA256}\"")),
+        "{text}"
+    );
+    assert!(text.contains("path: /etc/systemd/system/metalform-agent.service"));
+    assert!(text.contains("#   b agent-bootstrap v2    enroll at <enroll-url>; agent https://artifacts.example/metalform-agent (sha256 4f2c5e0d8a7b)"));
+    // A URL without its pin, or a pin that is not a digest, is refused.
+    let out = with(&[]);
+    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--agent-binary-sha256"),
+        "{}",
+        stderr(&out)
+    );
+    let out = with(&["--agent-binary-sha256", "abc123"]);
+    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        "error: --agent-binary-sha256 must be 64 hex digits\nhint: sha256sum metalform-agent prints it\n"
+    );
 }
 
 #[test]
@@ -188,7 +227,7 @@ fn json_names_the_layers_and_a_digest_that_ignores_secrets() {
         layers,
         [
             ("a site-bundle v3".to_string(), true, false),
-            ("b agent-bootstrap v1".to_string(), true, false),
+            ("b agent-bootstrap v2".to_string(), true, false),
             ("c hw-sync v1".to_string(), true, false),
             ("d data-disks v1".to_string(), true, true),
             ("e roce-routing v1".to_string(), true, false),

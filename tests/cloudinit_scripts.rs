@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use metalform::cloudinit::{
-    self, AgentBootstrap, CloudInitInput, DeployUser, HwSyncLayer, LIB_DIR,
+    self, AgentBinary, AgentBootstrap, AgentInstall, CloudInitInput, DeployUser, HwSyncLayer,
+    LIB_DIR,
 };
 use metalform::model::{DataDisks, RoceAssignment, SiteBundle};
 use metalform::secrets::Secret;
@@ -28,8 +29,7 @@ fn input() -> CloudInitInput {
         agent: AgentBootstrap {
             enroll_url: "http://10.176.46.5:8740/agent/v1/enroll".into(),
             enroll_token: Secret::new("tok_Abcdefghijklmnopqrstuvwxyz0123456789"),
-            agent_package_url: None,
-            ca_bundle: None,
+            install: AgentInstall::default(),
         },
         hw_sync: HwSyncLayer {
             maas_url: "http://10.176.46.1:5240/MAAS".into(),
@@ -498,6 +498,114 @@ fn hw_sync_waits_for_its_credentials_then_reports_to_maas() {
             "maas-run-scripts report-results --config {}",
             host.path("/etc/maas/maas-machine-creds.yml").display()
         )
+    );
+}
+
+/// The agent "binary" the fake download serves, and its SHA-256.
+const AGENT_BYTES: &str = "#!/bin/sh\necho metalform-agent\n";
+
+fn agent_sha256() -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(AGENT_BYTES.as_bytes()))
+}
+
+fn with_agent(sha256: String, ca: Option<&str>) -> CloudInitInput {
+    let mut input = input();
+    input.agent.install = AgentInstall {
+        binary: Some(AgentBinary {
+            url: "https://artifacts.example/metalform/metalform-agent".into(),
+            sha256,
+        }),
+        ca_bundle: ca.map(str::to_owned),
+    };
+    input
+}
+
+/// curl that writes the agent to its `-o` file and records its arguments; systemctl that
+/// records.
+fn fake_download(host: &Host) {
+    host.fake(
+        "curl",
+        &format!(
+            "out=''; prev=''; for a in \"$@\"; do [ \"$prev\" = -o ] && out=$a; [ \"$prev\" = --cacert ] && cp \"$a\" \"{bundle}\"; prev=$a; done; printf '{bytes}' >\"$out\"",
+            bundle = host.path("/bundle-seen").display(),
+            bytes = AGENT_BYTES.replace('\n', "\\n"),
+        ),
+    );
+    host.fake("systemctl", "");
+}
+
+#[test]
+fn agent_bootstrap_installs_the_pinned_agent_and_starts_its_unit() {
+    let ca = "-----BEGIN CERTIFICATE-----\nMIIBdevCA\n-----END CERTIFICATE-----\n";
+    let host = Host::new(&with_agent(agent_sha256(), Some(ca)));
+    // The payload wrote the unit, the CA and the pin.
+    assert!(
+        host.file("/etc/systemd/system/metalform-agent.service")
+            .contains("ExecStart=/usr/local/bin/metalform-agent run")
+    );
+    assert_eq!(host.file("/etc/metalform/ca.pem"), ca);
+    assert!(
+        host.file("/etc/metalform/agent.env")
+            .contains(&format!("METALFORM_AGENT_SHA256=\"{}\"", agent_sha256()))
+    );
+    fake_download(&host);
+    let out = host.run("agent-bootstrap", &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let calls = host.calls();
+    assert!(
+        calls[0].starts_with("curl ")
+            && calls[0].ends_with(" https://artifacts.example/metalform/metalform-agent"),
+        "{calls:?}"
+    );
+    assert_eq!(
+        &calls[1..],
+        [
+            "systemctl daemon-reload",
+            "systemctl enable --now metalform-agent.service"
+        ]
+    );
+    let installed = host.path("/usr/local/bin/metalform-agent");
+    assert_eq!(std::fs::read_to_string(&installed).unwrap(), AGENT_BYTES);
+    assert_eq!(
+        std::fs::metadata(&installed).unwrap().permissions().mode() & 0o777,
+        0o755
+    );
+    // The download trusted the system roots and the control plane's CA together.
+    assert!(
+        std::fs::read_to_string(host.path("/bundle-seen"))
+            .unwrap()
+            .ends_with(ca)
+    );
+    // No curl enrollment: the agent enrolls.
+    assert!(!calls.iter().any(|c| c.contains("/agent/v1/enroll")));
+}
+
+#[test]
+fn agent_bootstrap_refuses_an_agent_whose_sha256_is_not_the_pinned_one() {
+    let pinned = "0".repeat(64);
+    let host = Host::new(&with_agent(pinned.clone(), None));
+    fake_download(&host);
+    let out = host.run("agent-bootstrap", &[]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&format!(
+            "the agent from https://artifacts.example/metalform/metalform-agent has sha256 {}, not the pinned {pinned}: not installed",
+            agent_sha256()
+        )),
+        "{}",
+        text(&out)
+    );
+    assert!(!host.path("/usr/local/bin/metalform-agent").exists());
+    assert!(
+        !host
+            .path("/usr/local/bin/metalform-agent.download")
+            .exists()
+    );
+    assert!(
+        !host.calls().iter().any(|c| c.starts_with("systemctl")),
+        "{:?}",
+        host.calls()
     );
 }
 

@@ -1,6 +1,7 @@
 //! Rendered payloads checked by the real peers (DESIGN.md §7, §9): Debian `cloud-init schema`
-//! on every payload of the sample fleet, real `curl` running the payload's enrollment bootstrap
-//! against a real `EnrollmentServer`, `openssl passwd -6` recomputing the deploy user's hash,
+//! on every payload of the sample fleet (with the agent install: pinned binary, unit, CA), real
+//! `curl` running the payload's enrollment bootstrap over TLS against a real `AgentServer`
+//! (its development CA carried by the payload), `openssl passwd -6` recomputing the deploy user's hash,
 //! and the deploy password read from a real OpenBao. Needs `METALFORM_CLOUD_INIT` (set by
 //! scripts/services/30-cloud-init.sh) and `METALFORM_TEST_VAULT_ADDR` (11-openbao.sh); fails,
 //! never skips, without them.
@@ -10,7 +11,6 @@ mod agent_suite;
 mod manifest_support;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -18,8 +18,9 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use manifest_support::{metalform, repo_root, stderr, stdout};
-use metalform::agent::EnrollmentServer;
-use metalform::cloudinit::{self, AgentBootstrap, CloudInitInput, DeployUser, HwSyncLayer};
+use metalform::cloudinit::{
+    self, AgentBootstrap, AgentInstall, CloudInitInput, DeployUser, HwSyncLayer,
+};
 use metalform::model::{DataDisks, SiteBundle};
 use metalform::secrets::Secret;
 
@@ -98,7 +99,13 @@ fn every_payload_of_the_sample_fleet_passes_cloud_init_schema() {
                 "--secrets",
                 secrets.as_str(),
                 "--agent-url",
-                "http://10.176.46.5:8740/",
+                "https://10.176.46.5:8741/",
+                "--agent-binary-url",
+                "https://artifacts.example/metalform/0.1.0/metalform-agent",
+                "--agent-binary-sha256",
+                "4f2c5e0d8a7b9c1e3f5a7b9d1c3e5f7a9b1d3c5e7f9a1b3d5c7e9f1a3b5d7c9e",
+                "--agent-ca",
+                "tests/fixtures/agent-ca.pem",
                 "--boot-disk",
                 "/dev/disk/by-id/ata-Dell_BOSS-N1_S1A2B3",
             ],
@@ -162,7 +169,13 @@ sys.exit(1 if bad else 0)
     assert!(report.contains("users.1"), "{report}");
 }
 
-fn input(enroll_url: &str, token: &Secret, hostname: &str, system_id: &str) -> CloudInitInput {
+fn input(
+    enroll_url: &str,
+    token: &Secret,
+    hostname: &str,
+    system_id: &str,
+    ca_bundle: Option<String>,
+) -> CloudInitInput {
     CloudInitInput {
         hostname: hostname.into(),
         system_id: system_id.into(),
@@ -173,8 +186,10 @@ fn input(enroll_url: &str, token: &Secret, hostname: &str, system_id: &str) -> C
         agent: AgentBootstrap {
             enroll_url: enroll_url.into(),
             enroll_token: token.clone(),
-            agent_package_url: None,
-            ca_bundle: None,
+            install: AgentInstall {
+                binary: None,
+                ca_bundle,
+            },
         },
         hw_sync: HwSyncLayer {
             maas_url: "http://10.176.46.1:5240/MAAS".into(),
@@ -221,12 +236,17 @@ async fn the_payload_bootstrap_enrolls_with_real_curl() {
         db.path().join("state.db").display()
     ))
     .await;
-    let server =
-        EnrollmentServer::start(store.clone(), SocketAddr::from(([127, 0, 0, 1], 0)), None)
-            .await
-            .unwrap();
+    // TLS with a development CA: the payload carries its ca.pem and curl trusts it.
+    let server = agent_suite::tls_server(&store, &db.path().join("ca")).await;
     let o = agent_suite::onboarding(&store, "c07u43", "x7k3pa").await;
-    let input = input(&server.enroll_url(), &o.token, "c07u43", "x7k3pa");
+    let input = input(
+        &server.enroll_url(),
+        &o.token,
+        "c07u43",
+        "x7k3pa",
+        server.client_ca().map(str::to_owned),
+    );
+    assert!(input.agent.enroll_url.starts_with("https://"));
     let root = materialise(&input);
     let lib = root.path().join("usr/local/lib/metalform");
     // First boot as runcmd runs it: the site bundle is missing (recorded as failed), then the
@@ -257,7 +277,7 @@ async fn the_payload_bootstrap_enrolls_with_real_curl() {
     assert_eq!(site.status.code(), Some(3), "{}", output_text(&site));
     let agent = run_layer(&[
         "agent-bootstrap",
-        "1",
+        "2",
         &lib.join("agent-bootstrap").display().to_string(),
     ])
     .await;
@@ -273,7 +293,7 @@ async fn the_payload_bootstrap_enrolls_with_real_curl() {
         .await
         .unwrap()
         .expect("curl enrolled the node");
-    assert_eq!(enrollment.agent_version, "metalform-bootstrap/1");
+    assert_eq!(enrollment.agent_version, "metalform-bootstrap/2");
     assert_eq!(
         enrollment.layers,
         BTreeMap::from([("site-bundle".to_string(), "failed".to_string())]),
@@ -306,7 +326,7 @@ async fn the_payload_bootstrap_enrolls_with_real_curl() {
     // Booting again with the spent token: curl gets the 401 and the layer records a failure.
     let again = run_layer(&[
         "agent-bootstrap",
-        "1",
+        "2",
         &lib.join("agent-bootstrap").display().to_string(),
     ])
     .await;
@@ -325,6 +345,7 @@ fn openssl_recomputes_the_deploy_users_password_hash() {
         &Secret::new("tok_Abcdefghijklmnopqrstuvwxyz0123456789"),
         "c07u43",
         "x7k3pa",
+        None,
     );
     let text = cloudinit::render(&input)
         .unwrap()
@@ -458,10 +479,11 @@ fn every_sudo_policy_renders_a_rule_visudo_accepts() {
         (SudoPolicy::Passwordless, None),
     ] {
         let mut input = input(
-            "http://10.176.46.5:8740/agent/v1/enroll",
+            "https://10.176.46.5:8741/agent/v1/enroll",
             &Secret::new("tok_Abcdefghijklmnopqrstuvwxyz0123456789"),
             "c07u43",
             "x7k3pa",
+            None,
         );
         input.deploy_user.password = password.map(Secret::new);
         input.deploy_user.policy = DeployUserPolicy {

@@ -539,13 +539,7 @@ async fn adopt_accepts_a_late_enrollment() {
 
     // The agent enrolls after the job gave up, with the token its host carries, while an
     // enrollment endpoint serves the same URL (later, the daemon).
-    let server = metalform::agent::EnrollmentServer::start(
-        bed.store.clone(),
-        format!("127.0.0.1:{port}").parse().unwrap(),
-        None,
-    )
-    .await
-    .unwrap();
+    let server = bed.agent_channel_like_apply(port).await;
     let mut enrolled = false;
     for _ in 0..1500 {
         if let Some(enrollment) = bed.store.agent_enrollment(node).await.unwrap() {
@@ -614,13 +608,7 @@ async fn apply_adopts_late_enrollments_the_plan_finds_with_or_without_a_job() {
     );
 
     // Both agents enroll late, while an endpoint serves the URL their hosts carry.
-    let server = metalform::agent::EnrollmentServer::start(
-        bed.store.clone(),
-        format!("127.0.0.1:{port}").parse().unwrap(),
-        None,
-    )
-    .await
-    .unwrap();
+    let server = bed.agent_channel_like_apply(port).await;
     for _ in 0..1500 {
         let mut enrolled = 0;
         for job in &failed {

@@ -15,8 +15,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use daemon_support::{DaemonBed, one_site};
-use metalform::agent::{AgentState, EnrollmentServer, TaskTiming};
+use metalform::agent::{AgentServer, AgentServerConfig, ChannelOptions, TaskTiming};
 use metalform::clock::SystemClock;
+use metalform::listener::TlsSetting;
 use metalform::store::Store;
 use serde_json::json;
 
@@ -117,10 +118,12 @@ async fn a_conflicting_enrollment_does_not_name_the_node_to_the_caller() {
         dir.path().join("state.db").display()
     ))
     .await;
-    let server =
-        EnrollmentServer::start(store.clone(), SocketAddr::from(([127, 0, 0, 1], 0)), None)
-            .await
-            .unwrap();
+    let server = AgentServer::start(
+        store.clone(),
+        AgentServerConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)), None, TlsSetting::Off),
+    )
+    .await
+    .unwrap();
     let o = agent_suite::onboarding(&store, "c07u44", "a1b2c3").await;
     for (host, sid) in [("c07u45", "a1b2c3"), ("c07u44", "zzzzzz")] {
         let response = agent_suite::http()
@@ -156,15 +159,19 @@ async fn a_refused_agent_call_is_not_agent_contact() {
         .await
         .unwrap()
         .agent_token;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let state = AgentState::new(store.clone(), format!("http://{addr}/").parse().unwrap())
-        .with_task_timing(TaskTiming {
+    let mut config =
+        AgentServerConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)), None, TlsSetting::Off);
+    config.channel = ChannelOptions {
+        timing: TaskTiming {
             lease: Duration::from_secs(120),
             poll_step: Duration::from_millis(20),
-        });
-    let app = metalform::agent::router(state);
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        },
+        // Contacts of a token already in use wait for a flush: none during the test, so what
+        // shows was written at the call.
+        contact_flush: Duration::from_secs(3600),
+    };
+    let server = AgentServer::start(store.clone(), config).await.unwrap();
+    let addr = server.local_addr();
     let contact = |node| {
         let store = store.clone();
         async move { store.node(node).await.unwrap().last_agent_contact_at }
@@ -210,4 +217,5 @@ async fn a_refused_agent_call_is_not_agent_contact() {
         .unwrap();
     assert!(response.status().is_success(), "{}", response.status());
     assert_ne!(contact(a.node).await, before);
+    server.shutdown().await;
 }

@@ -32,12 +32,11 @@ fn render(fleet: &Fleet, node: &NodeId, password: Option<&str>) -> String {
         node,
         NodeRuntime {
             system_id: "x7k3pa".into(),
-            enroll_url: "https://10.176.46.5:8740/agent/v1/enroll".into(),
+            enroll_url: "https://10.176.46.5:8741/agent/v1/enroll".into(),
             enroll_token: Secret::new("tok_Abcdefghijklmnopqrstuvwxyz0123456789"),
             deploy_password: password.map(Secret::new),
             boot_disk_hint: None,
-            agent_package_url: None,
-            ca_bundle: None,
+            agent_install: Default::default(),
         },
     );
     cloudinit::render(&input)
@@ -76,12 +75,11 @@ fn the_deploy_user_logs_in_with_keys_only_and_no_password_by_default() {
         node,
         NodeRuntime {
             system_id: "x7k3pa".into(),
-            enroll_url: "https://10.176.46.5:8740/agent/v1/enroll".into(),
+            enroll_url: "https://10.176.46.5:8741/agent/v1/enroll".into(),
             enroll_token: Secret::new("tok_Abcdefghijklmnopqrstuvwxyz0123456789"),
             deploy_password: None,
             boot_disk_hint: None,
-            agent_package_url: None,
-            ca_bundle: None,
+            agent_install: Default::default(),
         },
     );
     assert!(cloudinit::render(&input).is_ok());

@@ -12,7 +12,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde::{Deserialize, Serialize};
 
-use super::{AgentState, ENROLL_PATH, HEARTBEAT_INTERVAL_SECONDS};
+use super::{AgentChannel, ENROLL_PATH, HEARTBEAT_INTERVAL_SECONDS};
+use crate::listener::{BodyError, error_response as error, read_body};
 use crate::secrets::Secret;
 use crate::store::{EnrollError, EnrollmentRequest};
 
@@ -47,29 +48,11 @@ pub struct EnrollResponse {
     pub heartbeat_interval_seconds: u64,
 }
 
-/// Every error answer: a stable code and a sentence for people.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ErrorBody {
-    pub error: String,
-    pub message: String,
-}
-
-pub(super) fn routes() -> axum::Router<AgentState> {
+pub(super) fn routes() -> axum::Router<AgentChannel> {
     axum::Router::new().route(
         &format!("/{ENROLL_PATH}"),
         post(enroll).fallback(method_not_allowed),
     )
-}
-
-fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
-    (
-        status,
-        Json(ErrorBody {
-            error: code.to_string(),
-            message: message.into(),
-        }),
-    )
-        .into_response()
 }
 
 async fn method_not_allowed() -> Response {
@@ -118,23 +101,16 @@ fn check_body(body: &EnrollRequestBody) -> Result<(), String> {
     Ok(())
 }
 
-async fn enroll(State(state): State<AgentState>, request: Request) -> Response {
+async fn enroll(State(state): State<AgentChannel>, request: Request) -> Response {
     let remote_addr = request
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map(|info| info.0.ip().to_string());
-    let declared = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY_BYTES) {
-        return too_large();
-    }
-    let bytes = match axum::body::to_bytes(request.into_body(), MAX_BODY_BYTES).await {
+    let (parts, body) = request.into_parts();
+    let bytes = match read_body(&parts.headers, body, MAX_BODY_BYTES).await {
         Ok(bytes) => bytes,
-        // Without a Content-Length the limit shows up here; so does a body cut short.
-        Err(_) => return too_large(),
+        Err(BodyError::TooLarge { .. }) => return too_large(),
+        Err(other) => return other.response(),
     };
     let body: EnrollRequestBody = match serde_json::from_slice(&bytes) {
         Ok(body) => body,
@@ -152,9 +128,11 @@ async fn enroll(State(state): State<AgentState>, request: Request) -> Response {
         remote_addr,
         layers: body.layers,
     };
-    match state.store.enroll_agent(&request).await {
+    match state.store().enroll_agent(&request).await {
         Ok(enrolled) => {
             let e = &enrolled.enrollment;
+            // Older tokens of the node were revoked: not one more poll with them.
+            state.inner.known.forget_node(e.node_id);
             tracing::info!(
                 node = %e.node_id,
                 hostname = %e.hostname,
@@ -179,11 +157,11 @@ async fn enroll(State(state): State<AgentState>, request: Request) -> Response {
 }
 
 fn too_large() -> Response {
-    error(
+    crate::listener::closing(error(
         StatusCode::PAYLOAD_TOO_LARGE,
         "payload_too_large",
         format!("an enrollment request is at most {MAX_BODY_BYTES} bytes"),
-    )
+    ))
 }
 
 /// The contract's answer to a refused enrollment, logged without the token.

@@ -1,19 +1,19 @@
-//! The enrollment endpoint as its own HTTP server, for `apply` (DESIGN.md §6: the daemon mounts
-//! [`super::router`] instead). Listens until [`EnrollmentServer::shutdown`]; in-flight requests
-//! finish first.
+//! The agent channel on its own hardened listener (crate::listener), separate from the admin
+//! API: what `apply` runs while it works and what the daemon runs beside its admin listener —
+//! the same code in both.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 use url::Url;
 
-use super::{AgentState, router};
+use super::{AgentChannel, ChannelOptions};
+use crate::listener::{self, Limits, ListenerStats, TlsError, TlsSetting};
 use crate::store::Store;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
-    #[error("cannot listen for agent enrollments on {addr}: {source}")]
+    #[error("cannot listen for agents on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
         #[source]
@@ -25,6 +25,8 @@ pub enum AgentError {
     NoPublicUrl { addr: SocketAddr },
     #[error("invalid agent URL `{url}`: {reason}")]
     InvalidUrl { url: String, reason: String },
+    #[error("agent channel TLS: {0}")]
+    Tls(#[from] TlsError),
 }
 
 impl AgentError {
@@ -32,103 +34,154 @@ impl AgentError {
     pub fn hint(&self) -> &'static str {
         match self {
             AgentError::Bind { .. } => {
-                "choose a free address with --agent-listen, or stop what holds the port"
+                "choose a free address for the agent listener, or stop what holds the port"
             }
             AgentError::NoPublicUrl { .. } => {
-                "pass --agent-url http://<address the deployed hosts reach>:<port>/"
+                "give the URL the deployed hosts reach, e.g. https://<address>:<port>/"
             }
             AgentError::InvalidUrl { .. } => {
-                "pass an http:// or https:// URL, e.g. http://10.176.46.5:8740/"
+                "an https:// URL (http:// only with TLS turned off), e.g. https://10.176.46.5:8741/"
             }
+            AgentError::Tls(e) => e.hint(),
         }
     }
 }
 
-/// A running enrollment endpoint.
-#[derive(Debug)]
-pub struct EnrollmentServer {
-    local_addr: SocketAddr,
-    state: AgentState,
-    stop: oneshot::Sender<()>,
-    task: JoinHandle<()>,
+/// How an agent server listens.
+#[derive(Debug, Clone)]
+pub struct AgentServerConfig {
+    /// Port 0 picks a free one.
+    pub listen: SocketAddr,
+    /// The base URL deployed hosts reach the server at; without it the listening address is
+    /// used, which must then be a specific one (not 0.0.0.0).
+    pub public_url: Option<Url>,
+    pub tls: TlsSetting,
+    pub limits: Limits,
+    pub channel: ChannelOptions,
 }
 
-impl EnrollmentServer {
-    /// Listen on `listen` (port 0 picks a free one). `public_url` is the base URL deployed hosts
-    /// reach this server at; without it the listening address is used, which must then be a
-    /// specific one (not 0.0.0.0). A restarted apply passes the same values, so hosts deployed
-    /// before the restart still reach it.
-    pub async fn start(
-        store: Store,
-        listen: SocketAddr,
-        public_url: Option<Url>,
-    ) -> Result<Self, AgentError> {
-        if let Some(url) = &public_url
-            && !matches!(url.scheme(), "http" | "https")
-        {
-            return Err(AgentError::InvalidUrl {
-                url: url.to_string(),
-                reason: "the scheme must be http or https".into(),
+impl AgentServerConfig {
+    pub fn new(listen: SocketAddr, public_url: Option<Url>, tls: TlsSetting) -> Self {
+        Self {
+            listen,
+            public_url,
+            tls,
+            limits: Limits::agent(),
+            channel: ChannelOptions::default(),
+        }
+    }
+}
+
+/// The names a development certificate is issued for: the public URL's host and the
+/// listening address (when it is a specific one).
+pub fn server_certificate_names(listen: SocketAddr, public_url: Option<&Url>) -> Vec<String> {
+    let mut names = Vec::new();
+    if let Some(host) = public_url.and_then(Url::host_str) {
+        names.push(
+            host.trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned(),
+        );
+    }
+    if !listen.ip().is_unspecified() {
+        names.push(listen.ip().to_string());
+    }
+    names
+}
+
+/// A running agent channel.
+#[derive(Debug)]
+pub struct AgentServer {
+    channel: AgentChannel,
+    server: listener::Server,
+    client_ca: Option<String>,
+}
+
+impl AgentServer {
+    /// Bind, make or read the TLS material, and serve. A restarted apply or daemon must be
+    /// given the same listen address, URL and TLS (or development CA directory): hosts deployed
+    /// before the restart carry that URL and pin that CA.
+    pub async fn start(store: Store, config: AgentServerConfig) -> Result<AgentServer, AgentError> {
+        if let Some(url) = &config.public_url {
+            let scheme_ok = match url.scheme() {
+                "https" => true,
+                // Plain URLs only with TLS off (or ended in front of this server).
+                "http" => config.tls.is_off(),
+                _ => false,
+            };
+            if !scheme_ok {
+                return Err(AgentError::InvalidUrl {
+                    url: url.to_string(),
+                    reason: if url.scheme() == "http" {
+                        "the agent listener speaks TLS, so its URL is https://".into()
+                    } else {
+                        "the scheme must be https (or http with TLS turned off)".into()
+                    },
+                });
+            }
+        }
+        if config.public_url.is_none() && config.listen.ip().is_unspecified() {
+            return Err(AgentError::NoPublicUrl {
+                addr: config.listen,
             });
         }
-        if public_url.is_none() && listen.ip().is_unspecified() {
-            return Err(AgentError::NoPublicUrl { addr: listen });
-        }
-        let listener = tokio::net::TcpListener::bind(listen)
+        let bound = listener::bind("agent", config.listen, &config.tls, config.limits.clone())
             .await
-            .map_err(|source| AgentError::Bind {
-                addr: listen,
-                source,
+            .map_err(|e| match e {
+                listener::ListenerError::Bind { addr, source } => AgentError::Bind { addr, source },
+                listener::ListenerError::Tls(e) => AgentError::Tls(e),
             })?;
-        let local_addr = listener.local_addr().map_err(|source| AgentError::Bind {
-            addr: listen,
-            source,
-        })?;
-        let base = match public_url {
+        let local_addr = bound.local_addr();
+        let base = match config.public_url {
             Some(url) => url,
-            None => Url::parse(&format!("http://{local_addr}/")).map_err(|e| {
+            None => Url::parse(&format!("{}://{local_addr}/", bound.scheme())).map_err(|e| {
                 AgentError::InvalidUrl {
                     url: local_addr.to_string(),
                     reason: e.to_string(),
                 }
             })?,
         };
-        let state = AgentState::new(store, base);
-        let app = router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            let served = axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = stopped.await;
-                })
-                .await;
-            if let Err(err) = served {
-                tracing::error!(error = %err, "agent enrollment server stopped");
-            }
-        });
-        tracing::info!(addr = %local_addr, url = %state.enroll_url(), "agent enrollment endpoint listening");
-        Ok(Self {
-            local_addr,
-            state,
-            stop,
-            task,
+        let client_ca = bound.client_ca().map(str::to_owned);
+        let channel = AgentChannel::new(store, base, config.channel);
+        let server = bound.serve(channel.router());
+        tracing::info!(addr = %local_addr, url = %channel.enroll_url(), "agent channel listening");
+        Ok(AgentServer {
+            channel,
+            server,
+            client_ca,
         })
     }
 
     /// What cloud-init carries (`METALFORM_ENROLL_URL`).
     pub fn enroll_url(&self) -> String {
-        self.state.enroll_url()
+        self.channel.enroll_url()
+    }
+
+    /// The PEM bundle deployed hosts pin (cloud-init writes it to /etc/metalform/ca.pem):
+    /// the development CA, or the operator's `client_ca`; `None` with plain HTTP or when hosts
+    /// use their system roots.
+    pub fn client_ca(&self) -> Option<&str> {
+        self.client_ca.as_deref()
     }
 
     /// The address it listens on.
     pub fn local_addr(&self) -> SocketAddr {
-        self.local_addr
+        self.server.local_addr()
     }
 
-    /// Stop accepting, let in-flight enrollments finish, and return.
+    pub fn channel(&self) -> &AgentChannel {
+        &self.channel
+    }
+
+    pub fn stats(&self) -> Arc<ListenerStats> {
+        self.server.stats()
+    }
+
+    /// Waiting polls answer 204, requests in flight finish (bounded by the listener's shutdown
+    /// grace), the noted agent contacts are written; then it returns.
     pub async fn shutdown(self) {
-        self.state.close_polls();
-        let _ = self.stop.send(());
-        let _ = self.task.await;
+        self.channel.close_polls();
+        self.server.shutdown().await;
+        self.channel.close().await;
     }
 }

@@ -2,19 +2,23 @@
 //! effectively a heartbeat"; seed 001 §8 idempotent task leases; docs/contracts.md §5).
 //!
 //! `GET <tasks_url>/wait?wait=S` long-polls for the node's next task and hands it out under a
-//! dispatch lease; `POST <tasks_url>/{id}/result` reports how it went. The bearer token is the
-//! per-node agent token issued at enrollment: unknown or revoked → 401, another node's → 403.
-//! Every authenticated call records the node's last agent contact (the heartbeat). The store
-//! does the leasing (`Store::claim_task`, `Store::complete_task`): two polls never get the same
-//! task while its lease is live, a task whose lease went stale is handed out again, and only
-//! the current lease holder may report its result.
+//! dispatch lease; `POST <tasks_url>/{id}/lease` renews the lease of a long task;
+//! `POST <tasks_url>/{id}/result` reports how it went. The bearer token is the per-node agent
+//! token issued at enrollment: unknown or revoked → 401, another node's → 403. The caller is
+//! checked before a byte of a body is read (a declared length over the limit is refused even
+//! before that). Every authenticated call is agent contact (the heartbeat, noted in memory and
+//! written in batches); a refused call is none. The store does the leasing
+//! (`Store::claim_task`, `Store::renew_task`, `Store::complete_task`): two polls never get the
+//! same task while its lease is live, a task whose lease went stale is handed out again, and
+//! only the current lease holder may renew it or report its result. No time the agent sends is
+//! used: leases are the server's clock, and the agent is told their length in seconds.
 
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
 use axum::Json;
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -23,10 +27,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::AgentState;
-use super::enroll::ErrorBody;
+use super::AgentChannel;
+use crate::listener::{declared_length, error_response as error, read_body};
 use crate::secrets::Secret;
-use crate::store::{AgentIdentity, AgentTask, StoreError, TaskOutcome};
+use crate::store::{
+    AgentContact, AgentCredential, AgentIdentity, AgentTask, StoreError, TaskOutcome,
+};
 
 /// The typed tasks a node agent runs (000 §5.6 and the existing catalog it names, plus the
 /// heartbeat check of §6.3).
@@ -149,16 +155,22 @@ pub struct TaskBody {
     #[serde(rename = "type")]
     pub task_type: String,
     pub params: Value,
+    /// When the lease ends, by the server's clock (for people and logs).
     pub lease_expires_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// The lease's length from now: what an agent schedules its renewal by, so its own clock
+    /// never matters.
+    #[serde(default)]
+    pub lease_seconds: u64,
 }
 
-impl From<&AgentTask> for TaskBody {
-    fn from(task: &AgentTask) -> Self {
+impl TaskBody {
+    pub fn of(task: &AgentTask, lease: Duration) -> Self {
         Self {
             id: task.id,
             task_type: task.task_type.clone(),
             params: task.params.clone(),
             lease_expires_at: task.lease_expires_at,
+            lease_seconds: lease.as_secs().max(1),
         }
     }
 }
@@ -194,12 +206,20 @@ pub struct ResultAnswer {
     pub status: String,
 }
 
+/// The 200 answer of a lease renewal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LeaseAnswer {
+    pub id: Uuid,
+    pub lease_expires_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub lease_seconds: u64,
+}
+
 #[derive(Debug, Deserialize)]
 struct WaitQuery {
     wait: Option<String>,
 }
 
-pub(super) fn routes() -> axum::Router<AgentState> {
+pub(super) fn routes() -> axum::Router<AgentChannel> {
     axum::Router::new()
         .route(
             "/agent/v1/nodes/{node_id}/tasks/wait",
@@ -209,24 +229,17 @@ pub(super) fn routes() -> axum::Router<AgentState> {
             "/agent/v1/nodes/{node_id}/tasks/{task_id}/result",
             post(result).fallback(|| method_not_allowed("POST")),
         )
-}
-
-fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
-    (
-        status,
-        Json(ErrorBody {
-            error: code.to_owned(),
-            message: message.into(),
-        }),
-    )
-        .into_response()
+        .route(
+            "/agent/v1/nodes/{node_id}/tasks/{task_id}/lease",
+            post(renew).fallback(|| method_not_allowed("POST")),
+        )
 }
 
 async fn method_not_allowed(allow: &'static str) -> Response {
     let mut response = error(
         StatusCode::METHOD_NOT_ALLOWED,
         "method_not_allowed",
-        format!("this task route takes {allow} (docs/contracts.md §5)"),
+        format!("this task route takes {allow} (docs/agent-protocol.md)"),
     );
     response
         .headers_mut()
@@ -251,13 +264,24 @@ fn store_failure(err: &StoreError) -> Response {
     }
 }
 
-/// Authenticate the bearer token for `node` (and record the contact as a heartbeat — only
-/// once the token is known to be this node's: a refused call is not contact).
+/// Check the bearer token for `node`; only then is the call agent contact (noted for the next
+/// flush; the first use of a token is written at once).
 async fn authenticate(
-    state: &AgentState,
+    channel: &AgentChannel,
     headers: &HeaderMap,
     node: &str,
 ) -> Result<(Uuid, AgentIdentity), Response> {
+    authenticated(channel, headers, node)
+        .await
+        .map(|(node, credential)| (node, credential.identity))
+}
+
+/// [`authenticate`], with the credential (and whether the node has a task to claim).
+async fn authenticated(
+    channel: &AgentChannel,
+    headers: &HeaderMap,
+    node: &str,
+) -> Result<(Uuid, AgentCredential), Response> {
     let token = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -278,36 +302,62 @@ async fn authenticate(
             format!("`{node}` is not a node id"),
         )
     })?;
-    let token = Secret::new(token.to_owned());
-    let unknown = || {
-        error(
-            StatusCode::UNAUTHORIZED,
-            "invalid_token",
-            "unknown or revoked agent token: enroll again",
-        )
+    let store = channel.store();
+    let known = &channel.inner.known;
+    let hash = crate::store::token_hash(&Secret::new(token.to_owned()));
+    let serial = known.current_serial();
+    let credential = match known.token(&hash) {
+        // Checked before under the same serial: no read.
+        Some((identity, claimable)) => AgentCredential {
+            identity,
+            token_hash: hash,
+            used: true,
+            claimable,
+        },
+        None => store
+            .agent_credential(&Secret::new(token.to_owned()))
+            .await
+            .map_err(|e| store_failure(&e))?
+            .ok_or_else(|| {
+                error(
+                    StatusCode::UNAUTHORIZED,
+                    "invalid_token",
+                    "unknown or revoked agent token: enroll again",
+                )
+            })?,
     };
-    let identity = state
-        .store
-        .agent_identity(&token)
-        .await
-        .map_err(|e| store_failure(&e))?
-        .ok_or_else(unknown)?;
-    if identity.node_id != node {
+    if credential.identity.node_id != node {
         return Err(error(
             StatusCode::FORBIDDEN,
             "forbidden",
             format!("the agent token belongs to another node, not {node}"),
         ));
     }
-    // Now the contact: the same check again, writing, so a token revoked meanwhile is refused.
-    let identity = state
-        .store
-        .authenticate_agent(&token)
-        .await
-        .map_err(|e| store_failure(&e))?
-        .filter(|again| again.node_id == node)
-        .ok_or_else(unknown)?;
-    Ok((node, identity))
+    let at = store.clock().now();
+    if credential.used {
+        // The credential is known to be in use: only the node's contact moves.
+        channel.inner.contacts.note(AgentContact {
+            node_id: node,
+            credential: None,
+            at,
+        });
+    } else {
+        store
+            .record_agent_contacts(&[AgentContact {
+                node_id: node,
+                credential: Some(credential.token_hash.clone()),
+                at,
+            }])
+            .await
+            .map_err(|e| store_failure(&e))?;
+    }
+    known.remember(
+        credential.token_hash.clone(),
+        credential.identity.clone(),
+        serial,
+    );
+    known.polled(node);
+    Ok((node, credential))
 }
 
 /// The lease holder name of an agent: one per enrollment, so a re-enrolled agent (after a
@@ -316,16 +366,25 @@ pub fn holder_of(identity: &AgentIdentity) -> String {
     format!("agent:{}#{}", identity.node_id, identity.enrollment_id)
 }
 
+fn lease_of(channel: &AgentChannel) -> (Duration, chrono::Duration) {
+    let lease = channel.inner.options.timing.lease;
+    (
+        lease,
+        chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::minutes(2)),
+    )
+}
+
 async fn wait(
-    State(state): State<AgentState>,
+    State(channel): State<AgentChannel>,
     Path(node): Path<String>,
     Query(query): Query<WaitQuery>,
     headers: HeaderMap,
 ) -> Response {
-    let (node, identity) = match authenticate(&state, &headers, &node).await {
+    let (node, credential) = match authenticated(&channel, &headers, &node).await {
         Ok(who) => who,
         Err(response) => return response,
     };
+    let identity = credential.identity;
     let wait = match query.wait.as_deref().map(str::parse::<u64>) {
         None => DEFAULT_WAIT_SECONDS,
         Some(Ok(seconds)) => seconds.min(MAX_WAIT_SECONDS),
@@ -338,23 +397,36 @@ async fn wait(
         }
     };
     let holder = holder_of(&identity);
-    let lease =
-        chrono::Duration::from_std(state.tasks.lease).unwrap_or(chrono::Duration::minutes(2));
+    let (lease, lease_span) = lease_of(&channel);
+    let store = channel.store();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(wait);
-    let mut closing = state.closing.subscribe();
+    let mut closing = channel.inner.closing.subscribe();
+    let waiting = channel.inner.waiters.register(node);
+    // The authentication read also said whether there is a task to claim; a wake-up from the
+    // dispatcher claims at once.
+    let mut look = if credential.claimable {
+        Look::Claim
+    } else {
+        Look::None
+    };
     loop {
-        let claimed = match state.store.has_claimable_task(node).await {
-            Ok(true) => state.store.claim_task(node, &holder, lease).await,
-            Ok(false) => Ok(None),
-            Err(err) => Err(err),
+        let notified = waiting.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let claimed = match look {
+            Look::None => Ok(None),
+            Look::Claim => {
+                channel.inner.known.claimed(node);
+                store.claim_task(node, &holder, lease_span).await
+            }
         };
         match claimed {
             Ok(Some(task)) => {
-                tracing::info!(node = %node, task = %task.id, r#type = %task.task_type, "agent task dispatched");
+                tracing::info!(node = %node, task = %task.id, r#type = %task.task_type, dispatch = task.dispatch_count, "agent task dispatched");
                 return (
                     StatusCode::OK,
                     Json(PollAnswer {
-                        task: TaskBody::from(&task),
+                        task: TaskBody::of(&task, lease),
                     }),
                 )
                     .into_response();
@@ -363,34 +435,76 @@ async fn wait(
             Err(err) if err.is_transient() => {}
             Err(err) => return store_failure(&err),
         }
-        let now = tokio::time::Instant::now();
-        if now >= deadline || *closing.borrow() {
+        if tokio::time::Instant::now() >= deadline || *closing.borrow() {
             return StatusCode::NO_CONTENT.into_response();
         }
-        tokio::select! {
-            _ = tokio::time::sleep(state.tasks.poll_step.min(deadline - now)) => {}
-            _ = closing.changed() => {}
-        }
+        look = tokio::select! {
+            _ = &mut notified => Look::Claim,
+            _ = tokio::time::sleep_until(deadline) => Look::None,
+            _ = closing.changed() => Look::None,
+        };
     }
 }
 
+/// What a waiting poll does next: claim (there is a task), or not.
+#[derive(Clone, Copy)]
+enum Look {
+    None,
+    Claim,
+}
+
+/// The task `task` of `node`, or the 404 answer.
+async fn task_of(channel: &AgentChannel, node: Uuid, task: &str) -> Result<Uuid, Response> {
+    let not_found = || {
+        error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("node {node} has no task {task}"),
+        )
+    };
+    let task_id = Uuid::parse_str(task).map_err(|_| not_found())?;
+    match channel.store().task(task_id).await {
+        Ok(found) if found.node_id == node => Ok(task_id),
+        Ok(_) | Err(StoreError::NotFound { .. }) => Err(not_found()),
+        Err(err) => Err(store_failure(&err)),
+    }
+}
+
+fn lease_lost() -> Response {
+    error(
+        StatusCode::CONFLICT,
+        "lease_lost",
+        "this agent does not hold the task's lease (it expired and the task was handed out again, or it is finished): drop the result",
+    )
+}
+
+fn result_too_large() -> Response {
+    crate::listener::closing(error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+        format!("a task result is at most {MAX_RESULT_BYTES} bytes"),
+    ))
+}
+
 async fn result(
-    State(state): State<AgentState>,
+    State(channel): State<AgentChannel>,
     Path((node, task)): Path<(String, String)>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
-    let (node, identity) = match authenticate(&state, &headers, &node).await {
-        Ok(who) => who,
-        Err(response) => return response,
-    };
-    if body.len() > MAX_RESULT_BYTES {
-        return error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
-            format!("a task result is at most {MAX_RESULT_BYTES} bytes"),
-        );
+    // The size first (no state read), then the caller, and only then the body.
+    if declared_length(&headers).is_some_and(|n| n > MAX_RESULT_BYTES as u64) {
+        return result_too_large();
     }
+    let (node, identity) = match authenticate(&channel, &headers, &node).await {
+        Ok(who) => who,
+        Err(response) => return crate::listener::closing(response),
+    };
+    let body = match read_body(&headers, body, MAX_RESULT_BYTES).await {
+        Ok(bytes) => bytes,
+        Err(crate::listener::BodyError::TooLarge { .. }) => return result_too_large(),
+        Err(other) => return other.response(),
+    };
     let body: ResultBody = match serde_json::from_slice(&body) {
         Ok(body) => body,
         Err(e) => {
@@ -412,28 +526,17 @@ async fn result(
             format!("`message` is at most {MAX_MESSAGE_CHARS} characters"),
         );
     }
-    let not_found = || {
-        error(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            format!("node {node} has no task {task}"),
-        )
+    let task_id = match task_of(&channel, node, &task).await {
+        Ok(id) => id,
+        Err(response) => return response,
     };
-    let Ok(task_id) = Uuid::parse_str(&task) else {
-        return not_found();
-    };
-    match state.store.task(task_id).await {
-        Ok(found) if found.node_id == node => {}
-        Ok(_) | Err(StoreError::NotFound { .. }) => return not_found(),
-        Err(err) => return store_failure(&err),
-    }
     let outcome = TaskOutcome {
         succeeded: body.status == ResultStatus::Succeeded,
         message: body.message,
         details: body.details,
     };
-    match state
-        .store
+    match channel
+        .store()
         .complete_task(task_id, &holder_of(&identity), &outcome)
         .await
     {
@@ -445,11 +548,37 @@ async fn result(
             })
             .into_response()
         }
-        Err(StoreError::LeaseLost { .. }) => error(
-            StatusCode::CONFLICT,
-            "lease_lost",
-            "this agent does not hold the task's lease (it expired and the task was handed out again, or it is finished): drop the result",
-        ),
+        Err(StoreError::LeaseLost { .. }) => lease_lost(),
+        Err(err) => store_failure(&err),
+    }
+}
+
+async fn renew(
+    State(channel): State<AgentChannel>,
+    Path((node, task)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    let (node, identity) = match authenticate(&channel, &headers, &node).await {
+        Ok(who) => who,
+        Err(response) => return response,
+    };
+    let task_id = match task_of(&channel, node, &task).await {
+        Ok(id) => id,
+        Err(response) => return response,
+    };
+    let (lease, lease_span) = lease_of(&channel);
+    match channel
+        .store()
+        .renew_task(task_id, &holder_of(&identity), lease_span)
+        .await
+    {
+        Ok(task) => Json(LeaseAnswer {
+            id: task.id,
+            lease_expires_at: task.lease_expires_at,
+            lease_seconds: lease.as_secs().max(1),
+        })
+        .into_response(),
+        Err(StoreError::LeaseLost { .. }) => lease_lost(),
         Err(err) => store_failure(&err),
     }
 }

@@ -10,8 +10,8 @@
 //! `--allow-destructive`. Every refusal happens before anything is changed.
 //!
 //! The runtime built here (the store, secret store and MAAS clients of [`World`], BMC and host
-//! access, the enrollment endpoint, the executor) is shared with `metalform onboardings` and
-//! `metalform demo`.
+//! access, the agent channel on its own TLS listener — the daemon's implementation —, the
+//! executor) is shared with `metalform onboardings` and `metalform demo`.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, IsTerminal, Write};
@@ -20,12 +20,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::agent::EnrollmentServer;
+use crate::agent::{AgentServer, AgentServerConfig};
 use crate::apply::{
     ApplyReport, Executor, ExecutorOptions, FreshnessError, NodeOutcome, PlanRefused, PlanWork,
     Progress, SiteMaas, StageEnv, StderrProgress, verify_plan_file, work_items,
 };
 use crate::clock::SystemClock;
+use crate::cloudinit::{AgentBinary, AgentInstall};
+use crate::listener::TlsSetting;
 use crate::model::Fleet;
 use crate::plan::{self, NodeTarget, Plan, PlanFileError, render};
 use crate::provider::bmc::{IpmiTool, SimBmc};
@@ -68,19 +70,23 @@ pub struct ExecArgs {
     pub fleet: FleetArgs,
     #[command(flatten)]
     pub secrets: SecretArgs,
-    /// Where the enrollment endpoint listens while stages run. Keep it stable: deployed hosts
-    /// carry its URL.
+    /// Where the agent channel (enrollment, tasks) listens while stages run. Keep it stable:
+    /// deployed hosts carry its URL.
     #[arg(
         long,
         env = "METALFORM_AGENT_LISTEN",
-        default_value = "127.0.0.1:8740",
+        default_value = "127.0.0.1:8741",
         value_name = "ADDR"
     )]
     pub agent_listen: SocketAddr,
-    /// The base URL deployed hosts reach the enrollment endpoint at (required unless
+    /// The base URL deployed hosts reach the agent channel at, https:// (required unless
     /// --sim-control is given).
     #[arg(long, env = "METALFORM_AGENT_URL", value_name = "URL")]
     pub agent_url: Option<url::Url>,
+    #[command(flatten)]
+    pub agent_tls: AgentTlsArgs,
+    #[command(flatten)]
+    pub agent_binary: AgentBinaryArgs,
     /// Drive BMCs and deployed hosts through a simulator's control API instead of ipmitool and
     /// ssh: `URL` for every site, or `SITE=URL` (repeat or comma-separate).
     #[arg(
@@ -104,6 +110,108 @@ pub struct ExecArgs {
     pub retry_base: Duration,
     #[arg(long, hide = true)]
     pub seed: Option<u64>,
+}
+
+/// The agent channel's TLS: the operator's certificate, or a development CA kept with the
+/// fleet's state; plain HTTP only when asked for.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct AgentTlsArgs {
+    /// The agent channel's certificate chain (PEM; with --agent-tls-key).
+    #[arg(
+        long,
+        env = "METALFORM_AGENT_TLS_CERT",
+        value_name = "FILE",
+        requires = "agent_tls_key"
+    )]
+    pub agent_tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(
+        long,
+        env = "METALFORM_AGENT_TLS_KEY",
+        value_name = "FILE",
+        requires = "agent_tls_cert"
+    )]
+    pub agent_tls_key: Option<PathBuf>,
+    /// The CA bundle deployed hosts pin for the agent channel (default with
+    /// --agent-tls-cert: their system roots).
+    #[arg(long, env = "METALFORM_AGENT_TLS_CLIENT_CA", value_name = "FILE")]
+    pub agent_tls_client_ca: Option<PathBuf>,
+    /// Where the development CA lives when no certificate is given (made on first use;
+    /// default: the fleet's .metalform/agent-ca/). Keep it: deployed hosts pin it.
+    #[arg(long, env = "METALFORM_AGENT_CA_DIR", value_name = "DIR")]
+    pub agent_ca_dir: Option<PathBuf>,
+    /// Serve the agent channel over plain HTTP (a lab, or TLS ended in front of metalform).
+    #[arg(long, conflicts_with_all = ["agent_tls_cert", "agent_ca_dir"])]
+    pub agent_plain_http: bool,
+}
+
+impl AgentTlsArgs {
+    /// The TLS setting for a listener on `listen` reached at `public_url`.
+    pub fn setting(
+        &self,
+        fleet_dir: &Path,
+        listen: SocketAddr,
+        public_url: Option<&url::Url>,
+    ) -> TlsSetting {
+        if self.agent_plain_http {
+            return TlsSetting::Off;
+        }
+        match (&self.agent_tls_cert, &self.agent_tls_key) {
+            (Some(cert), Some(key)) => TlsSetting::Files {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: self.agent_tls_client_ca.clone(),
+            },
+            _ => TlsSetting::DevCa {
+                dir: self
+                    .agent_ca_dir
+                    .clone()
+                    .unwrap_or_else(|| fleet_dir.join(".metalform").join("agent-ca")),
+                names: crate::agent::server_certificate_names(listen, public_url),
+            },
+        }
+    }
+}
+
+/// The node agent deployed hosts install (docs/agent.md "Install").
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct AgentBinaryArgs {
+    /// Where deployed hosts download the node agent (`metalform-agent`); without it they start
+    /// an agent unit already in their image, or only enroll.
+    #[arg(
+        long,
+        env = "METALFORM_AGENT_BINARY_URL",
+        value_name = "URL",
+        requires = "agent_binary_sha256"
+    )]
+    pub agent_binary_url: Option<url::Url>,
+    /// The SHA-256 the downloaded agent must have (64 hex digits): hosts refuse anything else.
+    #[arg(
+        long,
+        env = "METALFORM_AGENT_BINARY_SHA256",
+        value_name = "HEX",
+        requires = "agent_binary_url"
+    )]
+    pub agent_binary_sha256: Option<String>,
+}
+
+impl AgentBinaryArgs {
+    pub fn binary(&self) -> Result<Option<AgentBinary>, CliError> {
+        let (Some(url), Some(sha256)) = (&self.agent_binary_url, &self.agent_binary_sha256) else {
+            return Ok(None);
+        };
+        let sha256 = sha256.trim().to_ascii_lowercase();
+        if sha256.len() != 64 || !sha256.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(
+                CliError::argument("--agent-binary-sha256 must be 64 hex digits")
+                    .hint("sha256sum metalform-agent prints it"),
+            );
+        }
+        Ok(Some(AgentBinary {
+            url: url.to_string(),
+            sha256,
+        }))
+    }
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -139,11 +247,13 @@ pub(super) fn operator(name: Option<&str>) -> Actor {
     Actor::admin(name)
 }
 
-/// How stages reach BMCs and deployed hosts, and the enrollment URL hosts are given; checked
-/// before anything else is opened.
+/// How stages reach BMCs and deployed hosts, the agent channel's URL and TLS, and the agent
+/// hosts install; checked before anything else is opened.
 pub(super) struct Peering {
     peers: Peers,
     public_url: Option<url::Url>,
+    tls: TlsSetting,
+    binary: Option<AgentBinary>,
 }
 
 impl Peering {
@@ -165,10 +275,18 @@ impl Peering {
                 return Err(CliError::user(
                     "no --agent-url: deployed hosts would not know where to enroll",
                 )
-                .hint("pass --agent-url http://ADDRESS:PORT/ that the hosts' deploy network reaches (and --agent-listen to bind it)"));
+                .hint("pass --agent-url https://ADDRESS:PORT/ that the hosts' deploy network reaches (and --agent-listen to bind it)"));
             }
         };
-        Ok(Peering { peers, public_url })
+        let tls = exec
+            .agent_tls
+            .setting(&exec.fleet.fleet, exec.agent_listen, public_url.as_ref());
+        Ok(Peering {
+            peers,
+            public_url,
+            tls,
+            binary: exec.agent_binary.binary()?,
+        })
     }
 }
 
@@ -213,7 +331,7 @@ pub(super) struct Runtime {
     pub world: World,
     pub executor: Executor,
     pub maas: Arc<SiteMaas>,
-    enrollment: EnrollmentServer,
+    agents: AgentServer,
 }
 
 impl Runtime {
@@ -241,13 +359,8 @@ impl Runtime {
         options: ExecutorOptions,
         progress: Arc<dyn Progress>,
     ) -> Result<Runtime, CliError> {
-        let enrollment = match EnrollmentServer::start(
-            world.store.clone(),
-            exec.agent_listen,
-            peering.public_url,
-        )
-        .await
-        {
+        let config = AgentServerConfig::new(exec.agent_listen, peering.public_url, peering.tls);
+        let agents = match AgentServer::start(world.store.clone(), config).await {
             Ok(server) => server,
             Err(e) => {
                 world.close().await;
@@ -261,7 +374,11 @@ impl Runtime {
             maas: maas.clone(),
             peers: peering.peers,
             clock: Arc::new(SystemClock),
-            enroll_url: enrollment.enroll_url(),
+            enroll_url: agents.enroll_url(),
+            agent_install: AgentInstall {
+                binary: peering.binary,
+                ca_bundle: agents.client_ca().map(str::to_owned),
+            },
             actor,
             poll_interval: exec.poll_interval,
         };
@@ -277,7 +394,7 @@ impl Runtime {
             world,
             executor: Executor::new(env, options, progress),
             maas,
-            enrollment,
+            agents,
         })
     }
 
@@ -295,7 +412,7 @@ impl Runtime {
     }
 
     pub async fn shutdown(self) {
-        self.enrollment.shutdown().await;
+        self.agents.shutdown().await;
         self.world.close().await;
     }
 }

@@ -267,6 +267,8 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
         },
         agent_listen: "127.0.0.1:0".parse().expect("address"),
         agent_url: None,
+        agent_tls: Default::default(),
+        agent_binary: Default::default(),
         sim_control,
         ssh_identity: None,
         actor: Some("demo".into()),

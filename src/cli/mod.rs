@@ -7,6 +7,7 @@
 pub mod error;
 pub mod output;
 
+pub mod agent;
 mod apply;
 mod completions;
 mod daemon;
@@ -119,6 +120,8 @@ pub enum Command {
     Drift(drift::Args),
     /// Keep the fleet converged from git; serve the admin and agent API (docs/daemon.md).
     Daemon(daemon::Args),
+    /// The node agent that runs on deployed hosts (docs/agent.md).
+    Agent(agent::Args),
 }
 
 /// Parse, run, and turn the outcome into an exit code. Errors go to stderr as
@@ -140,6 +143,14 @@ pub fn main() -> ExitCode {
             let _ = err.print();
             return ExitCode::from(code);
         }
+    };
+    // The node agent has its own runtime (one thread) and logging.
+    let cli = match cli.command {
+        Command::Agent(args) => return agent::main(args, &cli.global.log),
+        command => Cli {
+            global: cli.global,
+            command,
+        },
     };
     // The daemon logs JSON lines, at info unless --log/METALFORM_LOG asks otherwise.
     let daemon = matches!(cli.command, Command::Daemon(_));
@@ -205,6 +216,7 @@ async fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Plan(args) => plan::run(&global, args).await,
         Command::Drift(args) => drift::run(&global, args).await,
         Command::Daemon(args) => daemon::run(&global, args).await,
+        Command::Agent(_) => unreachable!("the agent runs on its own runtime (main)"),
     }
 }
 

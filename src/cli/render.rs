@@ -59,6 +59,12 @@ pub struct CloudInitArgs {
     /// The base URL deployed hosts reach metalform's agent endpoint at (apply's --agent-url).
     #[arg(long, value_name = "URL")]
     pub agent_url: Option<Url>,
+    #[command(flatten)]
+    pub agent_binary: super::apply::AgentBinaryArgs,
+    /// The CA bundle deployed hosts pin for the agent channel (the daemon's or apply's
+    /// development CA `ca.pem`, or the operator's).
+    #[arg(long, value_name = "FILE")]
+    pub agent_ca: Option<PathBuf>,
     /// The boot disk's /dev/disk/by-id path, which data-disk initialisation leaves alone.
     #[arg(long, value_name = "PATH")]
     pub boot_disk: Option<String>,
@@ -131,8 +137,15 @@ async fn cloud_init(global: &GlobalArgs, args: CloudInitArgs) -> Result<Exit, Cl
         enroll_token: Secret::new(TOKEN_PLACEHOLDER),
         deploy_password,
         boot_disk_hint: args.boot_disk.clone(),
-        agent_package_url: None,
-        ca_bundle: None,
+        agent_install: crate::cloudinit::AgentInstall {
+            binary: args.agent_binary.binary()?,
+            ca_bundle: match &args.agent_ca {
+                Some(path) => Some(std::fs::read_to_string(path).map_err(|e| {
+                    CliError::user(format!("cannot read --agent-ca {}: {e}", path.display()))
+                })?),
+                None => None,
+            },
+        },
     };
     let input = CloudInitInput::for_node(site, profile, node, runtime);
     let rendered = cloudinit::render(&input).map_err(|e| {

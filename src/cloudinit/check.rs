@@ -102,6 +102,21 @@ pub fn token(field: &'static str, value: &str) -> Result<(), CloudInitError> {
     }
 }
 
+/// A SHA-256 digest: 64 lower-case hex digits.
+pub fn sha256(field: &'static str, value: &str) -> Result<(), CloudInitError> {
+    if value.len() == 64 && value.chars().all(|c| matches!(c, '0'..='9' | 'a'..='f')) {
+        Ok(())
+    } else {
+        Err(invalid(
+            field,
+            format!(
+                "{} is not a SHA-256 digest (64 lower-case hex digits)",
+                shown(value)
+            ),
+        ))
+    }
+}
+
 /// An absolute http(s) URL without credentials, printable ASCII without quotes, `$`, `` ` ``,
 /// `\` or spaces (it lands in shell env files and systemd units).
 pub fn url(field: &'static str, value: &str, placeholder_ok: bool) -> Result<(), CloudInitError> {

@@ -19,6 +19,37 @@ pub const LIB_DIR: &str = "/usr/local/lib/metalform";
 pub const ETC_DIR: &str = "/etc/metalform";
 /// The node-agent env file (docs/contracts.md §4).
 pub const AGENT_ENV_PATH: &str = "/etc/metalform/agent.env";
+/// The CA bundle the node agent pins for the agent channel.
+pub const AGENT_CA_PATH: &str = "/etc/metalform/ca.pem";
+/// Where the downloaded agent executable is installed.
+pub const AGENT_BIN_PATH: &str = "/usr/local/bin/metalform-agent";
+/// The agent's systemd unit.
+pub const AGENT_UNIT_PATH: &str = "/etc/systemd/system/metalform-agent.service";
+/// Version of layer b: 2 installs the agent from a pinned URL and runs it as a unit.
+pub const AGENT_BOOTSTRAP_VERSION: &str = "2";
+
+/// The node agent's systemd unit. Exit status 78 is a refusal only an operator can fix (a
+/// revoked token, an unusable configuration): systemd does not restart into it. After
+/// `node.uninstall` the agent exits 0 and stays stopped.
+pub const AGENT_UNIT: &str = "[Unit]
+Description=metalform node agent (docs/agent.md)
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+Type=simple
+ExecStart=/usr/local/bin/metalform-agent run
+Restart=on-failure
+RestartSec=5s
+RestartPreventExitStatus=78
+StateDirectory=metalform-agent
+StateDirectoryMode=0700
+LimitNOFILE=4096
+NoNewPrivileges=yes
+
+[Install]
+WantedBy=multi-user.target
+";
 /// The MAAS hardware-sync credentials file metalform writes after deployment (seed 000 §9.1).
 pub const MAAS_CREDS_PATH: &str = "/etc/maas/maas-machine-creds.yml";
 /// The runner every `runcmd` step goes through.
@@ -165,15 +196,27 @@ pub(super) fn site_bundle(input: &CloudInitInput) -> LayerParts {
     parts
 }
 
-/// (b) The node-agent bootstrap: enrollment URL and single-use token (docs/contracts.md §4).
+/// (b) The node-agent bootstrap: enrollment URL and single-use token (docs/contracts.md §4),
+/// the CA the agent pins, and — with an agent binary — its download (pinned by sha256) and
+/// systemd unit.
 pub(super) fn agent_bootstrap(input: &CloudInitInput, reveal: Reveal) -> LayerParts {
     let agent = &input.agent;
-    let mut parts = LayerParts::new(
-        'b',
-        "agent-bootstrap",
-        METALFORM_LAYER_VERSION,
-        format!("enroll at {}", agent.enroll_url),
-    );
+    let install = &agent.install;
+    let detail = match &install.binary {
+        Some(binary) => format!(
+            "enroll at {}; agent {} (sha256 {}){}",
+            agent.enroll_url,
+            binary.url,
+            &binary.sha256[..12.min(binary.sha256.len())],
+            if install.ca_bundle.is_some() {
+                ", pinned CA"
+            } else {
+                ""
+            }
+        ),
+        None => format!("enroll at {}", agent.enroll_url),
+    };
+    let mut parts = LayerParts::new('b', "agent-bootstrap", AGENT_BOOTSTRAP_VERSION, detail);
     let token = match reveal {
         Reveal::Secrets => agent.enroll_token.expose(),
         Reveal::Redacted => super::REDACTED,
@@ -183,9 +226,11 @@ pub(super) fn agent_bootstrap(input: &CloudInitInput, reveal: Reveal) -> LayerPa
         ("METALFORM_ENROLL_TOKEN", token),
         ("METALFORM_NODE", input.hostname.as_str()),
         ("METALFORM_SYSTEM_ID", input.system_id.as_str()),
+        ("METALFORM_DEPLOY_USER", input.deploy_user.name.as_str()),
     ];
-    if let Some(url) = &agent.agent_package_url {
-        entries.push(("METALFORM_AGENT_PACKAGE_URL", url));
+    if let Some(binary) = &install.binary {
+        entries.push(("METALFORM_AGENT_URL", &binary.url));
+        entries.push(("METALFORM_AGENT_SHA256", &binary.sha256));
     }
     parts.files.push(WriteFile::new(
         AGENT_ENV_PATH,
@@ -195,14 +240,17 @@ pub(super) fn agent_bootstrap(input: &CloudInitInput, reveal: Reveal) -> LayerPa
             &entries,
         ),
     ));
-    if let Some(ca) = &agent.ca_bundle {
+    if let Some(ca) = &install.ca_bundle {
         let mut pem = ca.replace("\r\n", "\n");
         if !pem.ends_with('\n') {
             pem.push('\n');
         }
+        parts.files.push(WriteFile::new(AGENT_CA_PATH, "0644", pem));
+    }
+    if install.binary.is_some() {
         parts
             .files
-            .push(WriteFile::new(format!("{ETC_DIR}/ca.pem"), "0644", pem));
+            .push(WriteFile::new(AGENT_UNIT_PATH, "0644", AGENT_UNIT));
     }
     parts
         .files

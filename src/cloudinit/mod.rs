@@ -5,7 +5,7 @@
 //! | | layer | what it puts on the host |
 //! |---|---|---|
 //! | a | `site-bundle` | the infra-owned site bootstrap bundle, by reference and version |
-//! | b | `agent-bootstrap` | `/etc/metalform/agent.env` (enrollment URL + single-use token), agent install |
+//! | b | `agent-bootstrap` | `/etc/metalform/agent.env` (enrollment URL + single-use token), the CA the agent pins, the agent binary (URL pinned by sha256) and its systemd unit |
 //! | c | `hw-sync` | MAAS hardware-sync unit, timer and path unit reading `/etc/maas/maas-machine-creds.yml` |
 //! | d | `data-disks` | DESTRUCTIVE /shareN initialisation, only with `storage.dataDisks: initialize` |
 //! | e | `roce-routing` | RoCE policy-routing script + unit matching the MAAS STATIC links |
@@ -29,7 +29,8 @@ use sha2::{Digest, Sha256};
 
 pub use check::is_placeholder;
 pub use layers::{
-    AGENT_ENV_PATH, ETC_DIR, HW_SYNC_UNITS, LIB_DIR, MAAS_CREDS_PATH, METALFORM_LAYER_VERSION,
+    AGENT_BIN_PATH, AGENT_BOOTSTRAP_VERSION, AGENT_CA_PATH, AGENT_ENV_PATH, AGENT_UNIT,
+    AGENT_UNIT_PATH, ETC_DIR, HW_SYNC_UNITS, LIB_DIR, MAAS_CREDS_PATH, METALFORM_LAYER_VERSION,
     RUN_LAYER, SCRIPTS, restricted_sudo_rule,
 };
 pub use password::{CRYPT_ROUNDS, sha512_crypt};
@@ -69,18 +70,36 @@ pub struct CloudInitInput {
     pub deploy_user: DeployUser,
 }
 
-/// Layer b: how the node agent reaches metalform (docs/contracts.md §4–§5).
+/// Layer b: how the node agent reaches metalform (docs/contracts.md §4–§5, docs/agent.md).
 #[derive(Debug, Clone, PartialEq)]
 pub struct AgentBootstrap {
-    /// What the agent POSTs its enrollment to (`EnrollmentServer::enroll_url`).
+    /// What the agent POSTs its enrollment to (`AgentServer::enroll_url`).
     pub enroll_url: String,
     /// The single-use enrollment token (`Store::issue_enrollment_token`).
     pub enroll_token: Secret,
-    /// A .deb of the node agent to install; without it an agent unit already in the image is
-    /// started, else the bootstrap enrolls with curl.
-    pub agent_package_url: Option<String>,
-    /// PEM certificates the host trusts for the enrollment URL.
+    pub install: AgentInstall,
+}
+
+/// How the node agent gets onto a host and whom it trusts: the same for every node a server
+/// deploys (the daemon's `[agent]` table, `apply --agent-binary-url …`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AgentInstall {
+    /// The agent executable to download and run as `metalform-agent.service`; without it an
+    /// agent unit already in the image is started, else the bootstrap enrolls with curl (the
+    /// node then runs no tasks).
+    pub binary: Option<AgentBinary>,
+    /// PEM certificates the agent pins for the agent channel (the daemon's CA); without them
+    /// it uses the host's system roots.
     pub ca_bundle: Option<String>,
+}
+
+/// The agent executable: where to fetch it and the SHA-256 it must have. The pin, not the
+/// transport, is what the host trusts, so any mirror will do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentBinary {
+    pub url: String,
+    /// 64 lower-case hex digits.
+    pub sha256: String,
 }
 
 /// Layer c: MAAS hardware sync (seed 000 §9.1).
@@ -117,8 +136,7 @@ pub struct NodeRuntime {
     /// at render time; `None` when the profile gives the user none.
     pub deploy_password: Option<Secret>,
     pub boot_disk_hint: Option<String>,
-    pub agent_package_url: Option<String>,
-    pub ca_bundle: Option<String>,
+    pub agent_install: AgentInstall,
 }
 
 impl CloudInitInput {
@@ -132,8 +150,7 @@ impl CloudInitInput {
             agent: AgentBootstrap {
                 enroll_url: runtime.enroll_url,
                 enroll_token: runtime.enroll_token,
-                agent_package_url: runtime.agent_package_url,
-                ca_bundle: runtime.ca_bundle,
+                install: runtime.agent_install,
             },
             hw_sync: HwSyncLayer {
                 maas_url: site.maas.url.as_str().trim_end_matches('/').to_string(),
@@ -166,10 +183,11 @@ impl CloudInitInput {
         }
         check::url("agent.enroll_url", &self.agent.enroll_url, true)?;
         check::token("agent.enroll_token", self.agent.enroll_token.expose())?;
-        if let Some(url) = &self.agent.agent_package_url {
-            check::url("agent.agent_package_url", url, false)?;
+        if let Some(binary) = &self.agent.install.binary {
+            check::url("agent.binary.url", &binary.url, false)?;
+            check::sha256("agent.binary.sha256", &binary.sha256)?;
         }
-        if let Some(ca) = &self.agent.ca_bundle {
+        if let Some(ca) = &self.agent.install.ca_bundle {
             check::ca_bundle("agent.ca_bundle", ca)?;
         }
         check::url("hw_sync.maas_url", &self.hw_sync.maas_url, false)?;
@@ -409,8 +427,7 @@ pub(crate) mod tests {
             agent: AgentBootstrap {
                 enroll_url: "http://10.176.46.5:8740/agent/v1/enroll".into(),
                 enroll_token: Secret::new("tok_Abcdefghijklmnopqrstuvwxyz0123456789"),
-                agent_package_url: None,
-                ca_bundle: None,
+                install: AgentInstall::default(),
             },
             hw_sync: HwSyncLayer {
                 maas_url: "http://10.176.46.1:5240/MAAS".into(),
@@ -503,7 +520,7 @@ pub(crate) mod tests {
             names,
             [
                 ('a', "site-bundle", "3", true),
-                ('b', "agent-bootstrap", "1", true),
+                ('b', "agent-bootstrap", "2", true),
                 ('c', "hw-sync", "1", true),
                 ('d', "data-disks", "1", true),
                 ('e', "roce-routing", "1", true),

@@ -1,8 +1,10 @@
 //! The daemon's TOML configuration (DESIGN.md §6; docs/daemon.md, examples/daemon.toml): the
-//! fleet repository and branch, poll and reconcile intervals, state and secret stores, the API's
-//! listen address, public URL and tokens (secret references or environment variables — never
-//! inline), the self-heal policy, the events sink, the drift policy (`[drift]`: the heartbeat
-//! threshold and the drift pass's self-heal switches, `crate::drift::DriftPolicy`).
+//! fleet repository and branch, poll and reconcile intervals, state and secret stores, the admin
+//! API's listener (address, TLS, limits) and tokens (secret references or environment variables
+//! — never inline), the agent channel's own listener (`[agent]`: address, public URL, TLS,
+//! limits, the agent binary deployed hosts install), the self-heal policy, the events sink, the
+//! drift policy (`[drift]`: the heartbeat threshold and the drift pass's self-heal switches,
+//! `crate::drift::DriftPolicy`).
 //!
 //! Every problem is reported as `FILE:LINE:COL: message` with a hint; unknown keys are errors
 //! (a misspelt key must not silently fall back to a default).
@@ -63,6 +65,8 @@ struct Raw {
     executor: RawExecutor,
     #[serde(default)]
     peers: RawPeers,
+    #[serde(default)]
+    agent: RawAgent,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -184,11 +188,43 @@ impl Default for SelfHealPolicy {
 #[serde(deny_unknown_fields)]
 struct RawApi {
     listen: SocketAddr,
+    /// Moved to `[agent] public_url` (refused with a hint).
     public_url: Option<Spanned<String>>,
     #[serde(default)]
     max_body_bytes: Option<usize>,
     #[serde(default)]
     tokens: Vec<Spanned<RawToken>>,
+    #[serde(default)]
+    plain_http: Option<Spanned<bool>>,
+    tls_cert: Option<String>,
+    tls_key: Option<String>,
+    max_connections: Option<usize>,
+    max_connections_per_peer: Option<usize>,
+    header_timeout: Option<ConfigDuration>,
+    body_timeout: Option<ConfigDuration>,
+    idle_timeout: Option<ConfigDuration>,
+}
+
+/// `[agent]`: the agent channel's listener and what deployed hosts install.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAgent {
+    listen: Option<SocketAddr>,
+    public_url: Option<Spanned<String>>,
+    #[serde(default)]
+    plain_http: Option<Spanned<bool>>,
+    tls_cert: Option<String>,
+    tls_key: Option<String>,
+    tls_client_ca: Option<String>,
+    max_connections: Option<usize>,
+    max_connections_per_peer: Option<usize>,
+    header_timeout: Option<ConfigDuration>,
+    body_timeout: Option<ConfigDuration>,
+    idle_timeout: Option<ConfigDuration>,
+    contact_flush: Option<ConfigDuration>,
+    task_lease: Option<ConfigDuration>,
+    binary_url: Option<Spanned<String>>,
+    binary_sha256: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -420,6 +456,38 @@ pub struct ExecutorPacing {
     pub seed: Option<u64>,
 }
 
+/// How a listener speaks TLS, as configured (the development CA is `<data_dir>/dev-ca`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TlsChoice {
+    /// The operator's certificate chain and key; `client_ca` is what deployed hosts pin.
+    Files {
+        cert: PathBuf,
+        key: PathBuf,
+        client_ca: Option<PathBuf>,
+    },
+    /// The development CA the daemon makes on its first start.
+    DevCa,
+    /// Plain HTTP: only with `plain_http = true`.
+    Off,
+}
+
+/// The agent channel's listener and what deployed hosts install (`[agent]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentListenerConfig {
+    pub listen: SocketAddr,
+    /// The base URL deployed hosts reach the channel at (the enrollment URL in cloud-init).
+    pub public_url: Option<url::Url>,
+    pub tls: TlsChoice,
+    pub limits: crate::listener::Limits,
+    /// How often coalesced agent contacts are written (at most a quarter of the drift
+    /// heartbeat threshold).
+    pub contact_flush: Duration,
+    /// A handed-out task's lease.
+    pub task_lease: Duration,
+    /// The agent executable cloud-init installs.
+    pub binary: Option<crate::cloudinit::AgentBinary>,
+}
+
 /// A validated daemon configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DaemonConfig {
@@ -434,10 +502,14 @@ pub struct DaemonConfig {
     pub reconcile_interval: Duration,
     pub site_intervals: BTreeMap<String, Duration>,
     pub self_heal: SelfHealPolicy,
+    /// The admin API's listener.
     pub listen: SocketAddr,
-    pub public_url: Option<url::Url>,
+    pub api_tls: TlsChoice,
+    pub api_limits: crate::listener::Limits,
     pub max_body_bytes: usize,
     pub tokens: Vec<TokenConfig>,
+    /// The agent channel's own listener.
+    pub agent: AgentListenerConfig,
     pub events: Option<EventsConfig>,
     /// `[drift]`: the drift pass's heartbeat threshold and auto-actions (000 §6.3, §6.4).
     pub drift: DriftPolicy,
@@ -523,40 +595,40 @@ impl DaemonConfig {
             ));
         }
 
-        let public_url = match &raw.api.public_url {
-            Some(text) => {
-                let url = url::Url::parse(text.get_ref()).map_err(|e| {
-                    at(
-                        Some(text.span()),
-                        format!("`api.public_url` `{}`: {e}", text.get_ref()),
-                        Some("the URL deployed hosts reach the daemon at, e.g. http://10.176.46.5:8740/"),
-                    )
-                })?;
-                if !matches!(url.scheme(), "http" | "https") {
-                    return Err(at(
-                        Some(text.span()),
-                        format!(
-                            "`api.public_url` must be http or https, not {}",
-                            url.scheme()
-                        ),
-                        None,
-                    ));
-                }
-                Some(url)
-            }
-            None if raw.api.listen.ip().is_unspecified() => {
-                return Err(at(
-                    None,
-                    format!(
-                        "`api.listen` is {} (every interface) and no `api.public_url` is set: deployed hosts would not know where to enroll",
-                        raw.api.listen
-                    ),
-                    Some("set api.public_url to the URL the hosts' deploy network reaches"),
-                ));
-            }
-            None => None,
-        };
-
+        if let Some(moved) = &raw.api.public_url {
+            return Err(at(
+                Some(moved.span()),
+                "`api.public_url` moved: the agent channel has its own listener".into(),
+                Some("set [agent] listen and public_url (the URL deployed hosts reach, https://…)"),
+            ));
+        }
+        let max_body_bytes = raw
+            .api
+            .max_body_bytes
+            .unwrap_or(crate::api::DEFAULT_MAX_BODY_BYTES);
+        let api_tls = tls_choice(
+            "api",
+            &raw.api.plain_http,
+            &raw.api.tls_cert,
+            &raw.api.tls_key,
+            &None,
+            &at,
+            &resolve,
+        )?;
+        let api_limits = limits(
+            crate::listener::Limits {
+                max_body_bytes,
+                ..crate::listener::Limits::admin()
+            },
+            raw.api.max_connections,
+            raw.api.max_connections_per_peer,
+            [
+                raw.api.header_timeout,
+                raw.api.body_timeout,
+                raw.api.idle_timeout,
+            ],
+        );
+        let agent = agent_config(&raw, &at, &resolve)?;
         let mut tokens = Vec::new();
         let mut names = std::collections::BTreeSet::new();
         for token in &raw.api.tokens {
@@ -674,12 +746,11 @@ impl DaemonConfig {
                 .collect(),
             self_heal: raw.self_heal,
             listen: raw.api.listen,
-            public_url,
-            max_body_bytes: raw
-                .api
-                .max_body_bytes
-                .unwrap_or(crate::api::DEFAULT_MAX_BODY_BYTES),
+            api_tls,
+            api_limits,
+            max_body_bytes,
             tokens,
+            agent,
             events,
             drift: raw.drift,
             executor: ExecutorPacing {
@@ -692,6 +763,172 @@ impl DaemonConfig {
             ssh_identity: raw.peers.ssh_identity.as_deref().map(resolve),
         })
     }
+}
+
+/// A listener's TLS from its keys: a certificate and key, else plain HTTP when asked for, else
+/// the development CA.
+fn tls_choice(
+    table: &str,
+    plain: &Option<Spanned<bool>>,
+    cert: &Option<String>,
+    key: &Option<String>,
+    client_ca: &Option<String>,
+    at: &impl Fn(Option<Range<usize>>, String, Option<&str>) -> ConfigError,
+    resolve: &impl Fn(&str) -> PathBuf,
+) -> Result<TlsChoice, ConfigError> {
+    let plain_span = plain.as_ref().map(|p| p.span());
+    let plain = plain.as_ref().is_some_and(|p| *p.get_ref());
+    match (cert, key) {
+        (Some(_), Some(_)) if plain => Err(at(
+            plain_span,
+            format!("`{table}.plain_http = true` and a TLS certificate contradict each other"),
+            Some("remove one of them"),
+        )),
+        (Some(cert), Some(key)) => Ok(TlsChoice::Files {
+            cert: resolve(cert),
+            key: resolve(key),
+            client_ca: client_ca.as_deref().map(resolve),
+        }),
+        (None, None) if plain => Ok(TlsChoice::Off),
+        (None, None) => Ok(TlsChoice::DevCa),
+        _ => Err(at(
+            None,
+            format!("`{table}.tls_cert` and `{table}.tls_key` go together"),
+            Some("give both PEM files, or neither (a development CA is made)"),
+        )),
+    }
+}
+
+/// `base` with the configured overrides.
+fn limits(
+    base: crate::listener::Limits,
+    max_connections: Option<usize>,
+    per_peer: Option<usize>,
+    [header, body, idle]: [Option<ConfigDuration>; 3],
+) -> crate::listener::Limits {
+    crate::listener::Limits {
+        max_connections: max_connections.unwrap_or(base.max_connections).max(1),
+        max_connections_per_peer: per_peer.unwrap_or(base.max_connections_per_peer).max(1),
+        header_timeout: header.map_or(base.header_timeout, |d| d.0),
+        body_timeout: body.map_or(base.body_timeout, |d| d.0),
+        idle_timeout: idle.map_or(base.idle_timeout, |d| d.0),
+        ..base
+    }
+}
+
+/// `[agent]`: where the agent channel listens, how agents reach it, and what they install.
+fn agent_config(
+    raw: &Raw,
+    at: &impl Fn(Option<Range<usize>>, String, Option<&str>) -> ConfigError,
+    resolve: &impl Fn(&str) -> PathBuf,
+) -> Result<AgentListenerConfig, ConfigError> {
+    let agent = &raw.agent;
+    let listen = agent
+        .listen
+        .unwrap_or_else(|| SocketAddr::new(raw.api.listen.ip(), 8741));
+    let tls = tls_choice(
+        "agent",
+        &agent.plain_http,
+        &agent.tls_cert,
+        &agent.tls_key,
+        &agent.tls_client_ca,
+        at,
+        resolve,
+    )?;
+    let public_url = match &agent.public_url {
+        Some(text) => {
+            let url = url::Url::parse(text.get_ref()).map_err(|e| {
+                at(
+                    Some(text.span()),
+                    format!("`agent.public_url` `{}`: {e}", text.get_ref()),
+                    Some("the URL deployed hosts reach the agent channel at, e.g. https://10.176.46.5:8741/"),
+                )
+            })?;
+            let ok = match url.scheme() {
+                "https" => true,
+                "http" => tls == TlsChoice::Off,
+                _ => false,
+            };
+            if !ok {
+                return Err(at(
+                    Some(text.span()),
+                    format!(
+                        "`agent.public_url` must be https:// (http:// only with `agent.plain_http = true`), not {}",
+                        url.scheme()
+                    ),
+                    None,
+                ));
+            }
+            Some(url)
+        }
+        None if listen.ip().is_unspecified() => {
+            return Err(at(
+                None,
+                format!(
+                    "the agent channel listens on {listen} (every interface) and no `agent.public_url` is set: deployed hosts would not know where to enroll"
+                ),
+                Some("set [agent] public_url to the URL the hosts' deploy network reaches"),
+            ));
+        }
+        None => None,
+    };
+    let binary = match (&agent.binary_url, &agent.binary_sha256) {
+        (None, None) => None,
+        (Some(url), Some(sha)) => {
+            let binary = crate::cloudinit::AgentBinary {
+                url: url.get_ref().trim().to_owned(),
+                sha256: sha.get_ref().trim().to_ascii_lowercase(),
+            };
+            let parsed = url::Url::parse(&binary.url)
+                .ok()
+                .filter(|u| matches!(u.scheme(), "http" | "https"));
+            if parsed.is_none() {
+                return Err(at(
+                    Some(url.span()),
+                    format!("`agent.binary_url` `{}` is not an http(s) URL", binary.url),
+                    None,
+                ));
+            }
+            if binary.sha256.len() != 64 || !binary.sha256.chars().all(|c| c.is_ascii_hexdigit()) {
+                return Err(at(
+                    Some(sha.span()),
+                    "`agent.binary_sha256` must be 64 hex digits".into(),
+                    Some("sha256sum metalform-agent prints it"),
+                ));
+            }
+            Some(binary)
+        }
+        (Some(s), None) | (None, Some(s)) => {
+            return Err(at(
+                Some(s.span()),
+                "`agent.binary_url` and `agent.binary_sha256` go together: hosts install only a pinned agent".into(),
+                None,
+            ));
+        }
+    };
+    let threshold = raw.drift.heartbeat_threshold;
+    let contact_flush = agent
+        .contact_flush
+        .map_or(Duration::from_secs(5), |d| d.0)
+        .min(threshold / 4)
+        .max(Duration::from_millis(10));
+    Ok(AgentListenerConfig {
+        listen,
+        public_url,
+        tls,
+        limits: limits(
+            crate::listener::Limits::agent(),
+            agent.max_connections,
+            agent.max_connections_per_peer,
+            [agent.header_timeout, agent.body_timeout, agent.idle_timeout],
+        ),
+        contact_flush,
+        task_lease: agent
+            .task_lease
+            .map_or(Duration::from_secs(120), |d| d.0)
+            .max(Duration::from_secs(1)),
+        binary,
+    })
 }
 
 /// `[source]`: the repository and how it is reached. `at` locates an error, `resolve` anchors a
@@ -840,9 +1077,13 @@ path = "events.jsonl"
         let config = parse(text).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(config.tokens.len(), 2);
         assert_eq!(
-            config.public_url.unwrap().as_str(),
-            "http://10.176.46.5:8740/"
+            config.agent.public_url.as_ref().unwrap().as_str(),
+            "https://10.176.46.5:8741/"
         );
+        assert_eq!(config.agent.listen, "0.0.0.0:8741".parse().unwrap());
+        assert_eq!(config.api_tls, TlsChoice::DevCa);
+        assert!(matches!(config.agent.tls, TlsChoice::Files { .. }));
+        assert!(config.agent.binary.is_some());
         assert!(matches!(config.events.unwrap().sink, EventSink::Webhook(_)));
         // The example spells out the drift policy's defaults.
         assert_eq!(config.drift, crate::drift::DriftPolicy::default());
@@ -935,7 +1176,74 @@ path = "events.jsonl"
 
         let bad = GOOD.replace("127.0.0.1:8740", "0.0.0.0:8740");
         let err = parse(&bad).unwrap_err();
-        assert!(err.message.contains("no `api.public_url`"), "{err}");
+        assert!(err.message.contains("no `agent.public_url`"), "{err}");
+    }
+
+    #[test]
+    fn listeners_speak_tls_unless_told_not_to_and_agent_keys_are_checked() {
+        let config = parse(GOOD).unwrap();
+        assert_eq!(config.api_tls, TlsChoice::DevCa);
+        assert_eq!(config.agent.tls, TlsChoice::DevCa);
+        assert_eq!(config.agent.listen, "127.0.0.1:8741".parse().unwrap());
+        assert_eq!(config.agent.task_lease, Duration::from_secs(120));
+        // A quarter of the drift heartbeat threshold at most.
+        assert_eq!(config.agent.contact_flush, Duration::from_secs(5));
+        let short = format!("{GOOD}\n[drift]\nheartbeat_threshold = \"8s\"\n");
+        assert_eq!(
+            parse(&short).unwrap().agent.contact_flush,
+            Duration::from_secs(2)
+        );
+        let lines = GOOD.lines().count();
+        let with_agent = |body: &str| parse(&format!("{GOOD}\n[agent]\n{body}\n"));
+        let config = with_agent(
+            "listen = \"0.0.0.0:9000\"\npublic_url = \"http://10.0.0.5:9000/\"\nplain_http = true",
+        )
+        .unwrap();
+        assert_eq!(config.agent.tls, TlsChoice::Off);
+        let err = with_agent("listen = \"0.0.0.0:9000\"\npublic_url = \"http://10.0.0.5:9000/\"")
+            .unwrap_err();
+        assert_eq!(err.line, lines + 4, "{err}");
+        assert_eq!(
+            err.message,
+            "`agent.public_url` must be https:// (http:// only with `agent.plain_http = true`), not http"
+        );
+        let err = with_agent("tls_cert = \"agent.pem\"").unwrap_err();
+        assert_eq!(
+            err.message,
+            "`agent.tls_cert` and `agent.tls_key` go together"
+        );
+        let config =
+            with_agent("tls_cert = \"tls/agent.pem\"\ntls_key = \"tls/agent.key\"").unwrap();
+        assert_eq!(
+            config.agent.tls,
+            TlsChoice::Files {
+                cert: "/etc/metalform/tls/agent.pem".into(),
+                key: "/etc/metalform/tls/agent.key".into(),
+                client_ca: None
+            }
+        );
+        let err = with_agent("binary_url = \"https://a.example/metalform-agent\"").unwrap_err();
+        assert!(err.message.contains("go together"), "{err}");
+        let err = with_agent(
+            "binary_url = \"https://a.example/metalform-agent\"\nbinary_sha256 = \"abc\"",
+        )
+        .unwrap_err();
+        assert_eq!(err.message, "`agent.binary_sha256` must be 64 hex digits");
+        // The old place of the enrollment URL says where it went.
+        let err = parse(&GOOD.replace(
+            "listen = \"127.0.0.1:8740\"",
+            "listen = \"127.0.0.1:8740\"\npublic_url = \"http://10.0.0.5:8740/\"",
+        ))
+        .unwrap_err();
+        assert_eq!(
+            err.message,
+            "`api.public_url` moved: the agent channel has its own listener"
+        );
+        let plain = GOOD.replace(
+            "listen = \"127.0.0.1:8740\"",
+            "listen = \"127.0.0.1:8740\"\nplain_http = true",
+        );
+        assert_eq!(parse(&plain).unwrap().api_tls, TlsChoice::Off);
     }
 
     fn with_source(lines: &str) -> Result<DaemonConfig, ConfigError> {

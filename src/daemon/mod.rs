@@ -77,6 +77,10 @@ pub enum DaemonError {
     Watch { path: String, message: String },
     #[error("fleet source: {0}")]
     Source(String),
+    #[error("{message}")]
+    Listener { message: String, hint: String },
+    #[error("{message}")]
+    Agent { message: String, hint: &'static str },
 }
 
 impl DaemonError {
@@ -97,6 +101,8 @@ impl DaemonError {
             DaemonError::Source(_) => Some(
                 "see [source] in docs/daemon.md: git must be installed, the token readable, the ssh key present".into(),
             ),
+            DaemonError::Listener { hint, .. } => Some(hint.clone()),
+            DaemonError::Agent { hint, .. } => Some((*hint).into()),
         }
     }
 }
@@ -171,14 +177,33 @@ pub struct RunningDaemon {
     core: Arc<Core>,
     credentials: Credentials,
     local_addr: SocketAddr,
+    agent_addr: SocketAddr,
+    agent_ca: Option<String>,
+    enroll_url: String,
     shutdown: watch::Sender<bool>,
     main: tokio::task::JoinHandle<()>,
 }
 
 impl RunningDaemon {
-    /// The address the HTTP server listens on.
+    /// The address the admin API listens on.
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// The address the agent channel listens on.
+    pub fn agent_addr(&self) -> SocketAddr {
+        self.agent_addr
+    }
+
+    /// The CA deployed hosts pin for the agent channel (the development CA's, or the
+    /// configured `tls_client_ca`).
+    pub fn agent_ca(&self) -> Option<&str> {
+        self.agent_ca.as_deref()
+    }
+
+    /// What cloud-init carries.
+    pub fn enroll_url(&self) -> &str {
+        &self.enroll_url
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {
@@ -345,6 +370,42 @@ async fn source_reader(
     Ok(SourceReader::new(source.clone(), &config.data_dir, token))
 }
 
+/// A listener's TLS: the development CA lives in `<data_dir>/dev-ca` (both listeners share
+/// it) and names the listening address and the public URL's host.
+fn tls_setting(
+    config: &DaemonConfig,
+    choice: &config::TlsChoice,
+    listen: SocketAddr,
+    public_url: Option<&url::Url>,
+) -> crate::listener::TlsSetting {
+    match choice {
+        config::TlsChoice::Off => crate::listener::TlsSetting::Off,
+        config::TlsChoice::Files {
+            cert,
+            key,
+            client_ca,
+        } => crate::listener::TlsSetting::Files {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: client_ca.clone(),
+        },
+        config::TlsChoice::DevCa => crate::listener::TlsSetting::DevCa {
+            dir: config.data_dir.join("dev-ca"),
+            names: crate::agent::server_certificate_names(listen, public_url),
+        },
+    }
+}
+
+fn listener_error(err: crate::listener::ListenerError, key: &str) -> DaemonError {
+    match err {
+        crate::listener::ListenerError::Bind { addr, source } => DaemonError::Bind { addr, source },
+        other => DaemonError::Listener {
+            hint: format!("{} ({key})", other.hint()),
+            message: other.to_string(),
+        },
+    }
+}
+
 fn peers(config: &DaemonConfig) -> Peers {
     let sim = |url: &url::Url| SitePeers {
         bmc: Arc::new(SimBmc::new(url)),
@@ -383,20 +444,41 @@ pub async fn start(
     let secrets = crate::secrets::open(&config.secrets_url)?;
     let tokens = read_tokens(&config, secrets.as_ref()).await?;
     let source = source_reader(&config, secrets.as_ref()).await?;
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| DaemonError::Bind {
-            addr: config.listen,
-            source,
-        })?;
-    let local_addr = listener.local_addr().map_err(|source| DaemonError::Bind {
-        addr: config.listen,
-        source,
+    let admin = crate::listener::bind(
+        "admin",
+        config.listen,
+        &tls_setting(&config, &config.api_tls, config.listen, None),
+        config.api_limits.clone(),
+    )
+    .await
+    .map_err(|e| listener_error(e, "api.listen"))?;
+    let local_addr = admin.local_addr();
+    let agents = crate::agent::AgentServer::start(
+        store.clone(),
+        crate::agent::AgentServerConfig {
+            listen: config.agent.listen,
+            public_url: config.agent.public_url.clone(),
+            tls: tls_setting(
+                &config,
+                &config.agent.tls,
+                config.agent.listen,
+                config.agent.public_url.as_ref(),
+            ),
+            limits: config.agent.limits.clone(),
+            channel: crate::agent::ChannelOptions {
+                timing: crate::agent::TaskTiming {
+                    lease: config.agent.task_lease,
+                    ..crate::agent::TaskTiming::default()
+                },
+                contact_flush: config.agent.contact_flush,
+            },
+        },
+    )
+    .await
+    .map_err(|e| DaemonError::Agent {
+        hint: e.hint(),
+        message: e.to_string(),
     })?;
-    let public_url = config
-        .public_url
-        .clone()
-        .unwrap_or_else(|| url::Url::parse(&format!("http://{local_addr}/")).expect("a URL"));
 
     let maas_metrics = MaasMetrics::new();
     let metrics = Metrics::new(maas_metrics.clone());
@@ -414,7 +496,11 @@ pub async fn start(
         )),
         peers: peers(&config),
         clock: clock.clone(),
-        enroll_url: crate::agent::enroll_url(&public_url),
+        enroll_url: agents.enroll_url(),
+        agent_install: crate::cloudinit::AgentInstall {
+            binary: config.agent.binary.clone(),
+            ca_bundle: agents.client_ca().map(str::to_owned),
+        },
         actor: Actor::system("metalform-daemon"),
         poll_interval: config.executor.poll_interval,
     };
@@ -481,7 +567,10 @@ pub async fn start(
         core: core.clone(),
         api: api.clone(),
     };
-    let app = server::app(core.clone(), api, public_url.clone());
+    let app = server::app(core.clone(), api);
+    let enroll_url = agents.enroll_url();
+    let agent_addr = agents.local_addr();
+    let agent_ca = agents.client_ca().map(str::to_owned);
     let watcher = if options.watch {
         Some(watch_source(&core)?)
     } else {
@@ -489,7 +578,8 @@ pub async fn start(
     };
     tracing::info!(
         addr = %local_addr,
-        public_url = %public_url,
+        agent_addr = %agent_addr,
+        enroll_url = %enroll_url,
         repository = %core.config.source.repository,
         branch = %core.config.source.branch,
         watch = options.watch,
@@ -497,8 +587,10 @@ pub async fn start(
     );
     let main = tokio::spawn(run(
         core.clone(),
-        listener,
-        app,
+        Listeners {
+            admin: admin.serve(app),
+            agents,
+        },
         shutdown_rx,
         command_rx,
         watcher,
@@ -507,6 +599,9 @@ pub async fn start(
         core,
         credentials,
         local_addr,
+        agent_addr,
+        agent_ca,
+        enroll_url,
         shutdown,
         main,
     })
@@ -656,27 +751,25 @@ struct Schedule {
     waiting: BTreeMap<SiteName, Vec<oneshot::Sender<ReconcileSummary>>>,
 }
 
+/// The daemon's two listeners: the admin API and the agent channel.
+struct Listeners {
+    admin: crate::listener::Server,
+    agents: crate::agent::AgentServer,
+}
+
 async fn run(
     core: Arc<Core>,
-    listener: tokio::net::TcpListener,
-    app: axum::Router,
+    listeners: Listeners,
     mut shutdown: watch::Receiver<bool>,
     mut commands: mpsc::UnboundedReceiver<Command>,
     watcher: Option<SourceWatch>,
 ) {
     let mut http_stop = shutdown.clone();
+    // Both listeners stop with the loop, each within its shutdown grace: waiting agent polls
+    // answer at once, idle connections close, requests in flight finish or are dropped.
     let http = tokio::spawn(async move {
-        let served = axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(async move {
-            let _ = http_stop.wait_for(|s| *s).await;
-        })
-        .await;
-        if let Err(err) = served {
-            tracing::error!(error = %err, "HTTP server stopped");
-        }
+        let _ = http_stop.wait_for(|s| *s).await;
+        tokio::join!(listeners.admin.shutdown(), listeners.agents.shutdown());
     });
     let events = core.config.events.clone().map(|events| {
         let sink = match events.sink {

@@ -1,13 +1,12 @@
-//! The daemon's HTTP server (DESIGN.md §6): the admin API, the agent API, `/healthz`,
-//! `/metrics` and the OpenAPI document on one listener; unknown routes and methods answer
-//! typed JSON.
+//! The daemon's admin listener (DESIGN.md §6): the admin API, `/healthz`, `/metrics` and the
+//! OpenAPI document; unknown routes and methods answer typed JSON. The agent channel has its
+//! own listener (crate::agent::AgentServer).
 
 use std::sync::Arc;
 
 use axum::Router;
 use axum::http::{Method, StatusCode, header};
 use axum::response::IntoResponse;
-use url::Url;
 
 use super::Core;
 use crate::api::{Access, ApiState, RouteTable};
@@ -17,16 +16,7 @@ use crate::api::{Access, ApiState, RouteTable};
 pub fn served_routes() -> Vec<(Method, String, Access)> {
     let (_, mut served) = crate::api::admin_routes().into_parts();
     served.extend(public_routes().into_parts().1);
-    served.extend(agent_routes());
     served
-}
-
-fn agent_routes() -> Vec<(Method, String, Access)> {
-    vec![(
-        Method::POST,
-        format!("/{}", crate::agent::ENROLL_PATH),
-        Access::Agent,
-    )]
 }
 
 fn public_routes() -> RouteTable<Arc<Core>> {
@@ -64,13 +54,9 @@ async fn openapi() -> impl IntoResponse {
     )
 }
 
-pub(super) fn app(core: Arc<Core>, api: ApiState, public_url: Url) -> Router {
+pub(super) fn app(core: Arc<Core>, api: ApiState) -> Router {
     let (admin, _) = crate::api::admin_router(api.clone());
     let (public, _) = public_routes().into_parts();
-    let agent = crate::agent::router(crate::agent::AgentState::new(
-        core.store.clone(),
-        public_url,
-    ));
     let web = crate::web::WebState::new(
         core.store.clone(),
         Arc::new(super::Handle { core: core.clone() }),
@@ -80,7 +66,6 @@ pub(super) fn app(core: Arc<Core>, api: ApiState, public_url: Url) -> Router {
         .merge(crate::web::router(web, api.clone()))
         .merge(admin)
         .merge(public.with_state(core))
-        .merge(agent)
         .fallback(crate::api::not_found)
         .method_not_allowed_fallback(crate::api::method_not_allowed)
 }

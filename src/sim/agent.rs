@@ -7,6 +7,9 @@
 //! (scaled) and reports the result — unless an injected [`TaskFault`] makes it report a failure
 //! or never report at all (the task's lease then goes stale). It stops when its host goes away
 //! or its token is refused. Every task it runs is logged in `World::agent_task_log`.
+//!
+//! Like the real agent it pins the CA its payload carried (`/etc/metalform/ca.pem`) when the
+//! channel speaks TLS.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,8 +52,26 @@ pub fn spawn(shared: Arc<Shared>, boot: AgentBoot) {
     tokio::spawn(async move { run(shared, boot).await });
 }
 
+/// The agent's HTTP client: pinned to the CA of its payload, if it carried one.
+fn client_for(shared: &Shared, boot: &AgentBoot) -> reqwest::Client {
+    let ca = shared.with_world(|w| {
+        w.machine(&boot.system_id)
+            .and_then(|m| m.host_files.get(crate::cloudinit::AGENT_CA_PATH).cloned())
+    });
+    let pinned = ca.and_then(|pem| {
+        let certs = reqwest::Certificate::from_pem_bundle(pem.as_bytes()).ok()?;
+        reqwest::Client::builder()
+            .tls_certs_only(certs)
+            .timeout(Duration::from_secs(120))
+            .build()
+            .ok()
+    });
+    pinned.unwrap_or_else(|| shared.http.clone())
+}
+
 async fn run(shared: Arc<Shared>, boot: AgentBoot) {
     tokio::time::sleep(boot.delay).await;
+    let http = client_for(&shared, &boot);
     let mut backoff = boot.retry_base.max(Duration::from_millis(10));
     for attempt in 1..=MAX_ATTEMPTS {
         if !shared.with_world(|w| w.agent_alive(&boot.system_id, boot.boot)) {
@@ -69,7 +90,7 @@ async fn run(shared: Arc<Shared>, boot: AgentBoot) {
             "system_id": boot.system_id,
             "agent_version": AGENT_VERSION,
         });
-        let result = shared.http.post(&boot.url).json(&body).send().await;
+        let result = http.post(&boot.url).json(&body).send().await;
         let outcome = match result {
             Ok(response) => {
                 let status = response.status().as_u16();
@@ -82,7 +103,7 @@ async fn run(shared: Arc<Shared>, boot: AgentBoot) {
                 };
                 record_with(&shared, &boot, attempt, Some(status), &note, tasks_url);
                 if let Attempt::Enrolled(enrollment) = &outcome {
-                    task_loop(&shared, &boot, enrollment).await;
+                    task_loop(&shared, &http, &boot, enrollment).await;
                 }
                 outcome
             }
@@ -127,14 +148,18 @@ struct Poll {
 }
 
 /// Poll for tasks and run them while the host lives.
-async fn task_loop(shared: &Shared, boot: &AgentBoot, enrollment: &Enrollment) {
+async fn task_loop(
+    shared: &Shared,
+    http: &reqwest::Client,
+    boot: &AgentBoot,
+    enrollment: &Enrollment,
+) {
     let base = enrollment.tasks_url.trim_end_matches('/');
     let wait_url = format!("{base}/wait?wait={POLL_WAIT_SECONDS}");
     let mut failures = 0;
     let mut backoff = boot.retry_base.max(Duration::from_millis(10));
     while shared.with_world(|w| w.agent_alive(&boot.system_id, boot.boot)) {
-        let polled = shared
-            .http
+        let polled = http
             .get(&wait_url)
             .bearer_auth(&enrollment.agent_token)
             .timeout(Duration::from_secs(POLL_WAIT_SECONDS + 10))
@@ -166,13 +191,14 @@ async fn task_loop(shared: &Shared, boot: &AgentBoot, enrollment: &Enrollment) {
         };
         failures = 0;
         backoff = boot.retry_base.max(Duration::from_millis(10));
-        run_task(shared, boot, enrollment, base, task).await;
+        run_task(shared, http, boot, enrollment, base, task).await;
     }
 }
 
 /// Run one task and report it (or not, as an injected fault says).
 async fn run_task(
     shared: &Shared,
+    http: &reqwest::Client,
     boot: &AgentBoot,
     enrollment: &Enrollment,
     base: &str,
@@ -230,8 +256,7 @@ async fn run_task(
     if let Some(body) = body {
         let url = format!("{base}/{}/result", task.id);
         for _ in 0..3 {
-            match shared
-                .http
+            match http
                 .post(&url)
                 .bearer_auth(&enrollment.agent_token)
                 .json(&body)

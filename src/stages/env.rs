@@ -85,6 +85,8 @@ pub struct StageEnv {
     pub clock: Arc<dyn Clock>,
     /// What cloud-init tells the node agent to call (docs/contracts.md §5).
     pub enroll_url: String,
+    /// The agent binary and the CA cloud-init installs with it (docs/agent.md).
+    pub agent_install: crate::cloudinit::AgentInstall,
     /// Who the journal writes are made by.
     pub actor: Actor,
     /// The executor's poll interval (waits inside stages are derived from it).

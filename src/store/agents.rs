@@ -16,6 +16,7 @@ use serde::Serialize;
 use serde_json::json;
 use uuid::Uuid;
 
+use super::TaskStatus;
 use super::db::{Row, Tx, params};
 use super::nodes::{lock_node, read_node};
 use super::records::{Actor, AuditEntry, Role, read_maas_state, write_audit};
@@ -94,6 +95,26 @@ pub struct Enrolled {
 pub struct AgentIdentity {
     pub node_id: Uuid,
     pub enrollment_id: i64,
+}
+
+/// A current agent credential: whose it is, and whether it was ever used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentCredential {
+    pub identity: AgentIdentity,
+    /// The stored hash of the token (what [`AgentContact::credential`] names).
+    pub token_hash: String,
+    pub used: bool,
+    /// The node has a task a poll could claim now.
+    pub claimable: bool,
+}
+
+/// One agent contact to record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentContact {
+    pub node_id: Uuid,
+    /// The credential used, to mark it used.
+    pub credential: Option<String>,
+    pub at: DateTime<Utc>,
 }
 
 /// Why an enrollment was refused; nothing was changed.
@@ -435,58 +456,139 @@ impl Store {
         &self,
         token: &Secret,
     ) -> Result<Option<AgentIdentity>, StoreError> {
-        let mut tx = self.pool.read().await?;
-        let row = tx
-            .fetch_optional(
-                "SELECT node_id, enrollment_id FROM agent_credentials
-                 WHERE token_hash = $1 AND revoked_at IS NULL",
-                &params![token_hash(token)],
+        Ok(self.agent_credential(token).await?.map(|c| c.identity))
+    }
+
+    /// Check an agent's bearer token (the task API, issue 6): its node and enrollment when it
+    /// is current, `None` when unknown or revoked. Records the use as agent contact at once
+    /// (the agent channel instead looks up with [`Store::agent_credential`] and coalesces
+    /// contacts through [`Store::record_agent_contacts`]).
+    pub async fn authenticate_agent(
+        &self,
+        token: &Secret,
+    ) -> Result<Option<AgentIdentity>, StoreError> {
+        let Some(credential) = self.agent_credential(token).await? else {
+            return Ok(None);
+        };
+        self.record_agent_contacts(&[AgentContact {
+            node_id: credential.identity.node_id,
+            credential: Some(credential.token_hash),
+            at: self.now(),
+        }])
+        .await?;
+        Ok(Some(credential.identity))
+    }
+
+    /// Who a bearer token belongs to, read only: nothing is recorded (a refused call is no
+    /// contact). `None` when unknown or revoked. One statement, no transaction: the agent
+    /// channel runs it for every poll, and it also says whether the node has a task to claim
+    /// (the condition of `Store::claim_task`).
+    pub async fn agent_credential(
+        &self,
+        token: &Secret,
+    ) -> Result<Option<AgentCredential>, StoreError> {
+        let hash = token_hash(token);
+        let row = self
+            .pool
+            .fetch_optional_once(
+                "SELECT c.node_id, c.enrollment_id, c.last_used_at,
+                    CASE WHEN EXISTS (SELECT 1 FROM agent_tasks t WHERE t.node_id = c.node_id
+                        AND (t.status = $2 OR (t.status = $3 AND t.lease_expires_at <= $4)))
+                    THEN 1 ELSE 0 END AS claimable
+                 FROM agent_credentials c WHERE c.token_hash = $1 AND c.revoked_at IS NULL",
+                &params![
+                    hash.clone(),
+                    TaskStatus::Queued.as_str(),
+                    TaskStatus::Dispatched.as_str(),
+                    format_time(self.now())
+                ],
             )
             .await?;
         row.map(|row| {
-            Ok(AgentIdentity {
-                node_id: parse_uuid(&row.text("node_id")?)?,
-                enrollment_id: row.int("enrollment_id")?,
+            Ok(AgentCredential {
+                identity: AgentIdentity {
+                    node_id: parse_uuid(&row.text("node_id")?)?,
+                    enrollment_id: row.int("enrollment_id")?,
+                },
+                token_hash: hash.clone(),
+                used: row.opt_text("last_used_at")?.is_some(),
+                claimable: row.int("claimable")? != 0,
             })
         })
         .transpose()
     }
 
-    /// Check an agent's bearer token (the task API, issue 6): its node and enrollment when it
-    /// is current, `None` when unknown or revoked. Records the use as agent contact.
-    pub async fn authenticate_agent(
-        &self,
-        token: &Secret,
-    ) -> Result<Option<AgentIdentity>, StoreError> {
-        let hash = token_hash(token);
-        let at = format_time(self.now());
+    /// Record agent contacts in one transaction (the agent channel's coalesced heartbeats,
+    /// seed 000 §6.3): each node's last contact moves forward, never back; a credential named
+    /// in a contact is marked used (the enrollment replay rule reads that). Nodes are updated
+    /// 100 to a statement: a flush of thousands of contacts is a few dozen statements.
+    pub async fn record_agent_contacts(&self, contacts: &[AgentContact]) -> Result<(), StoreError> {
+        if contacts.is_empty() {
+            return Ok(());
+        }
         let mut tx = self.pool.write().await?;
-        let Some(row) = tx
-            .fetch_optional(
-                "SELECT node_id, enrollment_id FROM agent_credentials
-                 WHERE token_hash = $1 AND revoked_at IS NULL",
-                &params![hash.clone()],
-            )
-            .await?
-        else {
-            return Ok(None);
-        };
-        let identity = AgentIdentity {
-            node_id: parse_uuid(&row.text("node_id")?)?,
-            enrollment_id: row.int("enrollment_id")?,
-        };
-        tx.execute(
-            "UPDATE agent_credentials SET last_used_at = $1 WHERE token_hash = $2",
-            &params![at.clone(), hash],
-        )
-        .await?;
-        tx.execute(
-            "UPDATE nodes SET last_agent_contact_at = $1 WHERE id = $2",
-            &params![at, identity.node_id.to_string()],
-        )
-        .await?;
-        tx.commit().await?;
-        Ok(Some(identity))
+        for chunk in contacts.chunks(100) {
+            // CASE id WHEN $1 THEN $2 … END: each node its own time, in one statement.
+            let mut arms = String::new();
+            let mut ids = Vec::with_capacity(chunk.len());
+            let mut bound = Vec::with_capacity(chunk.len() * 2);
+            for (i, contact) in chunk.iter().enumerate() {
+                arms.push_str(&format!(" WHEN ${} THEN ${}", 2 * i + 1, 2 * i + 2));
+                ids.push(format!("${}", 2 * i + 1));
+                bound.push(super::db::Param::from(contact.node_id.to_string()));
+                bound.push(super::db::Param::from(format_time(contact.at)));
+            }
+            let at = format!("(CASE id{arms} END)");
+            let sql = format!(
+                "UPDATE nodes SET last_agent_contact_at = {at}
+                 WHERE id IN ({}) AND (last_agent_contact_at IS NULL OR last_agent_contact_at < {at})",
+                ids.join(", ")
+            );
+            tx.execute(sql, &bound).await?;
+        }
+        for contact in contacts {
+            if let Some(hash) = &contact.credential {
+                tx.execute(
+                    "UPDATE agent_credentials SET last_used_at = $1
+                     WHERE token_hash = $2 AND (last_used_at IS NULL OR last_used_at < $1)",
+                    &params![format_time(contact.at), hash.clone()],
+                )
+                .await?;
+            }
+        }
+        tx.commit().await
+    }
+
+    /// Which of `nodes` have a task a poll could claim now (queued, or dispatched with an
+    /// expired lease: the condition of `Store::claim_task`), in one read per 500 nodes. The
+    /// agent channel asks this once per poll step for every waiting long-poll together (no
+    /// transaction: each statement is a consistent read on its own).
+    pub async fn nodes_with_claimable_tasks(
+        &self,
+        nodes: &[Uuid],
+    ) -> Result<std::collections::BTreeSet<Uuid>, StoreError> {
+        let now = format_time(self.now());
+        let mut found = std::collections::BTreeSet::new();
+        for chunk in nodes.chunks(500) {
+            let list: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 4)).collect();
+            let sql = format!(
+                "SELECT DISTINCT node_id FROM agent_tasks
+                 WHERE node_id IN ({})
+                   AND (status = $2 OR (status = $3 AND lease_expires_at <= $1))",
+                list.join(", ")
+            );
+            let mut bound = params![
+                now.clone(),
+                TaskStatus::Queued.as_str(),
+                TaskStatus::Dispatched.as_str()
+            ]
+            .to_vec();
+            bound.extend(chunk.iter().map(|n| super::db::Param::from(n.to_string())));
+            for row in self.pool.fetch_all_once(sql, &bound).await? {
+                found.insert(parse_uuid(&row.text("node_id")?)?);
+            }
+        }
+        Ok(found)
     }
 
     /// Revoke every live agent token of a node (decommission CleanupSecrets): its agent gets
@@ -500,7 +602,20 @@ impl Store {
                 &params![at, node.to_string()],
             )
             .await?;
+        if n > 0 {
+            // Agent channels keep the credentials they checked until the serial moves.
+            bump_serial(&mut tx).await?;
+        }
         tx.commit().await?;
         Ok(n)
+    }
+
+    /// The store serial in one statement (the agent channel checks it every poll step).
+    pub async fn serial_now(&self) -> Result<i64, StoreError> {
+        self.pool
+            .fetch_optional_once("SELECT value FROM store_serial WHERE id = 1", &[])
+            .await?
+            .ok_or_else(|| StoreError::Corrupt("no store serial".into()))?
+            .int("value")
     }
 }

@@ -340,6 +340,36 @@ impl Pool {
         .map_err(db_err("starting a transaction"))
     }
 
+    /// One query on its own, without a transaction around it (one round trip to the
+    /// database: for hot read paths where a single statement is the whole read).
+    pub async fn fetch_all_once(
+        &self,
+        sql: impl Into<Sql>,
+        params: &[Param],
+    ) -> Result<Vec<Row>, StoreError> {
+        let sql = AssertSqlSafe(sql.into());
+        match self {
+            Pool::Sqlite(p) => bind_all!(sqlx::query::<Sqlite>(sql), params)
+                .fetch_all(p)
+                .await
+                .map(|rows| rows.into_iter().map(Row::Sqlite).collect()),
+            Pool::Postgres(p) => bind_all!(sqlx::query::<Postgres>(sql), params)
+                .fetch_all(p)
+                .await
+                .map(|rows| rows.into_iter().map(Row::Postgres).collect()),
+        }
+        .map_err(db_err("running a query"))
+    }
+
+    /// [`Pool::fetch_all_once`] for at most one row.
+    pub async fn fetch_optional_once(
+        &self,
+        sql: impl Into<Sql>,
+        params: &[Param],
+    ) -> Result<Option<Row>, StoreError> {
+        Ok(self.fetch_all_once(sql, params).await?.into_iter().next())
+    }
+
     pub fn backend(&self) -> Backend {
         match self {
             Pool::Sqlite(_) => Backend::Sqlite,

@@ -31,8 +31,8 @@ use crate::clock::Clock;
 use crate::lifecycle::{IronicError, JobStateError, RecoveryError, TransitionError, UnknownName};
 
 pub use agents::{
-    AgentEnrollment, AgentIdentity, ENROLLABLE_STATES, ENROLLMENT_REPLAY_WINDOW, EnrollError,
-    Enrolled, EnrollmentRequest,
+    AgentContact, AgentCredential, AgentEnrollment, AgentIdentity, ENROLLABLE_STATES,
+    ENROLLMENT_REPLAY_WINDOW, EnrollError, Enrolled, EnrollmentRequest,
 };
 pub use db::Backend;
 pub use drift::{DriftMark, DriftRecord, MaasObservation};

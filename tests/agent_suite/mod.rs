@@ -41,6 +41,29 @@ pub fn http() -> reqwest::Client {
     reqwest::Client::new()
 }
 
+/// The agent channel on loopback over TLS, with a development CA in `ca_dir`.
+pub async fn tls_server(store: &Store, ca_dir: &std::path::Path) -> metalform::agent::AgentServer {
+    metalform::agent::AgentServer::start(
+        store.clone(),
+        metalform::agent::AgentServerConfig::new(
+            "127.0.0.1:0".parse().unwrap(),
+            None,
+            metalform::listener::TlsSetting::dev_ca(ca_dir),
+        ),
+    )
+    .await
+    .expect("the agent channel starts")
+}
+
+/// A client that trusts only `ca_pem` (what a deployed host's agent does).
+pub fn pinned(ca_pem: &str) -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .tls_certs_only(reqwest::Certificate::from_pem_bundle(ca_pem.as_bytes()).unwrap())
+        .build()
+        .unwrap()
+}
+
 fn exec() -> Actor {
     Actor::system("apply")
 }

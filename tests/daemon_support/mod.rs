@@ -89,6 +89,10 @@ interval = "1s"
 
 [api]
 listen = "127.0.0.1:0"
+plain_http = true
+
+[agent]
+listen = "127.0.0.1:0"
 
 [[api.tokens]]
 name = "ops-alice"
@@ -140,11 +144,29 @@ sim_control = {{ {sims} }}
         std::fs::write(&self.config_path, text.replace(&local, lines)).unwrap();
     }
 
-    /// Listen on a fixed free port (a spawned daemon's address must be known).
+    /// Replace the `[agent]` table's body (its listen address, TLS, leases).
+    pub fn set_agent(&self, lines: &str) {
+        let text = std::fs::read_to_string(&self.config_path).unwrap();
+        let table = "[agent]\nlisten = \"127.0.0.1:0\"\n";
+        assert!(text.contains(table));
+        std::fs::write(
+            &self.config_path,
+            text.replace(table, &format!("[agent]\n{lines}\n")),
+        )
+        .unwrap();
+    }
+
+    /// Listen on fixed free ports (a spawned daemon's address must be known, and deployed
+    /// hosts carry the agent channel's URL across a restart); the admin listener's address.
     pub fn listen_on_free_port(&self) -> String {
         let text = std::fs::read_to_string(&self.config_path).unwrap();
         let listen = format!("127.0.0.1:{}", crate::onboard_support::free_port());
-        std::fs::write(&self.config_path, text.replace("127.0.0.1:0", &listen)).unwrap();
+        let agent = format!("127.0.0.1:{}", crate::onboard_support::free_port());
+        // The admin listener is the first `127.0.0.1:0` of the file, the agent channel's the second.
+        let text = text
+            .replacen("127.0.0.1:0", &listen, 1)
+            .replacen("127.0.0.1:0", &agent, 1);
+        std::fs::write(&self.config_path, text).unwrap();
         listen
     }
 

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use metalform::agent::EnrollmentServer;
+use metalform::agent::{AgentServer, AgentServerConfig};
 use metalform::apply::{
     Executor, ExecutorOptions, MemoryProgress, NodeOutcome, SiteMaas, StageEnv, Work, WorkItem,
 };
@@ -112,7 +112,7 @@ pub struct Bed {
     pub state_url: String,
     pub store: Store,
     pub secrets: Arc<dyn SecretStore>,
-    pub enroll: EnrollmentServer,
+    pub enroll: AgentServer,
     pub fleet: Fleet,
     pub metrics: MaasMetrics,
     pub progress: Arc<MemoryProgress>,
@@ -247,9 +247,18 @@ impl Bed {
         let fleet = metalform::manifest::load_fleet(&FleetSource::new(&fleet_dir, None))
             .unwrap_or_else(|e| panic!("test fleet is valid: {e:?}"))
             .fleet;
-        let enroll = EnrollmentServer::start(store.clone(), "127.0.0.1:0".parse().unwrap(), None)
-            .await
-            .unwrap();
+        // The agent channel as apply and the daemon serve it: TLS with a development CA the
+        // simulated hosts pin (their payload carries it).
+        let enroll = AgentServer::start(
+            store.clone(),
+            AgentServerConfig::new(
+                "127.0.0.1:0".parse().unwrap(),
+                None,
+                metalform::listener::TlsSetting::dev_ca(dir.path().join("agent-ca")),
+            ),
+        )
+        .await
+        .unwrap();
         Bed {
             dir,
             sims,
@@ -317,6 +326,10 @@ impl Bed {
             peers,
             clock: Arc::new(SystemClock),
             enroll_url: self.enroll.enroll_url(),
+            agent_install: metalform::cloudinit::AgentInstall {
+                binary: None,
+                ca_bundle: self.enroll.client_ca().map(str::to_owned),
+            },
             actor: Actor::system("metalform-test"),
             poll_interval: Bed::options().poll_interval,
         }
@@ -487,6 +500,24 @@ impl Bed {
             .filter(|op| op.method != "GET")
             .map(|op| format!("{} {} {:?}", op.method, op.path, op.op))
             .collect()
+    }
+
+    /// The agent channel as `apply` serves it on `port` (the development CA it keeps with the
+    /// fleet's state): what hosts deployed by an apply of this bed reach and trust.
+    pub async fn agent_channel_like_apply(&self, port: u16) -> AgentServer {
+        AgentServer::start(
+            self.store.clone(),
+            AgentServerConfig::new(
+                format!("127.0.0.1:{port}").parse().unwrap(),
+                None,
+                metalform::listener::TlsSetting::DevCa {
+                    dir: self.fleet_dir.join(".metalform").join("agent-ca"),
+                    names: vec!["127.0.0.1".into()],
+                },
+            ),
+        )
+        .await
+        .unwrap()
     }
 
     /// `metalform SUBCOMMAND …` against this bed: its store, secrets, simulators (BMC and

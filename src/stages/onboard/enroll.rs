@@ -21,7 +21,7 @@ use super::StageCtx;
 use super::deploy::deploy_address;
 use super::hwsync::{adopted_as_is, adopted_without_sync, push_credentials};
 use super::render::ensure_node_record;
-use crate::cloudinit::AGENT_ENV_PATH;
+use crate::cloudinit::{AGENT_CA_PATH, AGENT_ENV_PATH};
 use crate::lifecycle::PolicyTimeout;
 use crate::provider::host::HostTarget;
 use crate::provider::maas::Machine;
@@ -237,8 +237,8 @@ fn reseed_pause(ctx: &StageCtx<'_>) -> std::time::Duration {
         .max(ctx.env.poll_interval * 5)
 }
 
-/// An adopted host gets its agent enrollment: a fresh token with the profile's TTL in the
-/// agent's env file, and its unit restarted. A host that cannot be reached is tried again on
+/// An adopted host gets its agent enrollment: the agent channel's CA (when it has one), a fresh
+/// token with the profile's TTL in the agent's env file, and its unit restarted. A host that cannot be reached is tried again on
 /// the next pass, with another token (the one it never received is expired).
 async fn deliver_enrollment(
     ctx: &mut StageCtx<'_>,
@@ -278,12 +278,25 @@ async fn deliver_enrollment(
         user: ctx.target.site.deploy.user.clone(),
     };
     let peers = ctx.peers();
-    let delivered = match peers
-        .host
-        .write_file(&host, AGENT_ENV_PATH, &env, 0o600)
-        .await
-    {
-        Ok(()) => peers.host.restart_units(&host, &[AGENT_UNIT]).await,
+    // The CA the agent pins for the agent channel, as cloud-init would have installed it.
+    let ca = match &ctx.env.agent_install.ca_bundle {
+        Some(pem) => {
+            peers
+                .host
+                .write_file(&host, AGENT_CA_PATH, &Secret::new(pem.clone()), 0o644)
+                .await
+        }
+        None => Ok(()),
+    };
+    let delivered = match ca {
+        Ok(()) => match peers
+            .host
+            .write_file(&host, AGENT_ENV_PATH, &env, 0o600)
+            .await
+        {
+            Ok(()) => peers.host.restart_units(&host, &[AGENT_UNIT]).await,
+            Err(err) => Err(err),
+        },
         Err(err) => Err(err),
     };
     if let Err(err) = delivered {

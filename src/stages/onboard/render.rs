@@ -60,8 +60,7 @@ pub(super) async fn ensure_node_and_payload(
             enroll_token: token,
             deploy_password: password,
             boot_disk_hint: ctx.facts.boss_disk_path.clone(),
-            agent_package_url: None,
-            ca_bundle: None,
+            agent_install: ctx.env.agent_install.clone(),
         },
     );
     let rendered = cloudinit::render(&input).map_err(|e| {
