@@ -103,11 +103,18 @@ async fn nodes_plan_and_audit_are_served_and_bad_filters_are_typed_errors() {
     assert_eq!(job["job"]["kind"], "onboarding", "{node}");
     assert_eq!(job["job"]["state"], "completed", "{node}");
     let timeline = job["timeline"].as_array().unwrap();
+    // Every stage that ran succeeded or had nothing to do; the deploy-failure branch never ran.
     assert!(
         timeline
             .iter()
-            .all(|s| s["status"] == "succeeded" || s["status"] == "skipped"),
+            .all(|s| ["succeeded", "skipped", "pending"].contains(&s["status"].as_str().unwrap())),
         "{node}"
+    );
+    assert_eq!(timeline.last().unwrap()["stage"], "wait_for_agent_enrollment");
+    assert_eq!(timeline.last().unwrap()["status"], "succeeded", "{node}");
+    assert_eq!(
+        node["audit"][0]["action"], "node.transition",
+        "the newest audit row first: {node}"
     );
     assert_eq!(
         refused(&base, "/nodes/c07u43").await,

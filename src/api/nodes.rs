@@ -233,12 +233,16 @@ fn audit_query(pairs: &[(String, String)]) -> Result<(AuditQuery, Option<uuid::U
                         ApiError::bad_request(format!(
                             "`limit={value}`: give a number from 1 to {AUDIT_MAX_LIMIT}"
                         ))
+                        .hint(format!(
+                            "without limit the newest {AUDIT_DEFAULT_LIMIT} rows are answered; narrow with since= and until="
+                        ))
                     })?;
             }
             other => {
                 return Err(ApiError::bad_request(format!(
                     "unknown filter `{other}`; the filters are node, actor, action, since, until and limit"
-                )));
+                ))
+                .hint("e.g. ?node=NODE_ID&since=2026-11-26T04:00:00Z"));
             }
         }
     }
@@ -249,7 +253,8 @@ fn audit_query(pairs: &[(String, String)]) -> Result<(AuditQuery, Option<uuid::U
             "`since` ({}) is not before `until` ({})",
             since.to_rfc3339(),
             until.to_rfc3339()
-        )));
+        ))
+        .hint("swap them, or leave one out"));
     }
     Ok((query, node))
 }
