@@ -71,7 +71,7 @@ async fn nodes_plan_and_audit_are_served_and_bad_filters_are_typed_errors() {
         "/nodes?state=offline",
         "/nodes?site=dc9",
         "/nodes?failed=true",
-        "/nodes?drift=1",
+        "/nodes?drift=true",
     ] {
         let (status, body) = get(&base, path).await;
         assert_eq!(status, 200, "{path}: {body}");
@@ -84,7 +84,11 @@ async fn nodes_plan_and_audit_are_served_and_bad_filters_are_typed_errors() {
     );
     assert_eq!(
         refused(&base, "/nodes?drift=maybe").await,
-        "`drift=maybe`: use drift=1 or leave it out"
+        "`drift=maybe`: use drift=true or drift=false"
+    );
+    assert_eq!(
+        refused(&base, "/nodes?failed=").await,
+        "`failed=`: use failed=true or failed=false"
     );
     assert_eq!(
         refused(&base, "/nodes?colour=red").await,
@@ -110,7 +114,10 @@ async fn nodes_plan_and_audit_are_served_and_bad_filters_are_typed_errors() {
             .all(|s| ["succeeded", "skipped", "pending"].contains(&s["status"].as_str().unwrap())),
         "{node}"
     );
-    assert_eq!(timeline.last().unwrap()["stage"], "wait_for_agent_enrollment");
+    assert_eq!(
+        timeline.last().unwrap()["stage"],
+        "wait_for_agent_enrollment"
+    );
     assert_eq!(timeline.last().unwrap()["status"], "succeeded", "{node}");
     assert_eq!(
         node["audit"][0]["action"], "node.transition",
