@@ -31,14 +31,14 @@ pub(super) struct ImportBody {
     reason: Option<String>,
 }
 
-/// A JSON number that is a whole `u32`: `8` or `8.0` (JSON does not tell them apart).
+/// A GPU count: a whole number from 1, written `8` or `8.0` (JSON does not tell them apart).
 fn whole_number<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<u32, D::Error> {
     let n = f64::deserialize(deserializer)?;
-    if n.fract() == 0.0 && (0.0..=f64::from(u32::MAX)).contains(&n) {
+    if n.fract() == 0.0 && (1.0..=f64::from(u32::MAX)).contains(&n) {
         Ok(n as u32)
     } else {
         Err(serde::de::Error::custom(format!(
-            "`gpus` must be a whole number from 0 to {}, got {n}",
+            "`gpus` must be a whole number from 1 to {}, got {n}",
             u32::MAX
         )))
     }

@@ -751,3 +751,63 @@ pub(super) fn finish(report: &ApplyReport) -> Result<Exit, CliError> {
     ))
     .hint("`metalform onboardings list --open` and `metalform decommissions list --open` show each job's failure class and next action"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apply::NodeResult;
+    use crate::lifecycle::JobState;
+
+    fn converged(node: &str) -> NodeResult {
+        NodeResult {
+            node: node.into(),
+            job_id: None,
+            outcome: NodeOutcome::Converged {
+                state: JobState::Completed,
+            },
+        }
+    }
+
+    #[test]
+    fn warnings_are_listed_and_a_mismatch_is_not_converged() {
+        let report = ApplyReport {
+            results: vec![converged("dc1/a"), converged("dc1/b")],
+        };
+        let findings = vec![
+            Finding {
+                node: "dc1/a".into(),
+                message: "eno8303 of abc123 has no subnet to link AUTO".into(),
+                mismatch: false,
+            },
+            Finding {
+                node: "dc1/b".into(),
+                message: "def456 was deployed without hardware sync".into(),
+                mismatch: true,
+            },
+        ];
+        assert_eq!(
+            render_findings(&findings),
+            "\nWarnings (2):\n  dc1/a: eno8303 of abc123 has no subnet to link AUTO\n  \
+             dc1/b: def456 was deployed without hardware sync [not as the manifest says]\n"
+        );
+        let err = not_as_declared(&findings).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "1 node(s) are not what their manifests say: dc1/b"
+        );
+        assert!(not_as_declared(&findings[..1]).is_ok());
+        let json = report_json(&report, &findings, 7);
+        let last: serde_json::Value = serde_json::from_str(json.lines().last().unwrap()).unwrap();
+        assert_eq!(
+            last,
+            serde_json::json!({"event": "summary", "converged": 1, "diverged": 1, "failed": 0,
+                "not_run": 0, "warnings": 2, "maas_requests": 7})
+        );
+        assert_eq!(
+            json.lines()
+                .filter(|l| l.contains("\"event\":\"warning\""))
+                .count(),
+            2
+        );
+    }
+}

@@ -79,13 +79,47 @@ async fn openapi() -> impl IntoResponse {
     )
 }
 
+/// An extractor's plain-text rejection (a malformed query string) as the typed JSON error every
+/// other answer is.
+async fn typed_rejections(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let response = next.run(request).await;
+    let status = response.status();
+    let plain = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/plain"));
+    if !(plain && status.is_client_error()) {
+        return response;
+    }
+    let bytes = axum::body::to_bytes(response.into_body(), 16 * 1024)
+        .await
+        .unwrap_or_default();
+    let code = match status {
+        StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        _ => "bad_request",
+    };
+    crate::api::ApiError::new(
+        status,
+        code,
+        String::from_utf8_lossy(&bytes).trim().to_owned(),
+    )
+    .into_response()
+}
+
 pub(super) fn app(core: Arc<Core>, api: ApiState, public_url: Url) -> Router {
     let (admin, _) = crate::api::admin_router(api.clone());
     let (public, _) = public_routes().into_parts();
     let agent = crate::agent::router(crate::agent::AgentState::new(
         core.store.clone(),
         public_url,
-    ));
+    ))
+    .layer(axum::middleware::from_fn(typed_rejections));
     let web = crate::web::WebState::new(
         core.store.clone(),
         Arc::new(super::Handle { core: core.clone() }),
