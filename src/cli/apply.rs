@@ -655,14 +655,20 @@ pub(super) fn render_findings(findings: &[Finding]) -> String {
     crate::sanitize::terminal::escape(&out).into_owned()
 }
 
-/// Nodes whose onboarding ended but which differ from their manifests: not converged (exit 1).
-fn not_as_declared(findings: &[Finding]) -> Result<(), CliError> {
+/// The nodes with a warning that they differ from their manifests, once each.
+fn diverged(findings: &[Finding]) -> Vec<&str> {
     let mut nodes: Vec<&str> = findings
         .iter()
         .filter(|f| f.mismatch)
         .map(|f| f.node.as_str())
         .collect();
     nodes.dedup();
+    nodes
+}
+
+/// Nodes whose onboarding ended but which differ from their manifests: not converged (exit 1).
+fn not_as_declared(findings: &[Finding]) -> Result<(), CliError> {
+    let nodes = diverged(findings);
     if nodes.is_empty() {
         return Ok(());
     }
@@ -719,16 +725,11 @@ pub(super) fn report_json(
         out.push_str(&line.to_string());
         out.push('\n');
     }
-    let mut diverged: Vec<&str> = findings
-        .iter()
-        .filter(|f| f.mismatch)
-        .map(|f| f.node.as_str())
-        .collect();
-    diverged.dedup();
+    let differing = diverged(findings);
     let summary = serde_json::json!({
         "event": "summary",
-        "converged": report.converged() - diverged.len(),
-        "diverged": diverged.len(),
+        "converged": report.converged() - differing.len(),
+        "diverged": differing.len(),
         "failed": report.failed(),
         "not_run": report.not_run(),
         "warnings": findings.len(),
@@ -793,7 +794,8 @@ mod tests {
         let err = not_as_declared(&findings).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "1 node(s) are not what their manifests say: dc1/b"
+            "error: 1 node(s) are not what their manifests say: dc1/b\n\
+             hint: the warnings above say what differs and what brings the node in line"
         );
         assert!(not_as_declared(&findings[..1]).is_ok());
         let json = report_json(&report, &findings, 7);
