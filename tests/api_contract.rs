@@ -56,8 +56,11 @@ async fn every_documented_operation_answers_as_the_document_says() {
     assert_eq!(status, 202, "{body}");
 
     let schemathesis = schemathesis();
+    // schemathesis keeps a cache in its working directory: the test's, not the repository.
+    let workdir = bed.bed.dir.path().to_path_buf();
     let out = tokio::task::spawn_blocking(move || {
         Command::new(schemathesis)
+            .current_dir(workdir)
             .arg("--config-file")
             .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/schemathesis.toml"))
             .args(["--no-color", "run"])
