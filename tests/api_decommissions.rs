@@ -191,6 +191,15 @@ async fn decommission_routes_run_soft_reset_and_storage_cleanup_retry_cancel_and
         .call(Method::POST, &format!("/nodes/{}/soft-reset", a.id), None)
         .await;
     assert_eq!(status, 400, "{body}");
+    assert_eq!(body["message"], "this request needs a JSON body");
+    let (status, body) = api
+        .call(
+            Method::POST,
+            &format!("/nodes/{}/soft-reset", a.id),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
     assert_eq!(
         body["message"],
         "`reason` is required: every recovery action is audited"

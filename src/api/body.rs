@@ -1,6 +1,8 @@
 //! JSON request bodies with the API's limit and typed errors: over the limit → 413
 //! `payload_too_large`, another content type → 415 `unsupported_media_type`, bad JSON or a
-//! missing or mistyped field → 400 `bad_request` naming it. An empty body reads as `{}`.
+//! missing or mistyped field → 400 `bad_request` naming it. A route that takes a body refuses
+//! a request without one (400); the routes that refuse whatever is sent (git owns what they
+//! would change) take [`MaybeJsonBody`], where an empty body reads as `{}`.
 
 use axum::extract::{FromRequest, Request};
 use axum::http::{StatusCode, header};
@@ -12,43 +14,75 @@ use super::{ApiError, ApiState};
 #[derive(Debug, Clone)]
 pub struct JsonBody<T>(pub T);
 
+/// A JSON body of type `T` that may be left out (read as `{}`).
+#[derive(Debug, Clone)]
+pub struct MaybeJsonBody<T>(pub T);
+
 impl<T: DeserializeOwned + Send> FromRequest<ApiState> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &ApiState) -> Result<Self, ApiError> {
-        let limit = state.inner.max_body_bytes;
-        let headers = request.headers();
-        let declared = headers
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<usize>().ok());
-        if declared.is_some_and(|n| n > limit) {
-            return Err(ApiError::payload_too_large(limit));
-        }
-        let json = headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(|v| {
-                let essence = v.split(';').next().unwrap_or_default().trim();
-                essence.eq_ignore_ascii_case("application/json")
-            });
-        let bytes = axum::body::to_bytes(request.into_body(), limit)
+        read(request, state, false).await
+    }
+}
+
+impl<T: DeserializeOwned + Send> FromRequest<ApiState> for MaybeJsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &ApiState) -> Result<Self, ApiError> {
+        read(request, state, true)
             .await
-            // Without a Content-Length the limit shows up here.
-            .map_err(|_| ApiError::payload_too_large(limit))?;
-        if bytes.iter().all(u8::is_ascii_whitespace) {
+            .map(|JsonBody(body)| MaybeJsonBody(body))
+    }
+}
+
+async fn read<T: DeserializeOwned>(
+    request: Request,
+    state: &ApiState,
+    empty_is_object: bool,
+) -> Result<JsonBody<T>, ApiError> {
+    let limit = state.inner.max_body_bytes;
+    let headers = request.headers();
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(ApiError::payload_too_large(limit));
+    }
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            let essence = v.split(';').next().unwrap_or_default().trim();
+            essence.eq_ignore_ascii_case("application/json")
+        });
+    let bytes = axum::body::to_bytes(request.into_body(), limit)
+        .await
+        // Without a Content-Length the limit shows up here.
+        .map_err(|_| ApiError::payload_too_large(limit))?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        if empty_is_object {
             return parse(b"{}");
         }
-        if json == Some(false) {
-            return Err(ApiError::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported_media_type",
-                "the body must be JSON",
-            )
-            .hint("send Content-Type: application/json"));
-        }
-        parse(&bytes)
+        return Err(ApiError::bad_request("this request needs a JSON body")
+            .hint("send a JSON object with Content-Type: application/json; openapi.yaml lists its fields"));
     }
+    if json == Some(false) {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "the body must be JSON",
+        )
+        .hint("send Content-Type: application/json"));
+    }
+    // Every body is an object (serde would also read a struct from an array).
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    if first != Some(&b'{') {
+        return Err(ApiError::bad_request("the body must be a JSON object")
+            .hint("send {…} with the fields openapi.yaml lists"));
+    }
+    parse(&bytes)
 }
 
 fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<JsonBody<T>, ApiError> {

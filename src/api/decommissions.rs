@@ -14,7 +14,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::jobs::node_id;
-use super::{Access, ApiError, ApiState, JsonBody, Principal, RouteTable, required_reason};
+use super::{
+    Access, ApiError, ApiState, JsonBody, MaybeJsonBody, Principal, RouteTable, required_reason,
+};
 use crate::apply::decommission;
 use crate::lifecycle::JobKind;
 use crate::model::Node as ManifestNode;
@@ -48,7 +50,7 @@ pub(super) fn routes(table: &mut RouteTable) {
             Method::POST,
             &format!("{NODES}/{{node_id}}/{segment}"),
             Access::Admin,
-            move |state: State<ApiState>, path: Path<String>, body: JsonBody<Value>| {
+            move |state: State<ApiState>, path: Path<String>, body: MaybeJsonBody<Value>| {
                 declarative(state, path, body, segment, change)
             },
         );
@@ -196,7 +198,7 @@ async fn storage_cleanup(
 async fn declarative(
     State(state): State<ApiState>,
     Path(id): Path<String>,
-    JsonBody(_): JsonBody<Value>,
+    MaybeJsonBody(_): MaybeJsonBody<Value>,
     segment: &str,
     change: &str,
 ) -> Result<(), ApiError> {

@@ -19,6 +19,7 @@ use crate::manifest::maas_import::{self, ImportOptions, default_credentials};
 #[serde(deny_unknown_fields)]
 pub(super) struct ImportBody {
     sku: String,
+    #[serde(deserialize_with = "whole_number")]
     gpus: u32,
     #[serde(default)]
     profile: Option<String>,
@@ -28,6 +29,19 @@ pub(super) struct ImportBody {
     write_secrets: bool,
     #[serde(default)]
     reason: Option<String>,
+}
+
+/// A GPU count: a whole number from 1, written `8` or `8.0` (JSON does not tell them apart).
+fn whole_number<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<u32, D::Error> {
+    let n = f64::deserialize(deserializer)?;
+    if n.fract() == 0.0 && (1.0..=f64::from(u32::MAX)).contains(&n) {
+        Ok(n as u32)
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "`gpus` must be a whole number from 1 to {}, got {n}",
+            u32::MAX
+        )))
+    }
 }
 
 pub(super) async fn import(

@@ -21,6 +21,7 @@ mod decommissions;
 mod error;
 mod import_maas;
 mod jobs;
+mod nodes;
 mod onboardings;
 mod reconciliation;
 mod sites;
@@ -36,7 +37,7 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 
 pub use auth::{ApiToken, Principal, TokenRole, Tokens};
-pub use body::JsonBody;
+pub use body::{JsonBody, MaybeJsonBody};
 pub use error::{ApiError, ErrorBody};
 
 use crate::apply::recovery::Recovery;
@@ -126,6 +127,11 @@ pub trait Control: Send + Sync + 'static {
 
     /// Run a recorded recovery action in the background (its stages may take an hour).
     fn carry_out(&self, target: NodeTarget, recovery: Recovery) -> Result<(), ControlError>;
+
+    /// The last plan of each site (`GET /api/v1/admin/plan`); none by default.
+    fn plans(&self) -> Vec<(SiteName, Arc<crate::web::LatestPlan>)> {
+        Vec::new()
+    }
 }
 
 /// What the handlers share.
@@ -270,6 +276,7 @@ pub fn admin_routes() -> RouteTable {
     onboardings::routes(&mut table);
     decommissions::routes(&mut table);
     reconciliation::routes(&mut table);
+    nodes::routes(&mut table);
     table
 }
 

@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::http::Method;
 use serde_json::Value;
 
-use super::{Access, ApiError, ApiState, JsonBody, RouteTable};
+use super::{Access, ApiError, ApiState, MaybeJsonBody, RouteTable};
 use crate::lifecycle::JobKind;
 
 pub(super) fn routes(table: &mut RouteTable) {
@@ -23,7 +23,7 @@ pub(super) fn routes(table: &mut RouteTable) {
 
 async fn create(
     State(state): State<ApiState>,
-    JsonBody(_): JsonBody<Value>,
+    MaybeJsonBody(_): MaybeJsonBody<Value>,
 ) -> Result<(), ApiError> {
     let _ = state.fleet()?;
     Err(ApiError::owned_by_git(

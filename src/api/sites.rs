@@ -14,7 +14,9 @@ use axum::response::IntoResponse;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::{Access, ApiError, ApiState, FleetRevision, JsonBody, Principal, RouteTable};
+use super::{
+    Access, ApiError, ApiState, FleetRevision, JsonBody, MaybeJsonBody, Principal, RouteTable,
+};
 use crate::lifecycle::JobKind;
 use crate::model::{Site, SiteName};
 use crate::provider::maas::{MaasClient, MaasClientOptions, RetryPolicy};
@@ -156,7 +158,7 @@ async fn get(
 
 async fn create(
     State(state): State<ApiState>,
-    JsonBody(body): JsonBody<Value>,
+    MaybeJsonBody(body): MaybeJsonBody<Value>,
 ) -> Result<(), ApiError> {
     let _ = state.fleet()?;
     let name = body.get("name").and_then(Value::as_str).unwrap_or("<name>");
@@ -171,7 +173,7 @@ async fn create(
 async fn update(
     State(state): State<ApiState>,
     Path(id): Path<String>,
-    JsonBody(body): JsonBody<Value>,
+    MaybeJsonBody(body): MaybeJsonBody<Value>,
 ) -> Result<(), ApiError> {
     let (_, site) = accepted_site(&state, &id)?;
     let fields = body
@@ -428,7 +430,7 @@ async fn list_roce(
 async fn upsert_roce(
     State(state): State<ApiState>,
     Path(id): Path<String>,
-    JsonBody(body): JsonBody<Value>,
+    MaybeJsonBody(body): MaybeJsonBody<Value>,
 ) -> Result<(), ApiError> {
     let (accepted, site) = accepted_site(&state, &id)?;
     let hostnames: std::collections::BTreeSet<&str> = body

@@ -39,7 +39,8 @@ pub use from_plan::{
 pub use lease::onboarding_lease_name;
 pub use maas::SiteMaas;
 pub use progress::{
-    MemoryProgress, NoProgress, Progress, ProgressEvent, ProgressStatus, StderrProgress,
+    JsonProgress, MemoryProgress, NoProgress, Progress, ProgressEvent, ProgressStatus,
+    StderrProgress,
 };
 
 pub use crate::stages::StageEnv;

@@ -54,6 +54,21 @@ impl ProgressStatus {
         }
     }
 
+    /// The name in `apply --json` events (docs/apply.md).
+    pub fn name(self) -> &'static str {
+        match self {
+            ProgressStatus::Begin => "begin",
+            ProgressStatus::Started => "started",
+            ProgressStatus::Waiting => "waiting",
+            ProgressStatus::Succeeded => "succeeded",
+            ProgressStatus::Skipped => "skipped",
+            ProgressStatus::Retrying => "retrying",
+            ProgressStatus::Failed => "failed",
+            ProgressStatus::Converged => "converged",
+            ProgressStatus::Left => "left",
+        }
+    }
+
     fn ends_node(self) -> bool {
         matches!(
             self,
@@ -104,6 +119,9 @@ impl StderrProgress {
                 .unwrap_or_else(|_| ProgressStyle::default_bar())
                 .progress_chars("=> "),
             );
+            // The clock keeps moving while a stage waits on MAAS (a deploy takes many minutes
+            // without a transition).
+            bar.enable_steady_tick(std::time::Duration::from_millis(500));
             bar
         });
         Self {
@@ -144,6 +162,12 @@ impl Progress for StderrProgress {
                 if event.status.ends_node() {
                     bar.inc(1);
                 }
+                // What the run waits on now, next to the ticking clock.
+                if event.status == ProgressStatus::Waiting {
+                    bar.set_message(format!("{}: {}", event.node, event.stage));
+                } else if event.status.ends_node() {
+                    bar.set_message("");
+                }
             }
             None => {
                 let _ = writeln!(std::io::stderr(), "{line}");
@@ -161,6 +185,51 @@ impl Progress for StderrProgress {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();
         }
+    }
+}
+
+/// `apply --json`: one JSON object per line on stdout for each transition,
+/// `{"event": "stage", "elapsed_ms", "node", "stage", "status", "message"}` (docs/apply.md).
+pub struct JsonProgress {
+    started: Instant,
+    lock: Mutex<()>,
+}
+
+impl JsonProgress {
+    pub fn new() -> Self {
+        Self {
+            started: Instant::now(),
+            lock: Mutex::new(()),
+        }
+    }
+
+    /// One event as written (without the newline).
+    pub fn line(elapsed: std::time::Duration, event: &ProgressEvent) -> String {
+        serde_json::json!({
+            "event": "stage",
+            "elapsed_ms": elapsed.as_millis() as u64,
+            "node": event.node,
+            "stage": event.stage,
+            "status": event.status.name(),
+            "message": event.message,
+        })
+        .to_string()
+    }
+}
+
+impl Default for JsonProgress {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Progress for JsonProgress {
+    fn report(&self, event: ProgressEvent) {
+        let line = Self::line(self.started.elapsed(), &event);
+        let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
     }
 }
 
@@ -201,6 +270,10 @@ mod tests {
         assert_eq!(
             StderrProgress::line(std::time::Duration::from_secs(75), &event),
             " 1:15  dc1/c07u43           deploy_via_maas                  ok     deploy issued"
+        );
+        assert_eq!(
+            JsonProgress::line(std::time::Duration::from_millis(75_250), &event),
+            r#"{"event":"stage","elapsed_ms":75250,"node":"dc1/c07u43","stage":"deploy_via_maas","status":"succeeded","message":"deploy issued"}"#
         );
     }
 }

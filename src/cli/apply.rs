@@ -22,8 +22,8 @@ use std::time::Duration;
 
 use crate::agent::{AgentServer, AgentServerConfig};
 use crate::apply::{
-    ApplyReport, Executor, ExecutorOptions, FreshnessError, NodeOutcome, PlanRefused, PlanWork,
-    Progress, SiteMaas, StageEnv, StderrProgress, verify_plan_file, work_items,
+    ApplyReport, Executor, ExecutorOptions, FreshnessError, JsonProgress, NodeOutcome, PlanRefused,
+    PlanWork, Progress, SiteMaas, StageEnv, StderrProgress, verify_plan_file, work_items,
 };
 use crate::clock::SystemClock;
 use crate::cloudinit::{AgentBinary, AgentInstall};
@@ -55,6 +55,11 @@ pub struct Args {
     /// did not deploy, and every reimage, decommission and retirement.
     #[arg(long)]
     pub allow_destructive: bool,
+    /// Write a machine-readable stream on stdout instead of the plan, progress and table: one
+    /// JSON object per line (`plan`, then a `stage` event per stage transition, a `result` per
+    /// node, and a closing `summary`). Needs a plan file or --auto-approve.
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub sites: SiteArgs,
     #[command(flatten)]
@@ -465,6 +470,14 @@ fn fleet_args_for(plan: &Plan, args: &FleetArgs) -> FleetArgs {
 }
 
 pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
+    if args.json && args.planfile.is_none() && !args.auto_approve {
+        return Err(CliError::argument(
+            "--json cannot ask for confirmation: stdout carries the event stream",
+        )
+        .hint(
+            "apply a reviewed plan file (`metalform plan --out PLANFILE`), or add --auto-approve",
+        ));
+    }
     let peering = Peering::from_args(&args.exec)?;
     let plan_file = match &args.planfile {
         Some(path) => {
@@ -492,6 +505,9 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
         Ok(Prepared::Run { work, blocked }) => (work, blocked),
         Ok(Prepared::Nothing { blocked }) => {
             world.close().await;
+            if args.json {
+                print!("{}", report_json(&ApplyReport::default(), &[], 0));
+            }
             return not_converged(&blocked).map(|()| Exit::Success);
         }
         Ok(Prepared::Declined) => {
@@ -504,7 +520,11 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
         }
     };
     let actor = operator(args.exec.actor.as_deref());
-    let progress: Arc<dyn Progress> = Arc::new(StderrProgress::new());
+    let progress: Arc<dyn Progress> = if args.json {
+        Arc::new(JsonProgress::new())
+    } else {
+        Arc::new(StderrProgress::new())
+    };
     let runtime = Runtime::over(
         fleet,
         world,
@@ -519,13 +539,18 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
     )
     .await?;
     let report = runtime.executor.run_work(items).await;
-    print!("{}", render_report(&report));
-    eprintln!(
-        "{} MAAS request(s) made by this apply",
-        runtime.maas.metrics().total()
-    );
+    let maas_requests = runtime.maas.metrics().total();
+    let findings = findings(&runtime.world.store, &report).await;
+    if args.json {
+        print!("{}", report_json(&report, &findings, maas_requests));
+    } else {
+        print!("{}", render_report(&report));
+        print!("{}", render_findings(&findings));
+        eprintln!("{maas_requests} MAAS request(s) made by this apply");
+    }
     runtime.shutdown().await;
     let exit = finish(&report)?;
+    not_as_declared(&findings)?;
     not_converged(&blocked)?;
     Ok(exit)
 }
@@ -596,15 +621,27 @@ async fn prepare(
             plan
         }
     };
-    print!(
-        "{}",
-        render::render_text(
-            &plan,
-            render::TextOptions {
-                show_unchanged: false
-            }
-        )
-    );
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "event": "plan",
+                "plan_id": plan.id,
+                "fleet_revision": plan.fleet_revision,
+                "summary": plan.summary,
+            })
+        );
+    } else {
+        print!(
+            "{}",
+            render::render_text(
+                &plan,
+                render::TextOptions {
+                    show_unchanged: false
+                }
+            )
+        );
+    }
     let items = work_items(&plan, args.allow_destructive).map_err(plan_refused)?;
     let blocked: Vec<(String, String)> = plan
         .needing_operator()
@@ -612,6 +649,7 @@ async fn prepare(
         .collect();
     if items.is_empty() {
         match plan.summary.blocked {
+            _ if args.json => {}
             0 => println!("No changes."),
             n => println!("Nothing to apply: {n} item(s) blocked (see the plan above)."),
         }
@@ -683,6 +721,142 @@ pub(super) fn render_report(report: &ApplyReport) -> String {
     out
 }
 
+/// A warning an onboarding of this apply left on its node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Finding {
+    /// `site/hostname`.
+    pub node: String,
+    pub message: String,
+    /// The node is not what its manifest says (it is not counted converged).
+    pub mismatch: bool,
+}
+
+/// The warnings of the onboardings this apply converged, in the report's node order (a failed
+/// node shows its failure instead).
+async fn findings(store: &crate::store::Store, report: &ApplyReport) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for result in &report.results {
+        let (Some(id), NodeOutcome::Converged { .. }) = (result.job_id, &result.outcome) else {
+            continue;
+        };
+        // A decommission's id is not an onboarding's: it has no warnings to read.
+        let Ok(job) = store.job(crate::lifecycle::JobKind::Onboarding, id).await else {
+            continue;
+        };
+        let facts = crate::stages::onboard::Facts::from_details(&job.stage_details);
+        for warning in &facts.warnings {
+            out.push(Finding {
+                node: result.node.clone(),
+                message: warning.clone(),
+                mismatch: facts.mismatches.contains(warning),
+            });
+        }
+    }
+    out
+}
+
+/// The warnings after the result table, those that keep a node from converging marked.
+pub(super) fn render_findings(findings: &[Finding]) -> String {
+    if findings.is_empty() {
+        return String::new();
+    }
+    let mut out = format!("\nWarnings ({}):\n", findings.len());
+    for finding in findings {
+        let mark = if finding.mismatch {
+            " [not as the manifest says]"
+        } else {
+            ""
+        };
+        out.push_str(&format!("  {}: {}{mark}\n", finding.node, finding.message));
+    }
+    crate::sanitize::terminal::escape(&out).into_owned()
+}
+
+/// The nodes with a warning that they differ from their manifests, once each.
+fn diverged(findings: &[Finding]) -> Vec<&str> {
+    let mut nodes: Vec<&str> = findings
+        .iter()
+        .filter(|f| f.mismatch)
+        .map(|f| f.node.as_str())
+        .collect();
+    nodes.dedup();
+    nodes
+}
+
+/// Nodes whose onboarding ended but which differ from their manifests: not converged (exit 1).
+fn not_as_declared(findings: &[Finding]) -> Result<(), CliError> {
+    let nodes = diverged(findings);
+    if nodes.is_empty() {
+        return Ok(());
+    }
+    Err(CliError::user(format!(
+        "{} node(s) are not what their manifests say: {}",
+        nodes.len(),
+        nodes.join(", ")
+    ))
+    .hint("the warnings above say what differs and what brings the node in line"))
+}
+
+/// The end of `apply --json`: a `result` line per node, a `warning` line per warning, then
+/// the `summary` line.
+pub(super) fn report_json(
+    report: &ApplyReport,
+    findings: &[Finding],
+    maas_requests: u64,
+) -> String {
+    let mut out = String::new();
+    for r in &report.results {
+        let (result, state, detail) = match &r.outcome {
+            NodeOutcome::Converged { state } => ("converged", Some(state.to_string()), None),
+            NodeOutcome::Failed {
+                state,
+                class,
+                code,
+                message,
+            } => (
+                "failed",
+                Some(state.to_string()),
+                Some(format!("{class}/{code}: {message}")),
+            ),
+            NodeOutcome::Left { reason } => ("not_run", None, Some(reason.clone())),
+            NodeOutcome::Aborted { reason } => ("stopped", None, Some(reason.clone())),
+        };
+        let line = serde_json::json!({
+            "event": "result",
+            "node": r.node,
+            "result": result,
+            "job_state": state,
+            "job_id": r.job_id,
+            "detail": detail,
+        });
+        out.push_str(&line.to_string());
+        out.push('\n');
+    }
+    for finding in findings {
+        let line = serde_json::json!({
+            "event": "warning",
+            "node": finding.node,
+            "message": finding.message,
+            "mismatch": finding.mismatch,
+        });
+        out.push_str(&line.to_string());
+        out.push('\n');
+    }
+    let differing = diverged(findings);
+    let summary = serde_json::json!({
+        "event": "summary",
+        "converged": report.converged() - differing.len(),
+        "diverged": differing.len(),
+        "failed": report.failed(),
+        "not_run": report.not_run(),
+        "warnings": findings.len(),
+        "maas_requests": maas_requests,
+    });
+    out.push_str(&summary.to_string());
+    out.push('\n');
+    out
+}
+
 /// Exit 0 when every node converged; 1 with what to do otherwise.
 pub(super) fn finish(report: &ApplyReport) -> Result<Exit, CliError> {
     if report.failed() == 0 && report.not_run() == 0 {
@@ -694,4 +868,65 @@ pub(super) fn finish(report: &ApplyReport) -> Result<Exit, CliError> {
         report.not_run()
     ))
     .hint("`metalform onboardings list --open` and `metalform decommissions list --open` show each job's failure class and next action"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apply::NodeResult;
+    use crate::lifecycle::JobState;
+
+    fn converged(node: &str) -> NodeResult {
+        NodeResult {
+            node: node.into(),
+            job_id: None,
+            outcome: NodeOutcome::Converged {
+                state: JobState::Completed,
+            },
+        }
+    }
+
+    #[test]
+    fn warnings_are_listed_and_a_mismatch_is_not_converged() {
+        let report = ApplyReport {
+            results: vec![converged("dc1/a"), converged("dc1/b")],
+        };
+        let findings = vec![
+            Finding {
+                node: "dc1/a".into(),
+                message: "eno8303 of abc123 has no subnet to link AUTO".into(),
+                mismatch: false,
+            },
+            Finding {
+                node: "dc1/b".into(),
+                message: "def456 was deployed without hardware sync".into(),
+                mismatch: true,
+            },
+        ];
+        assert_eq!(
+            render_findings(&findings),
+            "\nWarnings (2):\n  dc1/a: eno8303 of abc123 has no subnet to link AUTO\n  \
+             dc1/b: def456 was deployed without hardware sync [not as the manifest says]\n"
+        );
+        let err = not_as_declared(&findings).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "error: 1 node(s) are not what their manifests say: dc1/b\n\
+             hint: the warnings above say what differs and what brings the node in line"
+        );
+        assert!(not_as_declared(&findings[..1]).is_ok());
+        let json = report_json(&report, &findings, 7);
+        let last: serde_json::Value = serde_json::from_str(json.lines().last().unwrap()).unwrap();
+        assert_eq!(
+            last,
+            serde_json::json!({"event": "summary", "converged": 1, "diverged": 1, "failed": 0,
+                "not_run": 0, "warnings": 2, "maas_requests": 7})
+        );
+        assert_eq!(
+            json.lines()
+                .filter(|l| l.contains("\"event\":\"warning\""))
+                .count(),
+            2
+        );
+    }
 }

@@ -690,6 +690,10 @@ impl Control for Handle {
         self.core.config.executor.lease_ttl
     }
 
+    fn plans(&self) -> Vec<(SiteName, Arc<crate::web::LatestPlan>)> {
+        crate::web::DaemonView::plans(self)
+    }
+
     fn carry_out(
         &self,
         target: crate::plan::NodeTarget,

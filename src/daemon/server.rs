@@ -16,7 +16,36 @@ use crate::api::{Access, ApiState, RouteTable};
 pub fn served_routes() -> Vec<(Method, String, Access)> {
     let (_, mut served) = crate::api::admin_routes().into_parts();
     served.extend(public_routes().into_parts().1);
+    served.extend(agent_routes());
+    served.extend(crate::web::page_routes().into_parts().1);
     served
+}
+
+/// The routes the agent channel's own listener serves (`crate::agent::AgentChannel::router`):
+/// enrollment, and the task protocol with a node's agent token.
+fn agent_routes() -> Vec<(Method, String, Access)> {
+    vec![
+        (
+            Method::POST,
+            format!("/{}", crate::agent::ENROLL_PATH),
+            Access::Agent,
+        ),
+        (
+            Method::GET,
+            "/agent/v1/nodes/{node_id}/tasks/wait".to_owned(),
+            Access::Agent,
+        ),
+        (
+            Method::POST,
+            "/agent/v1/nodes/{node_id}/tasks/{task_id}/result".to_owned(),
+            Access::Agent,
+        ),
+        (
+            Method::POST,
+            "/agent/v1/nodes/{node_id}/tasks/{task_id}/lease".to_owned(),
+            Access::Agent,
+        ),
+    ]
 }
 
 fn public_routes() -> RouteTable<Arc<Core>> {

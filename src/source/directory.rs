@@ -11,7 +11,7 @@ use std::collections::HashSet;
 use std::fs::File;
 use std::io::Read as _;
 use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
@@ -57,14 +57,7 @@ pub(super) fn read(path: &Path, budget: &mut Budget) -> Result<Snapshot, SourceE
     } else if metadata.is_dir() {
         display_root = display_root_of(path);
         let root = path.canonicalize().map_err(io)?;
-        let mut walk = Walk {
-            root: &root,
-            display_root: &display_root,
-            budget,
-            visited: HashSet::from([root.clone()]),
-            files: &mut files,
-        };
-        walk.dir(&root, "", 0)?;
+        walk(&root, &display_root, budget, &mut files)?;
         files.sort_by(|a, b| a.path.cmp(&b.path));
     } else {
         return Err(SourceError::Refused {
@@ -84,113 +77,127 @@ pub(super) fn read(path: &Path, budget: &mut Budget) -> Result<Snapshot, SourceE
     })
 }
 
-/// A walk of the fleet directory.
-struct Walk<'a> {
-    /// The fleet directory, symlinks resolved.
-    root: &'a Path,
-    display_root: &'a str,
-    budget: &'a mut Budget,
-    /// Directories entered (resolved), so a link to an ancestor cannot loop.
-    visited: HashSet<PathBuf>,
-    files: &'a mut Vec<SourceFile>,
-}
-
-impl Walk<'_> {
-    fn dir(&mut self, dir: &Path, prefix: &str, depth: usize) -> Result<(), SourceError> {
-        let io = |path: &Path, source| SourceError::Io {
-            path: path.to_path_buf(),
-            source,
+/// Walk the fleet directory (`root`, symlinks resolved) in name order, reading every manifest
+/// into `files`. Links are followed (walkdir) but checked here: one leading out of the fleet is
+/// refused, a directory reached twice (a link to a sibling, or to an ancestor) is read once.
+fn walk(
+    root: &Path,
+    display_root: &str,
+    budget: &mut Budget,
+    files: &mut Vec<SourceFile>,
+) -> Result<(), SourceError> {
+    let io = |path: &Path, source| SourceError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let max_depth = budget.limits().max_dir_depth;
+    let mut visited = HashSet::from([root.to_path_buf()]);
+    // A stable order: the first problem reported is the same on every run.
+    let mut entries = walkdir::WalkDir::new(root)
+        .min_depth(1)
+        .follow_links(true)
+        .sort_by_file_name()
+        .into_iter();
+    while let Some(next) = entries.next() {
+        let entry = match next {
+            Ok(entry) => entry,
+            // A link back to a directory being walked: that directory is read once already.
+            Err(err) if err.loop_ancestor().is_some() => continue,
+            Err(err) => match err.path().map(Path::to_path_buf) {
+                Some(link) if link.is_symlink() => {
+                    dangling_link(&link, root, display_root)?;
+                    continue;
+                }
+                Some(path) => return Err(io(&path, io_error_of(err))),
+                None => return Err(io(root, io_error_of(err))),
+            },
         };
-        if depth > self.budget.limits().max_dir_depth {
-            return Err(SourceError::Refused {
-                path: join_display(self.display_root, prefix.trim_end_matches('/')),
-                reason: format!(
-                    "directories nested more than {} deep",
-                    self.budget.limits().max_dir_depth
-                ),
-            });
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let is_dir = entry.file_type().is_dir();
+        // Dot-files and dot-directories (.git, .metalform) are not part of the fleet, and
+        // only what the fleet would read is looked at: other names are never opened.
+        if !is_walked_dir(&name) || !(is_dir || is_manifest_name(&name)) {
+            if is_dir {
+                entries.skip_current_dir();
+            }
+            continue;
         }
-        let mut entries = std::fs::read_dir(dir)
-            .map_err(|e| io(dir, e))?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| io(dir, e))?;
-        // A stable order: the first problem reported is the same on every run.
-        entries.sort_by_key(|e| e.file_name());
-        for entry in entries {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            // Dot-files and dot-directories (.git, .metalform) are not part of the fleet.
-            if !is_walked_dir(&name) {
-                continue;
-            }
-            let file_type = entry.file_type().map_err(|e| io(&entry.path(), e))?;
-            // Only what the fleet would read is looked at: other names are never opened.
-            if !(file_type.is_symlink() || file_type.is_dir() || is_manifest_name(&name)) {
-                continue;
-            }
-            let relative = format!("{prefix}{name}");
-            let shown = join_display(self.display_root, &relative);
-            let target = if file_type.is_symlink() {
-                match self.inside_link(&entry.path(), &name, &shown)? {
-                    Some(target) => target,
-                    None => continue,
-                }
-            } else {
-                entry.path()
-            };
-            let metadata = std::fs::metadata(&target).map_err(|e| io(&target, e))?;
-            if metadata.is_dir() {
-                let resolved = target.canonicalize().map_err(|e| io(&target, e))?;
-                if self.visited.insert(resolved.clone()) {
-                    self.dir(&resolved, &format!("{relative}/"), depth + 1)?;
-                }
-            } else if is_manifest_name(&name) {
-                let bytes = read_regular(&target, &shown, self.budget)?;
-                self.files.push(SourceFile {
-                    path: relative,
-                    bytes,
+        let relative = relative_of(entry.path(), root);
+        let shown = join_display(display_root, &relative);
+        let target = if entry.path_is_symlink() {
+            let target = entry
+                .path()
+                .canonicalize()
+                .map_err(|e| io(entry.path(), e))?;
+            if !target.starts_with(root) {
+                // Outside the fleet: refused when the fleet would read it (a manifest, or a
+                // directory it would walk); a README linked from elsewhere is not looked at.
+                return Err(SourceError::Refused {
+                    path: shown,
+                    reason: format!(
+                        "a symbolic link to `{}`, outside the fleet directory",
+                        target.display()
+                    ),
                 });
             }
-        }
-        Ok(())
-    }
-
-    /// Where a link inside the fleet leads, when that is inside the fleet too; `None` for a
-    /// link whose name the fleet would not read anyway.
-    fn inside_link(
-        &self,
-        link: &Path,
-        name: &str,
-        shown: &str,
-    ) -> Result<Option<PathBuf>, SourceError> {
-        let refused = |reason: String| SourceError::Refused {
-            path: shown.to_owned(),
-            reason,
+            target
+        } else {
+            entry.path().to_path_buf()
         };
-        let Ok(target) = link.canonicalize() else {
-            // A dangling link with a manifest's name is a missing manifest.
-            if is_manifest_name(name) {
-                let written = std::fs::read_link(link)
-                    .map(|t| t.display().to_string())
-                    .unwrap_or_default();
-                return Err(refused(format!(
-                    "a symbolic link to `{written}`, which does not exist"
-                )));
+        if is_dir {
+            if entry.depth() > max_depth {
+                return Err(SourceError::Refused {
+                    path: shown,
+                    reason: format!("directories nested more than {max_depth} deep"),
+                });
             }
-            return Ok(None);
-        };
-        if target.starts_with(self.root) {
-            return Ok(Some(target));
+            let resolved = target.canonicalize().map_err(|e| io(&target, e))?;
+            if !visited.insert(resolved) {
+                entries.skip_current_dir();
+            }
+            continue;
         }
-        // Outside the fleet: refused when the fleet would read it (a manifest, or a directory
-        // it would walk); a README linked from elsewhere is simply not looked at.
-        if is_manifest_name(name) || target.is_dir() {
-            return Err(refused(format!(
-                "a symbolic link to `{}`, outside the fleet directory",
-                target.display()
-            )));
-        }
-        Ok(None)
+        let bytes = read_regular(&target, &shown, budget)?;
+        files.push(SourceFile {
+            path: relative,
+            bytes,
+        });
     }
+    Ok(())
+}
+
+/// A link whose target does not exist: with a manifest's name it is a missing manifest.
+fn dangling_link(link: &Path, root: &Path, display_root: &str) -> Result<(), SourceError> {
+    let name = link
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if !is_manifest_name(&name) {
+        return Ok(());
+    }
+    let written = std::fs::read_link(link)
+        .map(|t| t.display().to_string())
+        .unwrap_or_default();
+    Err(SourceError::Refused {
+        path: join_display(display_root, &relative_of(link, root)),
+        reason: format!("a symbolic link to `{written}`, which does not exist"),
+    })
+}
+
+/// `path` below `root`, `/`-separated, as manifests are named in messages.
+fn relative_of(path: &Path, root: &Path) -> String {
+    path.strip_prefix(root)
+        .unwrap_or(path)
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+fn io_error_of(err: walkdir::Error) -> std::io::Error {
+    let message = err.to_string();
+    err.into_io_error()
+        .unwrap_or_else(|| std::io::Error::other(message))
 }
 
 /// A regular file's bytes, within the budget. `shown` names it in errors.

@@ -109,6 +109,21 @@ impl Select {
             .push_str(&format!(" AND {condition} ${}", self.params.len()));
     }
 
+    /// ` AND {column} IN ($n, …)`; no values selects nothing.
+    pub fn and_in(&mut self, column: &str, values: impl IntoIterator<Item = String>) {
+        let mut numbers = Vec::new();
+        for value in values {
+            self.params.push(value.into());
+            numbers.push(format!("${}", self.params.len()));
+        }
+        if numbers.is_empty() {
+            self.sql.push_str(" AND 1 = 0");
+        } else {
+            self.sql
+                .push_str(&format!(" AND {column} IN ({})", numbers.join(", ")));
+        }
+    }
+
     pub async fn fetch(mut self, tx: &mut Tx, order_by: &str) -> Result<Vec<Row>, StoreError> {
         self.sql.push_str(&format!(" ORDER BY {order_by}"));
         tx.fetch_all(self.sql, &self.params).await

@@ -44,8 +44,8 @@ pub use leases::{Fence, Lease, node_lease_name};
 pub use migrate::{SCHEMA_VERSION, migration_versions};
 pub use nodes::{NewNode, Node, NodeFilter, NodeTransition};
 pub use records::{
-    Actor, ApplyRecord, AuditEntry, AuditRecord, DomainEvent, MaasState, MaasStateUpdate, NewPlan,
-    OutboxEvent, PlanRecord, Role,
+    Actor, ApplyRecord, AuditEntry, AuditQuery, AuditRecord, DomainEvent, MaasState,
+    MaasStateUpdate, NewPlan, OutboxEvent, PlanRecord, Role,
 };
 pub use seed::ConvergedNode;
 pub use tasks::{AgentTask, EnsureOutcome, TaskOutcome, TaskStatus};

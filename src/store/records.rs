@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::db::{Row, Tx, params};
+use super::db::{Row, Select, Tx, params};
 use super::{Store, StoreError, format_time, parse_json, parse_opt_time, parse_time, parse_uuid};
 
 /// The role an actor acts in (bearer-token roles of the daemon, plus metalform itself).
@@ -65,6 +65,20 @@ pub struct AuditEntry {
     pub expected_target: Option<String>,
     pub correlation_ids: Value,
     pub details: Value,
+}
+
+/// Which audit rows [`Store::audit_query`] reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuditQuery {
+    /// Rows about any of these subjects (a node's id and its jobs' ids); `None`: any subject.
+    pub subject_ids: Option<Vec<String>>,
+    pub actor: Option<String>,
+    pub action: Option<String>,
+    /// From this instant (inclusive).
+    pub since: Option<DateTime<Utc>>,
+    /// Before this instant.
+    pub until: Option<DateTime<Utc>>,
+    pub limit: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -358,6 +372,33 @@ impl Store {
         .iter()
         .map(audit_from_row)
         .collect()
+    }
+
+    /// Audit rows matching `query`, newest first, at most `query.limit`.
+    pub async fn audit_query(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>, StoreError> {
+        let mut select = Select::all_of("audit_log");
+        if let Some(subjects) = &query.subject_ids {
+            select.and_in("subject_id", subjects.iter().cloned());
+        }
+        if let Some(actor) = &query.actor {
+            select.and("actor =", actor.as_str());
+        }
+        if let Some(action) = &query.action {
+            select.and("action =", action.as_str());
+        }
+        if let Some(since) = query.since {
+            select.and("at >=", format_time(since));
+        }
+        if let Some(until) = query.until {
+            select.and("at <", format_time(until));
+        }
+        let mut tx = self.pool.read().await?;
+        select
+            .fetch(&mut tx, &format!("id DESC LIMIT {}", query.limit))
+            .await?
+            .iter()
+            .map(audit_from_row)
+            .collect()
     }
 
     pub async fn maas_state(&self, node: Uuid) -> Result<Option<MaasState>, StoreError> {

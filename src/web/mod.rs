@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::{Path, RawQuery, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
@@ -43,7 +43,7 @@ pub use view::{
     SiteOverview, StageStep, StepStatus, fleet_snapshot, node_detail, timeline,
 };
 
-use crate::api::ApiState;
+use crate::api::{Access, ApiState, RouteTable};
 use crate::store::{Store, StoreError};
 
 /// How often pages refresh, and how long one store read serves every viewer.
@@ -173,18 +173,40 @@ impl WebState {
     }
 }
 
+/// The pages (`/ui/…`, admin token), declared once: the router and the list of what it serves.
+pub fn page_routes() -> RouteTable<WebState> {
+    let mut table = RouteTable::default();
+    table.add(Method::GET, BASE, Access::Admin, overview);
+    table.add(Method::GET, &format!("{BASE}/"), Access::Admin, overview);
+    table.add(Method::GET, &format!("{BASE}/nodes"), Access::Admin, nodes);
+    table.add(
+        Method::GET,
+        &format!("{BASE}/nodes/{{site}}/{{hostname}}"),
+        Access::Admin,
+        node,
+    );
+    table.add(Method::GET, &format!("{BASE}/plan"), Access::Admin, plan);
+    table.add(
+        Method::GET,
+        &format!("{BASE}/assets/status.css"),
+        Access::Admin,
+        css,
+    );
+    table.add(
+        Method::GET,
+        &format!("{BASE}/assets/status.js"),
+        Access::Admin,
+        js,
+    );
+    // `/` sends a browser to the pages; it is outside the guard.
+    table.served_elsewhere(Method::GET, "/", Access::Public);
+    table
+}
+
 /// The pages' router: `/ui/…` behind the admin guard, and `/` sending a browser there.
 pub fn router(state: WebState, api: ApiState) -> Router {
-    let pages = Router::new()
-        .route(BASE, get(overview))
-        .route(&format!("{BASE}/"), get(overview))
-        .route(&format!("{BASE}/nodes"), get(nodes))
-        .route(&format!("{BASE}/nodes/{{site}}/{{hostname}}"), get(node))
-        .route(&format!("{BASE}/plan"), get(plan))
-        .route(&format!("{BASE}/assets/status.css"), get(css))
-        .route(&format!("{BASE}/assets/status.js"), get(js))
-        .with_state(state);
-    crate::api::behind_admin_guard(pages, api)
+    let (pages, _) = page_routes().into_parts();
+    crate::api::behind_admin_guard(pages.with_state(state), api)
         .route("/", get(|| async { Redirect::to(&format!("{BASE}/")) }))
         .layer(axum::middleware::from_fn(browser))
 }

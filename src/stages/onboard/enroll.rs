@@ -144,7 +144,7 @@ async fn hardware_sync_check(
     let sync = machine.hardware_sync();
     if adopted_as_is(ctx) && !sync.enabled {
         // Nothing but a redeploy turns it on: active, with the warning on the job.
-        ctx.facts.warn(adopted_without_sync(machine));
+        ctx.facts.mismatch(adopted_without_sync(machine));
         return Ok(None);
     }
     let health = sync.health(ctx.now);

@@ -42,6 +42,10 @@ pub struct Facts {
     pub enrollment: EnrollmentFacts,
     /// Non-fatal problems (RoCE links that could not be applied, interval drift).
     pub warnings: Vec<String>,
+    /// The warnings that mean the node is not what its manifest says (also in `warnings`):
+    /// `apply` does not count such a node converged.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub mismatches: Vec<String>,
     /// When the current stage attempt began (timeouts are measured from here, so a restarted
     /// executor continues the same deadline).
     pub clock: Option<StageClock>,
@@ -138,6 +142,16 @@ impl Facts {
         if !self.warnings.contains(&warning) {
             self.warnings.push(warning);
         }
+    }
+
+    /// A warning that means the node differs from its manifest (the profile asks for
+    /// something the machine does not have).
+    pub fn mismatch(&mut self, warning: impl Into<String>) {
+        let warning = warning.into();
+        if !self.mismatches.contains(&warning) {
+            self.mismatches.push(warning.clone());
+        }
+        self.warn(warning);
     }
 }
 

@@ -144,7 +144,7 @@ pub(super) async fn ensure_hardware_sync_configured(
         // Adopted as it runs: MAAS's vendor-data set the sync up (or the machine was deployed
         // without it); nothing is pushed to a host metalform did not configure.
         if !sync.enabled {
-            ctx.facts.warn(adopted_without_sync(&machine));
+            ctx.facts.mismatch(adopted_without_sync(&machine));
             return Ok(StageOutcome::skipped(adopted_without_sync(&machine)));
         }
         if sync.health(ctx.now).is_healthy() {
