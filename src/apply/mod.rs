@@ -7,6 +7,7 @@
 //! | `engine` | the one executor loop ([`Engine`]) and the [`Kind`] trait a job kind implements |
 //! | `onboarding` | the onboarding kind (16 stages of `crate::stages::onboard`) and its work items |
 //! | `decommission` | the decommission kind (`crate::stages::decommission`, one stage list per mode) |
+//! | `provisioning` | the Redfish provisioning kind (seed 003, `crate::stages::provision`), its workers and request service |
 //! | `jobs` | list, show and cancel over every kind; what a kind offers ([`jobs::KindInfo`]) |
 //! | `recovery` | operator recovery actions, recorded and audited |
 //! | `kinds` | the registry of kinds: each kind's description, and a recovery carried out by its kind's engine |
@@ -27,6 +28,7 @@ mod maas;
 pub mod onboarding;
 mod outcome;
 pub mod progress;
+pub mod provisioning;
 pub mod recovery;
 
 use std::sync::Arc;

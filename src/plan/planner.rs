@@ -74,6 +74,8 @@ struct StoreView<'s> {
     open_onboarding: HashMap<(&'s str, &'s str), &'s ObservedJob>,
     latest_onboarding: HashMap<(&'s str, &'s str), &'s ObservedJob>,
     open_decommission: HashMap<(&'s str, &'s str), &'s ObservedJob>,
+    /// Redfish provisioning jobs (the open one, the latest, the latest that succeeded).
+    provisioning: HashMap<(&'s str, &'s str), Vec<&'s ObservedJob>>,
     snapshot: &'s Snapshot,
 }
 
@@ -84,6 +86,7 @@ impl<'s> StoreView<'s> {
             open_onboarding: HashMap::new(),
             latest_onboarding: HashMap::new(),
             open_decommission: HashMap::new(),
+            provisioning: HashMap::new(),
             snapshot,
         };
         for node in &snapshot.inventory {
@@ -109,6 +112,9 @@ impl<'s> StoreView<'s> {
                     if job.state.is_open() {
                         view.open_decommission.insert(key, job);
                     }
+                }
+                JobKind::Provisioning => {
+                    view.provisioning.entry(key).or_default().push(job);
                 }
             }
         }

@@ -15,6 +15,7 @@ mod jobs;
 mod leases;
 mod migrate;
 mod nodes;
+mod provisioning;
 mod records;
 mod tasks;
 mod tokens;
@@ -38,9 +39,12 @@ pub use jobs::{
     EventStatus, Job, JobFailure, JobFilter, JobSpec, JobUpdate, NewDecommission, NewOnboarding,
     Observed, StageEvent, StageEventRow,
 };
-pub use leases::{Fence, Lease, node_lease_name};
-pub use migrate::SCHEMA_VERSION;
+pub use leases::{Fence, Lease, LeaseSort, LeaseTarget, node_lease_name};
+pub use migrate::{SCHEMA_VERSION, known_versions};
 pub use nodes::{NewNode, Node, NodeFilter, NodeTransition};
+pub use provisioning::{
+    Created, JobMediaState, NewProvisioning, ProvisioningFilter, Server, WebhookOutcome, note,
+};
 pub use records::{
     Actor, ApplyRecord, AuditEntry, AuditRecord, DomainEvent, MaasState, MaasStateUpdate, NewPlan,
     OutboxEvent, PlanRecord, Role,
@@ -133,6 +137,16 @@ pub enum StoreError {
         job: String,
         state: String,
     },
+    #[error("server {serial} already has an active provisioning job ({job}, {status})")]
+    ServerBusy {
+        serial: String,
+        job: String,
+        status: String,
+    },
+    #[error(
+        "idempotency key `{key}` belongs to provisioning job {job}, which was created with another recipe"
+    )]
+    IdempotencyConflict { key: String, job: String },
     #[error("lease `{name}` is held by `{holder}` until {expires_at}")]
     LeaseHeld {
         name: String,
@@ -175,6 +189,8 @@ impl StoreError {
                 | StoreError::Provision { .. }
                 | StoreError::DuplicateNode { .. }
                 | StoreError::JobOpen { .. }
+                | StoreError::ServerBusy { .. }
+                | StoreError::IdempotencyConflict { .. }
                 | StoreError::LeaseHeld { .. }
                 | StoreError::LeaseLost { .. }
                 | StoreError::StaleGeneration { .. }
