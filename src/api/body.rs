@@ -12,11 +12,22 @@ use super::{ApiError, ApiState};
 #[derive(Debug, Clone)]
 pub struct JsonBody<T>(pub T);
 
-impl<T: DeserializeOwned + Send> FromRequest<ApiState> for JsonBody<T> {
+/// A router state that bounds request bodies.
+pub trait BodyLimit {
+    fn max_body_bytes(&self) -> usize;
+}
+
+impl BodyLimit for ApiState {
+    fn max_body_bytes(&self) -> usize {
+        self.inner.max_body_bytes
+    }
+}
+
+impl<T: DeserializeOwned + Send, S: BodyLimit + Send + Sync> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
-    async fn from_request(request: Request, state: &ApiState) -> Result<Self, ApiError> {
-        let limit = state.inner.max_body_bytes;
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        let limit = state.max_body_bytes();
         let headers = request.headers();
         let declared = headers
             .get(header::CONTENT_LENGTH)

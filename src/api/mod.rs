@@ -21,6 +21,7 @@ mod decommissions;
 mod error;
 mod jobs;
 mod onboardings;
+pub mod provisioning;
 mod reconciliation;
 mod sites;
 
@@ -35,7 +36,7 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 
 pub use auth::{ApiToken, Principal, TokenRole, Tokens};
-pub use body::JsonBody;
+pub use body::{BodyLimit, JsonBody};
 pub use error::{ApiError, ErrorBody};
 
 use crate::apply::recovery::Recovery;
@@ -218,6 +219,13 @@ pub enum Access {
     /// Served by `crate::agent` (enrollment: its token in the body; tasks: a node's agent
     /// token).
     Agent,
+    /// The Redfish provisioner's jobs API (seed 003): an admin token as bearer, or Basic with
+    /// the token's name and value.
+    User,
+    /// The maintenance OS's status webhook: the shared secret in `X-Webhook-Secret`.
+    Webhook,
+    /// Task ISOs for BMCs: the URL's own HMAC signature and expiry.
+    Signed,
 }
 
 /// Routes declared once: the router, and the list of (method, path, access) it serves.

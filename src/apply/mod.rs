@@ -74,6 +74,9 @@ pub struct ExecutorOptions {
     /// Raised by a shutting-down daemon: nodes stop at the next stage boundary (the journal
     /// holds where they are) and items not started yet are not taken up.
     pub stop: StopSignal,
+    /// CD1 of the Redfish provisionings a plan queues, for nodes whose manifest names none
+    /// (`MAINTENANCE_ISO_URL`).
+    pub maintenance_iso_url: Option<String>,
 }
 
 impl Default for ExecutorOptions {
@@ -88,6 +91,7 @@ impl Default for ExecutorOptions {
             batch_id: None,
             reason: None,
             stop: StopSignal::default(),
+            maintenance_iso_url: None,
         }
     }
 }

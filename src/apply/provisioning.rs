@@ -21,18 +21,21 @@ use uuid::Uuid;
 
 use super::engine::{Compensation, Continuing, Engine, Kind, Pass, Run, Stop};
 use super::jobs::KindInfo;
-use super::outcome::{ApplyReport, NodeOutcome};
+use super::outcome::{ApplyReport, NodeOutcome, NodeResult};
 use super::progress::Progress;
 use super::{ExecutorOptions, StopSignal};
 use crate::lifecycle::{
     FailureClass, JobKind, JobState, NodeState, Owner, ProvisioningStage, ProvisioningStatus,
 };
+use crate::plan::NodeTarget;
 use crate::provider::redfish::recipe::{self, RecipeError};
 use crate::stages::provision::{
     BmcSession, ProvisionCtx, ProvisionFacts, Provisioner, ProvisioningObserver, run_stage,
 };
 use crate::stages::{Next, StageDone, StageEnv, StageFailure, StageOutcome};
-use crate::store::{Created, Job, JobSpec, LeaseTarget, NewProvisioning, Store, StoreError};
+use crate::store::{
+    Created, Job, JobSpec, LeaseTarget, NewProvisioning, Server, Store, StoreError,
+};
 
 /// One job to run.
 pub struct ProvisioningWork {
@@ -501,6 +504,133 @@ impl Workers {
             };
             report.results.extend(finished);
         }
+    }
+}
+
+/// A plan's Redfish provisioning item: its node, the generation it provisions, the plan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProvisionItem {
+    pub target: NodeTarget,
+    pub generation: u64,
+    pub plan_id: String,
+}
+
+/// The server record of a Redfish node of the manifests: its serial, Redfish address, login
+/// reference (its own, else the site's power credentials for it) and vendor.
+pub fn server_of(target: &NodeTarget) -> Option<Server> {
+    let redfish = target.node.provisioner.redfish()?;
+    Some(Server {
+        serial: redfish.serial.clone(),
+        bmc_address: redfish.redfish_url.clone(),
+        credentials: {
+            let model = redfish
+                .credentials
+                .as_ref()
+                .unwrap_or(&target.power_credentials);
+            crate::secrets::SecretRef::new(model.path.clone(), model.key.as_deref())
+        },
+        vendor: redfish.vendor.clone(),
+        last_seen: None,
+        site: target.site_name().to_owned(),
+        hostname: target.hostname().to_owned(),
+    })
+}
+
+/// Record the manifests' Redfish servers (seed 003 `servers`): every node of `fleet` the
+/// Redfish provisioner installs. Returns how many.
+pub async fn sync_servers(store: &Store, fleet: &crate::model::Fleet) -> Result<usize, StoreError> {
+    let servers: Vec<Server> = fleet
+        .nodes
+        .values()
+        .filter(|n| n.provisioner.redfish().is_some())
+        .filter_map(|n| NodeTarget::resolve(fleet, n))
+        .filter_map(|t| server_of(&t))
+        .collect();
+    store.upsert_servers(&servers).await?;
+    Ok(servers.len())
+}
+
+/// Queue a plan's provisioning items: each node's server recorded, a job created at the
+/// item's generation with the node's recipe; the provisioning workers run it. CD1 is the
+/// node's `maintenanceIsoUrl`, else `default_maintenance`.
+pub async fn queue(
+    store: &Store,
+    observer: &dyn ProvisioningObserver,
+    items: &[ProvisionItem],
+    default_maintenance: Option<&str>,
+    actor: &str,
+) -> ApplyReport {
+    let mut report = ApplyReport::default();
+    for item in items {
+        let outcome = queue_one(store, observer, item, default_maintenance, actor).await;
+        let (job_id, outcome) = match outcome {
+            Ok(job) => (
+                Some(job.id),
+                NodeOutcome::Queued {
+                    reason: format!(
+                        "provisioning job queued for server {}: the provisioning workers run it",
+                        job.server_serial().unwrap_or_default()
+                    ),
+                },
+            ),
+            Err(reason) => (None, NodeOutcome::Left { reason }),
+        };
+        report.results.push(NodeResult {
+            node: item.target.label(),
+            job_id,
+            outcome,
+        });
+    }
+    report
+}
+
+async fn queue_one(
+    store: &Store,
+    observer: &dyn ProvisioningObserver,
+    item: &ProvisionItem,
+    default_maintenance: Option<&str>,
+    actor: &str,
+) -> Result<Job, String> {
+    let target = &item.target;
+    let (Some(redfish), Some(server)) = (target.node.provisioner.redfish(), server_of(target))
+    else {
+        return Err("the node is not a Redfish node".into());
+    };
+    let Some(maintenance) = redfish
+        .maintenance_iso_url
+        .as_deref()
+        .or(default_maintenance)
+    else {
+        return Err(
+            "no maintenance OS image: set provisioner.maintenanceIsoUrl on the node, or MAINTENANCE_ISO_URL"
+                .into(),
+        );
+    };
+    store
+        .upsert_servers(std::slice::from_ref(&server))
+        .await
+        .map_err(|e| e.to_string())?;
+    let new = NewProvisioning {
+        serial: server.serial.clone(),
+        recipe: redfish.recipe.clone(),
+        maintenance_iso_url: maintenance.to_owned(),
+        // One job per plan item, however often the plan is applied.
+        idempotency_key: Some(format!("{}#{}", item.plan_id, item.generation)),
+        requested_by: Some(actor.to_owned()),
+        plan_id: Some(item.plan_id.clone()),
+        generation: Some(item.generation as i64),
+    };
+    match request(store, observer, &new).await {
+        Ok(created) => Ok(created.job().clone()),
+        Err(RequestError::InvalidRecipe(errors)) => Err(format!(
+            "the node's recipe is not valid: {}",
+            errors
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        )),
+        Err(RequestError::Store(err)) => Err(err.to_string()),
     }
 }
 

@@ -487,6 +487,7 @@ pub(super) fn render_report(report: &ApplyReport) -> String {
                 } => (state.to_string(), format!("{class}/{code}: {message}")),
                 NodeOutcome::Left { reason } => ("not run".into(), reason.clone()),
                 NodeOutcome::Aborted { reason } => ("stopped".into(), reason.clone()),
+                NodeOutcome::Queued { reason } => ("queued".into(), reason.clone()),
             };
             vec![
                 r.node.clone(),

@@ -165,6 +165,8 @@ pub struct SelfHealPolicy {
     pub decommission: bool,
     /// Apply items marked destructive (release, erase, redeploy) without an operator.
     pub allow_destructive: bool,
+    /// Queue the Redfish provisionings the manifests declare (seed 003).
+    pub provision: bool,
 }
 
 impl Default for SelfHealPolicy {
@@ -176,6 +178,7 @@ impl Default for SelfHealPolicy {
             adopt: true,
             decommission: true,
             allow_destructive: false,
+            provision: true,
         }
     }
 }

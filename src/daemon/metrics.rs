@@ -204,6 +204,7 @@ impl Metrics {
             ("adopt", summary.adopt),
             ("noop", summary.noop),
             ("blocked", summary.blocked),
+            ("provision", summary.provision),
         ] {
             self.plan_items
                 .get_or_create(&vec![("site", site.to_owned()), ("kind", kind.to_owned())])
@@ -233,6 +234,7 @@ impl Metrics {
                 NodeOutcome::Failed { class, .. } => ("failed", class.to_string()),
                 NodeOutcome::Left { .. } => ("left", String::new()),
                 NodeOutcome::Aborted { .. } => ("aborted", String::new()),
+                NodeOutcome::Queued { .. } => ("queued", String::new()),
             };
             self.node_outcomes
                 .get_or_create(&vec![

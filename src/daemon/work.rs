@@ -35,6 +35,10 @@ fn held_by(policy: &SelfHealPolicy, action: &Action, destructive: bool) -> Optio
             .decommission
             .then_some(())
             .ok_or("self_heal.decommission is off"),
+        Action::Provision { .. } => policy
+            .provision
+            .then_some(())
+            .ok_or("self_heal.provision is off"),
         Action::Noop | Action::Blocked { .. } => Ok(()),
     };
     allowed

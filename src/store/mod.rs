@@ -43,7 +43,8 @@ pub use leases::{Fence, Lease, LeaseSort, LeaseTarget, node_lease_name};
 pub use migrate::{SCHEMA_VERSION, known_versions};
 pub use nodes::{NewNode, Node, NodeFilter, NodeTransition};
 pub use provisioning::{
-    Created, JobMediaState, NewProvisioning, ProvisioningFilter, Server, WebhookOutcome, note,
+    Created, JobEvent, JobMediaState, NewProvisioning, ProvisioningFilter, Server, WebhookOutcome,
+    note,
 };
 pub use records::{
     Actor, ApplyRecord, AuditEntry, AuditRecord, DomainEvent, MaasState, MaasStateUpdate, NewPlan,

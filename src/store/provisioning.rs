@@ -92,6 +92,16 @@ pub struct ProvisioningFilter {
     pub limit: Option<i64>,
 }
 
+/// One of a job's events as seed 003 shows them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JobEvent {
+    pub time: DateTime<Utc>,
+    /// info, warn, error.
+    pub level: String,
+    pub message: String,
+    pub step: Option<String>,
+}
+
 /// A job's image-relevant facts, for the task ISO garbage collection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JobMediaState {
@@ -299,6 +309,34 @@ impl Store {
         let job = read_job(&mut tx, JobKind::Provisioning, id).await?;
         tx.commit().await?;
         Ok(Created::New(job))
+    }
+
+    /// A job's events, oldest first (at most `limit`, the most recent ones).
+    pub async fn provisioning_events(
+        &self,
+        id: Uuid,
+        limit: i64,
+    ) -> Result<Vec<JobEvent>, StoreError> {
+        let mut tx = self.pool.read().await?;
+        let mut events = tx
+            .fetch_all(
+                "SELECT time, level, message, step FROM provisioning_job_events
+                 WHERE job_id = $1 ORDER BY time DESC, id DESC LIMIT $2",
+                &params![id.to_string(), limit],
+            )
+            .await?
+            .iter()
+            .map(|row| {
+                Ok(JobEvent {
+                    time: super::parse_time(&row.text("time")?)?,
+                    level: row.text("level")?,
+                    message: row.text("message")?,
+                    step: row.opt_text("step")?,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        events.reverse();
+        Ok(events)
     }
 
     /// The recipe of a job, as it was accepted.
