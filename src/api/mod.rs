@@ -276,6 +276,7 @@ pub fn admin_routes() -> RouteTable {
     sites::routes(&mut table);
     onboardings::routes(&mut table);
     decommissions::routes(&mut table);
+    jobs::routes(&mut table, crate::lifecycle::JobKind::Provisioning);
     reconciliation::routes(&mut table);
     table
 }

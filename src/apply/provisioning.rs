@@ -11,7 +11,7 @@
 //! good fails the job (`→ failed`, its step recorded) and the engine continues at cleanup
 //! ([`Kind::on_final_failure`]): the seed's any → failed → cleanup → complete.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,6 +28,7 @@ use crate::lifecycle::{
     FailureClass, JobKind, JobState, NodeState, Owner, ProvisioningStage, ProvisioningStatus,
 };
 use crate::plan::NodeTarget;
+use crate::provider::redfish::media::{GcReport, JobMedia};
 use crate::provider::redfish::recipe::{self, RecipeError};
 use crate::stages::provision::{
     BmcSession, ProvisionCtx, ProvisionFacts, Provisioner, ProvisioningObserver, run_stage,
@@ -433,16 +434,67 @@ impl Workers {
 
     /// Poll until stopped; then wait for the running jobs to rest (each stops at its next
     /// stage boundary and releases its lease, so the next worker takes it over at once).
+    /// Task ISOs past their retention are collected every ten minutes.
     pub async fn run(&self) {
         let interval = self.provisioner.settings.poll_interval;
+        let gc_every = Duration::from_secs(600);
+        let mut last_gc: Option<tokio::time::Instant> = None;
         while !self.stop().is_stopped() {
             if let Err(err) = self.poll().await {
                 tracing::warn!(target: "metalform::provisioning", error = %err, "cannot look for provisioning jobs");
             }
             self.reap();
+            if last_gc.is_none_or(|at| at.elapsed() >= gc_every) {
+                last_gc = Some(tokio::time::Instant::now());
+                match self.collect_garbage().await {
+                    Ok(report) if !report.removed.is_empty() => tracing::info!(
+                        target: "metalform::provisioning",
+                        removed = report.removed.len(),
+                        bytes = report.bytes_freed,
+                        "task ISOs collected"
+                    ),
+                    Ok(_) => {}
+                    Err(err) => tracing::warn!(target: "metalform::provisioning", error = %err, "task ISO collection failed"),
+                }
+            }
             self.stop().sleep(interval).await;
         }
         self.wait().await;
+    }
+
+    /// One task ISO collection (seed 003 "Task ISO Lifecycle"): the images of jobs complete
+    /// for longer than `TASK_ISO_RETENTION`, and of unknown jobs older than it, are removed.
+    pub async fn collect_garbage(&self) -> Result<GcReport, String> {
+        let states = self
+            .store()
+            .provisioning_media_states()
+            .await
+            .map_err(|e| e.to_string())?;
+        let media: BTreeMap<Uuid, JobMedia> = states
+            .into_iter()
+            .map(|(id, state)| {
+                let media = match (state.status, state.completed_at) {
+                    (ProvisioningStatus::Complete, Some(at)) => JobMedia::CompletedAt(at),
+                    (ProvisioningStatus::Complete, None) => {
+                        JobMedia::CompletedAt(chrono::DateTime::UNIX_EPOCH)
+                    }
+                    _ => JobMedia::Active,
+                };
+                (id, media)
+            })
+            .collect();
+        let now = self.store().clock().now();
+        self.provisioner
+            .media
+            .collect_garbage(now, self.provisioner.settings.retention, &media)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// Abandon every running job at once, as a killed process would: leases are not
+    /// released (they expire), nothing is journaled.
+    pub fn abort(&self) {
+        self.tasks.lock().expect("lock").abort_all();
     }
 
     /// Collect finished runs.

@@ -63,6 +63,8 @@ struct Raw {
     executor: RawExecutor,
     #[serde(default)]
     peers: RawPeers,
+    #[serde(default)]
+    provisioner: Option<super::provisioner::RawProvisioner>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -449,6 +451,8 @@ pub struct DaemonConfig {
     /// of ipmitool and ssh; for tests and demos.
     pub sim_control: BTreeMap<String, url::Url>,
     pub ssh_identity: Option<PathBuf>,
+    /// `[provisioner]`: the Redfish provisioner (seed 003); `None`: not run.
+    pub provisioner: Option<super::provisioner::ProvisionerConfig>,
 }
 
 impl DaemonConfig {
@@ -662,6 +666,9 @@ impl DaemonConfig {
             sim_control.insert(site.clone(), url);
         }
 
+        let provisioner =
+            super::provisioner::config(raw.provisioner.as_ref(), &data_dir, base, &at)?;
+
         Ok(DaemonConfig {
             file: path.to_path_buf(),
             source,
@@ -693,6 +700,7 @@ impl DaemonConfig {
             },
             sim_control,
             ssh_identity: raw.peers.ssh_identity.as_deref().map(resolve),
+            provisioner,
         })
     }
 }

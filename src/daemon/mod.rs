@@ -17,6 +17,7 @@
 
 pub mod config;
 pub mod metrics;
+pub mod provisioner;
 pub mod server;
 pub mod source;
 pub mod work;
@@ -451,7 +452,32 @@ pub async fn start(
         core: core.clone(),
         api: api.clone(),
     };
-    let app = server::app(core.clone(), api, public_url.clone());
+    // The Redfish provisioner (seed 003): its routes, and its workers beside the loop.
+    let provisioning = match &core.config.provisioner {
+        Some(config) => {
+            let running = provisioner::start(
+                config,
+                &public_url,
+                &core.store,
+                core.secrets.clone(),
+                Arc::new(api.clone()),
+                core.metrics.clone(),
+                Arc::new(LogProgress {
+                    metrics: core.metrics.clone(),
+                }),
+                core.stop.clone(),
+            )
+            .await?;
+            let workers = running.workers.clone();
+            core.tasks
+                .lock()
+                .expect("lock")
+                .spawn(async move { workers.run().await });
+            crate::api::provisioning::router(running.api)
+        }
+        None => provisioner::disabled_router(),
+    };
+    let app = server::app(core.clone(), api, public_url.clone()).merge(provisioning);
     let watcher = if options.watch {
         Some(watch_source(&core)?)
     } else {
@@ -939,6 +965,7 @@ async fn reconcile_site(
         tracing::warn!(node = %node, why = %why, "plan item held by the self-heal policy");
     }
     summary.held = dispatch.held.len();
+    queue_provisions(core, fleet, &dispatch.provisions, &mut summary).await;
     let runs = dispatch.items.into_iter().map(NodeRun::Onboarding).chain(
         dispatch
             .decommissions
@@ -994,6 +1021,41 @@ async fn reconcile_site(
         "site reconciled"
     );
     summary
+}
+
+/// Record the manifests' Redfish servers and queue the plan's provisionings for the workers
+/// (held, with a warning, when the daemon runs no provisioner).
+async fn queue_provisions(
+    core: &Arc<Core>,
+    fleet: &Arc<FleetRevision>,
+    items: &[crate::apply::provisioning::ProvisionItem],
+    summary: &mut ReconcileSummary,
+) {
+    use crate::apply::provisioning::{queue, sync_servers};
+    let Some(config) = &core.config.provisioner else {
+        for item in items {
+            tracing::warn!(node = %item.target.label(), "Redfish provisioning held: the daemon has no [provisioner]");
+        }
+        summary.held += items.len();
+        return;
+    };
+    if let Err(err) = sync_servers(&core.store, &fleet.fleet).await {
+        tracing::error!(error = %err, "cannot record the Redfish servers");
+        return;
+    }
+    let report = queue(
+        &core.store,
+        core.metrics.as_ref(),
+        items,
+        Some(&config.settings.maintenance_iso_url),
+        "metalform-daemon",
+    )
+    .await;
+    for result in &report.results {
+        tracing::info!(node = %result.node, job = ?result.job_id, outcome = ?result.outcome, "Redfish provisioning");
+    }
+    summary.started += report.results.len();
+    core.metrics.applied(&report);
 }
 
 /// One JSON log line per drift finding that is new (at its severity), per action carried

@@ -18,6 +18,7 @@ pub fn served_routes() -> Vec<(Method, String, Access)> {
     let (_, mut served) = crate::api::admin_routes().into_parts();
     served.extend(public_routes().into_parts().1);
     served.extend(agent_routes());
+    served.extend(super::provisioner::served());
     served
 }
 

@@ -15,6 +15,8 @@ pub struct Dispatch {
     /// Reimages, decommissions and retirements the manifests declare, and open
     /// decommissions to continue.
     pub decommissions: Vec<DecommissionWork>,
+    /// Redfish provisionings to queue for the provisioning workers.
+    pub provisions: Vec<crate::apply::provisioning::ProvisionItem>,
     pub held: Vec<(String, &'static str)>,
 }
 
@@ -71,6 +73,7 @@ pub fn dispatch(plan: &Plan, policy: &SelfHealPolicy) -> Dispatch {
         Ok(work) => {
             dispatch.items = work.onboarding;
             dispatch.decommissions = work.decommissions;
+            dispatch.provisions = work.provisions;
         }
         Err(PlanRefused::Unresolved { node, .. }) => {
             // The planner resolves every change item; hold the whole plan rather than run part.
