@@ -579,6 +579,17 @@ async fn webhook(
     match api.store().report_webhook(&serial, &report).await {
         Ok(WebhookOutcome::Moved(job)) => {
             api.inner.observer.status(report.status());
+            if let (
+                Some(started),
+                JobSpec::Provisioning {
+                    webhook_at: Some(at),
+                    ..
+                },
+            ) = (job.started_at, &job.spec)
+            {
+                let latency = (*at - started).to_std().unwrap_or_default();
+                api.inner.observer.webhook_latency(latency.as_secs_f64());
+            }
             tracing::info!(target: "metalform::provisioning", job_id = %job.id, server_serial = %serial, status = %report.status(), failed_step = report.failed_step().unwrap_or(""), "the maintenance OS reported");
             axum::Json(json!({"ok": true})).into_response()
         }

@@ -454,7 +454,9 @@ impl Workers {
                         "task ISOs collected"
                     ),
                     Ok(_) => {}
-                    Err(err) => tracing::warn!(target: "metalform::provisioning", error = %err, "task ISO collection failed"),
+                    Err(err) => {
+                        tracing::warn!(target: "metalform::provisioning", error = %err, "task ISO collection failed")
+                    }
                 }
             }
             self.stop().sleep(interval).await;

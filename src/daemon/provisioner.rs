@@ -86,7 +86,11 @@ pub(super) fn config(
             return Err(at(
                 span,
                 format!("unknown key `provisioner.{key}`"),
-                Some(&format!("known keys: {}, {}", known.join(", "), SECRETS.join(", "))),
+                Some(&format!(
+                    "known keys: {}, {}",
+                    known.join(", "),
+                    SECRETS.join(", ")
+                )),
             ));
         }
         let text = match value.get_ref() {
@@ -154,7 +158,9 @@ fn secret_source(
             return Err(at(
                 span,
                 format!("`provisioner.{key}` is inline: secrets never sit in the configuration"),
-                Some("use { env = \"VARIABLE\" } or { vault = \"<mount>/<path>\", key = \"<field>\" }"),
+                Some(
+                    "use { env = \"VARIABLE\" } or { vault = \"<mount>/<path>\", key = \"<field>\" }",
+                ),
             ));
         }
     };
@@ -196,7 +202,11 @@ async fn read_secret(
 }
 
 /// The stage environment of provisioning workers (they use its store, secrets and clock).
-pub fn worker_env(store: &Store, secrets: Arc<dyn SecretStore>, settings: &ProvisionerSettings) -> StageEnv {
+pub fn worker_env(
+    store: &Store,
+    secrets: Arc<dyn SecretStore>,
+    settings: &ProvisionerSettings,
+) -> StageEnv {
     StageEnv {
         store: store.clone(),
         maas: Arc::new(SiteMaas::new(
@@ -230,8 +240,13 @@ pub(super) async fn start(
     progress: Arc<dyn Progress>,
     stop: StopSignal,
 ) -> Result<Running, super::DaemonError> {
-    let webhook_secret =
-        read_secret("webhook_secret", &config.webhook_secret, secrets.as_ref(), 16).await?;
+    let webhook_secret = read_secret(
+        "webhook_secret",
+        &config.webhook_secret,
+        secrets.as_ref(),
+        16,
+    )
+    .await?;
     let media_key =
         read_secret("media_url_key", &config.media_url_key, secrets.as_ref(), 32).await?;
     let provisioner = Arc::new(Provisioner::new(

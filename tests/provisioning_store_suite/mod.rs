@@ -109,13 +109,7 @@ async fn event_messages(store: &Store, id: uuid::Uuid) -> Vec<String> {
 
 pub async fn servers_hold_references_not_passwords(url: String) {
     let (store, _) = open(&url).await;
-    assert!(
-        store
-            .schema_versions()
-            .await
-            .unwrap()
-            .contains(&8)
-    );
+    assert!(store.schema_versions().await.unwrap().contains(&8));
     store.upsert_servers(&[server("XF-1")]).await.unwrap();
     let mut changed = server("XF-1");
     changed.bmc_address = "https://10.176.16.132".into();
@@ -150,7 +144,10 @@ pub async fn one_active_job_per_server_by_the_database(url: String) {
     else {
         panic!("a new job");
     };
-    assert_eq!(status_of(&store, first.id).await, ProvisioningStatus::Queued);
+    assert_eq!(
+        status_of(&store, first.id).await,
+        ProvisioningStatus::Queued
+    );
     let busy = store
         .create_provisioning(&request("XF-1", None))
         .await
@@ -171,20 +168,34 @@ pub async fn one_active_job_per_server_by_the_database(url: String) {
                 'build_task_iso', 'pending')"
         )
     };
-    let err = raw(&url, &insert("00000000-0000-4000-8000-000000000001", "provisioning"))
-        .await
-        .unwrap_err();
+    let err = raw(
+        &url,
+        &insert("00000000-0000-4000-8000-000000000001", "provisioning"),
+    )
+    .await
+    .unwrap_err();
     assert!(err.to_lowercase().contains("unique"), "{err}");
     // A complete job does not count; an unknown status is refused by its CHECK.
-    raw(&url, &insert("00000000-0000-4000-8000-000000000002", "complete"))
-        .await
-        .unwrap();
-    let err = raw(&url, &insert("00000000-0000-4000-8000-000000000003", "done"))
-        .await
-        .unwrap_err();
+    raw(
+        &url,
+        &insert("00000000-0000-4000-8000-000000000002", "complete"),
+    )
+    .await
+    .unwrap();
+    let err = raw(
+        &url,
+        &insert("00000000-0000-4000-8000-000000000003", "done"),
+    )
+    .await
+    .unwrap_err();
     assert!(err.to_lowercase().contains("check"), "{err}");
     // Another server is free; an unknown one is not a server.
-    assert!(store.create_provisioning(&request("XF-2", None)).await.is_ok());
+    assert!(
+        store
+            .create_provisioning(&request("XF-2", None))
+            .await
+            .is_ok()
+    );
     assert!(matches!(
         store.create_provisioning(&request("XF-9", None)).await,
         Err(StoreError::NotFound { kind: "server", .. })
@@ -199,7 +210,12 @@ pub async fn one_active_job_per_server_by_the_database(url: String) {
     )
     .await
     .unwrap();
-    assert!(store.create_provisioning(&request("XF-1", None)).await.is_ok());
+    assert!(
+        store
+            .create_provisioning(&request("XF-1", None))
+            .await
+            .is_ok()
+    );
 }
 
 pub async fn idempotency_keys_return_the_active_job(url: String) {
@@ -224,7 +240,9 @@ pub async fn idempotency_keys_return_the_active_job(url: String) {
     ));
     // Another key while the job is active: busy.
     assert!(matches!(
-        store.create_provisioning(&request("XF-1", Some("k-2"))).await,
+        store
+            .create_provisioning(&request("XF-1", Some("k-2")))
+            .await,
         Err(StoreError::ServerBusy { .. })
     ));
     let jobs = store
@@ -290,7 +308,10 @@ pub async fn leases_follow_the_seed_statements(url: String) {
     assert_eq!(store.claimable_provisioning(10).await.unwrap().len(), 1);
     let b = store.take_lease(&target, "worker-b", ttl).await.unwrap();
     assert!(b.fencing > a.fencing);
-    assert_eq!(status_of(&store, job.id).await, ProvisioningStatus::Provisioning);
+    assert_eq!(
+        status_of(&store, job.id).await,
+        ProvisioningStatus::Provisioning
+    );
     // The old holder can neither renew nor write.
     assert!(matches!(
         store.renew_lease(&a, ttl).await,
@@ -302,11 +323,19 @@ pub async fn leases_follow_the_seed_statements(url: String) {
             .await,
         Err(StoreError::LeaseLost { .. })
     ));
-    assert_eq!(status_of(&store, job.id).await, ProvisioningStatus::Provisioning);
+    assert_eq!(
+        status_of(&store, job.id).await,
+        ProvisioningStatus::Provisioning
+    );
     // The holder can.
     assert!(
         store
-            .fail_provisioning(job.id, "mount_task", "the BMC refused the image", &b.fence())
+            .fail_provisioning(
+                job.id,
+                "mount_task",
+                "the BMC refused the image",
+                &b.fence()
+            )
             .await
             .unwrap()
     );
@@ -407,7 +436,10 @@ pub async fn webhooks_move_once_and_duplicates_change_nothing(url: String) {
     let WebhookOutcome::Moved(moved) = store.report_webhook("XF-1", &failed).await.unwrap() else {
         panic!("moved");
     };
-    assert_eq!(moved.provisioning_status(), Some(ProvisioningStatus::Failed));
+    assert_eq!(
+        moved.provisioning_status(),
+        Some(ProvisioningStatus::Failed)
+    );
     let serial_before = store.serial().await.unwrap();
     let events_before = event_messages(&store, job.id).await;
     // A duplicate (even a contradicting one) is answered and changes nothing.

@@ -456,12 +456,6 @@ async fn ensure_reset(ctx: &mut ProvisionCtx<'_>) -> Result<StageOutcome, StageF
 async fn ensure_reported(ctx: &mut ProvisionCtx<'_>) -> Result<StageOutcome, StageFailure> {
     let status = ctx.status();
     if status.has_outcome() {
-        if let (Some(started), Some(at)) = (ctx.job.started_at, webhook_at(ctx.job)) {
-            let latency = (at - started).to_std().unwrap_or_default();
-            ctx.provisioner
-                .observer
-                .webhook_latency(latency.as_secs_f64());
-        }
         return Ok(done(
             format!("the maintenance OS reported: {status}"),
             json!({"status": status}),
@@ -503,13 +497,6 @@ async fn ensure_reported(ctx: &mut ProvisionCtx<'_>) -> Result<StageOutcome, Sta
         ),
         poll: Some(ctx.provisioner.settings.poll_interval),
     }))
-}
-
-fn webhook_at(job: &Job) -> Option<DateTime<Utc>> {
-    match &job.spec {
-        crate::store::JobSpec::Provisioning { webhook_at, .. } => *webhook_at,
-        _ => None,
-    }
 }
 
 /// Once per run of a waiting job (a worker took it over after a restart): both drives still
