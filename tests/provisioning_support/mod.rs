@@ -207,6 +207,15 @@ impl Bed {
 
     /// A controller over the bed's store (another worker, or a restarted one).
     pub async fn controller(&self, holder: &str, listen: SocketAddr) -> Controller {
+        self.try_controller(holder, listen).await.unwrap()
+    }
+
+    /// [`Bed::controller`], or why its address cannot be bound (yet).
+    pub async fn try_controller(
+        &self,
+        holder: &str,
+        listen: SocketAddr,
+    ) -> std::io::Result<Controller> {
         let mut settings = ProvisionerSettings::new(&self.maintenance_url, self.dir.path());
         settings.iso_tool = self.options.iso_tool;
         if let Some(xorriso) = &self.options.xorriso {
@@ -244,7 +253,6 @@ impl Bed {
             run_workers: self.options.run_workers,
         })
         .await
-        .unwrap()
     }
 
     pub fn controller_url(&self) -> url::Url {
