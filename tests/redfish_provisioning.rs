@@ -258,33 +258,8 @@ async fn a_killed_controller_is_taken_over_without_a_second_mount_or_reset() {
     let (_, body) = bed.post_job(&serial, recipe()).await;
     let id = body["job_id"].as_str().unwrap().to_owned();
     bed.at_stage(&id, "await_webhook", LIMIT).await;
-    // kill -9: no stage boundary, no lease released.
-    let first = bed.controller.take().unwrap();
-    let addr: std::net::SocketAddr = format!(
-        "{}:{}",
-        first.url.host_str().unwrap(),
-        first.url.port().unwrap()
-    )
-    .parse()
-    .unwrap();
-    first.abort();
-    // The restarted controller listens where the maintenance OS reports.
-    // The aborted server task lets go of its socket when the runtime drops it.
-    let mut second = None;
-    for _ in 0..100 {
-        match bed.try_controller("worker-b", addr).await {
-            Ok(c) => {
-                second = Some(c);
-                break;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-                tokio::time::sleep(Duration::from_millis(20)).await
-            }
-            Err(e) => panic!("{e}"),
-        }
-    }
-    assert!(second.is_some(), "{addr} was never free again");
-    bed.controller = second;
+    // kill -9, and a restart where the maintenance OS reports.
+    bed.restart_controller("worker-b").await;
     let job = bed.complete(&id, LIMIT).await;
     assert_eq!(failed_step(&job), None);
     let text = bed.events(&id).await.join("\n");

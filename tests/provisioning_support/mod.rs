@@ -62,6 +62,7 @@ pub struct Options {
     pub vendor: Option<Vendor>,
     pub lease_ttl: Duration,
     pub stuck_timeout: Duration,
+    pub cleanup_timeout: Duration,
     pub iso_tool: IsoTool,
     pub xorriso: Option<std::path::PathBuf>,
     pub run_workers: bool,
@@ -69,6 +70,10 @@ pub struct Options {
     pub concurrency: usize,
     /// Simulated seconds per real second.
     pub time_scale: f64,
+    /// More entries of the file secret store (path → {user, pass}).
+    pub secrets: Vec<(String, Value)>,
+    /// Client settings for the BMCs.
+    pub redfish: RedfishSettings,
 }
 
 impl Default for Options {
@@ -78,12 +83,15 @@ impl Default for Options {
             vendor: Some(Vendor::Dell),
             lease_ttl: Duration::from_secs(3),
             stuck_timeout: Duration::from_secs(60),
+            cleanup_timeout: Duration::from_secs(20),
             iso_tool: IsoTool::Builtin,
             xorriso: None,
             run_workers: true,
             state_url: None,
             concurrency: 8,
             time_scale: 100.0,
+            secrets: Vec::new(),
+            redfish: fast_redfish(),
         }
     }
 }
@@ -153,12 +161,12 @@ impl Bed {
             .await
             .unwrap();
         let secrets_path = dir.path().join("secrets.json");
-        std::fs::write(
-            &secrets_path,
-            json!({CREDENTIALS: {"user": rsim::DEFAULT_USER, "pass": rsim::DEFAULT_PASSWORD}})
-                .to_string(),
-        )
-        .unwrap();
+        let mut entries =
+            json!({CREDENTIALS: {"user": rsim::DEFAULT_USER, "pass": rsim::DEFAULT_PASSWORD}});
+        for (path, value) in &options.secrets {
+            entries[path] = value.clone();
+        }
+        std::fs::write(&secrets_path, entries.to_string()).unwrap();
         let secrets =
             metalform::secrets::open(&format!("file://{}", secrets_path.display())).unwrap();
         let maintenance_url = serve_maintenance_image().await;
@@ -224,13 +232,13 @@ impl Bed {
         settings.poll_interval = Duration::from_millis(50);
         settings.lease_ttl = self.options.lease_ttl;
         settings.stuck_timeout = self.options.stuck_timeout;
-        settings.cleanup_timeout = Duration::from_secs(20);
+        settings.cleanup_timeout = self.options.cleanup_timeout;
         settings.worker_concurrency = self.options.concurrency;
         Controller::start(ControllerOptions {
             store: self.store.clone(),
             secrets: self.secrets.clone(),
             settings,
-            redfish: fast_redfish(),
+            redfish: self.options.redfish.clone(),
             tokens: Tokens::new(&[
                 ApiToken {
                     name: "ops".into(),
@@ -253,6 +261,35 @@ impl Bed {
             run_workers: self.options.run_workers,
         })
         .await
+    }
+
+    /// kill -9 of the controller (no stage boundary, no lease released) and a new one, as
+    /// `holder`, on the same address (where BMCs fetch task ISOs and the maintenance OS
+    /// reports).
+    pub async fn restart_controller(&mut self, holder: &str) {
+        let first = self.controller.take().expect("a running controller");
+        let addr: SocketAddr = format!(
+            "{}:{}",
+            first.url.host_str().unwrap(),
+            first.url.port().unwrap()
+        )
+        .parse()
+        .unwrap();
+        first.abort();
+        // The aborted server task lets go of its socket when the runtime drops it.
+        for _ in 0..100 {
+            match self.try_controller(holder, addr).await {
+                Ok(controller) => {
+                    self.controller = Some(controller);
+                    return;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                    tokio::time::sleep(Duration::from_millis(20)).await
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        panic!("{addr} was never free again");
     }
 
     pub fn controller_url(&self) -> url::Url {
@@ -291,6 +328,24 @@ impl Bed {
             status,
             serde_json::from_str(&text).unwrap_or(Value::String(text)),
         )
+    }
+
+    /// `POST /api/v1/status-webhook/{serial}` as the maintenance OS: (status, body).
+    pub async fn report(&self, serial: &str, body: Value) -> (u16, Value) {
+        let response = self
+            .http
+            .post(
+                self.controller_url()
+                    .join(&format!("api/v1/status-webhook/{serial}"))
+                    .unwrap(),
+            )
+            .header("X-Webhook-Secret", WEBHOOK_SECRET)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
     }
 
     pub async fn job(&self, id: &str) -> Job {
