@@ -12,6 +12,7 @@ mod completions;
 mod daemon;
 mod decommissions;
 mod demo;
+mod demo_redfish;
 mod diff;
 mod drift;
 mod import_csv;
