@@ -652,3 +652,44 @@ async fn task_isos_are_served_signed_and_ranged_and_collected_after_retention() 
     assert!(report.removed.is_empty());
     assert!(controller.provisioner.media.iso_path(id).exists());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failing_iso_build_tool_fails_the_job_with_its_stderr() {
+    // A stand-in for a broken xorriso install: it complains and exits 5.
+    let tools = tempfile::tempdir().unwrap();
+    let tool = tools.path().join("xorriso");
+    std::fs::write(
+        &tool,
+        "#!/bin/sh\necho 'xorriso : FAILURE : Cannot determine attributes of source file' >&2\nexit 5\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bed = Bed::start(Options {
+        iso_tool: metalform::provider::redfish::iso::IsoTool::Xorriso,
+        xorriso: Some(tool),
+        ..Options::default()
+    })
+    .await;
+    let serial = bed.serial(0);
+    let (_, body) = bed.post_job(&serial, recipe()).await;
+    let id = body["job_id"].as_str().unwrap().to_owned();
+    let job = bed.complete(&id, LIMIT).await;
+    assert_eq!(failed_step(&job).as_deref(), Some("build_task_iso"));
+    let events = bed.events(&id).await;
+    let text = events.join("\n");
+    assert!(
+        text.contains("Cannot determine attributes of source file"),
+        "xorriso's stderr is in the events:\n{text}"
+    );
+    // Terminal: one attempt, and nothing was mounted.
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e.contains("build_task_iso started"))
+            .count(),
+        1,
+        "{text}"
+    );
+    assert_eq!(bed.media_calls(&serial).0, 0);
+}
