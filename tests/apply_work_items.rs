@@ -155,7 +155,8 @@ fn blocked_and_unchanged_items_are_no_work() {
 
 #[test]
 fn destructive_items_are_refused_unless_allowed_and_all_are_named() {
-    let mut theirs = machine("aaa001", "n01", MaasStatus::Deployed, "10.176.16.11");
+    // In use by others: deploying (a Deployed one would be adopted, issue 15) and allocated.
+    let mut theirs = machine("aaa001", "n01", MaasStatus::Deploying, "10.176.16.11");
     theirs.owner = Some("alice".into());
     let mut allocated = machine("aaa002", "n02", MaasStatus::Allocated, "10.176.16.12");
     allocated.owner = Some("bob".into());
@@ -176,7 +177,7 @@ fn destructive_items_are_refused_unless_allowed_and_all_are_named() {
     assert_eq!(
         refused.to_string(),
         format!(
-            "the plan {} has 2 destructive item(s): dc1/n01 (MAAS lists it Deployed (aaa001, owner alice, matched by hostname, BMC address) and metalform did not deploy it: onboarding releases and redeploys it, destroying what runs there); dc1/n02 (MAAS lists it Allocated (aaa002, owner bob, matched by hostname, BMC address) and metalform did not deploy it: onboarding releases and redeploys it, destroying what runs there)",
+            "the plan {} has 2 destructive item(s): dc1/n01 (MAAS lists it Deploying (aaa001, owner alice, matched by hostname, BMC address) and metalform did not deploy it: onboarding releases and redeploys it, destroying what runs there); dc1/n02 (MAAS lists it Allocated (aaa002, owner bob, matched by hostname, BMC address) and metalform did not deploy it: onboarding releases and redeploys it, destroying what runs there)",
             plan::short_id(&plan.id)
         )
     );
@@ -319,4 +320,38 @@ fn decommission_items_become_decommission_work_and_need_allow_destructive() {
     let onboarding: Vec<String> = work.onboarding.iter().map(|w| w.target.label()).collect();
     assert_eq!(onboarding, vec!["dc1/n03", "dc2/m01"]);
     assert_eq!(work.len(), 6);
+}
+
+#[test]
+fn a_decommission_whose_destructive_flag_was_cleared_is_still_refused() {
+    use metalform::model::Lifecycle;
+
+    let mut fleet = fixture_fleet();
+    fleet
+        .nodes
+        .get_mut(&NodeId::new("dc1", "n02"))
+        .unwrap()
+        .lifecycle = Lifecycle::Decommissioned;
+    let snapshot = World::new()
+        .node(inventory("dc1", "n02", NodeState::Active))
+        .done();
+    let mut plan = plan::plan(
+        &fleet,
+        &snapshot,
+        &PlanOptions {
+            sites: SiteFilter::All,
+        },
+    );
+    let item = plan
+        .items
+        .iter_mut()
+        .find(|i| i.action == Action::Decommission)
+        .unwrap();
+    // The flag says harmless; the action says otherwise.
+    item.destructive = false;
+    let refused = work_items(&plan, false).unwrap_err();
+    assert!(
+        matches!(&refused, PlanRefused::Destructive { items, .. } if items.iter().any(|(n, _)| n.to_string() == "dc1/n02")),
+        "{refused:?}"
+    );
 }

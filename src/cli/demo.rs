@@ -188,13 +188,10 @@ fn demo_secrets(fleet: &Fleet, api_keys: &BTreeMap<String, String>) -> serde_jso
         for o in &site.power.overrides {
             put(&o.credentials, login.clone());
         }
-        let key = site
-            .deploy
-            .password
-            .key
-            .clone()
-            .unwrap_or_else(|| "password".into());
-        put(&site.deploy.password, json!({ key: DEMO_PASSWORD }));
+        if let Some(password) = &site.deploy.password {
+            let key = password.key.clone().unwrap_or_else(|| "password".into());
+            put(password, json!({ key: DEMO_PASSWORD }));
+        }
     }
     serde_json::Value::Object(doc)
 }
@@ -204,6 +201,12 @@ fn write(path: &Path, text: &str) -> Result<(), CliError> {
         std::fs::create_dir_all(dir)?;
     }
     std::fs::write(path, text).map_err(|e| CliError::user(format!("{}: {e}", path.display())))
+}
+
+/// A file only its owner can read (0600): the dev secrets, kept by `--keep`.
+fn write_private(path: &Path, text: &str) -> Result<(), CliError> {
+    crate::secrets::write_private_file(path, text.as_bytes())
+        .map_err(|e| CliError::user(format!("{}: {e}", path.display())))
 }
 
 /// Copy a fleet directory's manifests (not its .metalform/ or other dot-dirs).
@@ -231,6 +234,11 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
         .prefix("metalform-demo.")
         .tempdir()?;
     let root = workdir.path().to_path_buf();
+    // It holds dev secrets and the state store, and `--keep` leaves it behind: owner only.
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700))?;
+    }
     let fleet_dir = root.join("fleet");
     match &args.fleet {
         Some(dir) => copy_fleet(dir, &fleet_dir)?,
@@ -340,10 +348,11 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
         let (path, login) = redfish.secrets();
         secrets[path] = login;
     }
-    write(&root.join("secrets.json"), &secrets.to_string())?;
+    write_private(&root.join("secrets.json"), &secrets.to_string())?;
 
     let global = GlobalArgs {
         state: Some(format!("sqlite://{}", root.join("state.db").display())),
+        state_from_env: false,
         log: global.log.clone(),
     };
     let progress: Arc<dyn Progress> = Arc::new(StderrProgress::new());

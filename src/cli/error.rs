@@ -12,8 +12,9 @@ pub enum ErrorClass {
     /// The input or the world is not as the command needs it (bad manifest, unknown rev,
     /// unreachable MAAS, stale plan). Exit 1.
     User,
-    /// The command line itself is wrong (unknown flag, conflicting options). Exit 64 (EX_USAGE),
-    /// kept apart from 1 and 2 so `plan --detailed-exitcode` stays unambiguous.
+    /// The command line itself is wrong (unknown flag, conflicting options, a value out of
+    /// range). Exit 2, as clap and most tools do; under `plan --detailed-exitcode`, where 2
+    /// means "changes", a usage error exits 1 instead (see `cli::main`).
     Argument,
     /// A bug or an impossible state inside metalform. Exit 70 (EX_SOFTWARE).
     Unexpected,
@@ -23,7 +24,7 @@ impl ErrorClass {
     pub fn exit_code(self) -> u8 {
         match self {
             ErrorClass::User => 1,
-            ErrorClass::Argument => 64,
+            ErrorClass::Argument => 2,
             ErrorClass::Unexpected => 70,
         }
     }
@@ -38,6 +39,9 @@ pub enum Exit {
     Findings,
     /// 2: `plan --detailed-exitcode` found changes.
     Changes,
+    /// 3: `plan --detailed-exitcode` found nodes that need an operator before the fleet can
+    /// converge (listed on stderr); applying would not get past them.
+    Blocked,
 }
 
 impl From<Exit> for ExitCode {
@@ -46,6 +50,7 @@ impl From<Exit> for ExitCode {
             Exit::Success => 0,
             Exit::Findings => 1,
             Exit::Changes => 2,
+            Exit::Blocked => 3,
         })
     }
 }
@@ -84,11 +89,15 @@ impl CliError {
     }
 }
 
+/// Messages quote what came from outside (manifest values, MAAS answers, URLs): credentials
+/// in them are masked and control characters shown as escapes. Hints are ours (they may show
+/// a URL's shape, `postgres://USER@HOST/DB`): only escaped.
 impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "error: {}", self.message)?;
+        let message = crate::sanitize::redact::text(&self.message);
+        write!(f, "error: {}", crate::sanitize::terminal::escape(&message))?;
         for hint in &self.hints {
-            write!(f, "\nhint: {hint}")?;
+            write!(f, "\nhint: {}", crate::sanitize::terminal::escape(hint))?;
         }
         Ok(())
     }
@@ -116,7 +125,12 @@ mod tests {
              hint: pass --fleet DIR pointing at a directory with sites/, profiles/ and nodes/"
         );
         assert_eq!(err.class.exit_code(), 1);
-        assert_eq!(ErrorClass::Argument.exit_code(), 64);
+        let hostile = CliError::user("site \u{1b}]0;owned\u{7} at https://u:pw@maas.example/MAAS");
+        assert_eq!(
+            hostile.to_string(),
+            "error: site \\x1b]0;owned\\x07 at https://***@maas.example/MAAS"
+        );
+        assert_eq!(ErrorClass::Argument.exit_code(), 2);
         assert_eq!(ErrorClass::Unexpected.exit_code(), 70);
     }
 }

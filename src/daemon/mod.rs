@@ -143,6 +143,8 @@ struct Core {
     source_problem: Mutex<Option<String>>,
     /// Replaced whole when the credentials are reloaded (SIGHUP).
     source: std::sync::RwLock<SourceReader>,
+    /// Each site's plan from its last reconcile (the status pages show it).
+    plans: Mutex<BTreeMap<SiteName, Arc<crate::web::LatestPlan>>>,
 }
 
 /// Progress → JSON log lines and stage metrics.
@@ -158,7 +160,8 @@ impl Progress for LogProgress {
             node = %event.node,
             stage = %event.stage,
             status = event.status.label(),
-            message = %event.message,
+            // Not `message`: the event's own message is that key already.
+            detail = %event.message,
             "stage"
         );
     }
@@ -260,6 +263,24 @@ async fn read_tokens(
                 message: "the token is shorter than 16 characters".into(),
             });
         }
+        // One value under two names would act with the first one's role (an agent token that
+        // is also the admin token is an admin token): every token must be its own.
+        if let Some(twin) = tokens
+            .iter()
+            .find(|t: &&ApiToken| t.value.expose() == value)
+        {
+            return Err(DaemonError::Token {
+                name: token.name.clone(),
+                message: format!(
+                    "it has the same value as token `{}` ({} role); every API token must differ, admin and agent tokens above all",
+                    twin.name,
+                    match twin.role {
+                        crate::api::TokenRole::Admin => "admin",
+                        crate::api::TokenRole::Agent => "agent",
+                    }
+                ),
+            });
+        }
         tokens.push(ApiToken {
             name: token.name.clone(),
             role: token.role,
@@ -312,7 +333,14 @@ async fn source_reader(
         Some(token) => Some(crate::secrets::Secret::new(
             read_token(&token.source, secrets)
                 .await
-                .map_err(|e| DaemonError::Source(format!("source.token: {e}")))?,
+                .map_err(|e| DaemonError::Source(format!("source.token: {e}")))
+                .and_then(|value| {
+                    // A token git might echo must be long enough to be masked as a whole.
+                    crate::sanitize::Redactor::new()
+                        .add("source.token", &value)
+                        .map_err(|e| DaemonError::Source(e.to_string()))
+                        .map(|()| value)
+                })?,
         )),
     };
     Ok(SourceReader::new(source.clone(), &config.data_dir, token))
@@ -347,7 +375,8 @@ pub async fn start(
     options: DaemonOptions,
 ) -> Result<RunningDaemon, DaemonError> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    std::fs::create_dir_all(&config.data_dir).map_err(|e| DaemonError::Watch {
+    // The fleet mirror and the daemon's files: owner only.
+    crate::secrets::create_private_dir(&config.data_dir).map_err(|e| DaemonError::Watch {
         path: config.data_dir.display().to_string(),
         message: e.to_string(),
     })?;
@@ -436,6 +465,7 @@ pub async fn start(
         commands,
         source_problem: Mutex::new(None),
         source: std::sync::RwLock::new(source),
+        plans: Mutex::new(BTreeMap::new()),
     });
 
     let control: Arc<dyn Control> = Arc::new(Handle { core: core.clone() });
@@ -618,6 +648,29 @@ impl Control for Handle {
             core.in_flight.lock().expect("lock").remove(&label);
         });
         Ok(())
+    }
+}
+
+impl crate::web::DaemonView for Handle {
+    fn fleet(&self) -> Option<Arc<FleetRevision>> {
+        self.core.fleet.borrow().clone()
+    }
+
+    fn plans(&self) -> Vec<(SiteName, Arc<crate::web::LatestPlan>)> {
+        let fleet = self.core.fleet.borrow().clone();
+        self.core
+            .plans
+            .lock()
+            .expect("lock")
+            .iter()
+            // A site taken out of the fleet is planned no more: its last plan is not current.
+            .filter(|(site, _)| {
+                fleet
+                    .as_ref()
+                    .is_none_or(|f| f.fleet.sites.contains_key(*site))
+            })
+            .map(|(site, plan)| (site.clone(), plan.clone()))
+            .collect()
     }
 }
 
@@ -959,6 +1012,13 @@ async fn reconcile_site(
     });
     let plan = crate::plan::plan(&fleet.fleet, &snapshot, &PlanOptions { sites: filter });
     core.metrics.planned(site.as_str(), &plan);
+    core.plans.lock().expect("lock").insert(
+        site.clone(),
+        Arc::new(crate::web::LatestPlan {
+            plan: plan.clone(),
+            observed_at: snapshot.taken_at,
+        }),
+    );
     summary.plan = plan.sites.first().map(|s| s.summary);
     let dispatch = work::dispatch(&plan, &core.config.self_heal);
     for (node, why) in &dispatch.held {

@@ -27,9 +27,10 @@ pub use node::{
     Bmc, Decommission, Lifecycle, Node, Provisioner, RedfishProvisioner, Reimage, RoceAssignment,
 };
 pub use profile::{
-    BootDiskMatch, CloudInit, Concurrency, DataDisks, DeployPolicy, Discovery, Enrollment,
-    EraseMode, HardwareSync, Image, NetworkOverrides, Preflight, Profile, ProfileNetwork,
-    ReleasePolicy, RocePolicy, SiteBundle, Storage, StorageLayout, Timeouts,
+    BootDiskMatch, CloudInit, Concurrency, DataDisks, DeployPassword, DeployPolicy,
+    DeployUserPolicy, Discovery, Enrollment, EraseMode, HardwareSync, Image, NetworkOverrides,
+    Preflight, Profile, ProfileNetwork, ReleasePolicy, RocePolicy, SiteBundle, Storage,
+    StorageLayout, SudoPolicy, Timeouts,
 };
 pub use revision::Revision;
 pub use secret_ref::SecretRef;

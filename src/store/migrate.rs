@@ -30,6 +30,11 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("migrations/0003_reimage_generation.sql"),
     },
     Migration {
+        version: 6,
+        name: "plan_signing_key",
+        sql: include_str!("migrations/0006_plan_signing_key.sql"),
+    },
+    Migration {
         version: 8,
         name: "provisioning",
         sql: include_str!("migrations/0008_provisioning.sql"),
@@ -39,9 +44,10 @@ const MIGRATIONS: &[Migration] = &[
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = 8;
 
-/// The versions of every migration this build knows, oldest first (numbers may have gaps:
-/// each branch of work takes the number it was given).
-pub fn known_versions() -> Vec<i64> {
+/// The versions of every migration this build knows, oldest first (what a migrated store
+/// records in `schema_migrations`; numbers may have gaps: each branch of work takes the
+/// number it was given).
+pub fn migration_versions() -> Vec<i64> {
     MIGRATIONS.iter().map(|m| m.version).collect()
 }
 

@@ -110,18 +110,18 @@ pub async fn migrations_are_idempotent_and_concurrent(url: String) {
     let (a, b) = tokio::join!(open(&url), open(&url));
     assert_eq!(
         a.0.schema_versions().await.unwrap(),
-        metalform::store::known_versions()
+        metalform::store::migration_versions()
     );
     assert_eq!(
         b.0.schema_versions().await.unwrap(),
-        metalform::store::known_versions()
+        metalform::store::migration_versions()
     );
     a.0.close().await;
     b.0.close().await;
     let (again, _) = open(&url).await;
     assert_eq!(
         again.schema_versions().await.unwrap(),
-        metalform::store::known_versions()
+        metalform::store::migration_versions()
     );
     assert_eq!(again.serial().await.unwrap(), 0);
 }

@@ -22,7 +22,7 @@ use crate::clock::Clock;
 use crate::secrets::Secret;
 
 use super::auth::{ApiKey, oauth_encode};
-use super::error::{MaasError, TransientCause, bounded};
+use super::error::{ErrorAnswer, MaasError, TransientCause, bounded, html_summary};
 use super::metrics::{MaasMetrics, RequestEvent, RequestStatus};
 use super::retry::{Jitter, RetryPolicy, Sleeper};
 use super::stream::{ArrayDecoder, ArrayError};
@@ -131,6 +131,16 @@ fn api_path(operation: &str, segments: &[String]) -> Result<String, MaasError> {
     Ok(path)
 }
 
+/// Reads whose answer grows with the site (tens of megabytes for thousands of machines): each
+/// attempt may take the client's whole-request timeout. Other reads get the policy's short
+/// `read_timeout`, writes its `write_timeout`.
+const LISTINGS: &[&str] = &[
+    "list_machines",
+    "power_parameters",
+    "query_events",
+    "list_subnets",
+];
+
 /// Whether repeating a request could apply it twice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Idempotency {
@@ -151,6 +161,8 @@ pub(crate) struct Call {
     /// The response may contain secrets (machine tokens): no body in decode errors.
     sensitive_response: bool,
     timeout: Option<Duration>,
+    /// What a successful answer holds, for errors about answers that do not.
+    expected: &'static str,
 }
 
 impl Call {
@@ -163,6 +175,7 @@ impl Call {
             params: Params::new(),
             sensitive_response: false,
             timeout: None,
+            expected: "a JSON document",
         }
     }
 
@@ -192,6 +205,12 @@ impl Call {
         self
     }
 
+    /// What the answer holds (`a machine object`), named by errors about answers that do not.
+    pub(crate) fn expects(mut self, expected: &'static str) -> Self {
+        self.expected = expected;
+        self
+    }
+
     pub(crate) fn sensitive_response(mut self) -> Self {
         self.sensitive_response = true;
         self
@@ -202,6 +221,18 @@ impl Call {
     pub(crate) fn at_least(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
+    }
+
+    /// How long one attempt may take: by what the call does, at least what it asked for.
+    fn attempt_timeout(&self, policy: &RetryPolicy, whole: Duration) -> Duration {
+        let budget = if self.method != Method::GET {
+            policy.write_timeout.min(whole)
+        } else if LISTINGS.contains(&self.operation) {
+            whole
+        } else {
+            policy.read_timeout.min(whole)
+        };
+        self.timeout.map_or(budget, |asked| asked.max(budget))
     }
 
     fn idempotency(&self) -> Idempotency {
@@ -360,29 +391,47 @@ impl Transport {
 
     /// `body`: the answer, or at least its first 200 characters.
     fn decode_error(&self, call: &Call, body: &[u8], err: &serde_json::Error) -> MaasError {
-        let (message, body_excerpt) = if call.sensitive_response {
+        let text = String::from_utf8_lossy(body);
+        let message = if err.classify() == serde_json::error::Category::Eof {
+            format!(
+                "the answer ends early (truncated after {} bytes)",
+                body.len()
+            )
+        } else if text.trim_start().starts_with('<') {
+            format!("got an HTML page: {}", html_summary(&text))
+        } else if call.sensitive_response {
             // serde's messages quote the offending value, which could be a token secret.
-            (
-                format!(
-                    "{:?} error at line {} column {}",
-                    err.classify(),
-                    err.line(),
-                    err.column()
-                ),
-                None,
+            format!(
+                "{:?} error at line {} column {}",
+                err.classify(),
+                err.line(),
+                err.column()
             )
         } else {
-            let body = String::from_utf8_lossy(body);
-            let excerpt: String = body.chars().take(200).collect();
-            (
-                self.key.scrub(&err.to_string()),
-                Some(self.key.scrub(&excerpt)),
-            )
+            self.key.scrub(&err.to_string())
         };
+        let body_excerpt = (!call.sensitive_response).then(|| {
+            let excerpt: String = text.chars().take(200).collect();
+            self.key.scrub(&excerpt)
+        });
         MaasError::Decode {
             operation: call.operation,
+            endpoint: self.endpoint(call),
+            expected: call.expected,
             message,
             body_excerpt,
+        }
+    }
+
+    /// `GET /MAAS/api/2.0/machines/4y3ha3/?op=deploy`: method, path and op, no parameters.
+    fn endpoint(&self, call: &Call) -> String {
+        let path = api_path(call.operation, &call.segments)
+            .ok()
+            .and_then(|p| self.api_root.join(&p).ok())
+            .map_or_else(|| call.segments.join("/"), |u| u.path().to_owned());
+        match call.op {
+            Some(op) => format!("{} {path}?op={op}", call.method),
+            None => format!("{} {path}", call.method),
         }
     }
 
@@ -439,18 +488,17 @@ impl Transport {
                 Answer::Success(_, output) => return Ok(output),
                 Answer::Failure(status, headers, body) => (status, headers, body),
             };
-        let is_json = headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("application/json"));
-        let text = self.key.scrub(&String::from_utf8_lossy(&body));
-        Err(MaasError::from_status(
-            call.operation,
+        let header_text = |name| headers.get(name).and_then(|v| v.to_str().ok());
+        let answer = ErrorAnswer {
             status,
-            self.retry_after(&headers),
-            is_json,
-            &text,
-        ))
+            endpoint: self.endpoint(call),
+            expected: call.expected,
+            retry_after: self.retry_after(&headers),
+            content_type: header_text(header::CONTENT_TYPE),
+            location: header_text(header::LOCATION),
+        };
+        let text = self.key.scrub(&String::from_utf8_lossy(&body));
+        Err(MaasError::from_status(call.operation, &answer, &text))
     }
 
     /// One HTTP exchange: a 2xx answer's body read with `body`, any other answer whole.
@@ -471,7 +519,7 @@ impl Transport {
             .request(call.method.clone(), url.clone())
             .header(header::AUTHORIZATION, authorization)
             .header(header::ACCEPT, "application/json")
-            .timeout(call.timeout.map_or(self.timeout, |t| t.max(self.timeout)));
+            .timeout(call.attempt_timeout(&self.retry, self.timeout));
         if call.method != Method::GET {
             request = request
                 .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
@@ -671,6 +719,36 @@ mod tests {
         let debug = format!("{params:?}");
         assert!(!debug.contains("p&ss"));
         assert!(debug.contains("power_parameters_power_pass"));
+    }
+
+    #[test]
+    fn attempts_are_timed_by_what_they_do() {
+        let policy = RetryPolicy::default();
+        let whole = Duration::from_secs(90);
+        let timeout = |call: Call| call.attempt_timeout(&policy, whole);
+        assert_eq!(
+            timeout(Call::get("read_machine", &["machines", "x"])),
+            Duration::from_secs(10)
+        );
+        assert_eq!(timeout(Call::get("list_machines", &["machines"])), whole);
+        assert_eq!(
+            timeout(Call::post("deploy", &["machines", "x"])),
+            Duration::from_secs(45)
+        );
+        // A call that says it runs long (MAAS waits on the BMC) gets that much.
+        assert_eq!(
+            timeout(
+                Call::get("query_power_state", &["machines", "x"])
+                    .at_least(Duration::from_secs(75))
+            ),
+            Duration::from_secs(75)
+        );
+        // Never longer than the client's whole-request timeout allows for the kind.
+        assert_eq!(
+            Call::get("read_machine", &["machines", "x"])
+                .attempt_timeout(&policy, Duration::from_secs(2)),
+            Duration::from_secs(2)
+        );
     }
 
     fn path(segments: &[&str]) -> Result<String, MaasError> {
