@@ -16,7 +16,7 @@
 //! 4 jobs.
 
 #[path = "../tests/provisioning_support/mod.rs"]
-#[allow(dead_code, unused_imports)]
+#[allow(unused_imports)]
 mod provisioning_support;
 mod support;
 

@@ -241,7 +241,7 @@ fn redfish(node: &NodeSide<'_>, spec: &ProvisionerSpec) -> Result<Provisioner, V
     };
     match (serial, redfish_url, recipe) {
         (Some(serial), Some(redfish_url), Some(recipe)) if problems.is_empty() => {
-            Ok(Provisioner::Redfish(RedfishProvisioner {
+            Ok(Provisioner::Redfish(Box::new(RedfishProvisioner {
                 serial,
                 redfish_url,
                 vendor: spec.vendor.clone(),
@@ -251,7 +251,7 @@ fn redfish(node: &NodeSide<'_>, spec: &ProvisionerSpec) -> Result<Provisioner, V
                     .map(|c| SecretRef::new(c.vault.clone(), c.key.as_deref())),
                 maintenance_iso_url: spec.maintenance_iso_url.clone(),
                 recipe,
-            }))
+            })))
         }
         _ => Err(problems),
     }

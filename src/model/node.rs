@@ -69,7 +69,7 @@ pub enum Provisioner {
         power_driver: Option<super::PowerType>,
     },
     /// metalform's Redfish virtual-media provisioner (seed 003).
-    Redfish(RedfishProvisioner),
+    Redfish(Box<RedfishProvisioner>),
 }
 
 impl Default for Provisioner {
@@ -85,7 +85,7 @@ impl Provisioner {
 
     pub fn redfish(&self) -> Option<&RedfishProvisioner> {
         match self {
-            Provisioner::Redfish(r) => Some(r),
+            Provisioner::Redfish(r) => Some(r.as_ref()),
             Provisioner::Maas { .. } => None,
         }
     }
