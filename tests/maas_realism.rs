@@ -311,11 +311,21 @@ async fn a_sync_lost_after_onboarding_is_reseeded_by_the_agent() {
     let facts = Facts::from_details(&job.stage_details);
     assert!(facts.enrollment.reseeds_queued >= 1, "{facts:#?}");
     let node_id = job.node_id.unwrap();
-    let tasks = bed.store.tasks_for_node(node_id).await.unwrap();
-    let reseed = tasks
-        .iter()
-        .find(|t| t.task_type == "node.hw_sync_reseed")
-        .expect("a reseed task");
+    // The job ends when MAAS hears from the host; the agent's report of the task may land a
+    // moment later (on a loaded machine, after the job): wait for it, bounded.
+    let mut waited = 0;
+    let reseed = loop {
+        let tasks = bed.store.tasks_for_node(node_id).await.unwrap();
+        let reseed = tasks
+            .into_iter()
+            .find(|t| t.task_type == "node.hw_sync_reseed")
+            .expect("a reseed task");
+        if reseed.status != TaskStatus::Dispatched || waited >= 100 {
+            break reseed;
+        }
+        waited += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
     assert_eq!(reseed.status, TaskStatus::Succeeded, "{reseed:#?}");
     assert_eq!(
         reseed.owner_job.as_deref(),

@@ -80,8 +80,9 @@ fn item_mut<'p>(plan: &'p mut Plan, host: &str) -> &'p mut metalform::plan::Plan
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rehashed_plan_with_the_destructive_flag_cleared_is_refused() {
     let mut site = SiteSetup::generated("dc1", 8, 2, 0);
-    // Someone else's workload runs on gpu00001's machine: onboarding it destroys that.
-    site.config.machines[0].initial = metalform::sim::InitialState::Deployed;
+    // Someone else holds gpu00001's machine (allocated, not deployed: a deployed one would be
+    // adopted): onboarding it destroys what they run there.
+    site.config.machines[0].initial = metalform::sim::InitialState::Allocated;
     let bed = Bed::start(Setup::one_site(site)).await;
     let file = bed.plan_to("plan.json");
     let mut forged = plan::load(&file).unwrap();
