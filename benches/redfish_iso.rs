@@ -13,32 +13,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use base64::Engine;
 use metalform::provider::redfish::iso::{IsoBuilder, TaskIsoContents};
 use metalform::provider::redfish::recipe;
-use rand::{RngExt, SeedableRng};
-use serde_json::{Value as Json, json};
-use support::{Args, Samples};
-
-/// A valid recipe whose JSON text is `size` bytes (± a few), most of it user-data.
-fn recipe_of(size: usize, seed: u64) -> Json {
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let base = json!({
-        "task_target": "install-linux.target",
-        "target_disk": "/dev/disk/by-id/nvme-SAMSUNG_MZ1L21T9HCLS-00A07_S666NE0R800001",
-        "oci_url": "controller.internal:8080/os-images/ubuntu-rootfs:22.04",
-        "partition_layout": [
-            {"size": "512M", "type_guid": "ef00", "format": "vfat", "label": "EFI"},
-            {"size": "100%", "type_guid": "8300", "format": "ext4", "label": "root"}
-        ],
-        "assets": {"unattend.xml": base64::engine::general_purpose::STANDARD.encode("<unattend/>\n")}
-    });
-    let room = size.saturating_sub(serde_json::to_vec(&base).unwrap().len() + 16);
-    let raw: Vec<u8> = (0..room * 3 / 4).map(|_| rng.random::<u8>()).collect();
-    let mut recipe = base;
-    recipe["user_data"] = json!(base64::engine::general_purpose::STANDARD.encode(raw));
-    recipe
-}
+use serde_json::Value as Json;
+use support::{Args, Samples, recipe_of};
 
 fn contents(recipe: &Json) -> TaskIsoContents {
     let version = recipe::validate(recipe).expect("the bench recipe is valid");

@@ -120,3 +120,25 @@ pub async fn timed<T>(future: impl Future<Output = T>) -> (Duration, T) {
     let value = future.await;
     (started.elapsed(), value)
 }
+
+/// A valid recipe whose JSON text is `size` bytes (± a few), most of it user-data.
+pub fn recipe_of(size: usize, seed: u64) -> serde_json::Value {
+    use base64::{Engine, engine::general_purpose::STANDARD};
+    use rand::{RngExt, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let base = serde_json::json!({
+        "task_target": "install-linux.target",
+        "target_disk": "/dev/disk/by-id/nvme-SAMSUNG_MZ1L21T9HCLS-00A07_S666NE0R800001",
+        "oci_url": "controller.internal:8080/os-images/ubuntu-rootfs:22.04",
+        "partition_layout": [
+            {"size": "512M", "type_guid": "ef00", "format": "vfat", "label": "EFI"},
+            {"size": "100%", "type_guid": "8300", "format": "ext4", "label": "root"}
+        ],
+        "assets": {"unattend.xml": STANDARD.encode("<unattend/>\n")}
+    });
+    let room = size.saturating_sub(serde_json::to_vec(&base).unwrap().len() + 16);
+    let raw: Vec<u8> = (0..room * 3 / 4).map(|_| rng.random::<u8>()).collect();
+    let mut recipe = base;
+    recipe["user_data"] = serde_json::json!(STANDARD.encode(raw));
+    recipe
+}

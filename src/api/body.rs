@@ -18,19 +18,30 @@ pub struct JsonBody<T>(pub T);
 #[derive(Debug, Clone)]
 pub struct MaybeJsonBody<T>(pub T);
 
-impl<T: DeserializeOwned + Send> FromRequest<ApiState> for JsonBody<T> {
-    type Rejection = ApiError;
+/// A router state that bounds request bodies.
+pub trait BodyLimit {
+    fn max_body_bytes(&self) -> usize;
+}
 
-    async fn from_request(request: Request, state: &ApiState) -> Result<Self, ApiError> {
-        read(request, state, false).await
+impl BodyLimit for ApiState {
+    fn max_body_bytes(&self) -> usize {
+        self.inner.max_body_bytes
     }
 }
 
-impl<T: DeserializeOwned + Send> FromRequest<ApiState> for MaybeJsonBody<T> {
+impl<T: DeserializeOwned + Send, S: BodyLimit + Send + Sync> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
-    async fn from_request(request: Request, state: &ApiState) -> Result<Self, ApiError> {
-        read(request, state, true)
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        read(request, state.max_body_bytes(), false).await
+    }
+}
+
+impl<T: DeserializeOwned + Send, S: BodyLimit + Send + Sync> FromRequest<S> for MaybeJsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        read(request, state.max_body_bytes(), true)
             .await
             .map(|JsonBody(body)| MaybeJsonBody(body))
     }
@@ -38,10 +49,9 @@ impl<T: DeserializeOwned + Send> FromRequest<ApiState> for MaybeJsonBody<T> {
 
 async fn read<T: DeserializeOwned>(
     request: Request,
-    state: &ApiState,
+    limit: usize,
     empty_is_object: bool,
 ) -> Result<JsonBody<T>, ApiError> {
-    let limit = state.inner.max_body_bytes;
     let headers = request.headers();
     let declared = headers
         .get(header::CONTENT_LENGTH)

@@ -73,6 +73,7 @@ impl From<ServiceError> for ApiError {
                         match kind {
                             JobKind::Onboarding => "onboarding_open",
                             JobKind::Decommission => "decommission_open",
+                            JobKind::Provisioning => "server_busy",
                         },
                         format!(
                             "GET {}?node_id=… shows the open job: wait for it, retry or cancel it",

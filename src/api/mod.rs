@@ -23,6 +23,7 @@ mod import_maas;
 mod jobs;
 mod nodes;
 mod onboardings;
+pub mod provisioning;
 mod reconciliation;
 mod sites;
 
@@ -37,7 +38,7 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 
 pub use auth::{ApiToken, Principal, TokenRole, Tokens};
-pub use body::{JsonBody, MaybeJsonBody};
+pub use body::{BodyLimit, JsonBody, MaybeJsonBody};
 pub use error::{ApiError, ErrorBody};
 
 use crate::apply::recovery::Recovery;
@@ -225,6 +226,13 @@ pub enum Access {
     /// Served by `crate::agent` (enrollment: its token in the body; tasks: a node's agent
     /// token).
     Agent,
+    /// The Redfish provisioner's jobs API (seed 003): an admin token as bearer, or Basic with
+    /// the token's name and value.
+    User,
+    /// The maintenance OS's status webhook: the shared secret in `X-Webhook-Secret`.
+    Webhook,
+    /// Task ISOs for BMCs: the URL's own HMAC signature and expiry.
+    Signed,
 }
 
 /// Routes declared once: the router, and the list of (method, path, access) it serves.
@@ -275,6 +283,7 @@ pub fn admin_routes() -> RouteTable {
     sites::routes(&mut table);
     onboardings::routes(&mut table);
     decommissions::routes(&mut table);
+    jobs::routes(&mut table, crate::lifecycle::JobKind::Provisioning);
     reconciliation::routes(&mut table);
     nodes::routes(&mut table);
     table

@@ -44,7 +44,8 @@ use crate::stages::{
     StageOutcome,
 };
 use crate::store::{
-    EventStatus, Fence, Job, JobFailure, JobUpdate, NodeTransition, StageEvent, Store, StoreError,
+    EventStatus, Fence, Job, JobFailure, JobUpdate, LeaseTarget, NodeTransition, StageEvent, Store,
+    StoreError,
 };
 
 /// Which recovery action is being compensated (000 §4.9).
@@ -70,6 +71,20 @@ pub trait Kind: Send + Sync + Sized + 'static {
 
     /// The item's node as (site, hostname): its lease and its progress label.
     fn node(item: &Self::Item) -> (&str, &str);
+
+    /// The lease the item's work runs under: by default its node's, so two jobs never work on
+    /// a node at once, whatever their kind.
+    fn lease(item: &Self::Item) -> LeaseTarget {
+        let (site, hostname) = Self::node(item);
+        LeaseTarget::Named(super::lease::onboarding_lease_name(site, hostname))
+    }
+
+    /// How long to wait for a live holder of that lease to let it expire before leaving the
+    /// item: a node lease is waited for (a killed executor's node is taken over); a kind
+    /// whose workers poll for work may say zero and pick the job up at a later poll.
+    fn lease_wait(ttl: Duration) -> Duration {
+        ttl + ttl / 2
+    }
 
     /// The work item that continues a recorded job (maybe moved by an operator). `Err`: why
     /// it cannot run.
@@ -107,6 +122,19 @@ pub trait Kind: Send + Sync + Sized + 'static {
     /// Automatic retries of a failure class at a stage (000 §4.6); `None`: until the stage's
     /// own timeout ends them.
     fn retry_budget(stage: Self::Stage, class: FailureClass) -> Option<u32>;
+
+    /// Where a stage failure with no retry left leads instead of failing the job. A kind whose
+    /// failures still owe cleanup (seed 003: any → failed → cleanup → complete) records the
+    /// failure its own way and names its cleanup stage; the engine journals the failed attempt
+    /// and continues there. `None` (the default): the job fails.
+    fn on_final_failure<'a>(
+        _run: &'a Run<'_, Self>,
+        _job: &'a Job,
+        _stage: Self::Stage,
+        _failure: &'a StageFailure,
+    ) -> BoxFuture<'a, Result<Option<Self::Stage>, StoreError>> {
+        Box::pin(async { Ok(None) })
+    }
 
     /// The node's coarse move that completes the job, written with the job's last journal
     /// write (001 §3.3).
@@ -329,13 +357,13 @@ async fn acquire<K: Kind>(
     shared: &Shared,
     item: &K::Item,
 ) -> Result<NodeLease, super::lease::LeaseRefusal> {
-    let (site, hostname) = K::node(item);
-    NodeLease::acquire_node(
+    let ttl = shared.options.lease_ttl;
+    NodeLease::acquire(
         &shared.env.store,
-        site,
-        hostname,
+        &K::lease(item),
         &shared.options.holder,
-        shared.options.lease_ttl,
+        ttl,
+        K::lease_wait(ttl),
     )
     .await
 }
@@ -626,10 +654,24 @@ impl<'a, K: Kind> Run<'a, K> {
                         clock.open = false;
                     }
                     if !retries_left {
-                        let (update, line) = failed_update(stage.name(), job.attempt, &failure);
+                        let (mut update, line) = failed_update(stage.name(), job.attempt, &failure);
+                        let Some(next) = K::on_final_failure(self, &job, stage, &failure).await?
+                        else {
+                            self.write(&job, update, &facts).await?;
+                            self.report(stage.name(), ProgressStatus::Failed, &line);
+                            return Ok(failure.into());
+                        };
+                        // The kind continues at `next`: the failed attempt is journaled, the
+                        // job stays running.
+                        update.state = JobState::Running;
+                        update.failure = None;
+                        update.stage = Some(next.name().into());
+                        update.attempt = Some(0);
+                        *facts.clock() = None;
+                        *facts.retries() = 0;
                         self.write(&job, update, &facts).await?;
                         self.report(stage.name(), ProgressStatus::Failed, &line);
-                        return Ok(failure.into());
+                        continue;
                     }
                     *facts.retries() += 1;
                     let retry = *facts.retries();

@@ -81,11 +81,14 @@ pub struct PlanWork {
     /// Reimage, decommission, retire, or continue an open decommission: run by
     /// [`DecommissionExecutor::run`].
     pub decommissions: Vec<DecommissionWork>,
+    /// Redfish provisionings: queued for the provisioning workers
+    /// ([`super::provisioning::queue`]).
+    pub provisions: Vec<super::provisioning::ProvisionItem>,
 }
 
 impl PlanWork {
     pub fn len(&self) -> usize {
-        self.onboarding.len() + self.decommissions.len()
+        self.onboarding.len() + self.decommissions.len() + self.provisions.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -107,6 +110,8 @@ pub fn destroys(item: &PlanItem) -> bool {
             | Action::Resume { .. }
             | Action::Rerun { .. }
             | Action::Adopt { .. }
+            // The flag: set when the server was provisioned before (its disk is rewritten).
+            | Action::Provision { .. }
             | Action::Noop
             | Action::Blocked { .. } => false,
         }
@@ -144,6 +149,14 @@ pub fn work_items(plan: &Plan, allow_destructive: bool) -> Result<PlanWork, Plan
             | Action::Retire
             | Action::ResumeDecommission { .. } => {
                 work.decommissions.push(decommission_work(plan, item)?);
+                continue;
+            }
+            Action::Provision { generation, .. } => {
+                work.provisions.push(super::provisioning::ProvisionItem {
+                    target: item.target.clone().ok_or_else(|| unresolved(plan, item))?,
+                    generation: *generation,
+                    plan_id: plan.id.clone(),
+                });
                 continue;
             }
             Action::Noop | Action::Blocked { .. } => continue,
@@ -256,8 +269,17 @@ impl super::Executor {
             onboarding.run(work.onboarding),
             decommission.run(decommissions)
         );
+        let queued = super::provisioning::queue(
+            &self.env().store,
+            &crate::stages::provision::NoObserver,
+            &work.provisions,
+            self.options().maintenance_iso_url.as_deref(),
+            &actor,
+        )
+        .await;
         progress.finish();
         report.results.extend(other.results);
+        report.results.extend(queued.results);
         report.results.sort_by(|a, b| a.node.cmp(&b.node));
         report
     }

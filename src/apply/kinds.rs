@@ -7,6 +7,7 @@ use super::engine::{Compensation, Continuing, Engine, Kind};
 use super::jobs::KindInfo;
 use super::onboarding::Onboarding;
 use super::outcome::{ApplyReport, NodeOutcome, NodeResult};
+use super::provisioning::Provisioning;
 use super::recovery::{Execution, Recovery};
 use crate::lifecycle::{JobKind, JobState};
 use crate::plan::NodeTarget;
@@ -16,6 +17,7 @@ pub fn info(kind: JobKind) -> &'static KindInfo {
     match kind {
         JobKind::Onboarding => &super::onboarding::INFO,
         JobKind::Decommission => &super::decommission::INFO,
+        JobKind::Provisioning => &super::provisioning::INFO,
     }
 }
 
@@ -35,6 +37,7 @@ impl<K: Kind> Engine<K> {
         match recovery.job.kind {
             JobKind::Onboarding => carry::<Onboarding>(&self.of(), target, recovery).await,
             JobKind::Decommission => carry::<Decommission>(&self.of(), target, recovery).await,
+            JobKind::Provisioning => carry::<Provisioning>(&self.of(), target, recovery).await,
         }
     }
 }

@@ -1,5 +1,6 @@
-//! The per-node executor lease (DESIGN.md §4: "a second executor never runs a stage a live
-//! holder owns, and a stale one cannot move a node back").
+//! The executor's lease (DESIGN.md §4: "a second executor never runs a stage a live holder
+//! owns, and a stale one cannot move a node back"): a node's, or — seed 003 — a provisioning
+//! job's own row.
 //!
 //! The lease is named after the node's site and hostname, because the node record only exists
 //! from `render_cloud_init` on. It is renewed in the background every third of its TTL; every
@@ -10,7 +11,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::store::{Fence, Lease, Store, StoreError};
+use crate::store::{Fence, Lease, LeaseTarget, Store, StoreError};
 
 /// The lease name of one node's onboarding executor.
 pub fn onboarding_lease_name(site: &str, hostname: &str) -> String {
@@ -58,15 +59,16 @@ impl NodeLease {
         holder: &str,
         ttl: Duration,
     ) -> Result<NodeLease, LeaseRefusal> {
-        let name = onboarding_lease_name(site, hostname);
-        Self::acquire(store, &name, holder, ttl, ttl + ttl / 2).await
+        let target = LeaseTarget::Named(onboarding_lease_name(site, hostname));
+        Self::acquire(store, &target, holder, ttl, ttl + ttl / 2).await
     }
 
-    /// Take the lease, waiting up to `wait` for a holder that stopped renewing (its lease
-    /// expires) before giving up on a live one.
+    /// Take the lease of `target` (a named lease, or a provisioning job's row), waiting up to
+    /// `wait` for a holder that stopped renewing (its lease expires) before giving up on a
+    /// live one.
     pub async fn acquire(
         store: &Store,
-        name: &str,
+        target: &LeaseTarget,
         holder: &str,
         ttl: Duration,
         wait: Duration,
@@ -75,7 +77,7 @@ impl NodeLease {
         let started = tokio::time::Instant::now();
         let mut store_errors = 0;
         let lease = loop {
-            match store.acquire_lease(name, holder, chrono_ttl).await {
+            match store.take_lease(target, holder, chrono_ttl).await {
                 Ok(lease) => break lease,
                 Err(StoreError::LeaseHeld {
                     holder, expires_at, ..

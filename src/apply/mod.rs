@@ -7,6 +7,7 @@
 //! | `engine` | the one executor loop ([`Engine`]) and the [`Kind`] trait a job kind implements |
 //! | `onboarding` | the onboarding kind (16 stages of `crate::stages::onboard`) and its work items |
 //! | `decommission` | the decommission kind (`crate::stages::decommission`, one stage list per mode) |
+//! | `provisioning` | the Redfish provisioning kind (seed 003, `crate::stages::provision`), its workers and request service |
 //! | `jobs` | list, show and cancel over every kind; what a kind offers ([`jobs::KindInfo`]) |
 //! | `recovery` | operator recovery actions, recorded and audited |
 //! | `kinds` | the registry of kinds: each kind's description, and a recovery carried out by its kind's engine |
@@ -27,6 +28,7 @@ mod maas;
 pub mod onboarding;
 mod outcome;
 pub mod progress;
+pub mod provisioning;
 pub mod recovery;
 
 use std::sync::Arc;
@@ -73,6 +75,9 @@ pub struct ExecutorOptions {
     /// Raised by a shutting-down daemon: nodes stop at the next stage boundary (the journal
     /// holds where they are) and items not started yet are not taken up.
     pub stop: StopSignal,
+    /// CD1 of the Redfish provisionings a plan queues, for nodes whose manifest names none
+    /// (`MAINTENANCE_ISO_URL`).
+    pub maintenance_iso_url: Option<String>,
 }
 
 impl Default for ExecutorOptions {
@@ -87,6 +92,7 @@ impl Default for ExecutorOptions {
             batch_id: None,
             reason: None,
             stop: StopSignal::default(),
+            maintenance_iso_url: None,
         }
     }
 }

@@ -24,6 +24,9 @@ pub enum NodeOutcome {
     Left { reason: String },
     /// This executor stopped working on the node (lease taken over, store unusable).
     Aborted { reason: String },
+    /// Handed to other workers: a Redfish provisioning job queued for the provisioning
+    /// workers (the daemon), which serve its task ISO and its status webhook.
+    Queued { reason: String },
 }
 
 impl NodeOutcome {
@@ -43,6 +46,7 @@ impl NodeOutcome {
             NodeOutcome::Left { reason } | NodeOutcome::Aborted { reason } => {
                 (ProgressStatus::Left, reason.clone())
             }
+            NodeOutcome::Queued { reason } => (ProgressStatus::Begin, reason.clone()),
         }
     }
 }

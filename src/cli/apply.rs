@@ -695,6 +695,7 @@ pub(super) fn render_report(report: &ApplyReport) -> String {
                 } => (state.to_string(), format!("{class}/{code}: {message}")),
                 NodeOutcome::Left { reason } => ("not run".into(), reason.clone()),
                 NodeOutcome::Aborted { reason } => ("stopped".into(), reason.clone()),
+                NodeOutcome::Queued { reason } => ("queued".into(), reason.clone()),
             };
             vec![
                 r.node.clone(),
@@ -820,6 +821,7 @@ pub(super) fn report_json(
             ),
             NodeOutcome::Left { reason } => ("not_run", None, Some(reason.clone())),
             NodeOutcome::Aborted { reason } => ("stopped", None, Some(reason.clone())),
+            NodeOutcome::Queued { reason } => ("queued", None, Some(reason.clone())),
         };
         let line = serde_json::json!({
             "event": "result",

@@ -39,6 +39,9 @@ pub struct Args {
     /// Keep the working directory (fleet, secrets, state.db) instead of removing it.
     #[arg(long)]
     pub keep: bool,
+    /// Servers installed by the Redfish provisioner (simulated BMCs) next to the MAAS nodes.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub redfish_servers: usize,
 }
 
 /// The sample fleet (fleet/ in the repository), embedded so the demo runs anywhere.
@@ -116,7 +119,7 @@ pub(crate) fn sim_config(
     }
     for (index, node) in fleet
         .nodes_of_site(site)
-        .filter(|n| n.lifecycle == Lifecycle::Active)
+        .filter(|n| n.lifecycle == Lifecycle::Active && n.provisioner.redfish().is_none())
         .enumerate()
     {
         let Some(profile) = fleet.profile_of(node) else {
@@ -277,7 +280,22 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
         retry_base: Duration::from_millis(200),
         seed: Some(args.seed),
     };
-    let fleet = load_fleet(&exec_for(Vec::new()).fleet)?;
+    let mut fleet = load_fleet(&exec_for(Vec::new()).fleet)?;
+    // Redfish servers join the first site; their manifests name the simulated BMCs.
+    let redfish = match fleet.sites.keys().next() {
+        Some(site) if args.redfish_servers > 0 => {
+            let demo = super::demo_redfish::RedfishDemo::start(
+                &fleet_dir,
+                site.as_str(),
+                args.redfish_servers,
+                args.time_scale,
+            )
+            .await?;
+            fleet = load_fleet(&exec_for(Vec::new()).fleet)?;
+            Some(demo)
+        }
+        _ => None,
+    };
     println!(
         "1. validate: {} sites, {} profiles, {} nodes: valid",
         fleet.sites.len(),
@@ -326,10 +344,13 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
         sim_control.push(format!("{name}={}", handle.base_url()));
         sims.push(handle);
     }
-    write_private(
-        &root.join("secrets.json"),
-        &demo_secrets(&fleet, &api_keys).to_string(),
-    )?;
+    let mut secrets = demo_secrets(&fleet, &api_keys);
+    if let Some(redfish) = &redfish {
+        println!("   {}", redfish.describe());
+        let (path, login) = redfish.secrets();
+        secrets[path] = login;
+    }
+    write_private(&root.join("secrets.json"), &secrets.to_string())?;
 
     let global = GlobalArgs {
         state: Some(format!("sqlite://{}", root.join("state.db").display())),
@@ -348,6 +369,18 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
         progress,
     )
     .await?;
+    let controller = match &redfish {
+        Some(redfish) => Some(
+            redfish
+                .controller(
+                    runtime.world.store.clone(),
+                    &format!("file://{}", root.join("secrets.json").display()),
+                    &root,
+                )
+                .await?,
+        ),
+        None => None,
+    };
     let result = async {
         // 2. plan: observe every site's MAAS and the store, as `metalform plan` does.
         let (snapshot, plan) = runtime.world.plan(&runtime.fleet, &SiteFilter::All).await?;
@@ -378,7 +411,11 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
             .await
             .map_err(store_error)?;
         let mut rows = Vec::new();
-        for node in fleet.nodes.values() {
+        for node in fleet
+            .nodes
+            .values()
+            .filter(|n| n.provisioner.redfish().is_none())
+        {
             let record = runtime
                 .world
                 .store
@@ -409,6 +446,18 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
                 &rows
             )
         );
+        if controller.is_some() {
+            // Each provisioning: ISO, CD1 and CD2, boot, reset, the maintenance OS's report,
+            // cleanup (~40 simulated seconds of BMC power changes and the maintenance OS).
+            let limit = Duration::from_secs_f64((600.0 / args.time_scale.max(1.0)).max(30.0));
+            let rows =
+                super::demo_redfish::finished_rows(&runtime.world.store, limit).await?;
+            println!("\n   Redfish provisioning (`metalform jobs show --kind provisioning ID` shows a journal)");
+            print!(
+                "{}",
+                table(&["SITE", "HOSTNAME", "SERIAL", "STATUS", "FAILED STEP"], &rows)
+            );
+        }
         // 5. A fresh plan of the world apply left is empty (DESIGN.md §4).
         let (_, again) = runtime.world.plan(&runtime.fleet, &SiteFilter::All).await?;
         println!("\n5. plan again: {}", render::summary_line(&again.summary));
@@ -422,8 +471,12 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
         super::apply::finish(&report)
     }
     .await;
+    if let Some(controller) = controller {
+        controller.shutdown().await;
+    }
     runtime.shutdown().await;
     drop(sims);
+    drop(redfish);
     if args.keep {
         let _ = workdir.keep();
     }

@@ -56,7 +56,7 @@ pub enum Command {
 /// A command's arguments, and the kind of job it is about.
 #[derive(Debug, clap::Args)]
 pub struct KindOf<T: clap::Args> {
-    /// The kind of job (onboarding, decommission); default: every kind.
+    /// The kind of job (onboarding, decommission, provisioning); default: every kind.
     #[arg(long, value_name = "KIND")]
     pub kind: Option<JobKind>,
     #[command(flatten)]

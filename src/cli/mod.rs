@@ -13,6 +13,7 @@ mod completions;
 mod daemon;
 mod decommissions;
 mod demo;
+mod demo_redfish;
 mod diff;
 mod drift;
 mod fleet_dir;

@@ -226,6 +226,7 @@ fn render_detail(
             let what = match &job.spec {
                 JobSpec::Onboarding { .. } => "onboarding".to_owned(),
                 JobSpec::Decommission { mode, .. } => format!("decommission ({mode})"),
+                JobSpec::Provisioning { status, .. } => format!("provisioning ({status})"),
             };
             lines.push(("job".into(), format!("{what} {}", job.id)));
             lines.push(("job state".into(), job.state.to_string()));

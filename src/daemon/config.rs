@@ -67,6 +67,7 @@ struct Raw {
     peers: RawPeers,
     #[serde(default)]
     agent: RawAgent,
+    provisioner: Option<super::provisioner::RawProvisioner>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -169,6 +170,8 @@ pub struct SelfHealPolicy {
     pub decommission: bool,
     /// Apply items marked destructive (release, erase, redeploy) without an operator.
     pub allow_destructive: bool,
+    /// Queue the Redfish provisionings the manifests declare (seed 003).
+    pub provision: bool,
 }
 
 impl Default for SelfHealPolicy {
@@ -180,6 +183,7 @@ impl Default for SelfHealPolicy {
             adopt: true,
             decommission: true,
             allow_destructive: false,
+            provision: true,
         }
     }
 }
@@ -518,6 +522,8 @@ pub struct DaemonConfig {
     /// of ipmitool and ssh; for tests and demos.
     pub sim_control: BTreeMap<String, url::Url>,
     pub ssh_identity: Option<PathBuf>,
+    /// `[provisioner]`: the Redfish provisioner (seed 003); `None`: not run.
+    pub provisioner: Option<super::provisioner::ProvisionerConfig>,
 }
 
 impl DaemonConfig {
@@ -731,6 +737,9 @@ impl DaemonConfig {
             sim_control.insert(site.clone(), url);
         }
 
+        let provisioner =
+            super::provisioner::config(raw.provisioner.as_ref(), &data_dir, base, &at)?;
+
         Ok(DaemonConfig {
             file: path.to_path_buf(),
             source,
@@ -761,6 +770,7 @@ impl DaemonConfig {
             },
             sim_control,
             ssh_identity: raw.peers.ssh_identity.as_deref().map(resolve),
+            provisioner,
         })
     }
 }

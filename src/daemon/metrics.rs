@@ -15,6 +15,11 @@
 //! | `metalform_jobs` (gauge) | kind, site, state |
 //! | `metalform_source_reads_total` | outcome |
 //! | `metalform_events_delivered_total`, `metalform_event_delivery_failures_total` | — |
+//! | `metalform_provisioning_job_total` (seed 003 `job_total`) | status |
+//! | `metalform_provisioning_job_duration_seconds` (`job_duration_seconds`) | outcome |
+//! | `metalform_redfish_request_duration_seconds` | op |
+//! | `metalform_iso_build_duration_seconds`, `metalform_iso_size_bytes` (histograms) | — |
+//! | `metalform_webhook_latency_seconds` (provisioning → the maintenance OS's report) | — |
 
 use std::sync::Arc;
 
@@ -47,6 +52,104 @@ pub struct Metrics {
     source_reads: Family<Labels, Counter>,
     events_delivered: Counter,
     event_failures: Counter,
+    provisioning: ProvisioningMetrics,
+}
+
+/// Seed 003 "Observability": the Redfish provisioner's metrics.
+struct ProvisioningMetrics {
+    jobs: Family<Labels, Counter>,
+    job_duration: Family<Labels, Histogram>,
+    redfish_requests: Family<Labels, Histogram>,
+    iso_build: Histogram,
+    iso_size: Histogram,
+    webhook_latency: Histogram,
+}
+
+impl ProvisioningMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        let seconds = || {
+            Histogram::new([
+                0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+            ])
+        };
+        let metrics = ProvisioningMetrics {
+            jobs: Family::default(),
+            job_duration: Family::new_with_constructor(|| {
+                Histogram::new([10.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0])
+            }),
+            redfish_requests: Family::new_with_constructor(|| {
+                Histogram::new([0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0])
+            }),
+            iso_build: Histogram::new([0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 10.0]),
+            iso_size: Histogram::new(
+                [16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0].map(|kib| kib * 1024.0),
+            ),
+            webhook_latency: seconds(),
+        };
+        registry.register(
+            "metalform_provisioning_job",
+            "Redfish provisioning jobs entering each status (queued, provisioning, succeeded, failed, complete)",
+            metrics.jobs.clone(),
+        );
+        registry.register(
+            "metalform_provisioning_job_duration_seconds",
+            "From request to complete, by outcome (succeeded, failed)",
+            metrics.job_duration.clone(),
+        );
+        registry.register(
+            "metalform_redfish_request_duration_seconds",
+            "Redfish requests to BMCs by operation",
+            metrics.redfish_requests.clone(),
+        );
+        registry.register(
+            "metalform_iso_build_duration_seconds",
+            "Task ISO builds",
+            metrics.iso_build.clone(),
+        );
+        registry.register(
+            "metalform_iso_size_bytes",
+            "Task ISO sizes",
+            metrics.iso_size.clone(),
+        );
+        registry.register(
+            "metalform_webhook_latency_seconds",
+            "From a job's start of provisioning to the maintenance OS's report",
+            metrics.webhook_latency.clone(),
+        );
+        metrics
+    }
+}
+
+impl crate::stages::provision::ProvisioningObserver for Metrics {
+    fn status(&self, status: crate::lifecycle::ProvisioningStatus) {
+        self.provisioning
+            .jobs
+            .get_or_create(&vec![("status", status.to_string())])
+            .inc();
+    }
+
+    fn finished(&self, outcome: crate::lifecycle::ProvisioningStatus, seconds: f64) {
+        self.provisioning
+            .job_duration
+            .get_or_create(&vec![("outcome", outcome.to_string())])
+            .observe(seconds);
+    }
+
+    fn redfish_request(&self, op: &'static str, seconds: f64) {
+        self.provisioning
+            .redfish_requests
+            .get_or_create(&vec![("op", op.to_owned())])
+            .observe(seconds);
+    }
+
+    fn iso_built(&self, seconds: f64, bytes: u64) {
+        self.provisioning.iso_build.observe(seconds);
+        self.provisioning.iso_size.observe(bytes as f64);
+    }
+
+    fn webhook_latency(&self, seconds: f64) {
+        self.provisioning.webhook_latency.observe(seconds);
+    }
 }
 
 impl std::fmt::Debug for Metrics {
@@ -153,6 +256,7 @@ impl Metrics {
             event_failures.clone(),
         );
         registry.register_collector(Box::new(MaasRequests(maas)));
+        let provisioning = ProvisioningMetrics::register(&mut registry);
         Arc::new(Metrics {
             registry,
             reconcile_duration,
@@ -166,6 +270,7 @@ impl Metrics {
             source_reads,
             events_delivered,
             event_failures,
+            provisioning,
         })
     }
 
@@ -204,6 +309,7 @@ impl Metrics {
             ("adopt", summary.adopt),
             ("noop", summary.noop),
             ("blocked", summary.blocked),
+            ("provision", summary.provision),
         ] {
             self.plan_items
                 .get_or_create(&vec![("site", site.to_owned()), ("kind", kind.to_owned())])
@@ -233,6 +339,7 @@ impl Metrics {
                 NodeOutcome::Failed { class, .. } => ("failed", class.to_string()),
                 NodeOutcome::Left { .. } => ("left", String::new()),
                 NodeOutcome::Aborted { .. } => ("aborted", String::new()),
+                NodeOutcome::Queued { .. } => ("queued", String::new()),
             };
             self.node_outcomes
                 .get_or_create(&vec![

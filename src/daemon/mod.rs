@@ -17,6 +17,7 @@
 
 pub mod config;
 pub mod metrics;
+pub mod provisioner;
 pub mod server;
 pub mod source;
 pub mod work;
@@ -567,7 +568,34 @@ pub async fn start(
         core: core.clone(),
         api: api.clone(),
     };
-    let app = server::app(core.clone(), api);
+    // The Redfish provisioner (seed 003): its routes, and its workers beside the loop. Task ISOs
+    // are served by the admin listener: its own address unless `media_base_url` says otherwise.
+    let admin_url = url::Url::parse(&format!("{}://{local_addr}/", admin.scheme())).expect("a URL");
+    let provisioning = match &core.config.provisioner {
+        Some(config) => {
+            let running = provisioner::start(
+                config,
+                &admin_url,
+                &core.store,
+                core.secrets.clone(),
+                Arc::new(api.clone()),
+                core.metrics.clone(),
+                Arc::new(LogProgress {
+                    metrics: core.metrics.clone(),
+                }),
+                core.stop.clone(),
+            )
+            .await?;
+            let workers = running.workers.clone();
+            core.tasks
+                .lock()
+                .expect("lock")
+                .spawn(async move { workers.run().await });
+            crate::api::provisioning::router(running.api)
+        }
+        None => provisioner::disabled_router(),
+    };
+    let app = server::app(core.clone(), api).merge(provisioning);
     let enroll_url = agents.enroll_url();
     let agent_addr = agents.local_addr();
     let agent_ca = agents.client_ca().map(str::to_owned);
@@ -1090,6 +1118,7 @@ async fn reconcile_site(
         tracing::warn!(node = %node, why = %why, "plan item held by the self-heal policy");
     }
     summary.held = dispatch.held.len();
+    queue_provisions(core, fleet, &dispatch.provisions, &mut summary).await;
     let runs = dispatch.items.into_iter().map(NodeRun::Onboarding).chain(
         dispatch
             .decommissions
@@ -1145,6 +1174,41 @@ async fn reconcile_site(
         "site reconciled"
     );
     summary
+}
+
+/// Record the manifests' Redfish servers and queue the plan's provisionings for the workers
+/// (held, with a warning, when the daemon runs no provisioner).
+async fn queue_provisions(
+    core: &Arc<Core>,
+    fleet: &Arc<FleetRevision>,
+    items: &[crate::apply::provisioning::ProvisionItem],
+    summary: &mut ReconcileSummary,
+) {
+    use crate::apply::provisioning::{queue, sync_servers};
+    let Some(config) = &core.config.provisioner else {
+        for item in items {
+            tracing::warn!(node = %item.target.label(), "Redfish provisioning held: the daemon has no [provisioner]");
+        }
+        summary.held += items.len();
+        return;
+    };
+    if let Err(err) = sync_servers(&core.store, &fleet.fleet).await {
+        tracing::error!(error = %err, "cannot record the Redfish servers");
+        return;
+    }
+    let report = queue(
+        &core.store,
+        core.metrics.as_ref(),
+        items,
+        Some(&config.settings.maintenance_iso_url),
+        "metalform-daemon",
+    )
+    .await;
+    for result in &report.results {
+        tracing::info!(node = %result.node, job = ?result.job_id, outcome = ?result.outcome, "Redfish provisioning");
+    }
+    summary.started += report.results.len();
+    core.metrics.applied(&report);
 }
 
 /// One JSON log line per drift finding that is new (at its severity), per action carried

@@ -18,6 +18,7 @@ pub fn served_routes() -> Vec<(Method, String, Access)> {
     served.extend(public_routes().into_parts().1);
     served.extend(agent_routes());
     served.extend(crate::web::page_routes().into_parts().1);
+    served.extend(super::provisioner::served());
     served
 }
 

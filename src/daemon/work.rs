@@ -15,6 +15,8 @@ pub struct Dispatch {
     /// Reimages, decommissions and retirements the manifests declare, and open
     /// decommissions to continue.
     pub decommissions: Vec<DecommissionWork>,
+    /// Redfish provisionings to queue for the provisioning workers.
+    pub provisions: Vec<crate::apply::provisioning::ProvisionItem>,
     pub held: Vec<(String, &'static str)>,
 }
 
@@ -35,6 +37,10 @@ fn held_by(policy: &SelfHealPolicy, action: &Action, destructive: bool) -> Optio
             .decommission
             .then_some(())
             .ok_or("self_heal.decommission is off"),
+        Action::Provision { .. } => policy
+            .provision
+            .then_some(())
+            .ok_or("self_heal.provision is off"),
         Action::Noop | Action::Blocked { .. } => Ok(()),
     };
     allowed
@@ -67,6 +73,7 @@ pub fn dispatch(plan: &Plan, policy: &SelfHealPolicy) -> Dispatch {
         Ok(work) => {
             dispatch.items = work.onboarding;
             dispatch.decommissions = work.decommissions;
+            dispatch.provisions = work.provisions;
         }
         Err(PlanRefused::Unresolved { node, .. }) => {
             // The planner resolves every change item; hold the whole plan rather than run part.

@@ -35,6 +35,8 @@ named_enum! {
     pub enum JobKind {
         Onboarding = "onboarding",
         Decommission = "decommission",
+        /// Redfish virtual-media provisioning (seed 003).
+        Provisioning = "provisioning",
     }
 }
 
@@ -209,6 +211,9 @@ pub fn job_node_states(
             J::Completed | J::Reconciled => &[N::Active],
             J::Cancelled | J::Compensating => NOT_DELETED,
         },
+        // Redfish provisioning jobs are bound to a server serial, never to a node record:
+        // nothing to keep consistent.
+        JobKind::Provisioning => NOT_DELETED,
         JobKind::Decommission => match mode.unwrap_or(DecommissionMode::FullDecommission) {
             DecommissionMode::FullDecommission => match job {
                 J::Pending | J::Running => live(N::Active, N::Removing),

@@ -1,6 +1,7 @@
 //! Pure state machines (seeds 001, 002, 004; seed 000 §4.7–§4.10, §4.14): node states, job
 //! states, stage catalogs, failure classes and recovery actions, MAAS status mapping, Ironic
-//! provision states and verbs, retirement and protection rules.
+//! provision states and verbs, retirement and protection rules, the Redfish provisioning job
+//! (seed 003).
 //!
 //! Nothing here does I/O, reads the clock or draws randomness: the store calls these functions
 //! inside its transactions to refuse writes that break the rules, and the executor, planner and
@@ -13,6 +14,7 @@ mod ironic;
 mod job;
 mod maas_status;
 mod node_state;
+mod provisioning;
 mod stages;
 
 pub use failure::{
@@ -31,4 +33,5 @@ pub use node_state::{
     NodeState, Owner, Provider, TransitionContext, TransitionError, check_initial,
     check_transition, owners,
 };
+pub use provisioning::{ProvisioningStage, ProvisioningStatus, WebhookReport, status_for};
 pub use stages::{Cleanup, DecommissionStage, OnboardingStage, Reentry, StageName};

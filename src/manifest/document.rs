@@ -284,6 +284,23 @@ pub struct NodeFieldsSpec {
     pub decommission: Option<DecommissionSpec>,
     pub protected: Option<bool>,
     pub paused: Option<bool>,
+    pub provisioner: Option<ProvisionerSpec>,
+}
+
+/// `provisioner` (seed 003): MAAS, or metalform's Redfish provisioner with a recipe. Which
+/// fields go with which type is checked when the node is resolved (`manifest::provisioner`).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProvisionerSpec {
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    pub power_driver: Option<PowerType>,
+    pub serial: Option<String>,
+    pub redfish_url: Option<String>,
+    pub vendor: Option<String>,
+    pub credentials: Option<SecretRefSpec>,
+    pub maintenance_iso_url: Option<String>,
+    pub recipe: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]

@@ -12,6 +12,7 @@ pub mod csv_import;
 mod diagnostic;
 pub mod document;
 pub mod maas_import;
+mod provisioner;
 mod resolve;
 pub mod schema;
 mod suggest;

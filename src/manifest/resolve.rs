@@ -333,6 +333,8 @@ struct NodeChecks<'t> {
     bmcs: HashMap<(&'t str, Ipv4Addr), usize>,
     macs: HashMap<(&'t str, MacAddr), usize>,
     roce: HashMap<(&'t str, Ipv4Addr), (usize, &'t str)>,
+    /// Redfish server serials, fleet-wide (the jobs API names servers by them).
+    serials: HashMap<&'t str, usize>,
 }
 
 impl NodeChecks<'_> {
@@ -343,6 +345,7 @@ impl NodeChecks<'_> {
             bmcs: HashMap::with_capacity(nodes),
             macs: HashMap::new(),
             roce: HashMap::with_capacity(nodes * 2),
+            serials: HashMap::new(),
         }
     }
 }
@@ -1417,6 +1420,48 @@ impl<'a> Resolver<'a, '_> {
             );
         }
 
+        // The provisioner (seed 003): MAAS, or metalform's Redfish provisioner.
+        let provisioner = super::provisioner::resolve(&super::provisioner::NodeSide {
+            spec: fields.provisioner.as_ref(),
+            site_power: self.sites.get(&SiteName::new(site)).map(|s| s.power.kind),
+            ipmi_ip,
+            pxe_mac: fields.pxe_mac.is_some(),
+            roce: fields.roce.as_ref().is_some_and(|r| !r.is_empty()),
+            lifecycle,
+        });
+        let provisioner = match provisioner {
+            Ok(provisioner) => provisioner,
+            Err(problems) => {
+                for problem in problems {
+                    let mut path = input.base.clone();
+                    path.extend(problem.path);
+                    self.error(doc, &path, problem.code, problem.message, problem.hint);
+                }
+                ok = false;
+                Default::default()
+            }
+        };
+        if let Some(serial) = fields
+            .provisioner
+            .as_ref()
+            .and_then(|p| p.serial.as_deref())
+            .filter(|_| provisioner.redfish().is_some())
+        {
+            if let Some(&first) = checks.serials.get(serial) {
+                let (other, first) = &checks.claimed[first];
+                self.error(
+                    doc,
+                    &with(&input.base, &["provisioner", "serial"]),
+                    "duplicate-serial",
+                    format!("serial `{serial}` is already used by `{other}` at {first}"),
+                    Some("a serial names one server; check for a copy-paste slip".into()),
+                );
+                ok = false;
+            } else {
+                checks.serials.insert(serial, this);
+            }
+        }
+
         let (true, Some(ipmi_ip), Some(profile_name)) = (ok, ipmi_ip, profile) else {
             return;
         };
@@ -1459,6 +1504,7 @@ impl<'a> Resolver<'a, '_> {
             protected,
             paused,
             group: input.group.map(|(name, _)| GroupName::new(name)),
+            provisioner,
             provenance: here,
         };
         self.nodes.insert(node.id.clone(), node);

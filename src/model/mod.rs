@@ -23,7 +23,9 @@ use std::fmt;
 
 pub use address::{InterfaceAddr, InterfaceAddrError, MacAddr, MacAddrError};
 pub use ids::{GroupName, Hostname, NodeId, ProfileName, SiteName, Sku};
-pub use node::{Bmc, Decommission, Lifecycle, Node, Reimage, RoceAssignment};
+pub use node::{
+    Bmc, Decommission, Lifecycle, Node, Provisioner, RedfishProvisioner, Reimage, RoceAssignment,
+};
 pub use profile::{
     BootDiskMatch, CloudInit, Concurrency, DataDisks, DeployPassword, DeployPolicy,
     DeployUserPolicy, Discovery, Enrollment, EraseMode, HardwareSync, Image, NetworkOverrides,

@@ -47,8 +47,65 @@ pub struct Node {
     pub paused: bool,
     /// The NodeGroup this node is a member of, if it came from one.
     pub group: Option<GroupName>,
+    /// Which provisioner installs the node (MAAS unless the manifest says otherwise).
+    #[serde(default, skip_serializing_if = "Provisioner::is_default")]
+    pub provisioner: Provisioner,
     #[serde(skip)]
     pub provenance: Provenance,
+}
+
+/// Which provisioner installs a node (`provisioner` in the manifest).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Provisioner {
+    /// MAAS commissions and deploys the node (seed 000), powering it through `power_driver`
+    /// (`None`: the site's `power.type`).
+    Maas {
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            rename = "powerDriver"
+        )]
+        power_driver: Option<super::PowerType>,
+    },
+    /// metalform's Redfish virtual-media provisioner (seed 003).
+    Redfish(Box<RedfishProvisioner>),
+}
+
+impl Default for Provisioner {
+    fn default() -> Self {
+        Provisioner::Maas { power_driver: None }
+    }
+}
+
+impl Provisioner {
+    pub fn is_default(&self) -> bool {
+        *self == Provisioner::default()
+    }
+
+    pub fn redfish(&self) -> Option<&RedfishProvisioner> {
+        match self {
+            Provisioner::Redfish(r) => Some(r.as_ref()),
+            Provisioner::Maas { .. } => None,
+        }
+    }
+}
+
+/// A node the Redfish provisioner installs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RedfishProvisioner {
+    /// The server's serial number (its system's `SerialNumber`).
+    pub serial: String,
+    /// The BMC's Redfish address (`https://<bmc.ipmiIp>` unless given).
+    pub redfish_url: String,
+    pub vendor: Option<String>,
+    /// The BMC login; `None`: the site's power credentials for the node.
+    pub credentials: Option<super::SecretRef>,
+    /// CD1; `None`: the controller's `MAINTENANCE_ISO_URL`.
+    pub maintenance_iso_url: Option<String>,
+    /// The recipe, validated against its schema version.
+    pub recipe: serde_json::Value,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

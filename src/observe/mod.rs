@@ -24,8 +24,9 @@ use crate::store::{NodeFilter, Store, StoreError};
 pub use clients::{ClientError, MaasClients};
 pub(crate) use snapshot::hash_json;
 pub use snapshot::{
-    InventoryNode, ObservedJob, ObservedMachine, ObservedStatus, PART_INVENTORY, PART_JOBS,
-    SNAPSHOT_FORMAT, SiteObservation, Snapshot, SnapshotError, fingerprint_of_parts, site_part,
+    InventoryNode, ObservedJob, ObservedMachine, ObservedProvisioning, ObservedStatus,
+    PART_INVENTORY, PART_JOBS, SNAPSHOT_FORMAT, SiteObservation, Snapshot, SnapshotError,
+    fingerprint_of_parts, site_part,
 };
 
 /// Which sites to observe or plan (`--site S`, repeatable; none = every site of the fleet).
@@ -388,8 +389,14 @@ async fn read_store(
             let entry = jobs
                 .entry((job.site.clone(), job.hostname.clone(), *kind))
                 .or_default();
-            if entry.is_empty() || job.state.is_open() {
-                entry.push(ObservedJob::from(job));
+            let observed = ObservedJob::from(job);
+            // A Redfish node's latest successful provisioning says which generation it has.
+            let first_success = observed.provisioning.as_ref().is_some_and(|p| p.succeeded)
+                && !entry
+                    .iter()
+                    .any(|j| j.provisioning.as_ref().is_some_and(|p| p.succeeded));
+            if entry.is_empty() || job.state.is_open() || first_success {
+                entry.push(observed);
             }
         }
     }

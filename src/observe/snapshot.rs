@@ -16,7 +16,9 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::lifecycle::{DecommissionMode, FailureClass, JobKind, JobState, MaasStatus, NodeState};
+use crate::lifecycle::{
+    DecommissionMode, FailureClass, JobKind, JobState, MaasStatus, NodeState, ProvisioningStatus,
+};
 use crate::model::SiteName;
 
 use super::SiteFilter;
@@ -205,6 +207,47 @@ pub struct ObservedJob {
     pub plan_id: Option<String>,
     pub requested_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// Redfish provisioning jobs (seed 003): the server, the seed's status and what the job
+    /// came to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provisioning: Option<ObservedProvisioning>,
+}
+
+/// What the planner reads of a Redfish provisioning job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObservedProvisioning {
+    pub serial: String,
+    pub status: ProvisioningStatus,
+    pub failed_step: Option<String>,
+    /// The manifest's reimage generation the job provisions; `None`: an API request.
+    pub generation: Option<i64>,
+    /// Complete, after the maintenance OS reported success.
+    pub succeeded: bool,
+}
+
+impl ObservedProvisioning {
+    fn of(job: &crate::store::Job) -> Option<Self> {
+        use crate::stages::JournalFacts;
+        let crate::store::JobSpec::Provisioning {
+            server_serial,
+            status,
+            failed_step,
+            generation,
+            ..
+        } = &job.spec
+        else {
+            return None;
+        };
+        let facts = crate::stages::provision::ProvisionFacts::from_details(&job.stage_details);
+        Some(ObservedProvisioning {
+            serial: server_serial.clone(),
+            status: *status,
+            failed_step: failed_step.clone(),
+            generation: *generation,
+            succeeded: *status == ProvisioningStatus::Complete
+                && facts.outcome == Some(ProvisioningStatus::Succeeded),
+        })
+    }
 }
 
 impl From<&crate::store::Job> for ObservedJob {
@@ -227,6 +270,7 @@ impl From<&crate::store::Job> for ObservedJob {
             plan_id: job.plan_id.clone(),
             requested_at: job.requested_at,
             updated_at: job.updated_at,
+            provisioning: ObservedProvisioning::of(job),
         }
     }
 }

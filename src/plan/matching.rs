@@ -199,6 +199,7 @@ mod tests {
             protected: false,
             paused: false,
             group: None,
+            provisioner: Default::default(),
             provenance: Default::default(),
         }
     }

@@ -15,7 +15,8 @@
 //! (no redeploy, the agent enrollment follows) unless `reimage.generation` asks for one. Then, per node and site:
 //! `paused` holds back any change, `protected` any reimage, decommission or retirement, a
 //! disabled site takes no new onboarding, and the mass-destruction guard turns destructive
-//! items into blocked ones.
+//! items into blocked ones. A node the Redfish provisioner installs (seed 003) needs no MAAS:
+//! its provisioning jobs decide (`redfish_decision`).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -86,6 +87,8 @@ struct StoreView<'s> {
     open_onboarding: HashMap<(&'s str, &'s str), &'s ObservedJob>,
     latest_onboarding: HashMap<(&'s str, &'s str), &'s ObservedJob>,
     open_decommission: HashMap<(&'s str, &'s str), &'s ObservedJob>,
+    /// Redfish provisioning jobs (the open one, the latest, the latest that succeeded).
+    provisioning: HashMap<(&'s str, &'s str), Vec<&'s ObservedJob>>,
     snapshot: &'s Snapshot,
 }
 
@@ -96,6 +99,7 @@ impl<'s> StoreView<'s> {
             open_onboarding: HashMap::new(),
             latest_onboarding: HashMap::new(),
             open_decommission: HashMap::new(),
+            provisioning: HashMap::new(),
             snapshot,
         };
         for node in &snapshot.inventory {
@@ -121,6 +125,9 @@ impl<'s> StoreView<'s> {
                     if job.state.is_open() {
                         view.open_decommission.insert(key, job);
                     }
+                }
+                JobKind::Provisioning => {
+                    view.provisioning.entry(key).or_default().push(job);
                 }
             }
         }
@@ -186,9 +193,15 @@ fn plan_site<'f>(
     };
     let observation = snapshot.sites.get(&site.name).unwrap_or(&not_observed);
     let nodes: Vec<&Node> = fleet.nodes_of_site(&site.name).collect();
+    // Redfish-provisioned nodes are not in MAAS: no machine is matched to them.
+    let maas_nodes: Vec<&Node> = nodes
+        .iter()
+        .copied()
+        .filter(|n| n.provisioner.redfish().is_none())
+        .collect();
 
     // Open jobs bound to a machine name it for their node.
-    let bound: HashMap<&NodeId, &str> = nodes
+    let bound: HashMap<&NodeId, &str> = maas_nodes
         .iter()
         .filter_map(|n| {
             let job = view.open_onboarding.get(&StoreView::key(&n.id))?;
@@ -198,7 +211,7 @@ fn plan_site<'f>(
     let empty = Vec::new();
     let (machines, matches, unmanaged) = match observation {
         SiteObservation::Readable { machines, .. } => {
-            let (matches, unmanaged) = match_site(machines, &nodes, &bound);
+            let (matches, unmanaged) = match_site(machines, &maas_nodes, &bound);
             (machines, matches, unmanaged)
         }
         SiteObservation::Unreadable { .. } => (&empty, BTreeMap::new(), 0),
@@ -221,6 +234,11 @@ fn plan_site<'f>(
                 .get(&StoreView::key(&node.id))
                 .copied(),
             matched: matches.get(&node.id).unwrap_or(&Match::None),
+            provisioning: view
+                .provisioning
+                .get(&StoreView::key(&node.id))
+                .map(Vec::as_slice)
+                .unwrap_or_default(),
         };
         let decision = hold_back(&facts, decide(&facts));
         items.push(item(fleet, node, decision));
@@ -260,6 +278,8 @@ struct Facts<'a> {
     latest: Option<&'a ObservedJob>,
     decommission: Option<&'a ObservedJob>,
     matched: &'a Match<'a>,
+    /// The node's Redfish provisioning jobs (open, latest, latest successful).
+    provisioning: &'a [&'a ObservedJob],
 }
 
 impl Facts<'_> {
@@ -281,6 +301,10 @@ impl Facts<'_> {
 }
 
 fn decide(f: &Facts<'_>) -> Decision {
+    // A Redfish-provisioned node needs no MAAS: its provisioning jobs decide.
+    if let Some(redfish) = f.node.provisioner.redfish() {
+        return redfish_decision(f, redfish);
+    }
     if let SiteObservation::Unreadable {
         error, transient, ..
     } = f.observation
@@ -341,6 +365,94 @@ fn decide(f: &Facts<'_>) -> Decision {
         return with_ids(f, reimage_or_in_service(f, inv), None);
     }
     with_ids(f, new_onboarding(f), None)
+}
+
+/// A node the Redfish provisioner installs (seed 003): provisioned once per
+/// `reimage.generation`. An open job is the provisioning workers' (nothing to apply); a job
+/// that completed successfully at the wanted generation or later settles the node; one that
+/// failed at the wanted generation waits for an operator (fix the cause, bump the generation);
+/// otherwise a new job is planned — destructive when the node was provisioned before (the
+/// recipe rewrites its disk).
+fn redfish_decision(f: &Facts<'_>, redfish: &crate::model::RedfishProvisioner) -> Decision {
+    let wanted = f.node.reimage.generation;
+    let serial = redfish.serial.as_str();
+    let jobs: Vec<(&ObservedJob, &crate::observe::ObservedProvisioning)> = f
+        .provisioning
+        .iter()
+        .filter_map(|j| Some((*j, j.provisioning.as_ref()?)))
+        .filter(|(_, p)| p.serial == serial)
+        .collect();
+    if let Some((job, p)) = jobs.iter().find(|(j, _)| j.state.is_open()) {
+        let mut decision = Decision::new(
+            Action::Noop,
+            format!(
+                "provisioning job {} of server {serial} is {} at {}: the provisioning workers run it",
+                short(&job.id),
+                p.status,
+                job.stage
+            ),
+        );
+        decision.job_id = Some(job.id);
+        return decision;
+    }
+    let provisioned = jobs
+        .iter()
+        .filter(|(_, p)| p.succeeded)
+        .filter_map(|(job, p)| Some((*job, u64::try_from(p.generation?).ok()?)))
+        .max_by_key(|(_, generation)| *generation);
+    if let Some((job, generation)) = provisioned
+        && generation >= wanted
+    {
+        let mut decision = Decision::new(
+            Action::Noop,
+            format!(
+                "provisioned over Redfish by job {} (generation {generation}); server {serial}",
+                short(&job.id)
+            ),
+        );
+        decision.settled = true;
+        return decision;
+    }
+    let latest = jobs.iter().max_by_key(|(j, _)| (j.requested_at, j.id));
+    if let Some((job, p)) = latest
+        && !p.succeeded
+        && p.generation == Some(wanted as i64)
+    {
+        let step = p.failed_step.as_deref().unwrap_or("an unnamed step");
+        return Decision::blocked(
+            BlockCause::ManualIntervention {
+                job_id: job.id,
+                stage: job.stage.clone(),
+                failure_class: None,
+                error_code: Some("provisioning_failed".into()),
+                error: Some(format!("failed at {step}")),
+                recommended_action: None,
+                recommendation: "read the job's events (GET /api/v1/jobs/ID), fix the cause, then bump reimage.generation".into(),
+            },
+            format!(
+                "provisioning job {} of server {serial} failed at {step}: fix the cause, then bump reimage.generation to provision again",
+                short(&job.id)
+            ),
+        );
+    }
+    let reason = match provisioned {
+        Some((_, generation)) => format!(
+            "reimage.generation {wanted} is above the provisioned generation {generation}: provision server {serial} again over Redfish (its disk is rewritten)"
+        ),
+        None => format!(
+            "not provisioned yet: provision server {serial} over Redfish virtual media ({})",
+            redfish.redfish_url
+        ),
+    };
+    let mut decision = Decision::new(
+        Action::Provision {
+            serial: serial.to_owned(),
+            generation: wanted,
+        },
+        reason,
+    );
+    decision.destructive = provisioned.is_some();
+    decision
 }
 
 /// Fill in the ids every decision about this node carries.
@@ -854,7 +966,8 @@ fn hold_back(f: &Facts<'_>, decision: Decision) -> Decision {
     };
     if let Some(source) = protected
         && decision.destructive
-        && decision.action.is_decommission()
+        && (decision.action.is_decommission()
+            || matches!(decision.action, Action::Provision { .. }))
     {
         let would = decision.action.name().to_owned();
         let where_ = match source {
@@ -872,7 +985,9 @@ fn hold_back(f: &Facts<'_>, decision: Decision) -> Decision {
             )
         };
     }
-    if f.site.status == SiteStatus::Disabled && decision.action == Action::Onboard {
+    if f.site.status == SiteStatus::Disabled
+        && matches!(decision.action, Action::Onboard | Action::Provision { .. })
+    {
         return Decision {
             node_id: decision.node_id,
             ..Decision::blocked(

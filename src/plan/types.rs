@@ -121,6 +121,9 @@ pub struct Summary {
     /// New retirements.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub retire: usize,
+    /// New Redfish provisionings (seed 003).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub provision: usize,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -137,6 +140,7 @@ impl Summary {
             Action::Reimage { .. } => self.reimage += 1,
             Action::Decommission => self.decommission += 1,
             Action::Retire => self.retire += 1,
+            Action::Provision { .. } => self.provision += 1,
             Action::Noop => self.noop += 1,
             Action::Blocked { .. } => self.blocked += 1,
         }
@@ -218,6 +222,9 @@ pub enum Action {
         mode: Option<DecommissionMode>,
         stage: String,
     },
+    /// Install the node with metalform's Redfish provisioner (seed 003): a provisioning job
+    /// for its server, at the manifest's `reimage.generation`.
+    Provision { serial: String, generation: u64 },
     /// Nothing to do.
     Noop,
     /// Something an operator must resolve first.
@@ -236,6 +243,7 @@ impl Action {
             Action::Decommission => "decommission",
             Action::Retire => "retire",
             Action::ResumeDecommission { .. } => "resume",
+            Action::Provision { .. } => "provision",
             Action::Noop => "noop",
             Action::Blocked { .. } => "blocked",
         }

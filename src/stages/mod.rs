@@ -6,11 +6,12 @@
 //! (with what it did, and where to go next), wait and poll again, or failed with a failure class
 //! (000 §4.7) stored as a field. The executor (`crate::apply`) owns the loop: journal writes,
 //! retries with backoff, leases and concurrency. One folder per stage family: onboarding
-//! (issue 5) and decommission (issue 6).
+//! (issue 5), decommission (issue 6) and Redfish provisioning (seed 003, `provision`).
 
 pub mod decommission;
 mod env;
 pub mod onboard;
+pub mod provision;
 
 use std::time::Duration;
 

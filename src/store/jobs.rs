@@ -16,7 +16,8 @@ use uuid::Uuid;
 
 use crate::lifecycle::{
     DecommissionMode, DecommissionStage, FailureClass, JobKind, JobState, NodeState,
-    OnboardingStage, RecoveryAction, check_job_node_state, recommend,
+    OnboardingStage, ProvisioningStage, ProvisioningStatus, RecoveryAction, check_job_node_state,
+    recommend, status_for,
 };
 
 use super::db::{Param, Row, Select, Tx, params};
@@ -44,6 +45,23 @@ pub enum JobSpec {
         /// none | local | weka | all
         storage_cleanup: Option<String>,
         reason: Option<String>,
+    },
+    /// Redfish provisioning (seed 003 `jobs`): the server, the seed's status and what the
+    /// worker recorded. The recipe is read on its own (`Store::provisioning_recipe`).
+    Provisioning {
+        server_serial: String,
+        status: ProvisioningStatus,
+        failed_step: Option<String>,
+        maintenance_iso_url: String,
+        task_iso_path: Option<String>,
+        picked_at: Option<DateTime<Utc>>,
+        worker_id: Option<String>,
+        lease_expires_at: Option<DateTime<Utc>>,
+        idempotency_key: Option<String>,
+        /// The manifest's reimage generation the job provisions; `None`: an API request.
+        generation: Option<i64>,
+        /// When the maintenance OS reported.
+        webhook_at: Option<DateTime<Utc>>,
     },
 }
 
@@ -102,7 +120,23 @@ impl Job {
     pub fn mode(&self) -> Option<DecommissionMode> {
         match self.spec {
             JobSpec::Decommission { mode, .. } => Some(mode),
-            JobSpec::Onboarding { .. } => None,
+            JobSpec::Onboarding { .. } | JobSpec::Provisioning { .. } => None,
+        }
+    }
+
+    /// A provisioning job's seed status.
+    pub fn provisioning_status(&self) -> Option<ProvisioningStatus> {
+        match self.spec {
+            JobSpec::Provisioning { status, .. } => Some(status),
+            _ => None,
+        }
+    }
+
+    /// A provisioning job's server serial.
+    pub fn server_serial(&self) -> Option<&str> {
+        match &self.spec {
+            JobSpec::Provisioning { server_serial, .. } => Some(server_serial),
+            _ => None,
         }
     }
 }
@@ -139,6 +173,9 @@ pub enum EventStatus {
     Failed,
     Compensated,
     Skipped,
+    /// Something that happened to the job outside a stage attempt (seed 003's job events: a
+    /// worker picked it, the maintenance OS reported).
+    Note,
 }
 
 impl EventStatus {
@@ -149,6 +186,7 @@ impl EventStatus {
             EventStatus::Failed => "failed",
             EventStatus::Compensated => "compensated",
             EventStatus::Skipped => "skipped",
+            EventStatus::Note => "note",
         }
     }
 }
@@ -224,28 +262,49 @@ pub struct JobFilter {
     pub open_only: bool,
 }
 
-struct Tables {
-    jobs: &'static str,
-    events: &'static str,
-    label: &'static str,
+/// Where a kind's journal lives. The provisioning kind keeps seed 003's column names where
+/// the seed names them (`status` is the seed's status there, so the engine's job state has
+/// a column of its own; `created_at`; events with `step` and `time`).
+pub(super) struct Tables {
+    pub jobs: &'static str,
+    pub events: &'static str,
+    pub label: &'static str,
+    /// The column of the engine's job state.
+    pub state: &'static str,
+    /// The column of the request time.
+    pub requested: &'static str,
+    /// The events' stage and time columns.
+    pub event_stage: &'static str,
+    pub event_time: &'static str,
 }
 
-fn tables(kind: JobKind) -> Tables {
+pub(super) fn tables(kind: JobKind) -> Tables {
+    let journal = |jobs, events, label| Tables {
+        jobs,
+        events,
+        label,
+        state: "status",
+        requested: "requested_at",
+        event_stage: "stage",
+        event_time: "occurred_at",
+    };
     match kind {
-        JobKind::Onboarding => Tables {
-            jobs: "onboardings",
-            events: "onboarding_events",
-            label: "onboarding",
-        },
-        JobKind::Decommission => Tables {
-            jobs: "decommissions",
-            events: "decommission_events",
-            label: "decommission",
+        JobKind::Onboarding => journal("onboardings", "onboarding_events", "onboarding"),
+        JobKind::Decommission => journal("decommissions", "decommission_events", "decommission"),
+        JobKind::Provisioning => Tables {
+            jobs: "provisioning_jobs",
+            events: "provisioning_job_events",
+            label: "provisioning",
+            state: "job_state",
+            requested: "created_at",
+            event_stage: "step",
+            event_time: "time",
         },
     }
 }
 
-fn job_from_row(kind: JobKind, row: &Row) -> Result<Job, StoreError> {
+pub(super) fn job_from_row(kind: JobKind, row: &Row) -> Result<Job, StoreError> {
+    let t = tables(kind);
     let ips: Vec<String> = serde_json::from_value(parse_json(&row.text("last_maas_ips")?)?)
         .map_err(|e| StoreError::Corrupt(format!("last_maas_ips: {e}")))?;
     let spec = match kind {
@@ -259,6 +318,19 @@ fn job_from_row(kind: JobKind, row: &Row) -> Result<Job, StoreError> {
             erase: row.opt_text("erase")?,
             storage_cleanup: row.opt_text("storage_cleanup")?,
             reason: row.opt_text("reason")?,
+        },
+        JobKind::Provisioning => JobSpec::Provisioning {
+            server_serial: row.text("server_serial")?,
+            status: parse_name(&row.text("status")?)?,
+            failed_step: row.opt_text("failed_step")?,
+            maintenance_iso_url: row.text("maintenance_iso_url")?,
+            task_iso_path: row.opt_text("task_iso_path")?,
+            picked_at: parse_opt_time(row.opt_text("picked_at")?)?,
+            worker_id: row.opt_text("worker_id")?,
+            lease_expires_at: parse_opt_time(row.opt_text("lease_expires_at")?)?,
+            idempotency_key: row.opt_text("idempotency_key")?,
+            generation: row.opt_int("generation")?,
+            webhook_at: parse_opt_time(row.opt_text("webhook_at")?)?,
         },
     };
     Ok(Job {
@@ -275,7 +347,7 @@ fn job_from_row(kind: JobKind, row: &Row) -> Result<Job, StoreError> {
         requested_by: row.opt_text("requested_by")?,
         stage: row.text("current_stage")?,
         attempt: row.int("current_attempt")?,
-        state: parse_name(&row.text("status")?)?,
+        state: parse_name(&row.text(t.state)?)?,
         adopted: row.bool("adopted")?,
         failure_class: row
             .opt_text("failure_class")?
@@ -291,7 +363,7 @@ fn job_from_row(kind: JobKind, row: &Row) -> Result<Job, StoreError> {
         last_maas_ips: ips,
         stage_details: parse_json(&row.text("stage_details")?)?,
         plan_id: row.opt_text("plan_id")?,
-        requested_at: parse_time(&row.text("requested_at")?)?,
+        requested_at: parse_time(&row.text(t.requested)?)?,
         started_at: parse_opt_time(row.opt_text("started_at")?)?,
         completed_at: parse_opt_time(row.opt_text("completed_at")?)?,
         updated_at: parse_time(&row.text("updated_at")?)?,
@@ -299,7 +371,7 @@ fn job_from_row(kind: JobKind, row: &Row) -> Result<Job, StoreError> {
     })
 }
 
-async fn read_job(tx: &mut Tx, kind: JobKind, id: Uuid) -> Result<Job, StoreError> {
+pub(super) async fn read_job(tx: &mut Tx, kind: JobKind, id: Uuid) -> Result<Job, StoreError> {
     let t = tables(kind);
     let row = tx.fetch_by_id(t.jobs, t.label, id).await?;
     job_from_row(kind, &row)
@@ -314,6 +386,9 @@ fn check_stage(
     match kind {
         JobKind::Onboarding => {
             stage.parse::<OnboardingStage>()?;
+        }
+        JobKind::Provisioning => {
+            stage.parse::<ProvisioningStage>()?;
         }
         JobKind::Decommission => {
             let parsed: DecommissionStage = stage.parse()?;
@@ -334,11 +409,12 @@ fn first_stage(kind: JobKind, mode: Option<DecommissionMode>) -> &'static str {
         (JobKind::Decommission, Some(mode)) => mode.first_stage().as_str(),
         (JobKind::Decommission, None) => DecommissionStage::DisableNode.as_str(),
         (JobKind::Onboarding, _) => OnboardingStage::first().as_str(),
+        (JobKind::Provisioning, _) => ProvisioningStage::first().as_str(),
     }
 }
 
 /// The 000 §8.0 event a job-state change announces, if any.
-fn domain_event(kind: JobKind, job: &Job) -> Option<DomainEvent> {
+pub(super) fn domain_event(kind: JobKind, job: &Job) -> Option<DomainEvent> {
     let suffix = match job.state {
         JobState::Running => "started",
         JobState::Completed | JobState::Reconciled => "completed",
@@ -361,6 +437,75 @@ fn domain_event(kind: JobKind, job: &Job) -> Option<DomainEvent> {
             "error_code": job.error_code,
         }),
     })
+}
+
+/// Append one event row of a job. Seed 003's events also carry a level and always a
+/// message: a failure is an error, a failure that is retried or compensated a warning, and a
+/// stage may say `"level"` in its details (a best-effort cleanup step that did not work).
+pub(super) async fn insert_event(
+    tx: &mut Tx,
+    kind: JobKind,
+    job: Uuid,
+    event: &StageEvent,
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    let t = tables(kind);
+    if kind != JobKind::Provisioning {
+        tx.execute(
+            format!(
+                "INSERT INTO {} (job_id, stage, attempt, status, message, details, occurred_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                t.events
+            ),
+            &params![
+                job.to_string(),
+                event.stage.clone(),
+                event.attempt,
+                event.status.as_str(),
+                event.message.clone(),
+                event.details.to_string(),
+                format_time(now),
+            ],
+        )
+        .await?;
+        return Ok(());
+    }
+    let level = match event.details.get("level").and_then(Value::as_str) {
+        Some(level @ ("info" | "warn" | "error")) => level,
+        _ => match event.status {
+            EventStatus::Failed if event.details.get("retry_in_secs").is_some() => "warn",
+            EventStatus::Failed => "error",
+            EventStatus::Compensated => "warn",
+            EventStatus::Started
+            | EventStatus::Succeeded
+            | EventStatus::Skipped
+            | EventStatus::Note => "info",
+        },
+    };
+    let message = event
+        .message
+        .clone()
+        .filter(|m| !m.is_empty())
+        .unwrap_or_else(|| format!("{} {}", event.stage, event.status.as_str()));
+    tx.execute(
+        format!(
+            "INSERT INTO {} (job_id, step, attempt, status, message, details, time, level)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            t.events
+        ),
+        &params![
+            job.to_string(),
+            (!event.stage.is_empty()).then(|| event.stage.clone()),
+            event.attempt,
+            event.status.as_str(),
+            message,
+            event.details.to_string(),
+            format_time(now),
+            level,
+        ],
+    )
+    .await?;
+    Ok(())
 }
 
 impl Store {
@@ -518,7 +663,8 @@ impl Store {
         kind: JobKind,
         filter: &JobFilter,
     ) -> Result<Vec<Job>, StoreError> {
-        let mut select = Select::all_of(tables(kind).jobs);
+        let t = tables(kind);
+        let mut select = Select::all_of(t.jobs);
         if let Some(node) = filter.node_id {
             select.and("node_id =", node.to_string());
         }
@@ -526,7 +672,7 @@ impl Store {
             select.and("site =", site);
         }
         if let Some(state) = filter.state {
-            select.and("status =", state.as_str());
+            select.and(&format!("{} =", t.state), state.as_str());
         }
         if let Some(batch) = &filter.batch_id
             && kind == JobKind::Onboarding
@@ -535,12 +681,12 @@ impl Store {
         }
         if filter.open_only {
             for state in JobState::ALL.iter().filter(|s| s.is_terminal()) {
-                select.and("status <>", state.as_str());
+                select.and(&format!("{} <>", t.state), state.as_str());
             }
         }
         let mut tx = self.pool.read().await?;
         select
-            .fetch(&mut tx, "requested_at DESC, id")
+            .fetch(&mut tx, &format!("{} DESC, id", t.requested))
             .await?
             .iter()
             .map(|row| job_from_row(kind, row))
@@ -653,12 +799,13 @@ impl Store {
             .map(|row| {
                 Ok(StageEventRow {
                     id: row.int("id")?,
-                    stage: row.text("stage")?,
+                    // Seed 003 events may be about the whole job (no step).
+                    stage: row.opt_text(t.event_stage)?.unwrap_or_default(),
                     attempt: row.int("attempt")?,
                     status: row.text("status")?,
                     message: row.opt_text("message")?,
                     details: parse_json(&row.text("details")?)?,
-                    occurred_at: parse_time(&row.text("occurred_at")?)?,
+                    occurred_at: parse_time(&row.text(t.event_time)?)?,
                 })
             })
             .collect::<Result<Vec<_>, StoreError>>()?;
@@ -781,14 +928,25 @@ impl Store {
                 json!(job.last_maas_ips).to_string(),
             ),
         };
+        // A provisioning job's seed status follows the engine's completion and give-ups
+        // (`status_for`); the lease, the webhook and the stages move it otherwise.
+        let seed_status = match job.provisioning_status() {
+            Some(current) => format!(
+                ", status = '{}'",
+                status_for(update.state, current).as_str()
+            ),
+            None => String::new(),
+        };
         let sql = format!(
-            "UPDATE {} SET status = $1, current_stage = $2, current_attempt = $3,
+            "UPDATE {jobs} SET {state} = $1, current_stage = $2, current_attempt = $3,
                 failure_class = $4, error_code = $5, error_message = $6, error_details = $7,
                 recommended_action = $8, node_id = $9, maas_system_id = $10,
                 last_maas_status = $11, last_maas_power_state = $12, last_maas_ips = $13,
                 stage_details = $14, started_at = $15, completed_at = $16, updated_at = $17
-             WHERE id = $18 AND status = $19 AND current_stage = $20 AND current_attempt = $21",
-            t.jobs
+                {seed_status}
+             WHERE id = $18 AND {state} = $19 AND current_stage = $20 AND current_attempt = $21",
+            jobs = t.jobs,
+            state = t.state,
         );
         let changed = tx
             .execute(
@@ -836,23 +994,7 @@ impl Store {
         }
         if let Some(event) = &update.event {
             check_stage(kind, job.mode(), &event.stage)?;
-            tx.execute(
-                format!(
-                    "INSERT INTO {} (job_id, stage, attempt, status, message, details, occurred_at)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                    t.events
-                ),
-                &params![
-                    job.id.to_string(),
-                    event.stage.clone(),
-                    event.attempt,
-                    event.status.as_str(),
-                    event.message.clone(),
-                    event.details.to_string(),
-                    format_time(now),
-                ],
-            )
-            .await?;
+            insert_event(tx, kind, job.id, event, now).await?;
         }
         Ok(())
     }

@@ -51,6 +51,54 @@ pub(crate) const TASK: LeaseColumns = LeaseColumns {
     fencing: "dispatch_count",
 };
 
+/// A provisioning job's own lease (seed 003 `jobs.worker_id`, `jobs.lease_expires_at`).
+pub(crate) const PROVISIONING_JOB: LeaseColumns = LeaseColumns {
+    table: "provisioning_jobs",
+    key: "id",
+    holder: "worker_id",
+    expires: "lease_expires_at",
+    fencing: "lease_fencing",
+};
+
+/// Which rows a lease held by a job runner lives in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LeaseSort {
+    /// A named lease (`leases`): a node's, the drift pass's.
+    Named,
+    /// A provisioning job's own row.
+    ProvisioningJob,
+}
+
+impl LeaseSort {
+    pub(crate) fn columns(self) -> LeaseColumns {
+        match self {
+            LeaseSort::Named => NAMED,
+            LeaseSort::ProvisioningJob => PROVISIONING_JOB,
+        }
+    }
+}
+
+/// What a job runner takes a lease on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseTarget {
+    /// A named lease, e.g. a node's (`onboarding:dc1/c07u45`).
+    Named(String),
+    /// A provisioning job's row: taking it from `queued` moves the job to `provisioning`
+    /// (seed 003 "Acquire lease via atomic UPDATE"); taking it over after its holder's lease
+    /// expired is the seed's steal.
+    ProvisioningJob(uuid::Uuid),
+}
+
+impl LeaseTarget {
+    /// The lease's name in messages and fences.
+    pub fn name(&self) -> String {
+        match self {
+            LeaseTarget::Named(name) => name.clone(),
+            LeaseTarget::ProvisioningJob(id) => format!("provisioning:{id}"),
+        }
+    }
+}
+
 /// One conditional `UPDATE` of a leased row: `SET …` and `WHERE key = … AND …`, with numbered
 /// parameters. Conditions take `?` where a value goes.
 #[must_use]
@@ -205,11 +253,14 @@ pub(crate) fn free_stale(
 /// A lease held by this process.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Lease {
+    /// The row's key: a lease name, or a provisioning job's id.
     pub name: String,
     pub holder: String,
     /// Grows by one on every takeover; a write carrying an older value is refused.
     pub fencing: i64,
     pub expires_at: DateTime<Utc>,
+    #[serde(skip)]
+    pub sort: LeaseSort,
 }
 
 impl Lease {
@@ -219,6 +270,7 @@ impl Lease {
             name: self.name.clone(),
             holder: self.holder.clone(),
             fencing: self.fencing,
+            sort: self.sort,
         }
     }
 }
@@ -229,6 +281,8 @@ pub struct Fence {
     pub name: String,
     pub holder: String,
     pub fencing: i64,
+    #[serde(skip)]
+    pub sort: LeaseSort,
 }
 
 impl Fence {
@@ -253,8 +307,9 @@ pub(crate) async fn check_fence(
     fence: &Fence,
     now: DateTime<Utc>,
 ) -> Result<(), StoreError> {
-    let held = LeaseWrite::row(NAMED, fence.name.clone())
-        .set_expr("renewed_at", "renewed_at")
+    let columns = fence.sort.columns();
+    let held = LeaseWrite::row(columns, fence.name.clone())
+        .set_expr(columns.expires, columns.expires)
         .held_by(&fence.holder, Some(fence.fencing))
         .live(now)
         .execute(tx)
@@ -312,26 +367,40 @@ impl Store {
         Ok(lease)
     }
 
+    /// Take the lease of `target` for `holder` (see [`LeaseTarget`]). A live lease of another
+    /// holder is refused with [`StoreError::LeaseHeld`].
+    pub async fn take_lease(
+        &self,
+        target: &LeaseTarget,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Lease, StoreError> {
+        match target {
+            LeaseTarget::Named(name) => self.acquire_lease(name, holder, ttl).await,
+            LeaseTarget::ProvisioningJob(id) => self.take_provisioning_job(*id, holder, ttl).await,
+        }
+    }
+
     /// Extend a held lease (heartbeat). Refused with [`StoreError::LeaseLost`] once it expired
     /// or was taken over.
     pub async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError> {
         let now = self.now();
         let mut tx = self.pool.write().await?;
-        let renewed = renew(
-            NAMED,
+        let mut write = renew(
+            lease.sort.columns(),
             lease.name.clone(),
             &lease.holder,
             Some(lease.fencing),
             now,
             ttl,
-        )
-        .set("renewed_at", format_time(now))
-        .execute(&mut tx)
-        .await?;
-        if renewed == 0 {
+        );
+        if lease.sort == LeaseSort::Named {
+            write = write.set("renewed_at", format_time(now));
+        }
+        if write.execute(&mut tx).await? == 0 {
             return Err(lease.fence().lost());
         }
-        let lease = read_lease(&mut tx, &lease.name).await?;
+        let lease = read_lease_of(&mut tx, lease.sort, &lease.name).await?;
         tx.commit().await?;
         Ok(lease)
     }
@@ -341,7 +410,7 @@ impl Store {
     pub async fn release_lease(&self, lease: &Lease) -> Result<bool, StoreError> {
         let mut tx = self.pool.write().await?;
         let released = release(
-            NAMED,
+            lease.sort.columns(),
             lease.name.clone(),
             &lease.holder,
             Some(lease.fencing),
@@ -369,6 +438,7 @@ impl Store {
                 holder,
                 fencing: row.int("fencing")?,
                 expires_at,
+                sort: LeaseSort::Named,
             })),
             _ => Ok(None),
         }
@@ -383,14 +453,34 @@ impl Store {
 }
 
 async fn read_lease(tx: &mut Tx, name: &str) -> Result<Lease, StoreError> {
+    read_lease_of(tx, LeaseSort::Named, name).await
+}
+
+/// The lease in the row `key` of `sort`'s table, as it stands.
+pub(crate) async fn read_lease_of(
+    tx: &mut Tx,
+    sort: LeaseSort,
+    key: &str,
+) -> Result<Lease, StoreError> {
+    let c = sort.columns();
     let row = tx
-        .fetch_one("SELECT * FROM leases WHERE name = $1", &params![name])
+        .fetch_one(
+            format!(
+                "SELECT {} AS holder, {} AS fencing, {} AS expires_at FROM {} WHERE {} = $1",
+                c.holder, c.fencing, c.expires, c.table, c.key
+            ),
+            &params![key],
+        )
         .await?;
     Ok(Lease {
-        name: name.to_owned(),
+        name: key.to_owned(),
         holder: row.opt_text("holder")?.unwrap_or_default(),
         fencing: row.int("fencing")?,
-        expires_at: parse_time(&row.text("expires_at")?)?,
+        expires_at: match row.opt_text("expires_at")? {
+            Some(text) => parse_time(&text)?,
+            None => DateTime::<Utc>::UNIX_EPOCH,
+        },
+        sort,
     })
 }
 

@@ -34,13 +34,19 @@ const MIGRATIONS: &[Migration] = &[
         name: "plan_signing_key",
         sql: include_str!("migrations/0006_plan_signing_key.sql"),
     },
+    Migration {
+        version: 8,
+        name: "provisioning",
+        sql: include_str!("migrations/0008_provisioning.sql"),
+    },
 ];
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// The versions of every migration this build knows, oldest first (what a migrated store
-/// records in `schema_migrations`).
+/// records in `schema_migrations`; numbers may have gaps: each branch of work takes the
+/// number it was given).
 pub fn migration_versions() -> Vec<i64> {
     MIGRATIONS.iter().map(|m| m.version).collect()
 }

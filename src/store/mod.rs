@@ -16,6 +16,7 @@ mod leases;
 mod migrate;
 mod nodes;
 mod plan_key;
+mod provisioning;
 mod records;
 mod seed;
 mod tasks;
@@ -40,9 +41,13 @@ pub use jobs::{
     EventStatus, Job, JobFailure, JobFilter, JobSpec, JobUpdate, NewDecommission, NewOnboarding,
     Observed, StageEvent, StageEventRow,
 };
-pub use leases::{Fence, Lease, node_lease_name};
+pub use leases::{Fence, Lease, LeaseSort, LeaseTarget, node_lease_name};
 pub use migrate::{SCHEMA_VERSION, migration_versions};
 pub use nodes::{NewNode, Node, NodeFilter, NodeTransition};
+pub use provisioning::{
+    Created, JobEvent, JobMediaState, NewProvisioning, ProvisioningFilter, Server, WebhookOutcome,
+    note,
+};
 pub use records::{
     Actor, ApplyRecord, AuditEntry, AuditQuery, AuditRecord, DomainEvent, MaasState,
     MaasStateUpdate, NewPlan, OutboxEvent, PlanRecord, Role,
@@ -136,6 +141,16 @@ pub enum StoreError {
         job: String,
         state: String,
     },
+    #[error("server {serial} already has an active provisioning job ({job}, {status})")]
+    ServerBusy {
+        serial: String,
+        job: String,
+        status: String,
+    },
+    #[error(
+        "idempotency key `{key}` belongs to provisioning job {job}, which was created with another recipe"
+    )]
+    IdempotencyConflict { key: String, job: String },
     #[error("lease `{name}` is held by `{holder}` until {expires_at}")]
     LeaseHeld {
         name: String,
@@ -178,6 +193,8 @@ impl StoreError {
                 | StoreError::Provision { .. }
                 | StoreError::DuplicateNode { .. }
                 | StoreError::JobOpen { .. }
+                | StoreError::ServerBusy { .. }
+                | StoreError::IdempotencyConflict { .. }
                 | StoreError::LeaseHeld { .. }
                 | StoreError::LeaseLost { .. }
                 | StoreError::StaleGeneration { .. }

@@ -113,6 +113,7 @@ pub fn job(site: &str, hostname: &str, state: JobState, stage: &str) -> Observed
         plan_id: None,
         requested_at: at(-120),
         updated_at: at(-60),
+        provisioning: None,
     }
 }
 

@@ -8,6 +8,7 @@
 //! profile says so or the BMC asks for it (428, 412). After a host reset the BMC is left alone
 //! for the profile's settle time.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -245,6 +246,17 @@ pub enum Change {
     /// The BMC was already as asked: nothing written.
     Unchanged,
     Changed,
+}
+
+impl Change {
+    /// Changed when any try of the operation wrote.
+    fn from_written(written: bool) -> Self {
+        if written {
+            Change::Changed
+        } else {
+            Change::Unchanged
+        }
+    }
 }
 
 /// How a reset went.
@@ -515,11 +527,15 @@ impl RedfishClient {
     }
 
     /// Runs `attempt` until it succeeds, fails terminally, or the retries are spent.
-    async fn retrying<T>(
-        &self,
-        op: &'static str,
-        mut attempt: impl AsyncFnMut() -> Result<T, Fail>,
-    ) -> Result<T, RedfishError> {
+    ///
+    /// `attempt` makes a fresh future per try that owns copies of what it reads (shared
+    /// references): an `async` closure's futures borrow the closure itself, which keeps the
+    /// operation's future from being `Send` for a worker task.
+    async fn retrying<T, F, Fut>(&self, op: &'static str, mut attempt: F) -> Result<T, RedfishError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, Fail>>,
+    {
         let policy = self.policy();
         let mut tries = 0u32;
         loop {
@@ -560,8 +576,11 @@ impl RedfishClient {
 
     /// A GET with retries.
     async fn read(&self, op: &'static str, path: &str) -> Result<Json, RedfishError> {
-        self.retrying(op, async || self.get(op, path).await.map(|r| r.body))
-            .await
+        self.retrying(
+            op,
+            || async move { self.get(op, path).await.map(|r| r.body) },
+        )
+        .await
     }
 
     /// Finds the system, its manager, virtual media and reset action, following links.
@@ -752,8 +771,9 @@ impl RedfishClient {
     ) -> Result<Change, RedfishError> {
         const OP: &str = "insert_media";
         let slot = discovery.slot(drive);
-        let mut change = Change::Unchanged;
-        self.retrying(OP, async || {
+        let written = AtomicBool::new(false);
+        let written = &written;
+        self.retrying(OP, || async move {
             let state = self.read_slot(OP, slot).await?;
             if state.holds(url) {
                 return Ok(());
@@ -765,7 +785,7 @@ impl RedfishClient {
             let body = json!({"Image": url, "Inserted": true, "WriteProtected": true});
             self.send(OP, Method::POST, &slot.insert_target, Some(&body), None)
                 .await?;
-            change = Change::Changed;
+            written.store(true, Ordering::Relaxed);
             let after = self.read_slot(OP, slot).await?;
             if !after.holds(url) {
                 return Err(Fail::Final(self.protocol(
@@ -780,7 +800,7 @@ impl RedfishClient {
             Ok(())
         })
         .await?;
-        Ok(change)
+        Ok(Change::from_written(written.load(Ordering::Relaxed)))
     }
 
     /// Ensures `drive` is empty.
@@ -791,15 +811,16 @@ impl RedfishClient {
     ) -> Result<Change, RedfishError> {
         const OP: &str = "eject_media";
         let slot = discovery.slot(drive);
-        let mut change = Change::Unchanged;
-        self.retrying(OP, async || {
+        let written = AtomicBool::new(false);
+        let written = &written;
+        self.retrying(OP, || async move {
             let state = self.read_slot(OP, slot).await?;
             if !state.inserted {
                 return Ok(());
             }
             self.send(OP, Method::POST, &slot.eject_target, Some(&json!({})), None)
                 .await?;
-            change = Change::Changed;
+            written.store(true, Ordering::Relaxed);
             let after = self.read_slot(OP, slot).await?;
             if after.inserted {
                 return Err(Fail::Final(self.protocol(
@@ -814,7 +835,7 @@ impl RedfishClient {
             Ok(())
         })
         .await?;
-        Ok(change)
+        Ok(Change::from_written(written.load(Ordering::Relaxed)))
     }
 
     /// The system's boot override.
@@ -827,8 +848,9 @@ impl RedfishClient {
     pub async fn boot_once_from_cd(&self, discovery: &Discovery) -> Result<Change, RedfishError> {
         const OP: &str = "boot_once_cd";
         let profile = discovery.profile();
-        let mut change = Change::Unchanged;
-        self.retrying(OP, async || {
+        let written = AtomicBool::new(false);
+        let written = &written;
+        self.retrying(OP, || async move {
             let read = self.get(OP, &discovery.system).await?;
             let state = boot_state(&read.body);
             if state.target.as_deref() == Some(profile.boot.cd_target)
@@ -880,7 +902,7 @@ impl RedfishClient {
                 }
                 Err(other) => return Err(other),
             }
-            change = Change::Changed;
+            written.store(true, Ordering::Relaxed);
             let after = boot_state(&self.get(OP, &discovery.system).await?.body);
             if after.target.as_deref() != Some(profile.boot.cd_target) {
                 return Err(Fail::Final(self.protocol(
@@ -895,7 +917,7 @@ impl RedfishClient {
             Ok(())
         })
         .await?;
-        Ok(change)
+        Ok(Change::from_written(written.load(Ordering::Relaxed)))
     }
 
     pub async fn power_state(&self, discovery: &Discovery) -> Result<PowerState, RedfishError> {
@@ -956,7 +978,7 @@ impl RedfishClient {
         reset_type: &'static str,
     ) -> Result<bool, RedfishError> {
         const OP: &str = "reset";
-        self.retrying(OP, async || {
+        self.retrying(OP, || async move {
             let system = self.get(OP, &discovery.system).await?.body;
             let state = PowerState::parse(system["PowerState"].as_str());
             let there = if on {

@@ -172,13 +172,23 @@ pub struct BuiltIso {
     pub duration: Duration,
 }
 
-/// Runs `xorriso` to build task ISOs.
+/// What writes the image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IsoTool {
+    /// Debian's `xorriso` (the seed's preference: "shelling to xorriso").
+    Xorriso,
+    /// metalform's own ISO 9660 + Joliet writer (`super::iso9660`): no package needed.
+    Builtin,
+}
+
+/// Builds task ISOs, with `xorriso` or the built-in writer.
 #[derive(Debug, Clone)]
 pub struct IsoBuilder {
     /// The program (default `xorriso` from `PATH`).
     pub program: PathBuf,
     /// Upper bound of one build.
     pub timeout: Duration,
+    pub tool: IsoTool,
 }
 
 impl Default for IsoBuilder {
@@ -186,6 +196,7 @@ impl Default for IsoBuilder {
         Self {
             program: PathBuf::from("xorriso"),
             timeout: Duration::from_secs(60),
+            tool: IsoTool::Xorriso,
         }
     }
 }
@@ -194,6 +205,14 @@ impl IsoBuilder {
     pub fn new(program: impl Into<PathBuf>) -> Self {
         Self {
             program: program.into(),
+            ..Self::default()
+        }
+    }
+
+    /// The built-in writer: same contents, no external program.
+    pub fn builtin() -> Self {
+        Self {
+            tool: IsoTool::Builtin,
             ..Self::default()
         }
     }
@@ -248,9 +267,20 @@ impl IsoBuilder {
             .prefix(".staging-")
             .tempdir_in(parent)
             .map_err(io("cannot create a staging directory in", parent))?;
+        if self.tool == IsoTool::Builtin {
+            let image = super::iso9660::write_image(contents.files(), VOLUME_LABEL, "metalform");
+            let partial = staging.path().join("task.iso");
+            tokio::fs::write(&partial, &image)
+                .await
+                .map_err(io("cannot write", &partial))?;
+            return finish(&partial, output, image, started);
+        }
         // A root of its own: the staging directory's name never reaches the image.
         let root = staging.path().join("root");
-        for (path, bytes) in contents.files() {
+        // Collected first: a future holding the iterator's closure across the writes below
+        // would not be `Send` for every lifetime its callers need.
+        let files: Vec<(&str, &[u8])> = contents.files().collect();
+        for (path, bytes) in files {
             let file = root.join(path);
             if let Some(dir) = file.parent() {
                 tokio::fs::create_dir_all(dir)
@@ -285,17 +315,30 @@ impl IsoBuilder {
             }
             Err(err) => return Err(io("cannot read", &partial)(err)),
         };
-        let sha256 = hex::encode(Sha256::digest(&bytes));
-        tokio::fs::rename(&partial, output)
-            .await
-            .map_err(io("cannot move the image to", output))?;
-        Ok(BuiltIso {
-            path: output.to_path_buf(),
-            size: bytes.len() as u64,
-            sha256,
-            duration: started.elapsed(),
-        })
+        finish(&partial, output, bytes, started)
     }
+}
+
+/// Move a written image to its place and report it.
+fn finish(
+    partial: &Path,
+    output: &Path,
+    bytes: Vec<u8>,
+    started: Instant,
+) -> Result<BuiltIso, IsoError> {
+    let sha256 = hex::encode(Sha256::digest(&bytes));
+    // A rename within one directory's filesystem: readers see no image or the whole one.
+    std::fs::rename(partial, output).map_err(|source| IsoError::Io {
+        action: "cannot move the image to",
+        path: output.to_path_buf(),
+        source,
+    })?;
+    Ok(BuiltIso {
+        path: output.to_path_buf(),
+        size: bytes.len() as u64,
+        sha256,
+        duration: started.elapsed(),
+    })
 }
 
 impl IsoBuilder {

@@ -211,7 +211,7 @@ impl DecommissionCtx<'_> {
             JobSpec::Decommission {
                 storage_cleanup, ..
             } => storage_cleanup.clone(),
-            JobSpec::Onboarding { .. } => None,
+            JobSpec::Onboarding { .. } | JobSpec::Provisioning { .. } => None,
         };
         asked.unwrap_or_else(|| {
             if self.mode() == DecommissionMode::StorageCleanup {
@@ -226,7 +226,7 @@ impl DecommissionCtx<'_> {
     pub fn erase(&self) -> EraseMode {
         let asked = match &self.job.spec {
             JobSpec::Decommission { erase, .. } => erase.as_deref().and_then(parse_erase),
-            JobSpec::Onboarding { .. } => None,
+            JobSpec::Onboarding { .. } | JobSpec::Provisioning { .. } => None,
         };
         asked
             .or_else(|| {

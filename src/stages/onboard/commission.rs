@@ -5,11 +5,10 @@
 use crate::lifecycle::MaasStatus;
 use serde_json::json;
 
-use super::{StageCtx, power_credentials};
+use super::StageCtx;
 use crate::lifecycle::{FailureClass, OnboardingStage, PolicyTimeout};
 use crate::provider::maas::{
-    CommissionParams, EventLevel, EventsQuery, IpmiPower, Machine, PowerParameters, ReleaseParams,
-    UpdateMachineParams,
+    CommissionParams, EventLevel, EventsQuery, Machine, ReleaseParams, UpdateMachineParams,
 };
 use crate::stages::{StageFailure, StageOutcome, bounded};
 
@@ -137,16 +136,12 @@ pub(super) async fn error_snippet(ctx: &StageCtx<'_>, machine: &Machine) -> Vec<
 
 /// Name the machine and give MAAS the BMC login (000 §4.3 step 3).
 async fn set_identity(ctx: &mut StageCtx<'_>, machine: &Machine) -> Result<(), StageFailure> {
-    let power = power_credentials(ctx).await?;
+    let power = super::maas_power(ctx).await?;
     let maas = ctx.maas().await?;
     let update = UpdateMachineParams {
         hostname: (machine.hostname != ctx.target.hostname())
             .then(|| ctx.target.hostname().to_owned()),
-        power: Some(PowerParameters::Ipmi(IpmiPower::new(
-            ctx.target.node.bmc.ipmi_ip.to_string(),
-            power.user.clone(),
-            power.pass.clone(),
-        ))),
+        power: Some(power),
         ..UpdateMachineParams::default()
     };
     maas.update_machine(&machine.system_id, &update)

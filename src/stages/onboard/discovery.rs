@@ -19,9 +19,7 @@ use serde_json::json;
 use super::{DiscoveryFacts, StageCtx, power_credentials};
 use crate::lifecycle::PolicyTimeout;
 use crate::provider::bmc::{BootDevice, PowerAction};
-use crate::provider::maas::{
-    CreateMachineParams, IpmiPower, MaasClient, Machine, MachineFilter, PowerParameters,
-};
+use crate::provider::maas::{CreateMachineParams, MaasClient, Machine, MachineFilter};
 use crate::stages::{StageFailure, StageOutcome};
 
 pub(super) async fn ensure_machine_in_maas(
@@ -98,15 +96,10 @@ pub(super) async fn ensure_machine_in_maas(
             return Ok(bind(ctx, machine, "pxe_mac"));
         }
         // Not in MAAS: with its MAC, MAAS can commission a created machine.
-        let power = power_credentials(ctx).await?;
         let mut create = CreateMachineParams::new(ctx.target.profile.image.architecture.clone());
         create.mac_addresses = vec![mac.to_string()];
         create.hostname = Some(hostname.clone());
-        create.power = Some(PowerParameters::Ipmi(IpmiPower::new(
-            bmc.clone(),
-            power.user.clone(),
-            power.pass.clone(),
-        )));
+        create.power = Some(super::maas_power(ctx).await?);
         // The lifecycle commissions explicitly (commission_node), with its own parameters.
         create.commission = Some(false);
         let machine = maas

@@ -169,6 +169,44 @@ pub async fn run_stage(stage: OnboardingStage, ctx: &mut StageCtx<'_>) -> StageO
     result.unwrap_or_else(StageOutcome::Failed)
 }
 
+/// What MAAS is told to power the node with: its BMC address and login through the power
+/// driver the manifests choose (`provisioner.powerDriver`, else the site's `power.type`) —
+/// IPMI, or MAAS's own Redfish driver.
+pub(crate) async fn maas_power(
+    ctx: &mut StageCtx<'_>,
+) -> Result<crate::provider::maas::PowerParameters, StageFailure> {
+    use crate::provider::maas::{IpmiPower, PowerParameters};
+    let power = power_credentials(ctx).await?;
+    let address = ctx.target.node.bmc.ipmi_ip.to_string();
+    let driver = match ctx.target.node.provisioner {
+        crate::model::Provisioner::Maas {
+            power_driver: Some(driver),
+        } => driver,
+        _ => ctx.target.site.power.kind,
+    };
+    Ok(match driver {
+        crate::model::PowerType::Ipmi => {
+            PowerParameters::Ipmi(IpmiPower::new(address, power.user, power.pass))
+        }
+        crate::model::PowerType::Redfish => PowerParameters::Other {
+            power_type: "redfish".into(),
+            parameters: [
+                (
+                    "power_address".to_owned(),
+                    crate::secrets::Secret::new(address),
+                ),
+                (
+                    "power_user".to_owned(),
+                    crate::secrets::Secret::new(power.user),
+                ),
+                ("power_pass".to_owned(), power.pass),
+            ]
+            .into_iter()
+            .collect(),
+        },
+    })
+}
+
 /// The power credentials of the node, read at use time (000 §3.2) and kept for the run.
 pub(crate) async fn power_credentials(
     ctx: &mut StageCtx<'_>,
