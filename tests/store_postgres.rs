@@ -25,7 +25,7 @@ async fn many_concurrent_opens_migrate_once() {
         let store = open.await.unwrap();
         assert_eq!(
             store.schema_versions().await.unwrap(),
-            (1..=metalform::store::SCHEMA_VERSION).collect::<Vec<_>>()
+            metalform::store::migration_versions()
         );
         assert_eq!(store.backend(), metalform::store::Backend::Postgres);
     }

@@ -27,7 +27,7 @@ async fn default_url_lives_under_the_fleet() {
     assert!(fleet.path().join(".metalform/state.db").exists());
     assert_eq!(
         store.schema_versions().await.unwrap(),
-        (1..=metalform::store::SCHEMA_VERSION).collect::<Vec<_>>()
+        metalform::store::migration_versions()
     );
 }
 

@@ -13,6 +13,7 @@ mod ironic;
 mod job;
 mod maas_status;
 mod node_state;
+mod provision;
 mod stages;
 
 pub use failure::{
@@ -30,5 +31,9 @@ pub use names::UnknownName;
 pub use node_state::{
     NodeState, Owner, Provider, TransitionContext, TransitionError, check_initial,
     check_transition, owners,
+};
+pub use provision::{
+    JobActivity, MaasOperation, NodeFacts, ProvisionView, VerbRefusal, ViewSource, plan_verb,
+    provision_view,
 };
 pub use stages::{Cleanup, DecommissionStage, OnboardingStage, Reentry, StageName};

@@ -29,10 +29,20 @@ const MIGRATIONS: &[Migration] = &[
         name: "reimage_generation",
         sql: include_str!("migrations/0003_reimage_generation.sql"),
     },
+    Migration {
+        version: 9,
+        name: "lifecycle_exits",
+        sql: include_str!("migrations/0009_lifecycle_exits.sql"),
+    },
 ];
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 9;
+
+/// The versions of every migration this build knows, oldest first.
+pub fn migration_versions() -> Vec<i64> {
+    MIGRATIONS.iter().map(|m| m.version).collect()
+}
 
 /// Arbitrary constant naming metalform's migration lock among other advisory locks.
 const PG_MIGRATION_LOCK: i64 = 0x6d65_7461_6c66_6f72; // "metalfor"

@@ -39,7 +39,7 @@ pub use jobs::{
     Observed, StageEvent, StageEventRow,
 };
 pub use leases::{Fence, Lease, node_lease_name};
-pub use migrate::SCHEMA_VERSION;
+pub use migrate::{SCHEMA_VERSION, migration_versions};
 pub use nodes::{NewNode, Node, NodeFilter, NodeTransition};
 pub use records::{
     Actor, ApplyRecord, AuditEntry, AuditRecord, DomainEvent, MaasState, MaasStateUpdate, NewPlan,

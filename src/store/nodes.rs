@@ -95,6 +95,8 @@ pub struct NodeFilter {
     pub status: Option<NodeState>,
     /// `Some(true)`: only nodes flagged retired (seed 004 `--retired`).
     pub retired: Option<bool>,
+    /// Only nodes with this hostname.
+    pub hostname: Option<String>,
     /// Deleted identities are left out unless asked for.
     pub include_deleted: bool,
 }
@@ -448,6 +450,9 @@ impl Store {
         }
         if let Some(retired) = filter.retired {
             select.and("retired =", retired);
+        }
+        if let Some(hostname) = &filter.hostname {
+            select.and("hostname =", hostname);
         }
         if !filter.include_deleted {
             select.and("status <>", NodeState::Deleted.as_str());
