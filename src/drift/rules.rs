@@ -885,6 +885,7 @@ mod tests {
                 host: Some("10.0.0.11".into()),
                 agent_contact_at: None,
                 reimage_generation: None,
+                policy: None,
             },
             system_id: Some(format!("sys-{hostname}")),
             last_contact: Some(t("2026-03-01T11:59:00Z")),

@@ -154,6 +154,10 @@ pub struct InventoryNode {
     /// has none recorded (a row from before schema version 3).
     #[serde(default)]
     pub reimage_generation: Option<u64>,
+    /// The release policy the manifests last gave the node (pruning decommissions with it);
+    /// `None` until one is recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<crate::model::NodePolicy>,
 }
 
 impl InventoryNode {
@@ -178,6 +182,7 @@ impl From<&crate::store::Node> for InventoryNode {
             host: node.host.clone(),
             agent_contact_at: node.last_agent_contact_at,
             reimage_generation: node.reimage_generation.and_then(|g| u64::try_from(g).ok()),
+            policy: node.release_policy.clone(),
         }
     }
 }

@@ -19,6 +19,7 @@ use super::records::{
 use super::{
     Store, StoreError, bump_serial, format_time, parse_name, parse_opt_time, parse_time, parse_uuid,
 };
+use crate::model::NodePolicy;
 
 /// One node record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -44,6 +45,9 @@ pub struct Node {
     /// The manifest's `reimage.generation` last applied to the node (onboarding's deploy or a
     /// completed reimage); `None` for rows from before schema version 3.
     pub reimage_generation: Option<i64>,
+    /// The release policy the manifests last gave the node (schema version 9); `None` until
+    /// one is recorded.
+    pub release_policy: Option<NodePolicy>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -120,6 +124,13 @@ pub(crate) fn node_from_row(row: &Row) -> Result<Node, StoreError> {
         host: row.opt_text("host")?,
         last_agent_contact_at: parse_opt_time(row.opt_text("last_agent_contact_at")?)?,
         reimage_generation: row.opt_int("reimage_generation")?,
+        release_policy: row
+            .opt_text("release_policy")?
+            .map(|text| {
+                serde_json::from_str(&text)
+                    .map_err(|e| StoreError::Corrupt(format!("nodes.release_policy: {e}")))
+            })
+            .transpose()?,
         created_at: parse_time(&row.text("created_at")?)?,
         updated_at: parse_time(&row.text("updated_at")?)?,
     })
@@ -680,6 +691,30 @@ impl Store {
             "node.record_reimage_generation",
             "reimage_generation",
             Param::from(generation),
+        )
+        .await
+    }
+
+    /// Record the release policy the manifests give the node (pruning uses it once the node
+    /// left them). Audited; a no-op when it is recorded already.
+    pub async fn record_release_policy(
+        &self,
+        id: Uuid,
+        policy: &NodePolicy,
+        actor: &Actor,
+    ) -> Result<Node, StoreError> {
+        let node = self.node(id).await?;
+        if node.release_policy.as_ref() == Some(policy) {
+            return Ok(node);
+        }
+        let text = serde_json::to_string(policy)
+            .map_err(|e| StoreError::Invalid(format!("release policy: {e}")))?;
+        self.update_node_fields(
+            id,
+            actor,
+            "node.record_release_policy",
+            "release_policy",
+            Param::from(text),
         )
         .await
     }

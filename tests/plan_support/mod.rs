@@ -91,6 +91,7 @@ pub fn inventory(site: &str, hostname: &str, status: NodeState) -> InventoryNode
         host: None,
         agent_contact_at: (status == NodeState::Active).then(|| at(-30)),
         reimage_generation: None,
+        policy: None,
     }
 }
 
