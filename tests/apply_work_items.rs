@@ -18,6 +18,7 @@ fn plan_of(snapshot: &Snapshot) -> Plan {
         snapshot,
         &PlanOptions {
             sites: SiteFilter::All,
+            ..PlanOptions::default()
         },
     )
 }
@@ -272,6 +273,7 @@ fn decommission_items_become_decommission_work_and_need_allow_destructive() {
         &snapshot,
         &PlanOptions {
             sites: SiteFilter::All,
+            ..PlanOptions::default()
         },
     );
 

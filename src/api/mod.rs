@@ -113,10 +113,13 @@ pub trait Control: Send + Sync + 'static {
     fn fleet(&self) -> Option<Arc<FleetRevision>>;
 
     /// Reconcile `site` now, through the daemon's loop; resolves when that reconcile ended.
+    /// `ignore_windows`: the operator's reason to run disruptive items outside their
+    /// maintenance windows this once (audited per item).
     fn reconcile(
         &self,
         site: SiteName,
         actor: Actor,
+        ignore_windows: Option<String>,
     ) -> Result<BoxFuture<'static, ReconcileSummary>, ControlError>;
 
     /// The node lease's time to live of the daemon's executors (a cancel waits for a live

@@ -121,6 +121,8 @@ pub fn work_items(plan: &Plan, allow_destructive: bool) -> Result<PlanWork, Plan
             Action::Reimage { .. }
             | Action::Decommission
             | Action::Retire
+            | Action::Reactivate
+            | Action::Prune
             | Action::ResumeDecommission { .. } => {
                 work.decommissions.push(decommission_work(plan, item)?);
                 continue;
@@ -173,6 +175,8 @@ fn decommission_work(plan: &Plan, item: &PlanItem) -> Result<DecommissionWork, P
         Action::Reimage { .. } => new(DecommissionMode::Reimage),
         Action::Decommission => new(DecommissionMode::FullDecommission),
         Action::Retire => new(DecommissionMode::Retire),
+        Action::Reactivate => new(DecommissionMode::Reactivate),
+        Action::Prune => new(DecommissionMode::FullDecommission),
         Action::ResumeDecommission { job_id, .. } => DecommissionJob::Existing(*job_id),
         _ => unreachable!("only decommission actions reach here"),
     };
@@ -257,6 +261,7 @@ pub async fn plan_now(
         &snapshot,
         &PlanOptions {
             sites: sites.clone(),
+            ..PlanOptions::default()
         },
     );
     Ok((snapshot, plan))

@@ -11,6 +11,7 @@
 //! | `recovery` | operator recovery actions, recorded and audited |
 //! | `kinds` | the registry of kinds: each kind's description, and a recovery carried out by its kind's engine |
 //! | `from_plan` | a plan's change items as work items of both kinds ([`work_items`]) |
+//! | `records` | what applying writes besides jobs: release policies, maintenance-window overrides |
 //! | `lease`, `backoff`, `progress`, `outcome`, `maas` | the node lease and its heartbeat, retry delays, progress lines, results, per-site MAAS access |
 //!
 //! [`Executor`] is the engine of the onboarding kind; [`decommission::DecommissionExecutor`]
@@ -27,6 +28,7 @@ mod maas;
 pub mod onboarding;
 mod outcome;
 pub mod progress;
+pub mod records;
 pub mod recovery;
 
 use std::sync::Arc;

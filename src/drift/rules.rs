@@ -886,6 +886,8 @@ mod tests {
                 agent_contact_at: None,
                 reimage_generation: None,
                 policy: None,
+                sku: None,
+                gpus: None,
             },
             system_id: Some(format!("sys-{hostname}")),
             last_contact: Some(t("2026-03-01T11:59:00Z")),

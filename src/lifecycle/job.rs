@@ -70,6 +70,16 @@ impl DecommissionMode {
     }
 }
 
+impl DecommissionMode {
+    /// The mode releases the machine in MAAS (its disks are erased, its OS gone).
+    pub fn releases_machine(self) -> bool {
+        !matches!(
+            self,
+            DecommissionMode::SoftReset | DecommissionMode::StorageCleanup
+        )
+    }
+}
+
 impl JobState {
     /// Terminal states: nothing moves a job out of them; recovery from there starts a new job.
     pub fn is_terminal(self) -> bool {

@@ -158,6 +158,11 @@ pub struct InventoryNode {
     /// `None` until one is recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<crate::model::NodePolicy>,
+    /// The SKU and GPU count it was onboarded with (what a prune of it records).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sku: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<u32>,
 }
 
 impl InventoryNode {
@@ -183,6 +188,8 @@ impl From<&crate::store::Node> for InventoryNode {
             agent_contact_at: node.last_agent_contact_at,
             reimage_generation: node.reimage_generation.and_then(|g| u64::try_from(g).ok()),
             policy: node.release_policy.clone(),
+            sku: node.sku.clone(),
+            gpus: node.gpus.and_then(|g| u32::try_from(g).ok()),
         }
     }
 }

@@ -503,6 +503,24 @@ impl Store {
         Ok(node)
     }
 
+    /// Several coarse moves in one transaction (each checked as [`Store::transition_node`]
+    /// checks one): a node never rests in the states between. A reactivation takes a retired
+    /// node `retired -> active -> quarantined` so it is never schedulable while rebuilt.
+    pub async fn transition_node_through(
+        &self,
+        id: Uuid,
+        requests: &[NodeTransition],
+    ) -> Result<Node, StoreError> {
+        let now = self.now();
+        let mut tx = self.pool.write().await?;
+        let mut node = read_node(&mut tx, id).await?;
+        for request in requests {
+            node = transition_in(&mut tx, now, id, request, None).await?;
+        }
+        tx.commit().await?;
+        Ok(node)
+    }
+
     /// Flag a node retired with a reason (seed 004). Allowed in any provider state except
     /// AVAILABLE; a node whose provider state is unknown is refused.
     pub async fn set_retired(
@@ -652,6 +670,58 @@ impl Store {
                 node: id.to_string(),
                 source,
             })
+    }
+
+    /// Set or clear seed 004's retired flag as a lifecycle job does it: a retirement sets it
+    /// (with the manifest's reason) before anything happens to the machine — the job itself
+    /// takes the node out of scheduling, as Ironic's `manage` does for an AVAILABLE node —, a
+    /// reactivation clears it first (seed 004: "the retired field needs to be set to False
+    /// first"). Audited with the job; a no-op when the flag already says so.
+    pub async fn set_retired_by_job(
+        &self,
+        id: Uuid,
+        retired: Option<&str>,
+        actor: &Actor,
+        job: Uuid,
+    ) -> Result<Node, StoreError> {
+        if retired.is_some_and(|r| r.trim().is_empty()) {
+            return Err(StoreError::Invalid(
+                "a retirement needs a reason (retired_reason)".into(),
+            ));
+        }
+        let now = self.now();
+        let mut tx = self.pool.write().await?;
+        lock_node(&mut tx, id).await?;
+        let node = read_node(&mut tx, id).await?;
+        let reason = retired.map(str::to_owned);
+        if node.retired == retired.is_some() && (retired.is_none() || node.retired_reason == reason)
+        {
+            return Ok(node);
+        }
+        let action = match retired {
+            Some(_) => "node.set_retired",
+            None => "node.unset_retired",
+        };
+        let node = write_node(
+            &mut tx,
+            now,
+            &node,
+            vec![
+                ("retired", Param::from(retired.is_some())),
+                ("retired_reason", Param::from(reason.clone())),
+            ],
+            NodeAudit {
+                actor,
+                reason: reason.or_else(|| node.retired_reason.clone()),
+                action,
+                target: node.status,
+                correlation_ids: json!({"job_id": job}),
+                details: json!({"retired": retired.is_some()}),
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(node)
     }
 
     /// Pause or unpause a node (the reconciler leaves paused nodes alone).
