@@ -40,7 +40,7 @@ pub use jobs::{
 };
 pub use leases::{Fence, Lease, node_lease_name};
 pub use migrate::{SCHEMA_VERSION, migration_versions};
-pub use nodes::{NewNode, Node, NodeFilter, NodeTransition};
+pub use nodes::{NewNode, Node, NodeFilter, NodeTransition, NodeView, node_facts};
 pub use records::{
     Actor, ApplyRecord, AuditEntry, AuditRecord, DomainEvent, MaasState, MaasStateUpdate, NewPlan,
     OutboxEvent, PlanRecord, Role,

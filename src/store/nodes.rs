@@ -7,11 +7,13 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::lifecycle::{
-    DecommissionMode, IronicEvent, IronicNode, JobKind, JobState, NodeState, Owner, Provider,
-    ProvisionState, TransitionContext, Verb, check_initial, check_job_node_state, check_transition,
+    DecommissionMode, IronicEvent, IronicNode, JobActivity, JobKind, JobState, NodeFacts,
+    NodeState, Owner, Provider, ProvisionState, ProvisionView, TransitionContext, Verb,
+    check_initial, check_job_node_state, check_transition, provision_view,
 };
 
 use super::db::{Param, Row, Select, Tx, params};
+use super::jobs::Job;
 use super::leases::{Fence, check_fence};
 use super::records::{
     Actor, AuditEntry, MaasState, MaasStateUpdate, read_maas_state, write_audit, write_maas_state,
@@ -338,28 +340,45 @@ pub(crate) async fn write_node(
     read_node(tx, node.id).await
 }
 
-/// The node's state in the provider-neutral (Ironic) view: from the last observed MAAS status,
-/// else from the coarse state when that implies a deployed machine.
-pub(crate) fn provider_view(node: &Node, maas: Option<&MaasState>) -> Option<IronicNode> {
-    let observed = maas
-        .and_then(|m| m.last_maas_status.as_deref())
-        .and_then(crate::lifecycle::MaasStatus::from_name)
-        .map(|s| s.provider_view());
-    let (state, target) = match observed {
-        Some(view) => (view.state, view.target),
-        None => match node.status {
-            NodeState::Active | NodeState::Offline => (ProvisionState::Active, None),
-            _ => return None,
-        },
-    };
-    Some(IronicNode {
-        state,
-        target,
+/// What the provider-neutral view of a node is computed from (seed 002): its row, the last
+/// MAAS status seen (the open job's when it has one, else the drift pass's record), and what
+/// its open job is doing.
+pub fn node_facts(node: &Node, maas: Option<&MaasState>, job: Option<&Job>) -> NodeFacts {
+    let open = job.filter(|j| j.state.is_open());
+    let status = open
+        .and_then(|j| j.last_maas_status.as_deref())
+        .or_else(|| maas.and_then(|m| m.last_maas_status.as_deref()))
+        .and_then(crate::lifecycle::MaasStatus::from_name);
+    NodeFacts {
+        node: Some(node.status),
+        maas: status,
+        job: open.map(|j| JobActivity {
+            kind: j.kind,
+            mode: j.mode(),
+            state: j.state,
+            stage: j.stage.clone(),
+        }),
         retired: node.retired,
         retired_reason: node.retired_reason.clone(),
         protected: node.protected,
         protected_reason: node.protected_reason.clone(),
-    })
+    }
+}
+
+/// The node's state in the provider-neutral (Ironic) view, ignoring jobs (the flag rules of
+/// seed 004 are about the machine's state).
+pub(crate) fn provider_view(node: &Node, maas: Option<&MaasState>) -> Option<IronicNode> {
+    provision_view(&node_facts(node, maas, None)).map(|v| v.node)
+}
+
+/// A node with what its lifecycle detail view and the API show: its last MAAS record, its
+/// latest job, and its provider-neutral view.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NodeView {
+    pub node: Node,
+    pub maas: Option<MaasState>,
+    pub job: Option<Job>,
+    pub view: Option<ProvisionView>,
 }
 
 impl Store {
@@ -722,6 +741,20 @@ impl Store {
         .await?;
         tx.commit().await?;
         Ok(node)
+    }
+
+    /// The node with its MAAS record, latest job and provider-neutral view.
+    pub async fn node_view(&self, id: Uuid) -> Result<NodeView, StoreError> {
+        let node = self.node(id).await?;
+        let maas = self.maas_state(id).await?;
+        let job = self.latest_job_for_node(id).await?;
+        let view = provision_view(&node_facts(&node, maas.as_ref(), job.as_ref()));
+        Ok(NodeView {
+            node,
+            maas,
+            job,
+            view,
+        })
     }
 
     /// Pause or unpause a node (the reconciler leaves paused nodes alone).
