@@ -11,6 +11,7 @@
 //! | `recovery` | operator recovery actions, recorded and audited |
 //! | `kinds` | the registry of kinds: each kind's description, and a recovery carried out by its kind's engine |
 //! | `from_plan` | a plan's change items as work items of both kinds ([`work_items`]) |
+//! | `provision` | the provisioning verbs of seed 002 carried out on MAAS, under the node lease |
 //! | `records` | what applying writes besides jobs: release policies, maintenance-window overrides |
 //! | `lease`, `backoff`, `progress`, `outcome`, `maas` | the node lease and its heartbeat, retry delays, progress lines, results, per-site MAAS access |
 //!
@@ -28,6 +29,7 @@ mod maas;
 pub mod onboarding;
 mod outcome;
 pub mod progress;
+pub mod provision;
 pub mod records;
 pub mod recovery;
 
