@@ -19,6 +19,7 @@ mod jobs;
 mod observe;
 mod onboardings;
 mod plan;
+mod provision;
 mod render;
 pub mod sim;
 pub mod status;
@@ -101,6 +102,9 @@ pub enum Command {
     Drift(drift::Args),
     /// Keep the fleet converged from git; serve the admin and agent API (docs/daemon.md).
     Daemon(daemon::Args),
+    /// A provisioning verb on one node (inspect, clean, provide, rescue, unrescue, abort),
+    /// carried out on MAAS and audited (docs/recovery.md).
+    Provision(provision::Args),
 }
 
 /// Parse, run, and turn the outcome into an exit code. Errors go to stderr as
@@ -161,6 +165,7 @@ async fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Plan(args) => plan::run(&global, args).await,
         Command::Drift(args) => drift::run(&global, args).await,
         Command::Daemon(args) => daemon::run(&global, args).await,
+        Command::Provision(args) => provision::run(&global, args).await,
     }
 }
 
