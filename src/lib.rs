@@ -23,3 +23,4 @@ pub mod sim;
 pub mod source;
 pub mod stages;
 pub mod store;
+pub mod web;

@@ -315,7 +315,7 @@ async fn a_plan_file_is_checked_before_anything_else() {
         )
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(64), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
         "error: --site cannot be combined with a plan file: the plan names its sites\nhint: apply the plan file as it is, or make one with `metalform plan --site S --out PLANFILE`\n"
@@ -349,8 +349,8 @@ async fn a_plan_file_is_checked_before_anything_else() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_destructive_item_is_refused_without_allow_destructive() {
     let mut site = SiteSetup::generated("dc1", 8, 2, 0);
-    // Someone else's workload runs on gpu00001's machine.
-    site.config.machines[0].initial = metalform::sim::InitialState::Deployed;
+    // Someone else holds gpu00001's machine (a Deployed one would be adopted, issue 15).
+    site.config.machines[0].initial = metalform::sim::InitialState::Allocated;
     let bed = Bed::start(Setup::one_site(site)).await;
     let sid = bed
         .sim("dc1")
@@ -361,7 +361,7 @@ async fn a_destructive_item_is_refused_without_allow_destructive() {
         assert_eq!(out.status.code(), Some(1), "{}", text(out));
         let stderr = String::from_utf8_lossy(&out.stderr);
         let expected = format!(
-            "error: the plan {plan_id} has 1 destructive item(s): dc1/gpu00001 (MAAS lists it Deployed ({sid}, owner "
+            "error: the plan {plan_id} has 1 destructive item(s): dc1/gpu00001 (MAAS lists it Allocated ({sid}, owner "
         );
         assert!(stderr.contains(&expected), "{stderr}");
         assert!(
@@ -415,7 +415,7 @@ async fn a_destructive_item_is_refused_without_allow_destructive() {
     );
     assert!(
         shown.contains(&format!(
-            "{sid} was Deployed, owner admin: released to take it over, as plan {} allowed",
+            "{sid} was Allocated, owner admin: released to take it over, as plan {} allowed",
             plan::short_id(&saved.id)
         )),
         "{shown}"

@@ -79,7 +79,7 @@ async fn ten_percent_transient_maas_faults_still_converge_with_no_failed_node() 
     // 10% of every MAAS request: 503 and 409 with Retry-After (MAAS's "retry later"), and 500s
     // without it, whose outcome is unknown for non-idempotent requests.
     let site = SiteSetup::generated("dc1", 77, 10, 2).faults(
-        "*:status=503,retry_after=1,rate=0.05; *:status=409,retry_after=1,rate=0.03; \
+        "*:status=503,retry_after=1,rate=0.05; *:status=409,retry_after=5,rate=0.03; \
          *:status=500,rate=0.02",
     );
     let bed = Bed::start(Setup::one_site(site)).await;

@@ -156,7 +156,8 @@ fn blocked_and_unchanged_items_are_no_work() {
 
 #[test]
 fn destructive_items_are_refused_unless_allowed_and_all_are_named() {
-    let mut theirs = machine("aaa001", "n01", MaasStatus::Deployed, "10.176.16.11");
+    // In use by others: deploying (a Deployed one would be adopted, issue 15) and allocated.
+    let mut theirs = machine("aaa001", "n01", MaasStatus::Deploying, "10.176.16.11");
     theirs.owner = Some("alice".into());
     let mut allocated = machine("aaa002", "n02", MaasStatus::Allocated, "10.176.16.12");
     allocated.owner = Some("bob".into());
@@ -177,7 +178,7 @@ fn destructive_items_are_refused_unless_allowed_and_all_are_named() {
     assert_eq!(
         refused.to_string(),
         format!(
-            "the plan {} has 2 destructive item(s): dc1/n01 (MAAS lists it Deployed (aaa001, owner alice, matched by hostname, BMC address) and metalform did not deploy it: onboarding releases and redeploys it, destroying what runs there); dc1/n02 (MAAS lists it Allocated (aaa002, owner bob, matched by hostname, BMC address) and metalform did not deploy it: onboarding releases and redeploys it, destroying what runs there)",
+            "the plan {} has 2 destructive item(s): dc1/n01 (MAAS lists it Deploying (aaa001, owner alice, matched by hostname, BMC address) and metalform did not deploy it: onboarding releases and redeploys it, destroying what runs there); dc1/n02 (MAAS lists it Allocated (aaa002, owner bob, matched by hostname, BMC address) and metalform did not deploy it: onboarding releases and redeploys it, destroying what runs there)",
             plan::short_id(&plan.id)
         )
     );

@@ -75,7 +75,7 @@ fn golden_payload_of_a_profile_without_data_disks_or_site_bundle() {
 #[test]
 fn show_secrets_needs_secret_access_and_shows_only_the_hash() {
     let out = render(&["c07u27", "--fleet", "fleet", "--show-secrets"]);
-    assert_eq!(out.status.code(), Some(64));
+    assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         stderr(&out),
         "error: --show-secrets needs access to the secret store to hash the deploy password\n\
@@ -283,7 +283,7 @@ fn errors_name_the_problem_and_what_to_do() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).starts_with("error: "), "{}", stderr(&out));
     let out = render(&["c07u27", "--fleet", "fleet", "--agent-url", "not a url"]);
-    assert_eq!(out.status.code(), Some(64));
+    assert_eq!(out.status.code(), Some(2));
     // A node that is not onboarded still renders, with a note.
     let out = render(&["c07u45", "--fleet", "fleet"]);
     assert!(out.status.success());

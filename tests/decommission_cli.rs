@@ -100,7 +100,7 @@ async fn list_show_retry_and_cancel() {
 
     // Actions are audited: no --reason, no action.
     let (code, _, err) = run(&mut bed.cli_store(&["decommissions", "cancel", "gpu00001"]));
-    assert_eq!(code, 64);
+    assert_eq!(code, 2);
     assert!(err.starts_with("error: cancel needs --reason"), "{err}");
 
     // The agent works again: retry runs the rest.

@@ -133,7 +133,7 @@ async fn drift_commands_end_to_end() {
     // Resolve: a reason is required; reactivation needs a Deployed machine; unknown nodes.
     let output = drift_cmd(&bed, &["resolve", &broken.hostname]);
     let (_, err) = text(&output);
-    assert_eq!(output.status.code(), Some(64), "{err}");
+    assert_eq!(output.status.code(), Some(2), "{err}");
     assert_eq!(
         err,
         "error: a drift resolution needs a reason (it goes to the audit log)\nhint: pass --reason TEXT\n"

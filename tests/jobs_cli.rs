@@ -129,7 +129,7 @@ async fn every_kind_through_one_set_of_commands() {
         "--reason",
         "try from the top",
     ]));
-    assert_eq!(code, 64, "{err}");
+    assert_eq!(code, 2, "{err}");
     assert_eq!(
         err,
         "error: decommissions take no rerun: they offer retry, cancel\n"

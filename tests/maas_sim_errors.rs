@@ -269,9 +269,13 @@ async fn bad_requests_carry_maas_form_errors_or_text() {
         )
         .await
         .unwrap_err();
+    // StorageLayoutForm's compose_invalid_choice_text (storage_layouts.py), not Django's text.
     assert_eq!(
         err.form_errors().unwrap()["storage_layout"],
-        ["Select a valid choice. zfs is not one of the available choices."]
+        [
+            "'zfs' is not a valid storage_layout.  It should be one of: 'bcache', 'blank', \
+          'custom', 'flat', 'lvm', 'vmfs6', 'vmfs7'."
+        ]
     );
     let err = maas
         .create_subnet(&CreateSubnetParams::new("10.1.2.3/24"))
@@ -306,9 +310,7 @@ async fn injected_busy_answers_are_transient_with_retry_after() {
     let sid = nth(&maas, 0).await;
     // Longer than the client waits inside one call: handed back for the stage to reschedule.
     sim.handle
-        .set_faults(
-            "machine.deploy:status=503,retry_after=600; machine.release:status=409,retry_after=300",
-        )
+        .set_faults("machine.deploy:status=503,retry_after=600")
         .unwrap();
     let err = maas
         .deploy(&sid, &DeployParams::default())
@@ -328,6 +330,15 @@ async fn injected_busy_answers_are_transient_with_retry_after() {
     );
     assert!(err.is_retryable());
     assert_eq!(err.retry_after(), Some(std::time::Duration::from_secs(600)));
+    assert!(
+        maas.sleeper.waits().is_empty(),
+        "not waited for inside the call"
+    );
+    // MAAS's serialization conflict always asks for 5 s, with its HTML page: waited for and
+    // retried until the attempts run out, never read as a state violation.
+    sim.handle
+        .set_faults("machine.release:status=409,retry_after=5")
+        .unwrap();
     let err = maas
         .release(&sid, &ReleaseParams::default())
         .await
@@ -342,11 +353,27 @@ async fn injected_busy_answers_are_transient_with_retry_after() {
         ),
         "{err}"
     );
-    assert_eq!(err.retry_after(), Some(std::time::Duration::from_secs(300)));
+    assert_eq!(err.retry_after(), Some(std::time::Duration::from_secs(5)));
     assert!(!err.is_outcome_unknown(), "MAAS rolled it back");
-    assert!(
-        maas.sleeper.waits().is_empty(),
-        "not waited for inside the call"
+    assert_eq!(
+        err.maas_message(),
+        "Error: Conflict Error: Conflict error. Try your request again, as it will most likely \
+         succeed."
     );
+    assert!(
+        maas.sleeper
+            .waits()
+            .iter()
+            .all(|w| *w >= std::time::Duration::from_secs(5)),
+        "{:?}",
+        maas.sleeper.waits()
+    );
+    assert_eq!(maas.metrics().operation_total("release"), 5);
+    // Any other Retry-After on a 409 is not something MAAS sends.
+    let err = sim
+        .handle
+        .set_faults("machine.release:status=409,retry_after=300")
+        .unwrap_err();
+    assert!(err.reason.contains("always asks for 5 seconds"), "{err}");
     assert_eq!(sim.counters(&sid).await["deploy"], 0);
 }

@@ -43,10 +43,11 @@ async fn enrollment_endpoint() -> (Arc<Mutex<Vec<Value>>>, String) {
     (calls, url)
 }
 
-/// The cloud-config metalform deploys with: the agent's env file (docs/contracts.md §4).
+/// The cloud-config metalform deploys with: the agent's env file (docs/contracts.md §4) and,
+/// since its `write_files`/`runcmd` replace MAAS's vendor-data, its own hardware-sync timer.
 fn user_data(enroll_url: &str) -> String {
     format!(
-        "#cloud-config\nwrite_files:\n  - path: /etc/metalform/agent.env\n    permissions: '0600'\n    content: |\n      METALFORM_ENROLL_URL={enroll_url}\n      METALFORM_ENROLL_TOKEN=enroll-token-c07u43\n      METALFORM_NODE=gpu-c07u43\n"
+        "#cloud-config\nwrite_files:\n  - path: /etc/metalform/agent.env\n    permissions: '0600'\n    content: |\n      METALFORM_ENROLL_URL={enroll_url}\n      METALFORM_ENROLL_TOKEN=enroll-token-c07u43\n      METALFORM_NODE=gpu-c07u43\n  - path: /etc/systemd/system/metalform-hw-sync.timer\n    content: |\n      [Timer]\n      OnUnitActiveSec=15min\nruncmd:\n  - systemctl enable --now metalform-hw-sync.timer\n"
     )
 }
 
@@ -158,6 +159,11 @@ async fn discovered_to_deployed_to_released_through_the_client() {
     let mut roce_ips = Vec::new();
     for (index, name) in ["enp28s0np0", "enp41s0np0"].into_iter().enumerate() {
         let cidr = format!("172.30.9.{}/31", 60 + 2 * index);
+        let iface = interfaces.iter().find(|i| i.name == name).unwrap();
+        // Commissioning put the unlinked RoCE port on a fabric of its own: its /31 belongs on
+        // that VLAN, or MAAS will not offer it to link_subnet.
+        let vlan = iface.vlan.as_ref().expect("the RoCE port has a VLAN");
+        assert_ne!(vlan.fabric_id, pxe.vlan.as_ref().unwrap().fabric_id);
         if maas
             .list_subnets()
             .await
@@ -165,12 +171,11 @@ async fn discovered_to_deployed_to_released_through_the_client() {
             .iter()
             .all(|s| s.cidr != cidr)
         {
-            maas.create_subnet(&CreateSubnetParams::new(cidr.clone()))
-                .await
-                .unwrap();
+            let mut create = CreateSubnetParams::new(cidr.clone());
+            create.vlan = Some(vlan.id);
+            maas.create_subnet(&create).await.unwrap();
         }
         let ip = format!("172.30.9.{}", 61 + 2 * index);
-        let iface = interfaces.iter().find(|i| i.name == name).unwrap();
         let linked = maas
             .link_subnet(
                 &sid,
@@ -229,10 +234,26 @@ async fn discovered_to_deployed_to_released_through_the_client() {
     assert_eq!(call["hostname"], "gpu-c07u43");
     assert_eq!(call["system_id"], sid.as_str());
 
-    // WaitForHardwareSyncHealthy: healthy now and after several intervals.
+    // WaitForHardwareSyncHealthy: MAAS's end-of-deployment stamp, then nothing until the
+    // machine's credentials are on the host (user-data replaced vendor-data's), then a sync
+    // every interval.
     assert!(deployed.hardware_sync().is_healthy(now(&sim)));
     sim.advance(3 * 900 + 30);
+    let stale = maas.read_machine(&sid).await.unwrap();
+    assert_eq!(stale.last_sync, deployed.last_sync);
+    assert!(!stale.hardware_sync().is_healthy(now(&sim)));
+    let creds = format!(
+        "reporting:\n  maas:\n    consumer_key: {}\n    token_key: {}\n    token_secret: {}\n",
+        token.consumer_key,
+        token.token_key,
+        token.token_secret.expose()
+    );
+    sim.handle
+        .write_host_file(&sid, "/etc/maas/maas-machine-creds.yml", &creds)
+        .unwrap();
+    sim.advance(3 * 900 + 30);
     let later = maas.read_machine(&sid).await.unwrap();
+    assert!(later.last_sync > stale.last_sync);
     assert!(later.hardware_sync().is_healthy(now(&sim)));
     assert_eq!(
         maas.get_token(&sid).await.unwrap(),
@@ -317,8 +338,11 @@ async fn a_datasource_failure_is_classified_from_events_and_recovered() {
         .iter()
         .find(|e| e.event_type == "Node installation failure")
         .expect("the installation failure event");
+    // cloud-init's failed stage, as MAAS records what the host reports.
     assert!(
-        install.description.contains("DataSourceNotFound"),
+        install
+            .description
+            .starts_with("'cloudinit' searching for network data"),
         "{install:?}"
     );
     assert!(

@@ -329,9 +329,19 @@ async fn block_devices_boot_disk_and_flat_layout_on_a_chosen_root_device() {
         .set_storage_layout(&sid, &StorageLayoutParams::flat(Some(999_999)))
         .await
         .unwrap_err();
+    // compose_invalid_choice_text over the physical block device ids (storage_layouts.py).
+    let mut ids: Vec<String> = machine
+        .physicalblockdevice_set
+        .iter()
+        .map(|d| format!("'{}'", d.id))
+        .collect();
+    ids.sort();
     assert_eq!(
         err.form_errors().unwrap()["root_device"],
-        ["Select a valid choice. 999999 is not one of the available choices."]
+        [format!(
+            "'999999' is not a valid root_device.  It should be one of: {}.",
+            ids.join(", ")
+        )]
     );
     let err = maas.read_block_device(&sid, 999_999).await.unwrap_err();
     assert!(matches!(err, MaasError::NotFound { .. }), "{err}");
@@ -421,12 +431,54 @@ async fn interfaces_and_links_in_every_mode() {
     );
     assert_eq!(pxe.vlan.as_ref().unwrap().vid, 0);
     let (p0, p1) = (interfaces[1].id, interfaces[2].id);
-    assert!(interfaces[1].links.is_empty() && interfaces[1].vlan.is_none());
+    // Commissioning found the RoCE ports unlinked: each is alone on a new fabric's untagged
+    // VLAN (metadataserver/builtin_scripts/network.py guess_vlan_for_interface).
+    let vlan0 = interfaces[1].vlan.clone().expect("a VLAN of its own");
+    let vlan1 = interfaces[2].vlan.clone().expect("a VLAN of its own");
+    assert!(interfaces[1].links.is_empty() && interfaces[2].links.is_empty());
+    assert_eq!((vlan0.vid, vlan1.vid), (0, 0));
+    let fabrics = [
+        pxe.vlan.as_ref().unwrap().fabric_id,
+        vlan0.fabric_id,
+        vlan1.fabric_id,
+    ];
+    assert!(fabrics[0] != fabrics[1] && fabrics[1] != fabrics[2] && fabrics[0] != fabrics[2]);
 
     let subnet = maas
-        .create_subnet(&CreateSubnetParams::new("172.30.9.60/31"))
+        .create_subnet(&CreateSubnetParams {
+            vlan: Some(vlan0.id),
+            ..CreateSubnetParams::new("172.30.9.60/31")
+        })
         .await
         .unwrap();
+    assert_eq!(subnet.vlan.as_ref().unwrap().id, vlan0.id);
+    // p1 is on another VLAN: the subnet is not among its choices (by id: "None found").
+    let err = maas
+        .link_subnet(
+            &sid,
+            p1,
+            &LinkSubnetParams::new(LinkRequest::Static {
+                subnet: SubnetRef::Id(subnet.id),
+                ip_address: None,
+            }),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.form_errors().unwrap()["subnet"],
+        [format!("None found with id={}.", subnet.id)]
+    );
+    // An operator moves it onto the subnet's VLAN first.
+    let moved = maas.set_interface_vlan(&sid, p1, vlan0.id).await.unwrap();
+    assert_eq!(moved.vlan.as_ref().unwrap().id, vlan0.id);
+    assert!(
+        maas.list_fabrics()
+            .await
+            .unwrap()
+            .iter()
+            .all(|f| Some(f.id) != vlan1.fabric_id),
+        "the fabric left empty is deleted"
+    );
     // STATIC with the address the plan wants, on a /31 (both addresses usable).
     let linked = maas
         .link_subnet(
@@ -461,7 +513,8 @@ async fn interfaces_and_links_in_every_mode() {
         .await
         .unwrap();
     assert_eq!(picked.links[0].ip_address.as_deref(), Some("172.30.9.60"));
-    // The /31 is full now: an explicit address in use is MAAS's form error.
+    // The /31 is full now: an explicit address in use is StaticIPAddressUnavailable, a 404
+    // text (models/interface.py) the client calls AddressUnavailable.
     let err = maas
         .link_subnet(
             &sid,
@@ -473,10 +526,11 @@ async fn interfaces_and_links_in_every_mode() {
         )
         .await
         .unwrap_err();
-    assert_eq!(
-        err.form_errors().unwrap()["ip_address"],
-        ["IP address 172.30.9.61 is already in use."]
+    assert!(
+        matches!(err, MaasError::AddressUnavailable { status: 404, .. }),
+        "{err:?}"
     );
+    assert_eq!(err.maas_message(), "IP address is already in use.");
     let err = maas
         .link_subnet(
             &sid,
@@ -566,6 +620,8 @@ async fn interfaces_and_links_in_every_mode() {
         .await
         .unwrap();
     assert!(auto.has_link(&LinkMode::Auto, Some(1)));
+    // A forced link replaces every other link (forms/interface_link.py clear_all_links).
+    assert_eq!(auto.links.len(), 1, "{:?}", auto.links);
 
     // Only while New, Ready, Allocated or Broken.
     maas.deploy(&sid, &DeployParams::default()).await.unwrap();
@@ -611,16 +667,28 @@ async fn commission_flags_reach_maas_as_true_and_false() {
     let maas = admin(&sim);
     let sid = nth(&maas, 0).await;
     let (boss, _) = disks(&maas, &sid).await;
-    maas.set_storage_layout(&sid, &StorageLayoutParams::flat(None))
+    let lvm = maas
+        .set_storage_layout(&sid, &StorageLayoutParams::new(StorageLayout::Lvm, None))
         .await
         .unwrap();
+    assert_eq!(
+        AppliedLayout::of(&lvm),
+        AppliedLayout::Lvm {
+            disk: boss,
+            vg: "vgroot".into()
+        }
+    );
     let roce = maas.read_machine(&sid).await.unwrap().interface_set[1].id;
+    // Forced: the PXE subnet is on another VLAN than the RoCE port's.
     maas.link_subnet(
         &sid,
         roce,
-        &LinkSubnetParams::new(LinkRequest::Dhcp {
-            subnet: Some(SubnetRef::Id(1)),
-        }),
+        &LinkSubnetParams {
+            force: Some(true),
+            ..LinkSubnetParams::new(LinkRequest::Dhcp {
+                subnet: Some(SubnetRef::Id(1)),
+            })
+        },
     )
     .await
     .unwrap();
@@ -645,8 +713,8 @@ async fn commission_flags_reach_maas_as_true_and_false() {
         "no Testing with testing_scripts=none"
     );
     assert_eq!(
-        partitions(&ready, boss).len(),
-        2,
+        AppliedLayout::of(&ready).name(),
+        "lvm",
         "skip_storage kept the layout"
     );
     assert_eq!(
@@ -669,7 +737,11 @@ async fn commission_flags_reach_maas_as_true_and_false() {
     let ready = wait_for(&sim, &maas, &sid, MaasStatus::Ready, 30, 600).await;
     assert_eq!(ready.testing_status, Some(2));
     let boss = ready.boot_disk.as_ref().unwrap().id;
-    assert!(partitions(&ready, boss).is_empty(), "storage re-discovered");
+    assert_eq!(
+        AppliedLayout::of(&ready),
+        AppliedLayout::Flat { disk: boss },
+        "storage re-discovered and MAAS's default layout applied"
+    );
     assert_eq!(
         link_modes(&ready),
         [
@@ -817,13 +889,20 @@ async fn deploy_with_user_data_distro_and_hardware_sync_then_release() {
             deadline: last + chrono::Duration::seconds(1350)
         }
     );
+    // MAAS's vendor-data installs the sync timer and credentials (vendor_data.py
+    // generate_hardware_sync_systemd_configuration), but cloud-init lets user-data keys
+    // replace vendor-data's: this user_data's own write_files dropped them, so after MAAS's
+    // own end-of-deployment stamp nothing reports again and the sync goes stale.
+    assert!(!files.contains_key("/lib/systemd/system/maas_hardware_sync.timer"));
+    assert!(!files.contains_key("/etc/maas/maas-machine-creds.yml"));
     sim.advance(3 * 900);
     let later = maas.read_machine(&sid).await.unwrap().hardware_sync();
-    assert!(
-        later.last_sync.unwrap() > last,
-        "the deployed OS keeps syncing"
+    assert_eq!(
+        later.last_sync,
+        Some(last),
+        "nothing syncs without MAAS's vendor-data"
     );
-    assert!(later.is_healthy(now(&sim)));
+    assert!(!later.is_healthy(now(&sim)));
 
     // A second deploy of a Deployed machine is MAAS's state conflict.
     let err = maas.deploy(&sid, &params).await.unwrap_err();
@@ -882,6 +961,36 @@ async fn deploy_with_user_data_distro_and_hardware_sync_then_release() {
     );
 }
 
+/// With user_data that leaves `write_files` and `runcmd` alone, MAAS's vendor-data sets up
+/// the hardware-sync timer with the machine's credentials and the deployed OS keeps reporting.
+#[tokio::test]
+async fn vendor_data_sets_up_hardware_sync_unless_user_data_replaces_it() {
+    let sim = Sim::start(site(1)).await;
+    let maas = admin(&sim);
+    let sid = nth(&maas, 0).await;
+    let params = DeployParams {
+        user_data: Some(Secret::new("#cloud-config\npackages: [jq]\n")),
+        enable_hw_sync: Some(true),
+        ..DeployParams::default()
+    };
+    maas.deploy(&sid, &params).await.unwrap();
+    let deployed = wait_for(&sim, &maas, &sid, MaasStatus::Deployed, 60, 1200).await;
+    let last = deployed.last_sync.unwrap();
+    let files = sim
+        .handle
+        .with_world(|w| w.machine(&sid).unwrap().host_files.clone());
+    assert!(files.contains_key("/lib/systemd/system/maas_hardware_sync.timer"));
+    let token = maas.get_token(&sid).await.unwrap().unwrap();
+    assert!(files["/etc/maas/maas-machine-creds.yml"].contains(&token.token_key));
+    sim.advance(3 * 900);
+    let later = maas.read_machine(&sid).await.unwrap().hardware_sync();
+    assert!(
+        later.last_sync.unwrap() > last,
+        "the deployed OS keeps syncing"
+    );
+    assert!(later.is_healthy(now(&sim)));
+}
+
 async fn status_of(maas: &MaasClient, system_id: &str) -> MachineStatus {
     maas.read_machine(system_id).await.unwrap().status
 }
@@ -934,17 +1043,53 @@ async fn release_erase_modes_and_force() {
         let counters = sim.counters(&m.system_id).await;
         assert_eq!(counters["erase"], u64::from(erase.is_some()));
     }
-    // MAAS's durations: quick ~1 min, secure ~10 min, full ~30 min, plain release ~10 s.
-    sim.advance(61);
+    // MAAS's wipe-disks (release_scripts/maas_wipe.py) goes disk by disk: a quick wipe is
+    // wipefs and 2 MiB zeroed at each end, a secure erase is the drive's own, a full wipe
+    // zeroes every byte (NVMe by write-zeroes, much faster than dd). The erase ends when the
+    // last disk is done, so the time grows with the disks and their size; a plain release is
+    // a power-off (~10 s).
+    let disks = maas
+        .list_block_devices(&machines[0].system_id)
+        .await
+        .unwrap();
+    let n = disks.len() as i64;
+    let full: f64 = disks
+        .iter()
+        .map(|d| {
+            let mb_per_sec = if d.name.starts_with("nvme") {
+                4000.0
+            } else {
+                400.0
+            };
+            d.size as f64 / 1e6 / mb_per_sec
+        })
+        .sum();
     let ids: Vec<&str> = machines.iter().map(|m| m.system_id.as_str()).collect();
-    assert_eq!(status_of(&maas, ids[0]).await, MaasStatus::Ready);
-    assert_eq!(status_of(&maas, ids[1]).await, MaasStatus::DiskErasing);
-    assert_eq!(status_of(&maas, ids[3]).await, MaasStatus::Ready);
-    sim.advance(540);
-    assert_eq!(status_of(&maas, ids[1]).await, MaasStatus::Ready);
-    assert_eq!(status_of(&maas, ids[2]).await, MaasStatus::DiskErasing);
-    sim.advance(1200);
-    assert_eq!(status_of(&maas, ids[2]).await, MaasStatus::Ready);
+    let expectations = [
+        (ids[3], 10),
+        (ids[0], 12 * n),
+        (ids[1], 120 * n),
+        (ids[2], full.ceil() as i64),
+    ];
+    let mut elapsed = 0;
+    for (id, secs) in expectations {
+        assert!(secs > elapsed + 2, "{expectations:?}");
+        sim.advance(secs - 2 - elapsed);
+        assert_ne!(
+            status_of(&maas, id).await,
+            MaasStatus::Ready,
+            "{id} after {}s",
+            secs - 2
+        );
+        sim.advance(4);
+        elapsed = secs + 2;
+        assert_eq!(
+            status_of(&maas, id).await,
+            MaasStatus::Ready,
+            "{id} after {}s",
+            secs + 2
+        );
+    }
 
     // Not from New: MAAS's state conflict.
     maas.commission(&machines[0].system_id, &CommissionParams::default())

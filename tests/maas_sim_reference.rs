@@ -263,16 +263,31 @@ async fn flat_layout_honours_root_size_and_boot_size() {
             ("/".to_string(), 100_000_000_000)
         ]
     );
+    // A percentage is of the boot disk without its EFI partition, wherever the root goes
+    // (storage_layouts.py `_clean_size`).
     let m = maas
         .set_storage_layout(&sid, &layout(Some(nvme.id), None, Some("50%")))
         .await
         .unwrap();
-    assert_eq!(sizes(&m, nvme.id), [("/".to_string(), nvme.size / 2)]);
+    let boss = m.boot_disk.as_ref().unwrap().size;
+    assert_eq!(
+        sizes(&m, nvme.id),
+        [("/".to_string(), (boss - 512 * 1024 * 1024).div_ceil(2))]
+    );
     let m = maas
-        .set_storage_layout(&sid, &layout(Some(nvme.id), None, Some("1234567")))
+        .set_storage_layout(&sid, &layout(Some(nvme.id), None, Some("4000000000")))
         .await
         .unwrap();
-    assert_eq!(sizes(&m, nvme.id), [("/".to_string(), 1_234_567)]);
+    assert_eq!(sizes(&m, nvme.id), [("/".to_string(), 4_000_000_000)]);
+    // Below MIN_ROOT_PARTITION_SIZE (3 GiB): the form's error (storage_layouts.py).
+    let err = maas
+        .set_storage_layout(&sid, &layout(Some(nvme.id), None, Some("1234567")))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.form_errors().unwrap()["root_size"],
+        ["Size is too small. Minimum size is 3221225472."]
+    );
     let err = maas
         .set_storage_layout(&sid, &layout(None, None, Some("lots")))
         .await
@@ -281,14 +296,15 @@ async fn flat_layout_honours_root_size_and_boot_size() {
         err.form_errors().unwrap().contains_key("root_size"),
         "{err}"
     );
+    // clean_boot_size bounds it by the boot disk: a form error, not a layout failure.
     let err = maas
         .set_storage_layout(&sid, &layout(None, Some("10T"), None))
         .await
         .unwrap_err();
-    assert!(
-        err.maas_message()
-            .starts_with("Failed to configure storage layout 'flat': "),
-        "{err}"
+    let max = boss - 512 * 1024 * 1024 - 3 * 1024 * 1024 * 1024;
+    assert_eq!(
+        err.form_errors().unwrap()["boot_size"],
+        [format!("Size is too large. Maximum size is {max}.")]
     );
 }
 
@@ -303,16 +319,22 @@ async fn link_subnet_default_gateway_is_validated_and_applied() {
         .clone();
     let interfaces = maas.list_interfaces(&sid).await.unwrap();
     let roce = interfaces[1].id;
+    // Subnets on the RoCE port's own VLAN (commissioning gave it a fabric of its own).
+    let vlan = interfaces[1].vlan.as_ref().map(|v| v.id);
     let routed = maas
         .create_subnet(&CreateSubnetParams {
             gateway_ip: Some("172.30.10.1".into()),
+            vlan,
             ..CreateSubnetParams::new("172.30.10.0/24")
         })
         .await
         .unwrap();
-    maas.create_subnet(&CreateSubnetParams::new("172.30.9.60/31"))
-        .await
-        .unwrap();
+    maas.create_subnet(&CreateSubnetParams {
+        vlan,
+        ..CreateSubnetParams::new("172.30.9.60/31")
+    })
+    .await
+    .unwrap();
     let gateway = |request: LinkRequest| LinkSubnetParams {
         default_gateway: Some(true),
         ..LinkSubnetParams::new(request)
@@ -329,7 +351,7 @@ async fn link_subnet_default_gateway_is_validated_and_applied() {
         .unwrap_err();
     assert_eq!(
         err.form_errors().unwrap()["default_gateway"],
-        ["Cannot use in mode 'DHCP'."]
+        ["Cannot use in mode 'dhcp'."]
     );
     let err = maas
         .link_subnet(

@@ -91,7 +91,7 @@ async fn a_faulted_get_is_retried_to_success_honouring_retry_after() {
     assert_eq!(
         err.to_string(),
         "MAAS read_machine: transient failure (HTTP 503) after 5 attempts, retry after 1s: \
-         Service Unavailable: no rack controller is available right now; retry later."
+         Unable to connect to rack controller 'sim7rk' (sim7rk); no connections available."
     );
 }
 

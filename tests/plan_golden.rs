@@ -420,8 +420,40 @@ fn deployed_and_enrolled_machines_are_adopted() {
 }
 
 #[test]
-fn a_deployed_machine_not_ours_is_destructive() {
+fn a_deployed_machine_without_a_record_is_adopted_not_redeployed() {
+    // Issue 15: a fleet that already runs is adopted as it is; the agent enrollment follows.
     let fleet = fixture_fleet();
+    let mut theirs = machine("aaa001", "n01", MaasStatus::Deployed, "10.176.16.11");
+    theirs.owner = Some("alice".into());
+    let snapshot = World::new().machines("dc1", vec![theirs]).done();
+    let plan = run("adopt_existing", &fleet, &snapshot, &["dc1"]);
+    let n01 = item(&plan, "dc1/n01");
+    assert_eq!(
+        n01.action,
+        Action::Adopt {
+            job_id: None,
+            system_id: "aaa001".into()
+        }
+    );
+    assert!(!n01.destructive);
+    assert!(n01.reason.contains("no metalform record"), "{}", n01.reason);
+    assert!(n01.reason.contains("no redeploy"), "{}", n01.reason);
+    assert_eq!(
+        n01.target.as_ref().unwrap().system_id.as_deref(),
+        Some("aaa001")
+    );
+    assert_eq!(plan.summary.destructive, 0);
+}
+
+#[test]
+fn only_an_explicit_reimage_generation_redeploys_a_deployed_machine() {
+    let mut fleet = fixture_fleet();
+    fleet
+        .nodes
+        .get_mut(&NodeId::new("dc1", "n01"))
+        .unwrap()
+        .reimage
+        .generation = 1;
     let mut theirs = machine("aaa001", "n01", MaasStatus::Deployed, "10.176.16.11");
     theirs.owner = Some("alice".into());
     let snapshot = World::new().machines("dc1", vec![theirs]).done();
@@ -430,6 +462,12 @@ fn a_deployed_machine_not_ours_is_destructive() {
     assert_eq!(n01.action, Action::Onboard);
     assert!(n01.destructive);
     assert!(n01.reason.contains("owner alice"), "{}", n01.reason);
+    assert!(
+        n01.reason
+            .contains("reimage.generation 1 asks for a redeploy"),
+        "{}",
+        n01.reason
+    );
     assert_eq!(plan.summary.destructive, 1);
     assert!(render::summary_line(&plan.summary).contains("apply needs --allow-destructive"));
     assert!(render::render_text(&plan, TextOptions::default()).contains("-/+ dc1/n01"));
@@ -473,7 +511,8 @@ fn the_guard_holds_when_maas_lists_none_of_our_machines() {
         "wait_for_agent_enrollment",
     );
     done.maas_system_id = Some("aaa001".into());
-    let mut theirs = machine("other02", "n02", MaasStatus::Deployed, "10.176.16.12");
+    // Allocated to someone else: taking it over is destructive.
+    let mut theirs = machine("other02", "n02", MaasStatus::Allocated, "10.176.16.12");
     theirs.owner = Some("bob".into());
     let snapshot = World::new()
         .machines("dc1", vec![theirs])
@@ -1168,7 +1207,11 @@ fn a_window_that_holds_onboarding_holds_new_machines_too() {
 #[test]
 fn protection_blocks_every_destructive_item() {
     let mut fleet = fixture_fleet();
-    edit(&mut fleet, "dc1/n01", |n| n.protected = true);
+    // A reimage generation asks for the Deployed machine to be redeployed, not adopted.
+    edit(&mut fleet, "dc1/n01", |n| {
+        n.protected = true;
+        n.reimage.generation = 1;
+    });
     let mut theirs = machine("other01", "n01", MaasStatus::Deployed, "10.176.16.11");
     theirs.owner = Some("bob".into());
     let snapshot = World::new().machines("dc1", vec![theirs]).done();

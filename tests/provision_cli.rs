@@ -57,10 +57,10 @@ async fn verbs_are_checked_against_the_provision_state_then_carried_out_on_maas(
     );
     // A reason is required; an unknown verb is an argument error.
     let (code, _, err) = run(bed.cli_plan(&["provision", "gpu00001", "rescue"]));
-    assert_eq!(code, 64, "{err}");
+    assert_eq!(code, 2, "{err}");
     assert!(err.contains("a reason is required"), "{err}");
     let (code, _, err) = run(bed.cli_plan(&["provision", "gpu00001", "fly", "--reason", "x"]));
-    assert_eq!(code, 64, "{err}");
+    assert_eq!(code, 2, "{err}");
     assert!(err.contains("unknown verb `fly`"), "{err}");
     assert_eq!(bed.maas_writes("dc1"), writes);
     assert!(audit_actions(&bed).await.is_empty());

@@ -82,9 +82,11 @@ fn bad_flags_are_argument_errors() {
          hint: see docs/simulator.md for the fault grammar and options"
     );
     let out = Command::new(env!("CARGO_BIN_EXE_metalform"))
-        .args(["sim", "--state", "asleep"])
+        .args(["sim", "--machine-state", "asleep"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(64));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("error: unknown --state `asleep`"));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("error: unknown --machine-state `asleep`")
+    );
 }

@@ -79,11 +79,24 @@ async fn conflicts_with_and_without_retry_after_and_count() {
         None,
         "a 409 without Retry-After is a state conflict"
     );
+    // The handler's own NodeStateViolation text (nodes.py abort), as text/plain.
+    assert_eq!(
+        a.text,
+        format!("Cannot abort in current state: node {sid} is in state Deploying.")
+    );
+    assert!(a.content_type().starts_with("text/plain"));
     let r = sim
         .op(&format!("machines/{sid}/"), "release", &[])
         .await
         .expect(409);
+    // HttpResponseConflict (utils/views.py): Retry-After 5 and MAAS's 409.html.
     assert_eq!(r.header("retry-after"), Some("5"));
+    assert!(r.content_type().starts_with("text/html"));
+    assert!(
+        r.text.contains("<title>Error: Conflict Error</title>"),
+        "{}",
+        r.text
+    );
     sim.op(&format!("machines/{sid}/"), "release", &[])
         .await
         .expect(200);
@@ -200,11 +213,15 @@ async fn datasource_failure_hits_the_first_deploy_only() {
         .iter()
         .map(|e| format!("{}: {}", e["type"], e["description"]))
         .collect();
-    assert!(
-        texts
-            .iter()
-            .any(|t| t.contains("Node installation failure") && t.contains("no datasource")),
-        "{texts:?}"
+    // As MAAS logs cloud-init's failed stages (metadataserver/api.py
+    // add_event_to_node_event_log: "'<origin>' <description>"), then mark_failed. Newest first.
+    assert_eq!(
+        texts,
+        [
+            "\"Marking node failed\": \"Installation failed (refer to the installation log for more information).\"",
+            "\"Node installation failure\": \"'cloudinit' searching for network datasources\"",
+            "\"Node installation failure\": \"'cloudinit' searching for network data from DataSourceMAAS\"",
+        ]
     );
     // Recover: release, deploy again — the second deployment succeeds.
     sim.op(&format!("machines/{}/", sids[0]), "release", &[])
@@ -264,7 +281,11 @@ async fn commissioning_testing_and_erase_failures() {
     )
     .await
     .expect(200);
-    sim.advance(1801 * 2);
+    // A full wipe writes every byte of every disk: the BOSS at 400 MB/s, each NVMe at
+    // 4,000 MB/s (write-zeroes), one after the other — 5,040 s here.
+    sim.advance(5030);
+    assert_eq!(sim.status_name(&sids[2]).await, "Disk erasing");
+    sim.advance(11);
     assert_eq!(sim.status_name(&sids[2]).await, "Failed disk erasing");
 }
 

@@ -10,136 +10,22 @@
 //! for 3.6 (`link_connected`, `numa_node`, subnet `description`, …): against those, every
 //! captured field must be present with its type, and extra fields are allowed.
 
+mod shape_compare;
 mod sim_support;
 
 use serde_json::Value;
-use sim_support::{Sim, fixtures_dir, fleet};
-
-/// Fields MAAS ≥ 3.2 emits that the (older) captures predate (API_REFERENCE.md §3.2), the
-/// 3.x `workload_annotations` alias of `owner_data`, and the subnet's
-/// `disabled_boot_architectures` (§5.20 DISPLAYED_SUBNET_FIELDS).
-const ADDED_IN_3X: &[&str] = &[
-    "disabled_boot_architectures",
-    "last_sync",
-    "next_sync",
-    "sync_interval",
-    "enable_hw_sync",
-    "ephemeral_deploy",
-    "parent",
-    "error_description",
-    "enable_kernel_crash_dump",
-    "workload_annotations",
-];
-
-/// Fields of old captures that a 3.6 machine does not have (§3.3: ≤2.9 `iscsiblockdevice_set`,
-/// controller-only `service_set`/`version`; `constraints_by_type` only on allocate answers).
-const ONLY_IN_OLD_OR_OTHER: &[&str] = &[
-    "iscsiblockdevice_set",
-    "service_set",
-    "version",
-    "constraints_by_type",
-];
-
-/// Link fields present only when assigned/linked (§5.19).
-const OPTIONAL_IN_LINKS: &[&str] = &["ip_address", "subnet"];
-
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "bool",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
-}
-
-/// How strictly a capture is compared.
-#[derive(Clone, Copy, PartialEq)]
-enum Mode {
-    /// Same field set both ways (modulo the documented variations): captures of MAAS 2.9+.
-    Exact,
-    /// Every field of the capture must be there with its type; extra simulator fields are
-    /// fine. For the 2.5-era API examples, which predate fields added in 2.6–3.0.
-    Subset,
-}
-
-/// Compares `sim` against `real`, collecting every difference MAAS does not document.
-fn compare(sim: &Value, real: &Value, path: &str, diffs: &mut Vec<String>) {
-    compare_in(sim, real, path, diffs, Mode::Exact)
-}
-
-fn compare_in(sim: &Value, real: &Value, path: &str, diffs: &mut Vec<String>, mode: Mode) {
-    let field = path.rsplit('.').next().unwrap_or(path);
-    match (sim, real) {
-        (Value::Null, _) | (_, Value::Null) => {} // nullable fields (§3.3)
-        // interface `params`: "" or {} (§3.3).
-        (Value::String(_), Value::Object(_)) | (Value::Object(_), Value::String(_))
-            if field == "params" => {}
-        (Value::Object(s), Value::Object(r)) => {
-            let in_links = path.ends_with("links[]");
-            for key in r.keys() {
-                let documented = ONLY_IN_OLD_OR_OTHER.contains(&key.as_str())
-                    || (in_links && OPTIONAL_IN_LINKS.contains(&key.as_str()));
-                if !s.contains_key(key) && !documented {
-                    diffs.push(format!("{path}.{key}: in MAAS, missing in the simulator"));
-                }
-            }
-            for (key, value) in s {
-                match r.get(key) {
-                    Some(real_value) => {
-                        compare_in(value, real_value, &format!("{path}.{key}"), diffs, mode)
-                    }
-                    None if ADDED_IN_3X.contains(&key.as_str()) || mode == Mode::Subset => {}
-                    None if in_links && OPTIONAL_IN_LINKS.contains(&key.as_str()) => {}
-                    None => diffs.push(format!("{path}.{key}: in the simulator, not in MAAS")),
-                }
-            }
-        }
-        (Value::Array(s), Value::Array(r)) => {
-            if let (Some(first_sim), Some(first_real)) = (s.first(), r.first()) {
-                compare_in(first_sim, first_real, &format!("{path}[]"), diffs, mode);
-            }
-        }
-        (s, r) if kind(s) == kind(r) => {}
-        (s, r) => diffs.push(format!("{path}: simulator {} vs MAAS {}", kind(s), kind(r))),
-    }
-}
-
-fn fixture(name: &str) -> Value {
-    let text = std::fs::read_to_string(fixtures_dir().join(name)).unwrap();
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"))
-}
-
-fn assert_same_shape(what: &str, sim: &Value, real: &Value) {
-    assert_shape(what, sim, real, Mode::Exact);
-}
-
-/// For the 2.5-era MAAS API examples.
-fn assert_has_shape(what: &str, sim: &Value, real: &Value) {
-    assert_shape(what, sim, real, Mode::Subset);
-}
-
-fn assert_shape(what: &str, sim: &Value, real: &Value, mode: Mode) {
-    let mut diffs = Vec::new();
-    compare_in(sim, real, what, &mut diffs, mode);
-    assert!(
-        diffs.is_empty(),
-        "{what} differs from the real MAAS response:\n{}",
-        diffs.join("\n")
-    );
-}
+use shape_compare::{assert_has_shape, assert_same_shape, compare, fixture};
+use sim_support::{Sim, fleet};
 
 #[tokio::test]
 async fn simulator_responses_have_the_shape_of_real_maas() {
     let sim = Sim::start(fleet(2)).await;
     let sids = sim.system_ids().await;
     let sid = &sids[0];
-    let pxe = sim
-        .get(&format!("nodes/{sid}/interfaces/eno8303/"), &[])
+    let roce = sim
+        .get(&format!("nodes/{sid}/interfaces/enp28s0np0/"), &[])
         .await
         .json();
-    let _ = pxe;
     // A deployed machine with a flat layout, a STATIC RoCE link and an AUTO address.
     sim.op(
         &format!("machines/{sid}/"),
@@ -150,7 +36,11 @@ async fn simulator_responses_have_the_shape_of_real_maas() {
     .expect(200);
     sim.post(
         "subnets/",
-        &[("cidr", "172.30.9.60/31"), ("gateway_ip", "172.30.9.60")],
+        &[
+            ("cidr", "172.30.9.60/31"),
+            ("gateway_ip", "172.30.9.60"),
+            ("vlan", &roce["vlan"]["id"].to_string()),
+        ],
     )
     .await
     .expect(200);

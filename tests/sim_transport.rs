@@ -367,7 +367,8 @@ async fn bad_input_never_breaks_the_server() {
         .get("events/", &[("op", "query"), ("limit", "abc")])
         .await
         .expect(400);
-    assert_eq!(a.text, "Invalid limit: abc");
+    // api/utils.py _validate_param: `Invalid <key>: <formencode's message>`.
+    assert_eq!(a.text, "Invalid limit: Please enter an integer value");
     let timestamp = format!(
         "OAuth oauth_consumer_key=\"{}\", oauth_token=\"x\", oauth_signature=\"x\", oauth_signature_method=\"PLAINTEXT\", oauth_timestamp=\"soon\", oauth_nonce=\"n\"",
         sim.key.split(':').next().unwrap()

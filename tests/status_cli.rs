@@ -37,9 +37,10 @@ fn status(args: &[&str]) -> Run {
 }
 
 #[test]
-fn empty_store_prints_an_empty_table_twice() {
+fn no_store_prints_an_empty_table_and_creates_none() {
     let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}/state/new.db", dir.path().display());
+    let path = dir.path().join("state/new.db");
+    let url = format!("sqlite://{}", path.display());
     for _ in 0..2 {
         let run = status(&["--state", &url]);
         assert_eq!(run.code, 0, "{}", run.stderr);
@@ -47,18 +48,32 @@ fn empty_store_prints_an_empty_table_twice() {
             run.stdout,
             "SITE  HOSTNAME  STATE  FLAGS  NODE ID\n\n0 nodes\n"
         );
+        assert_eq!(
+            run.stderr,
+            format!(
+                "note: no state store at {} yet (nothing was applied with it): reading an empty one\n",
+                path.display()
+            )
+        );
+        assert!(!path.exists(), "status only reads: it creates no store");
     }
-    // Default location: the fleet's .metalform/state.db.
+    // Default location: outside the fleet, in the XDG state directory; not made by a read.
     let fleet = tempfile::tempdir().unwrap();
-    let run = status(&[
-        "--fleet",
-        fleet.path().to_str().unwrap(),
-        "--format",
-        "json",
-    ]);
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    assert!(fleet.path().join(".metalform/state.db").exists());
-    let doc: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_metalform"))
+        .args(["status", "--fleet", fleet.path().to_str().unwrap()])
+        .args(["--format", "json"])
+        .env_remove("METALFORM_STATE")
+        .env("XDG_STATE_HOME", dir.path().join("xdg"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!fleet.path().join(".metalform").exists());
+    assert!(!dir.path().join("xdg").exists());
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
         doc,
         json!({"nodes": [], "summary": {"total": 0, "by_state": {}}})
@@ -66,13 +81,20 @@ fn empty_store_prints_an_empty_table_twice() {
 }
 
 #[test]
-fn two_processes_opening_a_fresh_store_at_once_both_succeed() {
+fn two_processes_creating_a_fresh_store_at_once_both_succeed() {
     for _ in 0..5 {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}/state.db", dir.path().display());
+        // A command that writes creates the store (and then finds no such job).
         let spawn = || {
             Command::new(env!("CARGO_BIN_EXE_metalform"))
-                .args(["status", "--state", &url])
+                .args([
+                    "decommissions",
+                    "cancel",
+                    "00000000-0000-4000-8000-000000000000",
+                ])
+                .args(["--reason", "race", "--state", &url])
+                .env_remove("METALFORM_STATE")
                 .output()
                 .unwrap()
         };
@@ -81,8 +103,16 @@ fn two_processes_opening_a_fresh_store_at_once_both_succeed() {
             let b = s.spawn(spawn);
             (a.join().unwrap(), b.join().unwrap())
         });
-        assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
-        assert!(b.status.success(), "{}", String::from_utf8_lossy(&b.stderr));
+        for out in [a, b] {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                stderr.starts_with(
+                    "error: decommission `00000000-0000-4000-8000-000000000000` not found"
+                ),
+                "the store opened, the job was looked up: {stderr}"
+            );
+        }
+        assert!(dir.path().join("state.db").exists());
     }
 }
 
@@ -350,7 +380,7 @@ async fn lookup_errors_are_clear() {
         "error: invalid state URL `mysql://db/x`: expected sqlite://PATH or postgres://…\nhint: pass --state sqlite://PATH or --state postgres://USER@HOST:PORT/DB\n"
     );
     let run = status(&["--state", &url, "--format", "yaml"]);
-    assert_eq!(run.code, 64);
+    assert_eq!(run.code, 2);
     let missing = dir.path().join("no-such-fleet");
     let run = status(&["--fleet", missing.to_str().unwrap()]);
     assert_eq!(run.code, 1);

@@ -19,6 +19,7 @@ mod auth;
 mod body;
 mod decommissions;
 mod error;
+mod import_maas;
 mod jobs;
 mod onboardings;
 mod reconciliation;
@@ -285,6 +286,14 @@ pub fn admin_router(state: ApiState) -> (Router, Vec<(Method, String, Access)>) 
         ))
         .with_state(state);
     (router, served)
+}
+
+/// Put `router` behind the admin routes' guard: the daemon's status pages take the same tokens.
+pub fn behind_admin_guard(router: Router, state: ApiState) -> Router {
+    router.route_layer(axum::middleware::from_fn_with_state(
+        state,
+        auth::require_admin,
+    ))
 }
 
 /// 404 for a path nothing serves, as typed JSON.

@@ -38,6 +38,12 @@ pub(super) fn routes(table: &mut RouteTable) {
     );
     table.add(Method::POST, &format!("{SITE}/probe"), Access::Admin, probe);
     table.add(
+        Method::POST,
+        &format!("{SITE}/import"),
+        Access::Admin,
+        super::import_maas::import,
+    );
+    table.add(
         Method::GET,
         &format!("{SITE}/roce-assignments"),
         Access::Admin,
@@ -115,7 +121,7 @@ fn accepted_site(state: &ApiState, id: &str) -> Result<(Arc<FleetRevision>, Site
     Ok((accepted, site))
 }
 
-fn find_site(fleet: &crate::model::Fleet, id: &str) -> Result<Site, ApiError> {
+pub(super) fn find_site(fleet: &crate::model::Fleet, id: &str) -> Result<Site, ApiError> {
     fleet.sites.get(&SiteName::new(id)).cloned().ok_or_else(|| {
         ApiError::not_found(format!("site `{id}` is not in the fleet")).hint(format!(
             "sites: {}",

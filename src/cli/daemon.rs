@@ -30,8 +30,28 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
             None => err,
         }
     })?;
-    if let Some(state) = &global.state {
-        config.state_url = state.clone();
+    // The configuration file says where the daemon's store is; an explicit --state overrides
+    // it (and says so), METALFORM_STATE from the environment does not.
+    match &global.state {
+        Some(state) if global.state_from_env => {
+            let differs = *state != config.state_url;
+            if differs {
+                eprintln!(
+                    "warning: METALFORM_STATE is ignored: the daemon uses [state] url of {} ({})",
+                    args.config.display(),
+                    crate::store::redact_url(&config.state_url)
+                );
+            }
+        }
+        Some(state) => {
+            eprintln!(
+                "note: --state {} overrides [state] url of {}",
+                crate::store::redact_url(state),
+                args.config.display()
+            );
+            config.state_url = state.clone();
+        }
+        None => {}
     }
     if args.check {
         println!("{}: valid", args.config.display());

@@ -323,6 +323,7 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
 
     let global = GlobalArgs {
         state: Some(format!("sqlite://{}", root.join("state.db").display())),
+        state_from_env: false,
         log: global.log.clone(),
     };
     let progress: Arc<dyn Progress> = Arc::new(StderrProgress::new());

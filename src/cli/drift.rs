@@ -8,7 +8,7 @@ use super::apply::operator;
 use super::output::{ReportFormat, table, time};
 use super::world::{
     WorldArgs, find_node, load_fleet, open_secrets, open_store, store_error, unknown_site,
-    with_store,
+    with_store, with_store_read,
 };
 use super::{CliError, Exit, GlobalArgs};
 use crate::drift::{
@@ -30,7 +30,7 @@ pub enum Command {
     /// Acknowledge a node's drift, or reactivate a quarantined node whose machine is Deployed
     /// again. Audited.
     Resolve(ResolveArgs),
-    /// Run one drift pass now (000 §6.6 `reconciliation/run`): observe MAAS, record, act.
+    /// Run one drift pass now, as the daemon does at each reconcile: observe MAAS, record, act.
     Run(RunArgs),
 }
 
@@ -99,13 +99,13 @@ pub struct RunArgs {
 pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
     match args.command {
         Command::List(list) => {
-            with_store(global, &list.fleet, async |store| {
+            with_store_read(global, &list.fleet, async |store| {
                 list_drift(store, &list).await
             })
             .await
         }
         Command::Status(status) => {
-            let summary = with_store(global, &status.fleet, async |store| {
+            let summary = with_store_read(global, &status.fleet, async |store| {
                 drift::summary(store).await.map_err(store_error)
             })
             .await?;

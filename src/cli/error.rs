@@ -12,8 +12,9 @@ pub enum ErrorClass {
     /// The input or the world is not as the command needs it (bad manifest, unknown rev,
     /// unreachable MAAS, stale plan). Exit 1.
     User,
-    /// The command line itself is wrong (unknown flag, conflicting options). Exit 64 (EX_USAGE),
-    /// kept apart from 1 and 2 so `plan --detailed-exitcode` stays unambiguous.
+    /// The command line itself is wrong (unknown flag, conflicting options, a value out of
+    /// range). Exit 2, as clap and most tools do; under `plan --detailed-exitcode`, where 2
+    /// means "changes", a usage error exits 1 instead (see `cli::main`).
     Argument,
     /// A bug or an impossible state inside metalform. Exit 70 (EX_SOFTWARE).
     Unexpected,
@@ -23,7 +24,7 @@ impl ErrorClass {
     pub fn exit_code(self) -> u8 {
         match self {
             ErrorClass::User => 1,
-            ErrorClass::Argument => 64,
+            ErrorClass::Argument => 2,
             ErrorClass::Unexpected => 70,
         }
     }
@@ -116,7 +117,7 @@ mod tests {
              hint: pass --fleet DIR pointing at a directory with sites/, profiles/ and nodes/"
         );
         assert_eq!(err.class.exit_code(), 1);
-        assert_eq!(ErrorClass::Argument.exit_code(), 64);
+        assert_eq!(ErrorClass::Argument.exit_code(), 2);
         assert_eq!(ErrorClass::Unexpected.exit_code(), 70);
     }
 }

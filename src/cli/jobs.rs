@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use super::apply::{ExecArgs, Runtime, finish, operator, render_report, required_reason};
 use super::output::{ReportFormat, detail_view, table, time};
-use super::world::{find_node, store_error, with_store};
+use super::world::{find_node, store_error, with_store, with_store_read};
 use super::{CliError, Exit, GlobalArgs};
 use crate::apply::jobs::{self, JobView, KindInfo, ServiceError};
 use crate::apply::kinds::info;
@@ -224,7 +224,7 @@ pub(super) async fn list(
     kind: Option<JobKind>,
     args: &ListArgs,
 ) -> Result<Exit, CliError> {
-    with_store(global, &args.fleet, async |store| {
+    with_store_read(global, &args.fleet, async |store| {
         let node_id = match &args.node {
             None => None,
             Some(node) => Some(find_node(store, args.site.as_deref(), node).await?.id),
@@ -295,7 +295,7 @@ pub(super) async fn show(
     kind: Option<JobKind>,
     args: &ShowArgs,
 ) -> Result<Exit, CliError> {
-    with_store(global, &args.fleet, async |store| {
+    with_store_read(global, &args.fleet, async |store| {
         let job = find_job(store, kind, &args.job, args.site.as_deref()).await?;
         let view = jobs::show(store, info(job.kind), job.id)
             .await

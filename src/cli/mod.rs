@@ -14,14 +14,19 @@ mod decommissions;
 mod demo;
 mod diff;
 mod drift;
+mod fleet_dir;
 mod import_csv;
+mod import_maas;
 mod jobs;
+mod man;
 mod observe;
 mod onboardings;
 mod plan;
 mod provision;
 mod render;
+mod show;
 pub mod sim;
+mod state;
 pub mod status;
 mod validate;
 mod world;
@@ -45,9 +50,14 @@ pub struct Cli {
 /// Flags every command accepts.
 #[derive(Debug, Clone, clap::Args)]
 pub struct GlobalArgs {
-    /// State store: sqlite://PATH or postgres://… (default: sqlite under the fleet's .metalform/).
+    /// State store: sqlite://PATH or postgres://… [default: a SQLite file per fleet under
+    /// $XDG_STATE_HOME/metalform (~/.local/state/metalform)]. The daemon reads its store from
+    /// its configuration file and ignores METALFORM_STATE.
     #[arg(long, global = true, env = "METALFORM_STATE", value_name = "URL")]
     pub state: Option<String>,
+    /// `state` came from METALFORM_STATE, not from `--state`.
+    #[arg(skip)]
+    pub state_from_env: bool,
     /// Log filter for stderr (e.g. `info`, `metalform=debug`).
     #[arg(
         long,
@@ -68,8 +78,11 @@ pub struct Subcommands<C: Subcommand> {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Print a shell completion script.
+    /// Print a shell completion script (e.g. `metalform completions bash >
+    /// ~/.local/share/bash-completion/completions/metalform`).
     Completions(completions::Args),
+    /// Write the man pages of every command into a directory.
+    Man(man::Args),
     /// Show the node inventory, or one node's lifecycle detail.
     Status(status::Args),
     /// Run the embedded MAAS API 2.0 simulator (docs/simulator.md).
@@ -80,6 +93,9 @@ pub enum Command {
     Diff(diff::Args),
     /// Convert a header-driven CSV of nodes into a NodeGroup manifest on stdout.
     ImportCsv(import_csv::Args),
+    /// Read a site's MAAS and write a NodeGroup manifest of its machines (Deployed ones are
+    /// then adopted, not redeployed).
+    ImportMaas(import_maas::Args),
     /// Apply the fleet's plan: onboard nodes as durable, resumable stage journals.
     Apply(apply::Args),
     /// Jobs of every kind (onboarding, decommission): list, show, and the operator recovery
@@ -98,6 +114,8 @@ pub enum Command {
     Observe(observe::Args),
     /// Plan what apply would do, and why (docs/plan.md).
     Plan(plan::Args),
+    /// Print a plan file written by `plan --out`, as `plan` printed it.
+    Show(show::Args),
     /// MAAS drift: list, status, resolve, run a pass now (docs/drift.md).
     Drift(drift::Args),
     /// Keep the fleet converged from git; serve the admin and agent API (docs/daemon.md).
@@ -110,12 +128,18 @@ pub enum Command {
 /// Parse, run, and turn the outcome into an exit code. Errors go to stderr as
 /// `error: …` followed by `hint: …` lines.
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    // `plan --detailed-exitcode` keeps 2 for "changes": a usage error exits 1 there.
+    let detailed = std::env::args_os().any(|a| a == "--detailed-exitcode");
+    let usage_code = |class: ErrorClass| match class {
+        ErrorClass::Argument if detailed => 1,
+        class => class.exit_code(),
+    };
+    let cli = match parse() {
         Ok(cli) => cli,
         Err(err) => {
             let code = match err.kind() {
                 clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => 0,
-                _ => ErrorClass::Argument.exit_code(),
+                _ => usage_code(ErrorClass::Argument),
             };
             let _ = err.print();
             return ExitCode::from(code);
@@ -140,9 +164,26 @@ pub fn main() -> ExitCode {
         Ok(exit) => exit.into(),
         Err(err) => {
             eprintln!("{err}");
-            ExitCode::from(err.class.exit_code())
+            ExitCode::from(usage_code(err.class))
         }
     }
+}
+
+/// Parse the command line, noting whether `--state` came from `METALFORM_STATE`.
+fn parse() -> Result<Cli, clap::Error> {
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = Cli::command().try_get_matches()?;
+    let mut cli = Cli::from_arg_matches(&matches)?;
+    cli.global.state_from_env =
+        state_source(&matches) == Some(clap::parser::ValueSource::EnvVariable);
+    Ok(cli)
+}
+
+/// Where `--state` came from (it is global: the subcommand's matches hold it too).
+fn state_source(matches: &clap::ArgMatches) -> Option<clap::parser::ValueSource> {
+    matches
+        .value_source("state")
+        .or_else(|| matches.subcommand().and_then(|(_, sub)| state_source(sub)))
 }
 
 async fn run(cli: Cli) -> Result<Exit, CliError> {
@@ -150,11 +191,14 @@ async fn run(cli: Cli) -> Result<Exit, CliError> {
     let _ = &global;
     match command {
         Command::Completions(args) => completions::run(args),
+        Command::Man(args) => man::run(args),
+        Command::Show(args) => show::run(args),
         Command::Status(args) => status::run(&global, args).await,
         Command::Sim(args) => sim::run(args).await,
         Command::Validate(args) => validate::run(args),
         Command::Diff(args) => diff::run(args),
         Command::ImportCsv(args) => import_csv::run(args),
+        Command::ImportMaas(args) => import_maas::run(args).await,
         Command::Apply(args) => apply::run(&global, args).await,
         Command::Jobs(args) => jobs::run(&global, args).await,
         Command::Onboardings(args) => onboardings::run(&global, args).await,

@@ -22,6 +22,21 @@ pub enum ReviewFormat {
     Markdown,
 }
 
+/// A plan in the asked format (`plan` and `show` print the same).
+pub fn render_plan(
+    plan: &crate::plan::Plan,
+    format: ReviewFormat,
+    show_unchanged: bool,
+    max_bytes: usize,
+) -> String {
+    use crate::plan::render;
+    match format {
+        ReviewFormat::Text => render::render_text(plan, render::TextOptions { show_unchanged }),
+        ReviewFormat::Json => render::render_json(plan),
+        ReviewFormat::Markdown => render::render_markdown(plan, max_bytes),
+    }
+}
+
 /// Colour is used only on a terminal and never when NO_COLOR is set (https://no-color.org).
 pub fn use_color(stream_is_terminal: bool) -> bool {
     stream_is_terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())

@@ -11,12 +11,12 @@
 
 use std::path::PathBuf;
 
-use super::output::ReviewFormat;
+use super::output::{ReviewFormat, render_plan};
 use super::world::{SiteArgs, WorldArgs, load_fleet, unknown_site, warn_unreadable};
 use super::{CliError, Exit, GlobalArgs};
 use crate::model::{Fleet, SiteName};
 use crate::observe::{SiteFilter, Snapshot};
-use crate::plan::{self, PlanOptions, render};
+use crate::plan::{self, PlanOptions};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -72,17 +72,10 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
             out.display()
         );
     }
-    let output = match args.format {
-        ReviewFormat::Text => render::render_text(
-            &plan,
-            render::TextOptions {
-                show_unchanged: args.show_unchanged,
-            },
-        ),
-        ReviewFormat::Json => render::render_json(&plan),
-        ReviewFormat::Markdown => render::render_markdown(&plan, args.max_bytes),
-    };
-    print!("{output}");
+    print!(
+        "{}",
+        render_plan(&plan, args.format, args.show_unchanged, args.max_bytes)
+    );
     Ok(if args.detailed_exitcode && plan.has_changes() {
         Exit::Changes
     } else {

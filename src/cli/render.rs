@@ -17,11 +17,9 @@ use super::output::ReportFormat;
 use super::{CliError, Exit, GlobalArgs};
 use crate::clock::SystemClock;
 use crate::cloudinit::{self, CloudInitInput, NodeRuntime};
-use crate::manifest::{self, LoadError};
 use crate::model::{Fleet, Node};
 use crate::secrets::{self, Secret, SecretError, SecretStore};
-use crate::source::FleetSource;
-use crate::store::{self, Store};
+use crate::store::Store;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -176,11 +174,19 @@ async fn cloud_init(global: &GlobalArgs, args: CloudInitArgs) -> Result<Exit, Cl
 }
 
 fn load(args: &CloudInitArgs) -> Result<Fleet, CliError> {
-    let source = FleetSource::new(&args.fleet, args.rev.as_deref());
-    match manifest::load_fleet(&source) {
-        Ok(loaded) => Ok(loaded.fleet),
-        Err(LoadError::Source(err)) => Err(super::validate::source_error(err)),
-        Err(err @ LoadError::Invalid { .. }) => Err(CliError::user(err.to_string()).hint(format!(
+    let validation = super::fleet_dir::validate(&args.fleet, args.rev.as_deref())?;
+    match validation.fleet {
+        Some(fleet) => Ok(fleet),
+        None => Err(CliError::user(format!(
+            "the fleet has {} error(s); first: {}",
+            validation.errors.len(),
+            validation
+                .errors
+                .first()
+                .map(crate::manifest::Diagnostic::headline)
+                .unwrap_or_default()
+        ))
+        .hint(format!(
             "run `metalform validate --fleet {}` to see every problem",
             args.fleet.display()
         ))),
@@ -225,15 +231,10 @@ async fn recorded_system_id(
     args: &CloudInitArgs,
     node: &Node,
 ) -> Result<Option<String>, CliError> {
-    let url = match &global.state {
-        Some(url) => url.clone(),
-        None => {
-            if !args.fleet.join(".metalform").join("state.db").is_file() {
-                return Ok(None);
-            }
-            store::default_url(&args.fleet)
-        }
-    };
+    let (url, file) = super::state::resolve(global, &args.fleet)?;
+    if file.is_some_and(|f| !f.is_file()) {
+        return Ok(None);
+    }
     let store = Store::open(&url, Arc::new(SystemClock))
         .await
         .map_err(super::world::store_error)?;
@@ -264,7 +265,9 @@ async fn read_deploy_password(
             None => error,
         }
     };
-    let store: Arc<dyn SecretStore> = secrets::open(url).map_err(secret_error)?;
+    let store: Arc<dyn SecretStore> = super::world::open_secrets(&super::world::SecretArgs {
+        secrets: Some(url.to_owned()),
+    })?;
     let reference = secrets::SecretRef::new(reference.path.clone(), reference.key.as_deref());
     store.get(&reference).await.map_err(secret_error)
 }

@@ -26,7 +26,7 @@ pub struct Args {
     /// State the generated machines start in: ready, new, allocated, deployed, broken,
     /// failed_commissioning, or unknown (they appear only through PXE discovery).
     #[arg(long, value_name = "STATE", default_value = "ready")]
-    pub state: String,
+    pub machine_state: String,
     /// Additional BMCs MAAS does not know (power-cycle them with PXE boot to enlist them).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub unknown: usize,
@@ -97,8 +97,8 @@ pub fn redfish_config(args: &Args) -> Result<sim::redfish::RedfishSimConfig, Cli
 
 /// Builds the simulator configuration the flags describe.
 pub fn config(args: &Args) -> Result<SimConfig, CliError> {
-    let initial = InitialState::parse(&args.state).ok_or_else(|| {
-        CliError::argument(format!("unknown --state `{}`", args.state)).hint(
+    let initial = InitialState::parse(&args.machine_state).ok_or_else(|| {
+        CliError::argument(format!("unknown --machine-state `{}`", args.machine_state)).hint(
             "use one of: ready, new, allocated, deployed, broken, failed_commissioning, unknown",
         )
     })?;
@@ -207,7 +207,7 @@ mod tests {
             "3",
             "--unknown",
             "2",
-            "--state",
+            "--machine-state",
             "new",
             "--seed",
             "4",
@@ -268,9 +268,9 @@ mod tests {
             redfish_config(&bad_vendor.args).unwrap_err().message,
             "unknown --redfish-vendor `acme`"
         );
-        let bad = Wrapper::parse_from(["sim", "--state", "sleepy"]);
+        let bad = Wrapper::parse_from(["sim", "--machine-state", "sleepy"]);
         let err = config(&bad.args).unwrap_err();
-        assert_eq!(err.message, "unknown --state `sleepy`");
-        assert_eq!(err.class.exit_code(), 64);
+        assert_eq!(err.message, "unknown --machine-state `sleepy`");
+        assert_eq!(err.class.exit_code(), 2);
     }
 }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use serde_json::json;
 
 use super::output::{ReportFormat, detail_view, table, time};
-use super::world::{find_node, store_error, with_store};
+use super::world::{find_node, store_error, with_store_read};
 use super::{CliError, Exit, GlobalArgs};
 use crate::lifecycle::{NodeState, ProvisionView};
 use crate::store::{Job, JobFilter, JobSpec, MaasState, Node, NodeFilter, StageEventRow, Store};
@@ -35,7 +35,7 @@ pub struct Args {
 const DETAIL_EVENTS: i64 = 10;
 
 pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
-    with_store(global, &args.fleet, async |store| match &args.node {
+    with_store_read(global, &args.fleet, async |store| match &args.node {
         None => inventory(store, &args).await,
         Some(node) => detail(store, &args, node).await,
     })

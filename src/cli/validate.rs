@@ -29,7 +29,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<Exit, CliError> {
-    let snapshot = read_snapshot(&FleetSource::new(&args.fleet, args.rev.as_deref()))?;
+    let snapshot = super::fleet_dir::read(&args.fleet, args.rev.as_deref())?;
     let validation = manifest::load(&snapshot);
     let failed =
         !validation.errors.is_empty() || (args.deny_warnings && !validation.warnings.is_empty());

@@ -7,22 +7,19 @@ use std::sync::Arc;
 
 use super::CliError;
 use super::GlobalArgs;
-use super::validate::source_error;
-use crate::clock::SystemClock;
-use crate::manifest::{self, LoadError};
+use super::state::Access;
 use crate::model::Fleet;
 use crate::observe::{self, MaasClients, ObserveError, SiteFilter, SiteObservation, Snapshot};
 use crate::plan::{Plan, PlanOptions};
 use crate::provider::maas::MaasClientOptions;
 use crate::secrets::{self, SecretStore};
-use crate::source::FleetSource;
-use crate::store::{self, Node, Store, StoreError};
+use crate::store::{Node, Store, StoreError};
 
 /// Where the fleet is.
 #[derive(Debug, Clone, clap::Args)]
 pub struct FleetArgs {
-    /// Fleet directory (holding sites/, profiles/, nodes/); the default state store lives in its
-    /// .metalform/.
+    /// Fleet directory (holding sites/, profiles/, nodes/); its default state store lives in the
+    /// XDG state directory.
     #[arg(long, value_name = "DIR", default_value = ".")]
     pub fleet: PathBuf,
     /// Read the fleet as of this git revision (commit, branch, tag) instead of the files on disk.
@@ -74,7 +71,7 @@ impl WorldArgs {
     ) -> Result<(Snapshot, SiteFilter), CliError> {
         let sites = self.sites.site_filter();
         sites.resolve(fleet).map_err(unknown_site)?;
-        let world = World::open(global, &self.fleet, &self.secrets).await?;
+        let world = World::open_read_only(global, &self.fleet, &self.secrets).await?;
         let snapshot = world.observe(fleet, &sites).await;
         world.close().await;
         Ok((snapshot?, sites))
@@ -83,11 +80,11 @@ impl WorldArgs {
 
 /// Read and validate the fleet; an invalid fleet prints its diagnostics on stderr.
 pub fn load_fleet(args: &FleetArgs) -> Result<Fleet, CliError> {
-    let source = FleetSource::new(&args.fleet, args.rev.as_deref());
-    match manifest::load_fleet(&source) {
-        Ok(loaded) => Ok(loaded.fleet),
-        Err(LoadError::Source(err)) => Err(source_error(err)),
-        Err(LoadError::Invalid { errors, .. }) => {
+    let validation = super::fleet_dir::validate(&args.fleet, args.rev.as_deref())?;
+    match validation.fleet {
+        Some(fleet) => Ok(fleet),
+        None => {
+            let errors = validation.errors;
             for diagnostic in &errors {
                 eprintln!("{diagnostic}");
             }
@@ -114,6 +111,17 @@ pub fn open_secrets(args: &SecretArgs) -> Result<Arc<dyn SecretStore>, CliError>
             "pass --secrets vault://HOST:PORT (or file://PATH), or set METALFORM_SECRETS; to plan without MAAS access, pass --observed FILE from `metalform observe`",
         )
     })?;
+    // The file backend reads a missing file as empty (the demo writes one as it goes); a path
+    // an operator typed must exist.
+    if let Some(path) = url.strip_prefix("file://")
+        && !path.is_empty()
+        && !std::path::Path::new(path).is_file()
+    {
+        return Err(CliError::user(format!(
+            "the secrets file {path} does not exist"
+        ))
+        .hint("check the path after file:// (docs/secrets.md shows the file's shape), or pass --secrets vault://HOST:PORT"));
+    }
     secrets::open(url).map_err(|err| {
         let hint = err.hint();
         let error = CliError::user(err.to_string());
@@ -130,6 +138,8 @@ pub struct World {
     pub store: Store,
     pub secrets: Arc<dyn SecretStore>,
     pub clients: MaasClients,
+    /// An empty store's directory, for a read-only command without a store.
+    scratch: Option<super::state::Opened>,
 }
 
 impl World {
@@ -145,6 +155,24 @@ impl World {
             store,
             secrets,
             clients: MaasClients::new(MaasClientOptions::default()),
+            scratch: None,
+        })
+    }
+
+    /// [`World::open`] for observing and planning: the state store is only read, and never
+    /// created (see `state.rs`).
+    pub async fn open_read_only(
+        global: &GlobalArgs,
+        fleet: &FleetArgs,
+        secrets: &SecretArgs,
+    ) -> Result<World, CliError> {
+        let secrets = open_secrets(secrets)?;
+        let opened = super::state::open(global, &fleet.fleet, Access::ReadOnly).await?;
+        Ok(World {
+            store: opened.store.clone(),
+            secrets,
+            clients: MaasClients::new(MaasClientOptions::default()),
+            scratch: Some(opened),
         })
     }
 
@@ -175,6 +203,7 @@ impl World {
 
     pub async fn close(self) {
         self.store.close().await;
+        drop(self.scratch);
     }
 }
 
@@ -207,32 +236,37 @@ pub async fn with_store<T>(
     fleet_dir: &Path,
     work: impl AsyncFnOnce(&Store) -> Result<T, CliError>,
 ) -> Result<T, CliError> {
-    let store = open_store(global, fleet_dir).await?;
-    let result = work(&store).await;
-    store.close().await;
+    with_access(global, fleet_dir, Access::ReadWrite, work).await
+}
+
+/// [`with_store`] for a command that only reads: it never creates a store.
+pub async fn with_store_read<T>(
+    global: &GlobalArgs,
+    fleet_dir: &Path,
+    work: impl AsyncFnOnce(&Store) -> Result<T, CliError>,
+) -> Result<T, CliError> {
+    with_access(global, fleet_dir, Access::ReadOnly, work).await
+}
+
+async fn with_access<T>(
+    global: &GlobalArgs,
+    fleet_dir: &Path,
+    access: Access,
+    work: impl AsyncFnOnce(&Store) -> Result<T, CliError>,
+) -> Result<T, CliError> {
+    let opened = super::state::open(global, fleet_dir, access).await?;
+    let result = work(&opened.store).await;
+    opened.close().await;
     result
 }
 
-/// The state store every command works on: `--state URL`, else the default SQLite file in
-/// the fleet directory's `.metalform/` (docs/contracts.md §2), created and migrated if needed.
-/// The fleet directory must exist: a typo must not create a store somewhere unexpected.
+/// The state store a command that writes works on (`--state URL`, else the fleet's default
+/// store, docs/state-store.md), created and migrated if needed. The fleet directory must exist:
+/// a typo must not create a store somewhere unexpected.
 pub async fn open_store(global: &GlobalArgs, fleet_dir: &Path) -> Result<Store, CliError> {
-    let url = match &global.state {
-        Some(url) => url.clone(),
-        None => {
-            if !fleet_dir.is_dir() {
-                return Err(CliError::user(format!(
-                    "fleet directory `{}` does not exist",
-                    fleet_dir.display()
-                ))
-                .hint("pass --fleet DIR (the fleet repository) or --state URL"));
-            }
-            store::default_url(fleet_dir)
-        }
-    };
-    Store::open(&url, Arc::new(SystemClock))
-        .await
-        .map_err(store_error)
+    Ok(super::state::open(global, fleet_dir, Access::ReadWrite)
+        .await?
+        .store)
 }
 
 /// Classify a store error once, with what to do about it.

@@ -191,7 +191,7 @@ pub(super) fn agent_bootstrap(input: &CloudInitInput, reveal: Reveal) -> LayerPa
         AGENT_ENV_PATH,
         "0600",
         env_file(
-            "metalform layer b: node-agent enrollment (single-use token, docs/contracts.md §4-§5)",
+            "metalform layer b: node-agent enrollment (single-use token)",
             &entries,
         ),
     ));
@@ -229,7 +229,7 @@ pub(super) fn hw_sync(input: &CloudInitInput) -> LayerParts {
         format!("{ETC_DIR}/hw-sync.env"),
         "0644",
         env_file(
-            "metalform layer c: MAAS hardware sync (seed 000 §9.1)",
+            "metalform layer c: MAAS hardware sync",
             &[
                 ("MAAS_URL", &sync.maas_url),
                 ("MAAS_SYSTEM_ID", &sync.system_id),

@@ -304,7 +304,7 @@ fn compose(input: &CloudInitInput, reveal: Reveal) -> (String, Vec<LayerSummary>
     ];
     let mut out = String::from("#cloud-config\n");
     out.push_str(&format!(
-        "# metalform first-boot payload (seed 000 §9) for {}, MAAS system {}.\n\
+        "# metalform first-boot payload for {}, MAAS system {}.\n\
          # Layers in order; each records its outcome in /var/lib/metalform/layers/<name>:\n",
         input.hostname, input.system_id
     ));

@@ -124,7 +124,7 @@ impl Metrics {
         );
         registry.register(
             "metalform_drift_findings",
-            "Drift findings of the site's last drift pass by rule (seed 000 §6.4)",
+            "Drift findings of the site's last drift pass by rule",
             drift_findings.clone(),
         );
         registry.register(

@@ -151,6 +151,8 @@ struct Core {
     source_problem: Mutex<Option<String>>,
     /// Replaced whole when the credentials are reloaded (SIGHUP).
     source: std::sync::RwLock<SourceReader>,
+    /// Each site's plan from its last reconcile (the status pages show it).
+    plans: Mutex<BTreeMap<SiteName, Arc<crate::web::LatestPlan>>>,
 }
 
 /// Progress → JSON log lines and stage metrics.
@@ -166,7 +168,8 @@ impl Progress for LogProgress {
             node = %event.node,
             stage = %event.stage,
             status = event.status.label(),
-            message = %event.message,
+            // Not `message`: the event's own message is that key already.
+            detail = %event.message,
             "stage"
         );
     }
@@ -444,6 +447,7 @@ pub async fn start(
         commands,
         source_problem: Mutex::new(None),
         source: std::sync::RwLock::new(source),
+        plans: Mutex::new(BTreeMap::new()),
     });
 
     let control: Arc<dyn Control> = Arc::new(Handle { core: core.clone() });
@@ -607,6 +611,29 @@ impl Control for Handle {
             core.in_flight.lock().expect("lock").remove(&label);
         });
         Ok(())
+    }
+}
+
+impl crate::web::DaemonView for Handle {
+    fn fleet(&self) -> Option<Arc<FleetRevision>> {
+        self.core.fleet.borrow().clone()
+    }
+
+    fn plans(&self) -> Vec<(SiteName, Arc<crate::web::LatestPlan>)> {
+        let fleet = self.core.fleet.borrow().clone();
+        self.core
+            .plans
+            .lock()
+            .expect("lock")
+            .iter()
+            // A site taken out of the fleet is planned no more: its last plan is not current.
+            .filter(|(site, _)| {
+                fleet
+                    .as_ref()
+                    .is_none_or(|f| f.fleet.sites.contains_key(*site))
+            })
+            .map(|(site, plan)| (site.clone(), plan.clone()))
+            .collect()
     }
 }
 
@@ -961,6 +988,13 @@ async fn reconcile_site(
     };
     let plan = crate::plan::plan(&fleet.fleet, &snapshot, &options);
     core.metrics.planned(site.as_str(), &plan);
+    core.plans.lock().expect("lock").insert(
+        site.clone(),
+        Arc::new(crate::web::LatestPlan {
+            plan: plan.clone(),
+            observed_at: snapshot.taken_at,
+        }),
+    );
     if let Err(err) = record_before_dispatch(core, fleet, &snapshot, &plan, window_override).await {
         tracing::error!(site = %site, error = %err, "reconcile: cannot record release policies or window overrides");
         summary.error = Some(err.to_string());

@@ -65,13 +65,19 @@ async fn openapi() -> impl IntoResponse {
 }
 
 pub(super) fn app(core: Arc<Core>, api: ApiState, public_url: Url) -> Router {
-    let (admin, _) = crate::api::admin_router(api);
+    let (admin, _) = crate::api::admin_router(api.clone());
     let (public, _) = public_routes().into_parts();
     let agent = crate::agent::router(crate::agent::AgentState::new(
         core.store.clone(),
         public_url,
     ));
+    let web = crate::web::WebState::new(
+        core.store.clone(),
+        Arc::new(super::Handle { core: core.clone() }),
+        crate::web::DEFAULT_REFRESH,
+    );
     Router::new()
+        .merge(crate::web::router(web, api.clone()))
         .merge(admin)
         .merge(public.with_state(core))
         .merge(agent)

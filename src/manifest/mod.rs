@@ -11,6 +11,7 @@
 pub mod csv_import;
 mod diagnostic;
 pub mod document;
+pub mod maas_import;
 mod resolve;
 pub mod schema;
 mod suggest;

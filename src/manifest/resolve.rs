@@ -867,7 +867,7 @@ impl<'a> Resolver<'a, '_> {
                 doc,
                 &field_path!["spec", "hardwareSync", "required"],
                 "hardware-sync-optional",
-                "hardware sync is a required invariant for MAAS-managed nodes (seed 000 §9.1): nodes of this profile may become active without it".into(),
+                "hardware sync is a required invariant for MAAS-managed nodes (MAAS keeps its view of the machine current through it): nodes of this profile may become active without it".into(),
                 None,
             );
         }
@@ -1285,7 +1285,7 @@ impl<'a> Resolver<'a, '_> {
                     &with(&roce_path(), &["interface"]),
                     "duplicate-roce-interface",
                     format!("interface `{}` already has a RoCE assignment on this node", assignment.interface),
-                    Some("one address per interface (seed 000 §3.3: unique site + hostname + interface)".into()),
+                    Some("one address per interface: each (site, hostname, interface) has one RoCE address".into()),
                 );
                 ok = false;
                 continue;

@@ -11,7 +11,8 @@
 //! when its manifest's `reimage.generation` is above the one last applied (000 §5.3), else left
 //! alone (drift is reported); otherwise the node is matched to its MAAS machine (fail closed on
 //! ambiguity) and onboarded — destructively when the machine runs a workload metalform did not
-//! put there — or adopted when it is Deployed and already enrolled. Then, per node and site:
+//! put there — or adopted when it is Deployed: a fleet that already runs is taken as it is
+//! (no redeploy, the agent enrollment follows) unless `reimage.generation` asks for one. Then, per node and site:
 //! `paused` holds back any change, `protected` any reimage, decommission or retirement, a
 //! disabled site takes no new onboarding, and the mass-destruction guard turns destructive
 //! items into blocked ones.
@@ -707,19 +708,10 @@ fn new_onboarding(f: &Facts<'_>) -> Decision {
                 .map(ToString::to_string)
                 .collect::<Vec<_>>()
                 .join(", ");
-            if machine.status.maas() == Some(MaasStatus::Deployed) && f.enrolled() {
-                let mut decision = Decision::new(
-                    Action::Adopt {
-                        job_id: None,
-                        system_id: machine.system_id.clone(),
-                    },
-                    format!(
-                        "Deployed in MAAS ({}, matched by {how}) and its agent enrolled: adopt it{earlier}",
-                        machine.system_id
-                    ),
-                );
-                decision.system_id = Some(machine.system_id.clone());
-                return decision;
+            if machine.status.maas() == Some(MaasStatus::Deployed)
+                && let Some(adopt) = adopt_deployed(f, machine, &how, &earlier)
+            {
+                return adopt;
             }
             let mut decision = if machine.status.in_use() {
                 let owner = machine
@@ -727,10 +719,18 @@ fn new_onboarding(f: &Facts<'_>) -> Decision {
                     .as_deref()
                     .map(|o| format!(", owner {o}"))
                     .unwrap_or_default();
+                let why = if machine.status.maas() == Some(MaasStatus::Deployed) {
+                    format!(
+                        "reimage.generation {} asks for a redeploy",
+                        f.node.reimage.generation
+                    )
+                } else {
+                    "metalform did not deploy it".to_owned()
+                };
                 let mut d = Decision::new(
                     Action::Onboard,
                     format!(
-                        "MAAS lists it {} ({}{owner}, matched by {how}) and metalform did not deploy it: onboarding releases and redeploys it, destroying what runs there{earlier}",
+                        "MAAS lists it {} ({}{owner}, matched by {how}) and {why}: onboarding releases and redeploys it, destroying what runs there{earlier}",
                         machine.status, machine.system_id
                     ),
                 );
@@ -756,6 +756,46 @@ fn new_onboarding(f: &Facts<'_>) -> Decision {
             ),
         ),
     }
+}
+
+/// A Deployed machine that matches the node and that metalform has no record of running is a
+/// fleet that already exists: adopted as it is, never redeployed — its agent enrollment is
+/// issued as a follow-up. Only an explicit `reimage.generation` (above 0) asks for the redeploy,
+/// a destructive onboarding (`None` here).
+fn adopt_deployed(
+    f: &Facts<'_>,
+    machine: &ObservedMachine,
+    how: &str,
+    earlier: &str,
+) -> Option<Decision> {
+    let sid = &machine.system_id;
+    let reason = if f.enrolled() {
+        format!(
+            "Deployed in MAAS ({sid}, matched by {how}) and its agent enrolled: adopt it{earlier}"
+        )
+    } else if f.inventory.is_none() && f.node.reimage.generation == 0 {
+        let owner = machine
+            .owner
+            .as_deref()
+            .map(|o| format!(", owner {o}"))
+            .unwrap_or_default();
+        format!(
+            "Deployed in MAAS ({sid}{owner}, matched by {how}) with no metalform record: adopt it \
+             as it runs, no redeploy; its agent enrollment follows (set reimage.generation to \
+             redeploy it){earlier}"
+        )
+    } else {
+        return None;
+    };
+    let mut decision = Decision::new(
+        Action::Adopt {
+            job_id: None,
+            system_id: sid.clone(),
+        },
+        reason,
+    );
+    decision.system_id = Some(sid.clone());
+    Some(decision)
 }
 
 fn describe_candidates(candidates: &[Candidate]) -> String {

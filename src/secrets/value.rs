@@ -1,29 +1,42 @@
 //! The redacting secret value (seed 000 §3.2: "secrets are never stored in the database").
+//!
+//! Built on `secrecy`: the value is zeroized when dropped, and `Debug`, `Display` and
+//! `Serialize` all write `<redacted>`, so a secret cannot end up in a log, JSON, a plan file or
+//! an API answer by accident — writing the value out takes an explicit [`Secret::expose`]. It
+//! deserializes (secret files and Vault answers are read into it).
 
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
+use secrecy::{ExposeSecret, SecretString};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// A secret string. Redacted in `Debug`/`Display`; compare and clone freely.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Secret(String);
+/// A secret string. Redacted in `Debug`, `Display` and `Serialize`; compare and clone freely.
+#[derive(Clone)]
+pub struct Secret(SecretString);
 
 impl Secret {
     pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
+        Self(SecretString::from(value.into()))
     }
 
     /// The plain value. Call only where it leaves the process on purpose (an HTTP header, a
     /// rendered payload the operator asked to see).
     pub fn expose(&self) -> &str {
-        &self.0
+        self.0.expose_secret()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.expose().is_empty()
     }
 }
+
+impl PartialEq for Secret {
+    fn eq(&self, other: &Self) -> bool {
+        self.expose() == other.expose()
+    }
+}
+
+impl Eq for Secret {}
 
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -34,6 +47,19 @@ impl fmt::Debug for Secret {
 impl fmt::Display for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("<redacted>")
+    }
+}
+
+/// Writes `<redacted>`: a struct holding a secret serializes without leaking it.
+impl Serialize for Secret {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str("<redacted>")
+    }
+}
+
+impl<'de> Deserialize<'de> for Secret {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(Secret::new)
     }
 }
 
@@ -60,5 +86,18 @@ mod tests {
         assert_eq!(format!("{s:?}"), "Secret(<redacted>)");
         assert_eq!(format!("{:?}", vec![s.clone()]), "[Secret(<redacted>)]");
         assert_eq!(s.expose(), "hunter2");
+        assert_eq!(s, Secret::from("hunter2"));
+        assert_ne!(s, Secret::from("hunter3"));
+    }
+
+    #[test]
+    fn reads_from_json_and_writes_only_redacted() {
+        let s: Secret = serde_json::from_str("\"hunter2\"").unwrap();
+        assert_eq!(s.expose(), "hunter2");
+        assert_eq!(serde_json::to_string(&s).unwrap(), "\"<redacted>\"");
+        assert_eq!(
+            serde_json::json!({"token": s}).to_string(),
+            r#"{"token":"<redacted>"}"#
+        );
     }
 }

@@ -11,12 +11,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Serialize;
-
 use super::config::{TaskFault, TaskFaultMode};
 use super::host::AgentBoot;
-use super::server::Shared;
-use super::world::AgentRecord;
+use super::model::{AgentRecord, AgentTaskRecord};
+use super::shared::Shared;
 
 /// Version string the simulated agent reports.
 pub const AGENT_VERSION: &str = "metalform-sim-agent/0.1";
@@ -28,22 +26,6 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 const POLL_WAIT_SECONDS: u64 = 2;
 /// Consecutive failed polls (connection errors, 5xx) before the task loop gives up.
 const MAX_POLL_FAILURES: u32 = 30;
-
-/// One task a simulated agent took (`GET /sim/v1/agents/tasks`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct AgentTaskRecord {
-    pub system_id: String,
-    pub hostname: String,
-    pub task_id: String,
-    #[serde(rename = "type")]
-    pub task_type: String,
-    pub params: serde_json::Value,
-    /// `succeeded`, `failed`, `hung` (never reported), `abandoned` (the host went away).
-    pub outcome: String,
-    /// The HTTP status of the result report, when one was sent.
-    pub report_status: Option<u16>,
-    pub at: String,
-}
 
 /// A successful enrollment (the 200 body of contracts §5).
 #[derive(Debug, Clone, PartialEq, serde::Deserialize)]
@@ -204,6 +186,12 @@ async fn run_task(
     });
     tokio::time::sleep(duration).await;
     let alive = shared.with_world(|w| w.agent_alive(&boot.system_id, boot.boot));
+    // A reseed restarts the host's sync units with the credentials it holds; the simulated
+    // host says whether that got a sync to MAAS going.
+    let reseed = (alive && fault.is_none() && task.task_type == "node.hw_sync_reseed").then(|| {
+        let now = shared.clock.now();
+        shared.with_world(|w| w.reseed_hw_sync(&boot.system_id, now))
+    });
     let (outcome, body) = match (&fault, alive) {
         (_, false) => ("abandoned", None),
         (
@@ -219,6 +207,14 @@ async fn run_task(
                 "status": "failed",
                 "message": fault.message.clone().unwrap_or_else(|| format!("{} failed (injected)", task.task_type)),
                 "details": {"injected": true},
+            })),
+        ),
+        (None, _) if matches!(reseed, Some(Err(_))) => (
+            "failed",
+            Some(serde_json::json!({
+                "status": "failed",
+                "message": reseed.and_then(Result::err).unwrap_or_default(),
+                "details": {"simulated": true},
             })),
         ),
         (None, _) => (

@@ -5,13 +5,15 @@
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
-use super::describe::{ActionDef, HANDLERS, HandlerDef};
+use super::describe::{ALIASES, ActionDef, HANDLERS, HandlerDef};
 use super::events::Level;
-use super::ops::{Perm, normalise_mac};
+use super::model::Caller;
+use super::ops::normalise_mac;
+use super::ops_catalog::Placements;
 use super::reply::{MaasError, Reply};
 use super::status::Status;
 use super::transport::Params;
-use super::world::{Caller, World};
+use super::world::{Perm, World};
 
 /// A matched route: the handler, its path arguments, and an op given as a path suffix.
 #[derive(Debug, Clone)]
@@ -70,6 +72,7 @@ pub fn route(rest: &str) -> Option<Route> {
     let find = |path: &str| {
         HANDLERS
             .iter()
+            .chain(ALIASES)
             .find_map(|h| match_template(h.path, path).map(|args| (h, args)))
     };
     if let Some((handler, args)) = find(rest) {
@@ -367,7 +370,7 @@ pub fn execute(world: &mut World, call: &Call) -> Result<Reply, MaasError> {
             m.locked = lock;
             Ok(machine_reply(world, id))
         }
-        ("machine", "set_workload_annotations") => {
+        ("machine", "set_workload_annotations" | "set_owner_data") => {
             let id = world.node_for(caller, call.sid(), Perm::Edit)?;
             let m = world
                 .machines
@@ -400,6 +403,12 @@ pub fn execute(world: &mut World, call: &Call) -> Result<Reply, MaasError> {
         ("interface", "read") => {
             let id = world.node_for(caller, call.sid(), Perm::View)?;
             let index = world.find_interface(id, call.route.arg("id"))?;
+            let m = &world.machines[&id];
+            Ok(Reply::json(&m.interfaces[index].view(&m.system_id, world)))
+        }
+        ("interface", "update") => {
+            let (id, index) =
+                world.update_interface(caller, call.sid(), call.route.arg("id"), p)?;
             let m = &world.machines[&id];
             Ok(Reply::json(&m.interfaces[index].view(&m.system_id, world)))
         }
@@ -464,12 +473,115 @@ pub fn execute(world: &mut World, call: &Call) -> Result<Reply, MaasError> {
             Ok(Reply::Deleted)
         }
         ("events", "query") => query_events(world, caller, p),
-        ("zones", "read") => Ok(Reply::json(&json!([{
-            "name": "default", "description": "", "id": 1, "resource_uri": "/MAAS/api/2.0/zones/default/"
-        }]))),
-        ("resourcepools", "read") => Ok(Reply::json(&json!([{
-            "name": "default", "description": "Default pool", "id": 0, "resource_uri": "/MAAS/api/2.0/resourcepool/0/"
-        }]))),
+        ("fabrics", "read") => {
+            let list: Vec<_> = world
+                .fabrics
+                .values()
+                .map(|f| f.view(world.vlans.values()))
+                .collect();
+            Ok(Reply::json(&list))
+        }
+        ("fabrics", "create") => {
+            let id = world.create_fabric(caller, p)?;
+            Ok(Reply::json(&world.fabrics[&id].view(world.vlans.values())))
+        }
+        ("fabric", "read") => {
+            let id = world.find_fabric(call.route.arg("id"))?;
+            Ok(Reply::json(&world.fabrics[&id].view(world.vlans.values())))
+        }
+        ("fabric", "update") => {
+            let id = world.update_fabric(caller, call.route.arg("id"), p)?;
+            Ok(Reply::json(&world.fabrics[&id].view(world.vlans.values())))
+        }
+        ("fabric", "delete") => {
+            world.delete_fabric(caller, call.route.arg("id"))?;
+            Ok(Reply::Deleted)
+        }
+        ("vlans", "read") => {
+            let fabric = world.find_fabric(call.route.arg("fabric_id"))?;
+            let list: Vec<_> = world
+                .vlans
+                .values()
+                .filter(|v| v.fabric_id == fabric)
+                .map(|v| v.view())
+                .collect();
+            Ok(Reply::json(&list))
+        }
+        ("vlans", "create") => {
+            let id = world.create_vlan(caller, call.route.arg("fabric_id"), p)?;
+            Ok(Reply::json(&world.vlans[&id].view()))
+        }
+        ("vlan", action) => {
+            let id = match call.route.handler.params {
+                ["vlan_id"] => world.find_vlan(None, call.route.arg("vlan_id"))?,
+                _ => world.find_vlan(Some(call.route.arg("fabric_id")), call.route.arg("vid"))?,
+            };
+            match action {
+                "update" => world.update_vlan(caller, id, p)?,
+                "delete" => {
+                    world.delete_vlan(caller, id)?;
+                    return Ok(Reply::Deleted);
+                }
+                _ => {}
+            }
+            Ok(Reply::json(&world.vlans[&id].view()))
+        }
+        ("tags", "read") => {
+            let list: Vec<_> = world.tags.values().map(|t| t.view()).collect();
+            Ok(Reply::json(&list))
+        }
+        ("tags", "create") => {
+            let name = world.create_tag(caller, p)?;
+            Ok(Reply::json(&world.tags[&name].view()))
+        }
+        ("tag", "read") => Ok(Reply::json(&world.find_tag(call.route.arg("name"))?.view())),
+        ("tag", "update") => {
+            let name = world.update_tag(caller, call.route.arg("name"), p)?;
+            Ok(Reply::json(&world.tags[&name].view()))
+        }
+        ("tag", "delete") => {
+            world.delete_tag(caller, call.route.arg("name"))?;
+            Ok(Reply::Deleted)
+        }
+        ("tag", "update_nodes") => {
+            let (added, removed) = world.update_tag_nodes(caller, call.route.arg("name"), p)?;
+            Ok(Reply::json(&json!({"added": added, "removed": removed})))
+        }
+        ("tag", "machines" | "nodes") => {
+            let name = world.find_tag(call.route.arg("name"))?.name.clone();
+            let list: Vec<Value> = world
+                .machines
+                .values()
+                .filter(|m| world.can_view(caller, m.id) && m.tag_names.contains(&name))
+                .map(|m| machine_json(world, m.id))
+                .collect();
+            Ok(Reply::json(&list))
+        }
+        ("zones" | "resourcepools", action) => {
+            let which = placements(&key.0);
+            if action == "create" {
+                let id = world.create_placement(caller, which, p)?;
+                return Ok(placement_reply(world, which, id));
+            }
+            let list: Vec<_> = match which {
+                Placements::Zones => world.zones.values().map(|z| z.zone_view()).collect(),
+                Placements::Pools => world.pools.values().map(|z| z.pool_view()).collect(),
+            };
+            Ok(Reply::json(&list))
+        }
+        ("zone" | "resourcepool", action) => {
+            let which = placements(&key.0);
+            let arg = call.route.args.first().map_or("", String::as_str);
+            let id = match action {
+                "update" => world.update_placement(caller, which, arg, p)?,
+                "delete" => {
+                    world.delete_placement(caller, which, arg)?;
+                    return Ok(Reply::Deleted);
+                }
+                _ => world.find_placement(which, arg)?,
+            };
+            Ok(placement_reply(world, which, id))
+        }
         ("domains", "read") => Ok(Reply::json(&json!([{
             "authoritative": true, "ttl": null, "resource_record_count": 0, "name": "maas", "id": 0,
             "is_default": true, "resource_uri": "/MAAS/api/2.0/domains/0/"
@@ -477,6 +589,21 @@ pub fn execute(world: &mut World, call: &Call) -> Result<Reply, MaasError> {
         (handler, action) => Err(MaasError::Internal(format!(
             "simulator has no implementation for {handler}.{action}"
         ))),
+    }
+}
+
+fn placements(handler: &str) -> Placements {
+    if handler.starts_with("zone") {
+        Placements::Zones
+    } else {
+        Placements::Pools
+    }
+}
+
+fn placement_reply(world: &World, which: Placements, id: u64) -> Reply {
+    match which {
+        Placements::Zones => Reply::json(&world.zones[&id].zone_view()),
+        Placements::Pools => Reply::json(&world.pools[&id].pool_view()),
     }
 }
 
@@ -635,6 +762,9 @@ fn allocate(
     Ok(Reply::json(&value))
 }
 
+/// formencode `Int`'s message, as `get_optional_param` reports it (api/utils.py).
+const NOT_AN_INTEGER: &str = "Please enter an integer value";
+
 /// `GET events/?op=query` (API_REFERENCE.md §5.21).
 fn query_events(world: &World, caller: &Caller, p: &Params) -> Result<Reply, MaasError> {
     let level = match p.get("level") {
@@ -647,7 +777,7 @@ fn query_events(world: &World, caller: &Caller, p: &Params) -> Result<Reply, Maa
         Some(l) => {
             let n: i64 = l
                 .parse()
-                .map_err(|_| MaasError::BadRequest(format!("Invalid limit: {l}")))?;
+                .map_err(|_| MaasError::BadRequest(format!("Invalid limit: {NOT_AN_INTEGER}")))?;
             if n > 1000 {
                 return Err(MaasError::BadRequest(format!(
                     "Requested number of events {n} is greater than limit: 1000"
@@ -660,7 +790,7 @@ fn query_events(world: &World, caller: &Caller, p: &Params) -> Result<Reply, Maa
         p.get(name)
             .map(|v| {
                 v.parse::<u64>()
-                    .map_err(|_| MaasError::BadRequest(format!("Invalid {name}: {v}")))
+                    .map_err(|_| MaasError::BadRequest(format!("Invalid {name}: {NOT_AN_INTEGER}")))
             })
             .transpose()
     };

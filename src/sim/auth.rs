@@ -9,9 +9,10 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 
+use super::model::Caller;
 use super::reply::MaasError;
 use super::transport::Params;
-use super::world::{Caller, World};
+use super::world::World;
 
 /// Seconds a timestamp may lag behind the server's clock.
 pub const TIMESTAMP_THRESHOLD: i64 = 300;

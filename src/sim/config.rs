@@ -115,9 +115,14 @@ pub struct Timings {
     pub testing_secs: f64,
     pub deploying_secs: f64,
     pub releasing_secs: f64,
+    /// Per disk: `wipefs` and 2 MiB zeroed at each end (`quick_erase`).
     pub quick_erase_secs: f64,
-    pub erase_secs: f64,
+    /// Per disk: the drive's own secure erase (`secure_erase`).
     pub secure_erase_secs: f64,
+    /// Full wipe throughput of SATA/SAS disks, MB/s (`dd` of zeros).
+    pub zero_mb_per_sec: f64,
+    /// Full wipe throughput of NVMe disks, MB/s (`nvme write-zeroes`).
+    pub nvme_zero_mb_per_sec: f64,
     /// `hardware_sync_interval` (MAAS default 15 min).
     pub hw_sync_interval_secs: f64,
     /// Delay between the machine reaching Deployed and its agent calling the enrollment URL.
@@ -138,9 +143,10 @@ impl Default for Timings {
             testing_secs: 60.0,
             deploying_secs: 600.0,
             releasing_secs: 10.0,
-            quick_erase_secs: 60.0,
-            erase_secs: 1800.0,
-            secure_erase_secs: 600.0,
+            quick_erase_secs: 12.0,
+            secure_erase_secs: 120.0,
+            zero_mb_per_sec: 400.0,
+            nvme_zero_mb_per_sec: 4000.0,
             hw_sync_interval_secs: 900.0,
             agent_boot_secs: 30.0,
             agent_task_secs: 5.0,
@@ -172,6 +178,7 @@ pub struct MachineSpec {
     pub hardware_product: String,
     /// IPMI credentials MAAS already has for a known machine.
     pub power_user: String,
+    pub power_pass: String,
 }
 
 impl Default for MachineSpec {
@@ -190,6 +197,7 @@ impl Default for MachineSpec {
             hardware_vendor: "Dell Inc.".to_string(),
             hardware_product: "PowerEdge XE9680".to_string(),
             power_user: "root".to_string(),
+            power_pass: "calvin".to_string(),
         }
     }
 }

@@ -14,7 +14,7 @@ use serde_json::json;
 
 use super::faults::FaultSpec;
 use super::reply::MaasError;
-use super::server::Shared;
+use super::shared::Shared;
 
 pub fn routes() -> Router<Arc<Shared>> {
     Router::new()
@@ -74,7 +74,7 @@ async fn machine_counters(
     shared.with_world(|w| match w.counters.get(&system_id) {
         Some(c) => Json(c.clone()).into_response(),
         None if w.machine(&system_id).is_some() => {
-            Json(super::world::Counters::default()).into_response()
+            Json(super::model::Counters::default()).into_response()
         }
         None => error(StatusCode::NOT_FOUND, format!("No machine {system_id}.")),
     })

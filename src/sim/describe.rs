@@ -110,6 +110,7 @@ pub const HANDLERS: &[HandlerDef] = &[
             op("lock", "POST"),
             op("unlock", "POST"),
             op("set_workload_annotations", "POST"),
+            op("set_owner_data", "POST"),
         ],
         anon: None,
         doc: "Manage an individual machine.",
@@ -148,6 +149,7 @@ pub const HANDLERS: &[HandlerDef] = &[
         params: &["system_id", "id"],
         actions: &[
             crud("read", "GET"),
+            crud("update", "PUT"),
             op("link_subnet", "POST"),
             op("unlink_subnet", "POST"),
         ],
@@ -195,20 +197,107 @@ pub const HANDLERS: &[HandlerDef] = &[
         doc: "Retrieve filtered node events.",
     },
     HandlerDef {
+        name: "FabricsHandler",
+        path: "fabrics/",
+        params: &[],
+        actions: &[crud("read", "GET"), crud("create", "POST")],
+        anon: None,
+        doc: "Manage fabrics.",
+    },
+    HandlerDef {
+        name: "FabricHandler",
+        path: "fabrics/{id}/",
+        params: &["id"],
+        actions: &[
+            crud("read", "GET"),
+            crud("update", "PUT"),
+            crud("delete", "DELETE"),
+        ],
+        anon: None,
+        doc: "Manage fabric.",
+    },
+    HandlerDef {
+        name: "VlansHandler",
+        path: "fabrics/{fabric_id}/vlans/",
+        params: &["fabric_id"],
+        actions: &[crud("read", "GET"), crud("create", "POST")],
+        anon: None,
+        doc: "Manage VLANs on a fabric.",
+    },
+    HandlerDef {
+        name: "VlanHandler",
+        path: "fabrics/{fabric_id}/vlans/{vid}/",
+        params: &["fabric_id", "vid"],
+        actions: &[
+            crud("read", "GET"),
+            crud("update", "PUT"),
+            crud("delete", "DELETE"),
+        ],
+        anon: None,
+        doc: "Manage a VLAN on a fabric.",
+    },
+    HandlerDef {
+        name: "TagsHandler",
+        path: "tags/",
+        params: &[],
+        actions: &[crud("read", "GET"), crud("create", "POST")],
+        anon: None,
+        doc: "Manage all tags known to MAAS.",
+    },
+    HandlerDef {
+        name: "TagHandler",
+        path: "tags/{name}/",
+        params: &["name"],
+        actions: &[
+            crud("read", "GET"),
+            crud("update", "PUT"),
+            crud("delete", "DELETE"),
+            op("update_nodes", "POST"),
+            op("machines", "GET"),
+            op("nodes", "GET"),
+        ],
+        anon: None,
+        doc: "Tags are properties that can be associated with a Node and serve as criteria for selecting and allocating nodes.",
+    },
+    HandlerDef {
         name: "ZonesHandler",
         path: "zones/",
         params: &[],
-        actions: &[crud("read", "GET")],
+        actions: &[crud("read", "GET"), crud("create", "POST")],
         anon: None,
         doc: "Manage physical zones.",
+    },
+    HandlerDef {
+        name: "ZoneHandler",
+        path: "zones/{name}/",
+        params: &["name"],
+        actions: &[
+            crud("read", "GET"),
+            crud("update", "PUT"),
+            crud("delete", "DELETE"),
+        ],
+        anon: None,
+        doc: "Manage a physical zone.",
     },
     HandlerDef {
         name: "ResourcePoolsHandler",
         path: "resourcepools/",
         params: &[],
-        actions: &[crud("read", "GET")],
+        actions: &[crud("read", "GET"), crud("create", "POST")],
         anon: None,
         doc: "Manage resource pools.",
+    },
+    HandlerDef {
+        name: "ResourcePoolHandler",
+        path: "resourcepool/{id}/",
+        params: &["id"],
+        actions: &[
+            crud("read", "GET"),
+            crud("update", "PUT"),
+            crud("delete", "DELETE"),
+        ],
+        anon: None,
+        doc: "Manage a resource pool.",
     },
     HandlerDef {
         name: "DomainsHandler",
@@ -219,6 +308,21 @@ pub const HANDLERS: &[HandlerDef] = &[
         doc: "Manage domains.",
     },
 ];
+
+/// Routes MAAS serves with a handler that `describe/` lists under another path
+/// (`urls_api.py` `vlanid_handler`: a VLAN by its database id, the `resource_uri` of VLANs).
+pub const ALIASES: &[HandlerDef] = &[HandlerDef {
+    name: "VlanHandler",
+    path: "vlans/{vlan_id}/",
+    params: &["vlan_id"],
+    actions: &[
+        crud("read", "GET"),
+        crud("update", "PUT"),
+        crud("delete", "DELETE"),
+    ],
+    anon: None,
+    doc: "Manage a VLAN on a fabric.",
+}];
 
 /// `MachineHandler` → `machine` (python-libmaas' `derive_resource_name`, lower-cased).
 pub fn short_name(handler: &str) -> String {

@@ -7,8 +7,14 @@
 //! NAME   := an action pattern (`machine.deploy`, `deploy`, `machines.read`, `*`)
 //!         | a scenario name (`commissioning_fails`, `datasource_failure`, …)
 //! param  := status=CODE | retry_after=SECS | latency=DUR | hang | rate=P | count=N
-//!         | machines=SEL("+"SEL)* | after=DUR
+//!         | machines=SEL("+"SEL)* | after=DUR | answer=html|truncated|redirect|shape
 //! ```
+//!
+//! Injected answers look like what they imitate (MAAS src/maasserver/utils/views.py,
+//! middleware.py): a 409 with `Retry-After` is MAAS's serialization conflict, always
+//! `Retry-After: 5` and its HTML page; a 409 without it is a state violation with the
+//! handler's own text. `answer=` makes something in front of MAAS answer instead: an HTML page
+//! (a proxy or login page), a body cut in the middle, a redirect, or JSON of another shape.
 //! Every draw is a pure function of (seed, rule, action, machine, n-th call), so a run is
 //! reproducible whatever the interleaving of concurrent clients.
 
@@ -54,10 +60,13 @@ pub enum Scenario {
     HwsyncStale,
     /// Hardware sync never happens again after deployment.
     HwsyncNever,
+    /// Once Deployed (plus `after`), the host's sync timer stops (someone disabled it) until
+    /// its units are restarted (a reseed).
+    HwsyncLost,
 }
 
 impl Scenario {
-    pub const ALL: [(&'static str, Scenario); 12] = [
+    pub const ALL: [(&'static str, Scenario); 13] = [
         ("commissioning_fails", Scenario::CommissioningFails),
         ("testing_fails", Scenario::TestingFails),
         ("no_boot_disk", Scenario::NoBootDisk),
@@ -70,6 +79,7 @@ impl Scenario {
         ("redeployed_oob", Scenario::RedeployedOob),
         ("hwsync_stale", Scenario::HwsyncStale),
         ("hwsync_never", Scenario::HwsyncNever),
+        ("hwsync_lost", Scenario::HwsyncLost),
     ];
 
     pub fn parse(name: &str) -> Option<Scenario> {
@@ -92,6 +102,7 @@ impl Scenario {
                 | Scenario::ReleasedOob
                 | Scenario::PoweredOff
                 | Scenario::RedeployedOob
+                | Scenario::HwsyncLost
         )
     }
 }
@@ -113,6 +124,34 @@ impl Selector {
     }
 }
 
+/// An answer that is not MAAS's (`answer=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnswerFault {
+    /// An HTML page (with `status`, or 200), as a proxy or a login page sends.
+    Html,
+    /// MAAS's answer cut in half (the operation took effect).
+    Truncated,
+    /// `302 Found` to an https URL, as a web server in front of MAAS sends.
+    Redirect,
+    /// 200 with JSON of an unexpected shape.
+    Shape,
+}
+
+impl AnswerFault {
+    fn parse(text: &str) -> Option<AnswerFault> {
+        Some(match text {
+            "html" => AnswerFault::Html,
+            "truncated" => AnswerFault::Truncated,
+            "redirect" => AnswerFault::Redirect,
+            "shape" => AnswerFault::Shape,
+            _ => return None,
+        })
+    }
+}
+
+/// MAAS's `Retry-After` on its serialization conflict (utils/views.py RETRY_AFTER_CONFLICT).
+pub const RETRY_AFTER_CONFLICT: u64 = 5;
+
 /// One `NAME:params` item for requests.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RequestFault {
@@ -122,6 +161,7 @@ pub struct RequestFault {
     pub retry_after: Option<u64>,
     pub latency: Option<Duration>,
     pub hang: bool,
+    pub answer: Option<AnswerFault>,
     pub selector: Selector,
 }
 
@@ -166,6 +206,7 @@ pub struct Injection {
     pub hang: bool,
     pub status: Option<u16>,
     pub retry_after: Option<u64>,
+    pub answer: Option<AnswerFault>,
     /// The rule that fired (for the op log).
     pub rule: Option<String>,
 }
@@ -222,9 +263,10 @@ impl FaultSpec {
                         | "count"
                         | "machines"
                         | "after"
+                        | "answer"
                 ) {
                     return Err(err(format!(
-                        "unknown parameter `{key}` (expected status, retry_after, latency, hang, rate, count, machines or after)"
+                        "unknown parameter `{key}` (expected status, retry_after, latency, hang, answer, rate, count, machines or after)"
                     )));
                 }
                 if values.insert(key, value.trim()).is_some() {
@@ -271,7 +313,7 @@ impl FaultSpec {
                 }
             };
             if let Some(scenario) = Scenario::parse(name) {
-                for key in ["status", "retry_after", "latency", "hang"] {
+                for key in ["status", "retry_after", "latency", "hang", "answer"] {
                     if values.contains_key(key) {
                         return Err(err(format!(
                             "`{key}` applies to request faults, not to scenario `{name}`"
@@ -312,6 +354,21 @@ impl FaultSpec {
             if retry_after.is_some() && status.is_none() {
                 return Err(err("retry_after needs a status (409 or 503)".to_string()));
             }
+            if status == Some(409) && retry_after.is_some_and(|r| r != RETRY_AFTER_CONFLICT) {
+                return Err(err(format!(
+                    "a 409 with Retry-After is MAAS's serialization conflict, which always asks \
+                     for {RETRY_AFTER_CONFLICT} seconds (retry_after={RETRY_AFTER_CONFLICT}); \
+                     leave retry_after out for a state violation"
+                )));
+            }
+            let answer = match values.get("answer") {
+                None => None,
+                Some(v) => Some(AnswerFault::parse(v).ok_or_else(|| {
+                    err(format!(
+                        "answer `{v}` is not one of html, truncated, redirect, shape"
+                    ))
+                })?),
+            };
             if values.get("hang").is_some_and(|v| !v.is_empty()) {
                 return Err(err("`hang` takes no value".to_string()));
             }
@@ -321,11 +378,17 @@ impl FaultSpec {
                 retry_after,
                 latency: duration("latency")?,
                 hang: values.contains_key("hang"),
+                answer,
                 selector,
             };
-            if fault.status.is_none() && fault.latency.is_none() && !fault.hang {
+            if fault.status.is_none()
+                && fault.latency.is_none()
+                && !fault.hang
+                && fault.answer.is_none()
+            {
                 return Err(err(
-                    "a request fault needs status=CODE, latency=DUR or hang".to_string(),
+                    "a request fault needs status=CODE, latency=DUR, hang or answer=KIND"
+                        .to_string(),
                 ));
             }
             spec.requests.push(fault);
@@ -365,6 +428,9 @@ impl FaultSpec {
             if injection.status.is_none() && rule.status.is_some() {
                 injection.status = rule.status;
                 injection.retry_after = rule.retry_after;
+            }
+            if injection.answer.is_none() {
+                injection.answer = rule.answer;
             }
         }
         injection
@@ -450,7 +516,15 @@ mod tests {
             ("deploy:rate=2", "rate `2` is not a number in 0..=1"),
             (
                 "deploy",
-                "a request fault needs status=CODE, latency=DUR or hang",
+                "a request fault needs status=CODE, latency=DUR, hang or answer=KIND",
+            ),
+            (
+                "deploy:status=409,retry_after=10",
+                "serialization conflict, which always asks for 5 seconds",
+            ),
+            (
+                "deploy:answer=xml",
+                "answer `xml` is not one of html, truncated, redirect, shape",
             ),
             ("deploi:status=503", "`deploi` is neither an API action"),
             ("deploy:latency=fast", "latency `fast` is not a duration"),

@@ -12,6 +12,7 @@ use std::ops::Deref;
 
 use bytes::Bytes;
 
+use super::catalog::Placement;
 use super::machine::Machine;
 use super::network::{NetworkLookup, Subnet, Vlan};
 use super::reply::write_piston_json;
@@ -55,6 +56,9 @@ pub struct NetworkRef<'a> {
     pub vlans: &'a BTreeMap<u64, Vlan>,
     pub subnets: &'a BTreeMap<u64, Subnet>,
     pub pxe_subnet: u64,
+    /// Zone and pool ids by name.
+    pub zones: &'a BTreeMap<u64, Placement>,
+    pub pools: &'a BTreeMap<u64, Placement>,
 }
 
 impl NetworkRef<'_> {
@@ -70,6 +74,8 @@ impl NetworkRef<'_> {
             vlans: self.vlans.clone(),
             subnets: self.subnets.clone(),
             pxe_subnet: self.pxe_subnet,
+            zones: self.zones.clone(),
+            pools: self.pools.clone(),
         }
     }
 }
@@ -82,6 +88,14 @@ impl NetworkLookup for NetworkRef<'_> {
     fn subnet(&self, id: u64) -> Option<&Subnet> {
         self.subnets.get(&id)
     }
+
+    fn zone_id(&self, name: &str) -> Option<u64> {
+        self.zones.values().find(|z| z.name == name).map(|z| z.id)
+    }
+
+    fn pool_id(&self, name: &str) -> Option<u64> {
+        self.pools.values().find(|p| p.name == name).map(|p| p.id)
+    }
 }
 
 /// A copy of the network the renderings embed (a handful of VLANs and subnets).
@@ -90,6 +104,8 @@ struct Network {
     vlans: BTreeMap<u64, Vlan>,
     subnets: BTreeMap<u64, Subnet>,
     pxe_subnet: u64,
+    zones: BTreeMap<u64, Placement>,
+    pools: BTreeMap<u64, Placement>,
 }
 
 impl Network {
@@ -97,6 +113,8 @@ impl Network {
         self.pxe_subnet == net.pxe_subnet
             && &self.vlans == net.vlans
             && &self.subnets == net.subnets
+            && &self.zones == net.zones
+            && &self.pools == net.pools
     }
 }
 

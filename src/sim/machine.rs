@@ -9,7 +9,7 @@ use super::config::AgentBehaviour;
 use super::faults::ScenarioRule;
 use super::network::{Interface, InterfaceView, NetworkLookup};
 use super::status::Status;
-use super::storage::{BlockDevice, BlockDeviceView};
+use super::storage::{BlockDevice, BlockDeviceView, MIN_BOOT_SIZE, VolumeGroup, VolumeGroupRef};
 
 /// `power_state` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,9 +102,16 @@ pub struct Machine {
     pub last_sync: Option<DateTime<Utc>>,
     /// Next hardware-sync post of the deployed OS (simulator schedule, not MAAS's next_sync).
     pub sync_due: Option<DateTime<Utc>>,
+    /// The deployed host has a hardware-sync timer installed and started.
+    pub sync_timer: bool,
+    /// Its sync stopped (the `hwsync_stale` scenario) until the units are restarted.
+    pub sync_stalled: bool,
     pub error_description: String,
     pub interfaces: Vec<Interface>,
     pub disks: Vec<BlockDevice>,
+    /// LVM volume groups a layout made (their logical volumes are virtual block devices).
+    pub volume_groups: Vec<VolumeGroup>,
+    /// The boot disk an operator set (`set_boot_disk`); see [`Machine::boot_disk`].
     pub boot_disk_id: Option<u64>,
     /// The link chosen with `link_subnet default_gateway=true` (`gateway_link_ipv4`); ignored
     /// once that link is gone, as MAAS's foreign key is nulled with it.
@@ -150,9 +157,18 @@ impl Machine {
         self.scenarios.iter().any(|r| r.scenario == scenario)
     }
 
+    /// `Node.get_boot_disk()`: the one set, else the first physical disk (by id) big enough.
     pub fn boot_disk(&self) -> Option<&BlockDevice> {
-        let id = self.boot_disk_id?;
-        self.disks.iter().find(|d| d.id == id)
+        if let Some(set) = self
+            .boot_disk_id
+            .and_then(|id| self.disks.iter().find(|d| d.id == id))
+        {
+            return Some(set);
+        }
+        self.disks
+            .iter()
+            .filter(|d| d.size >= MIN_BOOT_SIZE)
+            .min_by_key(|d| d.id)
     }
 
     pub fn ip_addresses(&self) -> Vec<String> {
@@ -230,7 +246,7 @@ pub struct MachineView {
     pub cache_sets: Vec<serde_json::Value>,
     pub bcaches: Vec<serde_json::Value>,
     pub raids: Vec<serde_json::Value>,
-    pub volume_groups: Vec<serde_json::Value>,
+    pub volume_groups: Vec<VolumeGroupRef>,
     pub bios_boot_method: &'static str,
     pub boot_interface: Option<InterfaceView>,
     pub architecture: String,
@@ -326,7 +342,17 @@ pub fn format_datetime(at: DateTime<Utc>) -> String {
 impl Machine {
     pub fn view(&self, net: &dyn NetworkLookup, gateway: Option<String>) -> MachineView {
         let sid = self.system_id.as_str();
-        let disks: Vec<BlockDeviceView> = self.disks.iter().map(|d| d.generic_view(sid)).collect();
+        let virtual_devices = || {
+            self.volume_groups
+                .iter()
+                .flat_map(|vg| vg.device_views(sid))
+        };
+        let disks: Vec<BlockDeviceView> = self
+            .disks
+            .iter()
+            .map(|d| d.generic_view(sid))
+            .chain(virtual_devices())
+            .collect();
         let physical: Vec<BlockDeviceView> = self.disks.iter().map(|d| d.view(sid)).collect();
         let tested = |s: i32| (s, script_status_name(s));
         let (cs, csn) = tested(self.commissioning_status);
@@ -394,7 +420,15 @@ impl Machine {
             cache_sets: Vec::new(),
             bcaches: Vec::new(),
             raids: Vec::new(),
-            volume_groups: Vec::new(),
+            volume_groups: self
+                .volume_groups
+                .iter()
+                .map(|vg| VolumeGroupRef {
+                    system_id: self.system_id.clone(),
+                    id: vg.id,
+                    __incomplete__: true,
+                })
+                .collect(),
             bios_boot_method: "uefi",
             boot_interface: self.interfaces.first().map(|i| i.view(sid, net)),
             architecture: self.architecture.clone(),
@@ -423,20 +457,27 @@ impl Machine {
             zone: NamedRef {
                 name: self.zone.clone(),
                 description: String::new(),
-                id: 1,
+                id: net.zone_id(&self.zone).unwrap_or(1),
                 resource_uri: format!("/MAAS/api/2.0/zones/{}/", self.zone),
             },
             pool: NamedRef {
                 name: self.pool.clone(),
-                description: "Default pool".to_string(),
-                id: 0,
-                resource_uri: "/MAAS/api/2.0/resourcepool/0/".to_string(),
+                description: if self.pool == "default" {
+                    "Default pool".to_string()
+                } else {
+                    String::new()
+                },
+                id: net.pool_id(&self.pool).unwrap_or(0),
+                resource_uri: format!(
+                    "/MAAS/api/2.0/resourcepool/{}/",
+                    net.pool_id(&self.pool).unwrap_or(0)
+                ),
             },
             disable_ipv4: false,
             boot_disk: self.boot_disk().map(|d| d.view(sid)),
             blockdevice_set: disks,
             physicalblockdevice_set: physical,
-            virtualblockdevice_set: Vec::new(),
+            virtualblockdevice_set: virtual_devices().collect(),
             special_filesystems: Vec::new(),
             commissioning_status: cs,
             commissioning_status_name: csn,

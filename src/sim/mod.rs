@@ -10,6 +10,7 @@
 mod agent;
 mod api;
 pub mod auth;
+mod catalog;
 pub mod config;
 mod control;
 pub mod describe;
@@ -17,13 +18,21 @@ pub mod events;
 pub mod export;
 pub mod faults;
 pub mod host;
+mod injected;
+mod layouts;
+mod lifecycle;
 pub mod listing;
 pub mod machine;
+mod model;
 pub mod network;
 mod ops;
+mod ops_catalog;
+mod ops_network;
+mod ops_storage;
 pub mod redfish;
 pub mod reply;
 mod server;
+mod shared;
 pub mod status;
 pub mod storage;
 pub mod transport;
@@ -32,13 +41,13 @@ pub mod world;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-pub use agent::AgentTaskRecord;
 pub use config::{
     AgentBehaviour, DiskSpec, FleetOptions, InitialState, MachineSpec, NicSpec, SimConfig,
     TaskFault, TaskFaultMode, Timings,
 };
+pub use model::{AgentRecord, AgentTaskRecord, Caller, Counters, OpRecord};
 pub use server::{SimError, SimHandle};
-pub use world::{AgentRecord, Caller, Counters, OpRecord, World};
+pub use world::World;
 
 use crate::clock::{Clock, SystemClock};
 

@@ -58,17 +58,81 @@ impl std::fmt::Display for Cidr {
     }
 }
 
-/// A VLAN (one untagged VLAN on fabric-0 unless more are made).
+/// A fabric. Fabric 0 (`fabric-0`) holds the PXE VLAN; commissioning adds one per NIC it
+/// finds unlinked (`guess_vlan_for_interface`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fabric {
+    pub id: u64,
+    /// `None`: MAAS's default name `fabric-<id>`.
+    pub name: Option<String>,
+    pub description: String,
+    pub class_type: Option<String>,
+}
+
+impl Fabric {
+    pub fn new(id: u64) -> Fabric {
+        Fabric {
+            id,
+            name: None,
+            description: String::new(),
+            class_type: None,
+        }
+    }
+
+    /// `Fabric.get_name()`.
+    pub fn name(&self) -> String {
+        self.name
+            .clone()
+            .unwrap_or_else(|| format!("fabric-{}", self.id))
+    }
+}
+
+/// A VLAN of a fabric; every fabric has its untagged one (VID 0).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Vlan {
     pub id: u64,
     pub vid: u16,
     pub fabric_id: u64,
+    /// The fabric's name, kept in step when the fabric is renamed.
+    pub fabric: String,
+    /// `None`: MAAS's default name (`untagged` for VID 0, else the VID).
+    pub name: Option<String>,
+    pub description: String,
     pub mtu: u32,
     pub dhcp_on: bool,
+    /// The rack controller serving it (system id): only the PXE VLAN has one.
+    pub primary_rack: Option<String>,
+    pub space: Option<String>,
 }
 
-/// The VLAN object MAAS embeds in interfaces and subnets.
+impl Vlan {
+    /// The untagged VLAN of a new fabric.
+    pub fn untagged(id: u64, fabric_id: u64) -> Vlan {
+        Vlan {
+            id,
+            vid: 0,
+            fabric_id,
+            fabric: format!("fabric-{fabric_id}"),
+            name: None,
+            description: String::new(),
+            mtu: 1500,
+            dhcp_on: false,
+            primary_rack: None,
+            space: None,
+        }
+    }
+
+    /// `VLAN.get_name()`.
+    pub fn name(&self) -> String {
+        match (&self.name, self.vid) {
+            (Some(name), _) => name.clone(),
+            (None, 0) => "untagged".to_string(),
+            (None, vid) => vid.to_string(),
+        }
+    }
+}
+
+/// The VLAN object MAAS renders (`DISPLAYED_VLAN_FIELDS`, api/vlans.py).
 #[derive(Debug, Serialize)]
 pub struct VlanView {
     pub vid: u16,
@@ -80,7 +144,7 @@ pub struct VlanView {
     pub primary_rack: Option<String>,
     pub name: String,
     pub id: u64,
-    pub space: &'static str,
+    pub space: String,
     pub secondary_rack: Option<String>,
     pub fabric_id: u64,
     pub resource_uri: String,
@@ -94,18 +158,41 @@ impl Vlan {
             dhcp_on: self.dhcp_on,
             external_dhcp: None,
             relay_vlan: None,
-            fabric: format!("fabric-{}", self.fabric_id),
-            primary_rack: Some("sim7rk".to_string()),
-            name: if self.vid == 0 {
-                "untagged".to_string()
-            } else {
-                self.vid.to_string()
-            },
+            fabric: self.fabric.clone(),
+            primary_rack: self.primary_rack.clone(),
+            name: self.name(),
             id: self.id,
-            space: "undefined",
+            space: self
+                .space
+                .clone()
+                .unwrap_or_else(|| "undefined".to_string()),
             secondary_rack: None,
             fabric_id: self.fabric_id,
             resource_uri: format!("/MAAS/api/2.0/vlans/{}/", self.id),
+        }
+    }
+}
+
+/// A fabric as MAAS renders it (`DISPLAYED_FABRIC_FIELDS`: id, name, class_type, vlans).
+#[derive(Debug, Serialize)]
+pub struct FabricView {
+    pub class_type: Option<String>,
+    pub id: u64,
+    pub name: String,
+    pub vlans: Vec<VlanView>,
+    pub resource_uri: String,
+}
+
+impl Fabric {
+    pub fn view<'a>(&self, vlans: impl Iterator<Item = &'a Vlan>) -> FabricView {
+        let mut vlans: Vec<&Vlan> = vlans.filter(|v| v.fabric_id == self.id).collect();
+        vlans.sort_by_key(|v| v.id);
+        FabricView {
+            class_type: self.class_type.clone(),
+            id: self.id,
+            name: self.name(),
+            vlans: vlans.into_iter().map(Vlan::view).collect(),
+            resource_uri: format!("/MAAS/api/2.0/fabrics/{}/", self.id),
         }
     }
 }
@@ -271,10 +358,17 @@ pub struct InterfaceView {
     pub resource_uri: String,
 }
 
-/// Lookups an interface view needs.
+/// Lookups a machine's rendering needs: the VLANs and subnets its interfaces embed, and the
+/// ids of its zone and pool (by name).
 pub trait NetworkLookup {
     fn vlan(&self, id: u64) -> Option<&Vlan>;
     fn subnet(&self, id: u64) -> Option<&Subnet>;
+    fn zone_id(&self, _name: &str) -> Option<u64> {
+        None
+    }
+    fn pool_id(&self, _name: &str) -> Option<u64> {
+        None
+    }
 }
 
 impl Interface {

@@ -3,7 +3,6 @@
 //! parameters, changes the world or returns MAAS's error, and counts what took effect.
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
 
 use chrono::{DateTime, Utc};
 
@@ -11,148 +10,101 @@ use super::config::MachineSpec;
 use super::events::Level;
 use super::faults::Scenario;
 use super::machine::{Erase, Pending, PowerState};
-use super::network::{Cidr, Interface, Link, LinkMode, Subnet};
+use super::model::{Caller, Counter};
+use super::network::Interface;
 use super::reply::{MaasError, django_bool, string_bool};
 use super::status::{RELEASABLE, Status};
 use super::transport::Params;
-use super::world::{Caller, Counter, World, set_owner};
+use super::world::{Perm, World, resolve_distro, set_owner};
 
-/// Permission levels of `get_node_or_404` (auth/local.py).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Perm {
-    View,
-    Edit,
-    Admin,
-    AdminRead,
+/// Builtin commissioning scripts and their tags (metadataserver/builtin_scripts): the choices
+/// of CommissionForm's `commissioning_scripts`.
+const COMMISSIONING_SCRIPTS: &[&str] = &[
+    "20-maas-01-install-lldpd",
+    "20-maas-02-dhcp-unconfigured-ifaces",
+    "30-maas-01-bmc-config",
+    "40-maas-01-machine-config-hints",
+    "50-maas-01-commissioning",
+    "maas-capture-lldpd",
+    "maas-get-fruid-api-data",
+    "maas-kernel-cmdline",
+    "maas-list-modaliases",
+    "maas-lshw",
+    "maas-serial-ports",
+    "maas-support-info",
+    "bmc-config",
+    "configure-hba",
+    "deploy-info",
+    "node",
+    "update_firmware",
+];
+
+/// Builtin testing scripts and their tags, plus `none`.
+const TESTING_SCRIPTS: &[&str] = &[
+    "none",
+    "badblocks",
+    "badblocks-destructive",
+    "fio",
+    "internet-connectivity",
+    "memtester",
+    "ntp",
+    "smartctl-conveyance",
+    "smartctl-long",
+    "smartctl-short",
+    "smartctl-validate",
+    "stress-ng-cpu-long",
+    "stress-ng-cpu-short",
+    "stress-ng-memory-long",
+    "stress-ng-memory-short",
+    "commissioning",
+    "cpu",
+    "destructive",
+    "memory",
+    "network",
+    "network-validation",
+    "storage",
+];
+
+/// A comma-separated script list (split server-side, forms/ephemeral.py) of known names:
+/// MultipleChoiceField's error otherwise.
+fn check_scripts(p: &Params, field: &str, known: &[&str]) -> Result<(), MaasError> {
+    let Some(value) = p.get(field) else {
+        return Ok(());
+    };
+    for name in value.split(',').filter(|n| !n.is_empty()) {
+        if !known.contains(&name) {
+            return Err(MaasError::field(
+                field,
+                format!("Select a valid choice. {name} is not one of the available choices."),
+            ));
+        }
+    }
+    Ok(())
 }
 
-/// The one zone, resource pool and DNS domain of the simulated region (what `zones/`,
-/// `resourcepools/` and `domains/` list); machine forms name them (the domain also by id).
-const ZONES: [&str; 1] = ["default"];
-const POOLS: [&str; 1] = ["default"];
+/// The simulated region's DNS domain, by name and by id (`domain` of machine forms).
 const DOMAINS: [&str; 2] = ["maas", "0"];
 
-/// `zone`, `pool` and `domain` of a machine form (§5.6–§5.7): model choices by name, refused
-/// with Django's choice error when no such object exists. Returns the zone and pool to apply.
-fn placement(p: &Params) -> Result<(Option<String>, Option<String>), MaasError> {
-    let choice = |field: &str, known: &[&str]| -> Result<Option<String>, MaasError> {
-        match p.get(field).filter(|v| !v.is_empty()) {
-            None => Ok(None),
-            Some(v) if known.contains(&v) => Ok(Some(v.to_string())),
-            Some(_) => Err(MaasError::field(
-                field,
-                "Select a valid choice. That choice is not one of the available choices.",
-            )),
-        }
-    };
-    let zone = choice("zone", &ZONES)?;
-    let pool = choice("pool", &POOLS)?;
-    choice("domain", &DOMAINS)?;
-    Ok((zone, pool))
-}
-
-/// `boot_size` / `root_size` of a storage layout (§5.17).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct FlatSizes {
-    /// A separate `/boot` partition on the boot disk (none when absent or zero).
-    pub boot: Option<LayoutSize>,
-    /// The root partition (default: the rest of its disk).
-    pub root: Option<LayoutSize>,
-}
-
-/// A layout size: bytes, or a percentage of the disk the partition goes on.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum LayoutSize {
-    Bytes(u64),
-    Percent(f64),
-}
-
-impl LayoutSize {
-    pub fn of(self, disk_size: u64) -> u64 {
-        match self {
-            LayoutSize::Bytes(bytes) => bytes,
-            LayoutSize::Percent(percent) => (disk_size as f64 * percent / 100.0) as u64,
-        }
-    }
-}
-
-/// MAAS's size syntax: bytes, a K/M/G/T/P suffix (decimal multiples, optional `B`), or `NN%`.
-fn layout_size(p: &Params, field: &str) -> Result<Option<LayoutSize>, MaasError> {
-    let Some(text) = p.get(field).map(str::trim).filter(|t| !t.is_empty()) else {
-        return Ok(None);
-    };
-    let invalid = || {
-        MaasError::field(
-            field,
-            format!("'{text}' is not a size: bytes, a K/M/G/T/P suffix, or a percentage."),
-        )
-    };
-    if let Some(percent) = text.strip_suffix('%') {
-        let value: f64 = percent.trim().parse().map_err(|_| invalid())?;
-        if !(value > 0.0 && value <= 100.0) {
-            return Err(invalid());
-        }
-        return Ok(Some(LayoutSize::Percent(value)));
-    }
-    let digits = text.trim_end_matches(['B', 'b']);
-    let (number, multiplier) = match digits.chars().last() {
-        Some(c) if c.is_ascii_digit() => (digits, 1u64),
-        Some(c) => {
-            let power = match c.to_ascii_uppercase() {
-                'K' => 1,
-                'M' => 2,
-                'G' => 3,
-                'T' => 4,
-                'P' => 5,
-                _ => return Err(invalid()),
-            };
-            (&digits[..digits.len() - 1], 1000u64.pow(power))
-        }
-        None => return Err(invalid()),
-    };
-    let value: u64 = number.trim().parse().map_err(|_| invalid())?;
-    value
-        .checked_mul(multiplier)
-        .map(|bytes| Some(LayoutSize::Bytes(bytes)))
-        .ok_or_else(invalid)
-}
-
-/// Hosts and OS the simulated region can deploy.
-fn resolve_distro(value: &str) -> Option<(&'static str, &'static str)> {
-    let wanted = value.strip_prefix("ubuntu/").unwrap_or(value);
-    super::world::DISTROS
-        .iter()
-        .find(|(name, version)| *name == wanted || *version == wanted)
-        .map(|(name, _)| ("ubuntu", *name))
-}
-
 impl World {
-    /// `get_node_or_404`: 404 when the system id is unknown, 403 (empty) when the caller may
-    /// not act on it.
-    pub fn node_for(&self, caller: &Caller, system_id: &str, perm: Perm) -> Result<u64, MaasError> {
-        let id = self
-            .machine_id(system_id)
-            .ok_or_else(MaasError::no_machine)?;
-        let m = &self.machines[&id];
-        let visible =
-            caller.is_admin() || m.owner.is_none() || m.owner.as_deref() == Some(caller.name());
-        let allowed = match perm {
-            Perm::View => visible,
-            Perm::Edit => visible && !m.locked,
-            Perm::Admin => caller.is_admin() && !m.locked,
-            Perm::AdminRead => caller.is_admin(),
-        };
-        if allowed {
-            Ok(id)
-        } else {
-            Err(MaasError::Forbidden(String::new()))
-        }
-    }
-
-    pub fn can_view(&self, caller: &Caller, id: u64) -> bool {
-        self.machines.get(&id).is_some_and(|m| {
-            caller.is_admin() || m.owner.is_none() || m.owner.as_deref() == Some(caller.name())
-        })
+    /// `zone`, `pool` and `domain` of a machine form (§5.6–§5.7): model choices by name,
+    /// refused with Django's choice error when no such object exists. Returns the zone and pool
+    /// to apply.
+    fn placement(&self, p: &Params) -> Result<(Option<String>, Option<String>), MaasError> {
+        let choice =
+            |field: &str, known: &dyn Fn(&str) -> bool| -> Result<Option<String>, MaasError> {
+                match p.get(field).filter(|v| !v.is_empty()) {
+                    None => Ok(None),
+                    Some(v) if known(v) => Ok(Some(v.to_string())),
+                    Some(_) => Err(MaasError::field(
+                        field,
+                        "Select a valid choice. That choice is not one of the available choices.",
+                    )),
+                }
+            };
+        let zone = choice("zone", &|v| self.zones.values().any(|z| z.name == v))?;
+        let pool = choice("pool", &|v| self.pools.values().any(|z| z.name == v))?;
+        choice("domain", &|v| DOMAINS.contains(&v))?;
+        Ok((zone, pool))
     }
 
     fn sid(&self, id: u64) -> String {
@@ -190,6 +142,8 @@ impl World {
                     .to_string(),
             ));
         }
+        check_scripts(p, "commissioning_scripts", COMMISSIONING_SCRIPTS)?;
+        check_scripts(p, "testing_scripts", TESTING_SCRIPTS)?;
         let skip_networking = django_bool(p.get("skip_networking"));
         let skip_storage = django_bool(p.get("skip_storage"));
         let no_tests = p
@@ -205,49 +159,6 @@ impl World {
         )?;
         self.counter(system_id, Counter::Commission);
         Ok(())
-    }
-
-    fn start_commissioning(
-        &mut self,
-        id: u64,
-        user: &str,
-        skip_networking: bool,
-        skip_storage: bool,
-        no_tests: bool,
-        now: DateTime<Utc>,
-    ) -> Result<(), MaasError> {
-        self.transition(id, Status::Commissioning, now)?;
-        self.set_owner_token(id, Some(user.to_string()));
-        if let Some(m) = self.machines.get_mut(&id) {
-            m.skip_networking = skip_networking;
-            m.skip_storage = skip_storage;
-            m.commissioning_status = 1;
-            m.testing_status = if no_tests { 9 } else { 0 };
-            m.error_description.clear();
-        }
-        self.event(
-            id,
-            Level::Debug,
-            "User starting commissioning",
-            "",
-            user,
-            now,
-        );
-        self.event(id, Level::Info, "Commissioning", "", user, now);
-        self.power(id, PowerState::On, now);
-        let d = self.sim_duration(self.config.timings.commissioning_secs);
-        self.set_pending(id, Some((Pending::CommissioningDone, now + d)));
-        Ok(())
-    }
-
-    pub(super) fn set_owner_token(&mut self, id: u64, owner: Option<String>) {
-        let token = self.new_token();
-        if let Some(m) = self.machines.get_mut(&id) {
-            set_owner(m, owner);
-            if m.owner.is_some() && m.token.is_none() {
-                m.token = Some(token);
-            }
-        }
     }
 
     /// `POST machines/?op=accept` (and `accept_all` with every New machine).
@@ -368,62 +279,6 @@ impl World {
         self.check_auto_ips(id)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn start_deployment(
-        &mut self,
-        id: u64,
-        user: &str,
-        user_data: Option<String>,
-        distro: (&str, &str),
-        enable_hw_sync: bool,
-        ephemeral: bool,
-        now: DateTime<Utc>,
-    ) -> Result<(), MaasError> {
-        self.transition(id, Status::Deploying, now)?;
-        let token = self.new_token();
-        if let Some(m) = self.machines.get_mut(&id) {
-            m.osystem = distro.0.to_string();
-            m.distro_series = distro.1.to_string();
-            m.hwe_kernel = Some(format!(
-                "ga-{}",
-                super::world::DISTROS
-                    .iter()
-                    .find(|(n, _)| *n == distro.1)
-                    .map_or("24.04", |(_, v)| v)
-            ));
-            m.user_data = user_data;
-            m.enable_hw_sync = enable_hw_sync;
-            m.ephemeral_deploy = ephemeral;
-            m.sync_interval = None;
-            m.last_sync = None;
-            m.sync_due = None;
-            m.deployments += 1;
-            m.netboot = false;
-            if m.token.is_none() {
-                m.token = Some(token);
-            }
-        }
-        self.event(id, Level::Debug, "User starting deployment", "", user, now);
-        self.event(id, Level::Info, "Deploying", "", user, now);
-        self.power(id, PowerState::On, now);
-        // AUTO addresses are claimed post-commit (§5.12): the deploy answer does not show them
-        // yet, and when the subnet is exhausted the caller gets a 503 *after* the status moved
-        // to Deploying. Such a deployment cannot finish; it fails when MAAS's deployment
-        // timeout (2 × node_timeout since 3.5) expires.
-        let work = if self.check_auto_ips(id).is_ok() {
-            let d = self.sim_duration(self.config.timings.deploying_secs);
-            (Pending::DeploymentDone, now + d)
-        } else {
-            let timeout = 2.0 * self.config.timings.node_timeout_secs;
-            (
-                Pending::DeploymentTimedOut,
-                now + super::world::scaled(timeout, self.time_scale),
-            )
-        };
-        self.set_pending(id, Some(work));
-        Ok(())
-    }
-
     // ----- release -----------------------------------------------------------------------------
 
     /// `POST machines/{id}/?op=release`. Returns whether it took effect (READY/RELEASING are
@@ -461,55 +316,6 @@ impl World {
             self.counter(system_id, Counter::Erase);
         }
         Ok(true)
-    }
-
-    pub(super) fn start_release(
-        &mut self,
-        id: u64,
-        erase: Option<Erase>,
-        user: &str,
-        now: DateTime<Utc>,
-    ) -> Result<(), MaasError> {
-        self.set_pending(id, None);
-        let m = self
-            .machines
-            .get_mut(&id)
-            .ok_or_else(MaasError::no_machine)?;
-        m.osystem.clear();
-        m.distro_series.clear();
-        m.hwe_kernel = None;
-        m.enable_hw_sync = false;
-        m.sync_interval = None;
-        m.last_sync = None;
-        m.sync_due = None;
-        m.user_data = None;
-        m.host_files.clear();
-        m.ephemeral_deploy = false;
-        // The deployed OS is gone: its agent and timers stop.
-        m.boot += 1;
-        m.erase = erase;
-        self.event(id, Level::Debug, "User releasing node", "", user, now);
-        match erase {
-            Some(mode) => {
-                self.transition(id, Status::DiskErasing, now)?;
-                self.event(id, Level::Info, "Disk erasing", "", user, now);
-                self.power(id, PowerState::On, now);
-                let d = self.erase_duration(mode);
-                self.set_pending(id, Some((Pending::EraseDone, now + d)));
-            }
-            None => {
-                self.transition(id, Status::Releasing, now)?;
-                self.event(id, Level::Info, "Releasing", "", user, now);
-                if self.machines[&id].power_state == PowerState::Off {
-                    self.finish_release(id, now);
-                } else {
-                    self.power(id, PowerState::Off, now);
-                    let d = self.sim_duration(self.config.timings.releasing_secs);
-                    self.set_pending(id, Some((Pending::ReleaseDone, now + d)));
-                }
-            }
-        }
-        Ok(())
     }
 
     // ----- abort, broken, fixed ----------------------------------------------------------------
@@ -588,19 +394,6 @@ impl World {
         }
         self.make_broken(id, &comment, caller.name(), now);
         Ok(())
-    }
-
-    fn make_broken(&mut self, id: u64, comment: &str, user: &str, now: DateTime<Utc>) {
-        self.set_pending(id, None);
-        let status = self.machines[&id].status;
-        let previous = status;
-        let _ = self.transition(id, Status::Broken, now);
-        if let Some(m) = self.machines.get_mut(&id) {
-            // mark_fixed goes back to Deployed when the machine was deployed.
-            m.previous_status = previous;
-            m.error_description = comment.to_string();
-        }
-        self.event(id, Level::Error, "Marking node broken", comment, user, now);
     }
 
     /// `POST machines/{id}/?op=rescue_mode` (admin): `Node.start_rescue_mode` records the
@@ -747,486 +540,7 @@ impl World {
 
     // ----- storage -----------------------------------------------------------------------------
 
-    /// `POST machines/{id}/?op=set_storage_layout`.
-    pub fn set_storage_layout(
-        &mut self,
-        caller: &Caller,
-        system_id: &str,
-        p: &Params,
-    ) -> Result<(), MaasError> {
-        let id = self.node_for(caller, system_id, Perm::Admin)?;
-        if self.machines[&id].status != Status::Ready {
-            return Err(MaasError::Conflict(
-                "Cannot change the storage layout on a machine that is not Ready.".to_string(),
-            ));
-        }
-        let layout = match p.get("storage_layout") {
-            None | Some("") => {
-                return Err(MaasError::field(
-                    "storage_layout",
-                    "This field is required.",
-                ));
-            }
-            Some(l) => l,
-        };
-        if !matches!(
-            layout,
-            "flat" | "lvm" | "bcache" | "vmfs6" | "vmfs7" | "custom" | "blank"
-        ) {
-            return Err(MaasError::field(
-                "storage_layout",
-                format!("Select a valid choice. {layout} is not one of the available choices."),
-            ));
-        }
-        let m = &self.machines[&id];
-        if m.disks.is_empty() {
-            return Err(MaasError::BadRequest(
-                "Machine is missing a boot disk; no storage layout can be applied.".to_string(),
-            ));
-        }
-        let root = match p.get("root_device") {
-            None | Some("") => None,
-            Some(value) => Some(
-                value
-                    .parse::<u64>()
-                    .ok()
-                    .filter(|v| m.disks.iter().any(|d| d.id == *v))
-                    .ok_or_else(|| {
-                        MaasError::field(
-                            "root_device",
-                            format!("Select a valid choice. {value} is not one of the available choices."),
-                        )
-                    })?,
-            ),
-        };
-        let sizes = FlatSizes {
-            boot: layout_size(p, "boot_size")?,
-            root: layout_size(p, "root_size")?,
-        };
-        match layout {
-            "flat" => self.apply_flat_layout(id, root, sizes),
-            "blank" => {
-                if let Some(m) = self.machines.get_mut(&id) {
-                    for d in &mut m.disks {
-                        d.partitions.clear();
-                    }
-                }
-                Ok(())
-            }
-            other => Err(MaasError::BadRequest(format!(
-                "Failed to configure storage layout '{other}': the simulator implements only the flat and blank layouts."
-            ))),
-        }
-    }
-
-    /// `POST nodes/{id}/blockdevices/{bd}/?op=set_boot_disk`.
-    pub fn set_boot_disk(
-        &mut self,
-        caller: &Caller,
-        system_id: &str,
-        device: &str,
-    ) -> Result<(), MaasError> {
-        let id = self.node_for(caller, system_id, Perm::Admin)?;
-        let disk = self.find_disk(id, device)?;
-        if self.machines[&id].status != Status::Ready {
-            return Err(MaasError::Conflict(
-                "Cannot set as boot disk because the machine is not Ready.".to_string(),
-            ));
-        }
-        if let Some(m) = self.machines.get_mut(&id) {
-            m.boot_disk_id = Some(disk);
-        }
-        Ok(())
-    }
-
-    /// A block device by id or name.
-    pub fn find_disk(&self, id: u64, device: &str) -> Result<u64, MaasError> {
-        self.machines[&id]
-            .disks
-            .iter()
-            .find(|d| d.id.to_string() == device || d.name == device)
-            .map(|d| d.id)
-            .ok_or_else(|| {
-                MaasError::NotFound("No BlockDevice matches the given query.".to_string())
-            })
-    }
-
     // ----- interfaces and subnets ----------------------------------------------------------------
-
-    /// An interface by id or name.
-    pub fn find_interface(&self, id: u64, iface: &str) -> Result<usize, MaasError> {
-        self.machines[&id]
-            .interfaces
-            .iter()
-            .position(|i| {
-                i.id.to_string() == iface || i.name == iface || format!("name:{}", i.name) == iface
-            })
-            .ok_or_else(|| MaasError::NotFound("No Interface matches the given query.".to_string()))
-    }
-
-    /// A subnet by id or specifier (`cidr:…`, `name:…`, a bare CIDR or name).
-    pub fn find_subnet(&self, spec: &str) -> Option<u64> {
-        let spec = spec.trim();
-        if let Ok(id) = spec.parse::<u64>() {
-            return self.subnets.contains_key(&id).then_some(id);
-        }
-        let (key, value) = spec.split_once(':').unwrap_or(("", spec));
-        self.subnets
-            .values()
-            .find(|s| match key {
-                "cidr" => s.cidr.to_string() == value,
-                "name" => s.name == value,
-                "id" => s.id.to_string() == value,
-                _ => s.cidr.to_string() == value || s.name == value,
-            })
-            .map(|s| s.id)
-    }
-
-    fn link_gate(&self, caller: &Caller, system_id: &str, verb: &str) -> Result<u64, MaasError> {
-        let id = self.node_for(caller, system_id, Perm::Admin)?;
-        if !matches!(
-            self.machines[&id].status,
-            Status::New
-                | Status::Ready
-                | Status::FailedTesting
-                | Status::Allocated
-                | Status::Broken
-        ) {
-            return Err(MaasError::Conflict(format!(
-                "Cannot {verb} interface because the machine is not New, Ready, Allocated, or Broken."
-            )));
-        }
-        Ok(id)
-    }
-
-    /// `POST nodes/{id}/interfaces/{iface}/?op=link_subnet`.
-    pub fn link_subnet(
-        &mut self,
-        caller: &Caller,
-        system_id: &str,
-        iface: &str,
-        p: &Params,
-    ) -> Result<(u64, usize), MaasError> {
-        let id = self.link_gate(caller, system_id, "link subnet")?;
-        let index = self.find_interface(id, iface)?;
-        let mode = match p.get("mode") {
-            None | Some("") => return Err(MaasError::field("mode", "This field is required.")),
-            Some(m) => LinkMode::parse(m).ok_or_else(|| {
-                MaasError::field(
-                    "mode",
-                    format!("Select a valid choice. {m} is not one of the available choices."),
-                )
-            })?,
-        };
-        let force = string_bool("force", p.get("force"), false)?;
-        let subnet = match p.get("subnet").filter(|s| !s.is_empty()) {
-            Some(s) => Some(self.find_subnet(s).ok_or_else(|| {
-                MaasError::field(
-                    "subnet",
-                    "Select a valid choice. That choice is not one of the available choices.",
-                )
-            })?),
-            None => None,
-        };
-        let interface = &self.machines[&id].interfaces[index];
-        if matches!(mode, LinkMode::Auto | LinkMode::Static) && subnet.is_none() {
-            return Err(MaasError::field("subnet", "This field is required."));
-        }
-        if let (Some(subnet_id), Some(vlan)) = (subnet, interface.vlan_id)
-            && self.subnets[&subnet_id].vlan_id != vlan
-            && !force
-        {
-            return Err(MaasError::field(
-                "subnet",
-                "Select a valid choice. That choice is not one of the available choices.",
-            ));
-        }
-        let real_links = interface
-            .links
-            .iter()
-            .filter(|l| l.mode != LinkMode::LinkUp)
-            .count();
-        if mode == LinkMode::LinkUp && real_links > 0 && !force {
-            return Err(MaasError::field(
-                "mode",
-                "Cannot configure interface to link up (with no IP address) while other links are already configured. Specify force=True to override this behavior and delete all links.",
-            ));
-        }
-        // default_gateway (Django BooleanField): AUTO/STATIC only, on a subnet with a gateway.
-        let default_gateway = django_bool(p.get("default_gateway"));
-        if default_gateway {
-            if !matches!(mode, LinkMode::Auto | LinkMode::Static) {
-                return Err(MaasError::field(
-                    "default_gateway",
-                    format!("Cannot use in mode '{}'.", mode.label()),
-                ));
-            }
-            if let Some(s) = subnet.map(|id| &self.subnets[&id])
-                && s.gateway_ip.is_none()
-            {
-                return Err(MaasError::field(
-                    "default_gateway",
-                    format!(
-                        "Cannot set as default gateway because subnet {} doesn't provide a gateway IP address.",
-                        s.name
-                    ),
-                ));
-            }
-        }
-        if mode == LinkMode::Dhcp && interface.links.iter().any(|l| l.mode == LinkMode::Dhcp) {
-            return Err(MaasError::field(
-                "mode",
-                "Interface is already set to DHCP.",
-            ));
-        }
-        let ip = if mode == LinkMode::Static {
-            let subnet = self.subnets[&subnet.unwrap_or_default()].clone();
-            Some(self.static_ip(&subnet, p.get("ip_address"))?)
-        } else {
-            if p.get("ip_address").is_some_and(|v| !v.is_empty()) {
-                return Err(MaasError::field(
-                    "ip_address",
-                    "IP address can only be set for STATIC links.",
-                ));
-            }
-            None
-        };
-        let link_id = self.id();
-        let vlan = subnet.map(|s| self.subnets[&s].vlan_id);
-        let m = self
-            .machines
-            .get_mut(&id)
-            .ok_or_else(MaasError::no_machine)?;
-        let interface: &mut Interface = &mut m.interfaces[index];
-        if mode == LinkMode::LinkUp && force {
-            interface.links.clear();
-        }
-        interface.links.retain(|l| l.mode != LinkMode::LinkUp);
-        interface.links.push(Link {
-            id: link_id,
-            mode,
-            subnet_id: subnet,
-            ip,
-        });
-        if let Some(vlan) = vlan {
-            interface.vlan_id = Some(vlan);
-        }
-        if default_gateway {
-            m.gateway_link = Some(link_id);
-        }
-        Ok((id, index))
-    }
-
-    fn static_ip(&self, subnet: &Subnet, wanted: Option<&str>) -> Result<Ipv4Addr, MaasError> {
-        match wanted.filter(|w| !w.is_empty()) {
-            Some(text) => {
-                let ip: Ipv4Addr = text.parse().map_err(|_| {
-                    MaasError::field("ip_address", "Enter a valid IPv4 or IPv6 address.")
-                })?;
-                if !subnet.cidr.contains(ip) {
-                    return Err(MaasError::field(
-                        "ip_address",
-                        format!("IP address is not in the given subnet '{}'.", subnet.name),
-                    ));
-                }
-                if self.ip_in_use(ip) {
-                    return Err(MaasError::field(
-                        "ip_address",
-                        format!("IP address {ip} is already in use."),
-                    ));
-                }
-                Ok(ip)
-            }
-            None => self.free_ip(subnet).ok_or_else(|| {
-                MaasError::Unavailable(format!("No more IPs available in subnet: {}.", subnet.cidr))
-            }),
-        }
-    }
-
-    /// `POST nodes/{id}/interfaces/{iface}/?op=unlink_subnet`.
-    pub fn unlink_subnet(
-        &mut self,
-        caller: &Caller,
-        system_id: &str,
-        iface: &str,
-        p: &Params,
-    ) -> Result<(u64, usize), MaasError> {
-        let id = self.link_gate(caller, system_id, "unlink subnet")?;
-        let index = self.find_interface(id, iface)?;
-        let link = match p.get("id") {
-            None | Some("") => return Err(MaasError::field("id", "This field is required.")),
-            Some(v) => v,
-        };
-        let link_up = self.id();
-        let m = self
-            .machines
-            .get_mut(&id)
-            .ok_or_else(MaasError::no_machine)?;
-        let interface = &mut m.interfaces[index];
-        let position = interface
-            .links
-            .iter()
-            .position(|l| l.id.to_string() == link)
-            .ok_or_else(|| {
-                MaasError::field(
-                    "id",
-                    "Select a valid choice. That choice is not one of the available choices.",
-                )
-            })?;
-        interface.links.remove(position);
-        if interface.links.is_empty() && interface.vlan_id.is_some() {
-            // MAAS keeps a connected interface "link up" when its last link goes.
-            interface.links.push(Link {
-                id: link_up,
-                mode: LinkMode::LinkUp,
-                subnet_id: None,
-                ip: None,
-            });
-        }
-        Ok((id, index))
-    }
-
-    /// `POST subnets/`.
-    pub fn create_subnet(&mut self, caller: &Caller, p: &Params) -> Result<u64, MaasError> {
-        if !caller.is_admin() {
-            return Err(MaasError::Forbidden(
-                "This method is reserved for admin users.".to_string(),
-            ));
-        }
-        let text = match p.get("cidr") {
-            None | Some("") => return Err(MaasError::field("cidr", "This field is required.")),
-            Some(c) => c,
-        };
-        let cidr = Cidr::parse(text)
-            .ok_or_else(|| MaasError::field("cidr", "Required format: <network>/<prefixlen>."))?;
-        if self.subnets.values().any(|s| s.cidr == cidr) {
-            return Err(MaasError::field(
-                "cidr",
-                "Subnet with this Cidr already exists.",
-            ));
-        }
-        let vlan_id = match p.get("vlan").filter(|v| !v.is_empty()) {
-            Some(v) => v
-                .parse::<u64>()
-                .ok()
-                .filter(|v| self.vlans.contains_key(v))
-                .ok_or_else(|| {
-                    MaasError::field(
-                        "vlan",
-                        "Select a valid choice. That choice is not one of the available choices.",
-                    )
-                })?,
-            None => self.vlan_of_fabric(p)?,
-        };
-        // RDNS_MODE_CHOICES: 0 disabled, 1 enabled, 2 RFC 2317 (the default).
-        let rdns_mode = match p.get("rdns_mode").filter(|v| !v.is_empty()) {
-            None => 2,
-            Some(v) => v.parse::<u8>().ok().filter(|m| *m <= 2).ok_or_else(|| {
-                MaasError::field(
-                    "rdns_mode",
-                    format!("Select a valid choice. {v} is not one of the available choices."),
-                )
-            })?,
-        };
-        let gateway_ip = match p.get("gateway_ip").filter(|g| !g.is_empty()) {
-            Some(g) => {
-                let ip: Ipv4Addr = g.parse().map_err(|_| {
-                    MaasError::field("gateway_ip", "Enter a valid IPv4 or IPv6 address.")
-                })?;
-                if !cidr.contains(ip) {
-                    return Err(MaasError::field(
-                        "gateway_ip",
-                        "Gateway IP must be within CIDR range.",
-                    ));
-                }
-                Some(ip)
-            }
-            None => None,
-        };
-        let name = p
-            .get("name")
-            .filter(|n| !n.is_empty())
-            .map_or_else(|| cidr.to_string(), String::from);
-        if self.subnets.values().any(|s| s.name == name) {
-            return Err(MaasError::field(
-                "name",
-                "Subnet with this Name already exists.",
-            ));
-        }
-        let id = self.subnets.keys().last().copied().unwrap_or(0) + 1;
-        self.subnets.insert(
-            id,
-            Subnet {
-                id,
-                name,
-                description: p.get("description").unwrap_or("").to_string(),
-                cidr,
-                gateway_ip,
-                dns_servers: p
-                    .get("dns_servers")
-                    .map(|d| {
-                        d.split([',', ' '])
-                            .filter(|s| !s.is_empty())
-                            .map(String::from)
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-                vlan_id,
-                managed: string_bool("managed", p.get("managed"), true)?,
-                allow_dns: string_bool("allow_dns", p.get("allow_dns"), true)?,
-                allow_proxy: string_bool("allow_proxy", p.get("allow_proxy"), true)?,
-                active_discovery: string_bool(
-                    "active_discovery",
-                    p.get("active_discovery"),
-                    false,
-                )?,
-                rdns_mode,
-            },
-        );
-        Ok(id)
-    }
-
-    /// A subnet's VLAN from `fabric` (id, default fabric 0) and `vid` (default the untagged
-    /// VLAN 0), used when `vlan` is not given (§5.20).
-    fn vlan_of_fabric(&self, p: &Params) -> Result<u64, MaasError> {
-        let fabric = match p.get("fabric").filter(|f| !f.is_empty()) {
-            None => None,
-            Some(f) => Some(
-                f.parse::<u64>()
-                    .ok()
-                    .filter(|f| self.vlans.values().any(|v| v.fabric_id == *f))
-                    .ok_or_else(|| {
-                        MaasError::field(
-                            "fabric",
-                            "Select a valid choice. That choice is not one of the available choices.",
-                        )
-                    })?,
-            ),
-        };
-        let vid = match p.get("vid").filter(|v| !v.is_empty()) {
-            None => 0,
-            Some(v) => v
-                .parse::<u16>()
-                .ok()
-                .filter(|v| *v <= 4094)
-                .ok_or_else(|| {
-                    MaasError::field("vid", format!("VID {v} is not in the range 0-4094."))
-                })?,
-        };
-        self.vlans
-            .values()
-            .find(|v| v.fabric_id == fabric.unwrap_or(0) && v.vid == vid)
-            .map(|v| v.id)
-            .ok_or_else(|| {
-                MaasError::field(
-                    "vid",
-                    match fabric {
-                        Some(f) => format!("No VLAN with vid {vid} in fabric fabric-{f}."),
-                        None => format!("No VLAN with vid {vid} in default fabric."),
-                    },
-                )
-            })
-    }
 
     // ----- create / update / delete ------------------------------------------------------------
 
@@ -1329,7 +643,7 @@ impl World {
                 "IP address: This field is required.",
             ));
         }
-        let (zone, pool) = placement(p)?;
+        let (zone, pool) = self.placement(p)?;
         let hostname = match p.get("hostname").filter(|h| !h.is_empty()) {
             Some(h) => {
                 if self.machines.values().any(|m| m.hostname == h) {
@@ -1361,7 +675,7 @@ impl World {
                 id: 0,
                 name: format!("eth{index}"),
                 mac: mac.clone(),
-                vlan_id: (index == 0).then_some(5001),
+                vlan_id: (index == 0).then_some(super::world::PXE_VLAN),
                 links: Vec::new(),
                 speed_mbps: 1000,
                 vendor: String::new(),
@@ -1441,7 +755,7 @@ impl World {
                 format!("Select a valid choice. {pt} is not one of the available choices."),
             ));
         }
-        let (zone, pool) = placement(p)?;
+        let (zone, pool) = self.placement(p)?;
         let m = self
             .machines
             .get_mut(&id)
@@ -1487,140 +801,6 @@ impl World {
     }
 
     // ----- out of band -------------------------------------------------------------------------
-
-    /// An operator's direct change (docs/contracts.md §3 `oob`): not counted as API requests.
-    pub fn out_of_band(
-        &mut self,
-        id: u64,
-        action: &str,
-        now: DateTime<Utc>,
-    ) -> Result<(), MaasError> {
-        let m = self.machines.get(&id).ok_or_else(MaasError::no_machine)?;
-        let status = m.status;
-        let user = "operator";
-        let deployed_only = |what: &str| {
-            MaasError::Conflict(format!(
-                "Cannot {what} out of band: machine is {}, not Deployed.",
-                status.name()
-            ))
-        };
-        match action {
-            "release" => {
-                if !RELEASABLE.contains(&status) {
-                    return Err(MaasError::Conflict(format!(
-                        "Machine cannot be released in its current state ('{}').",
-                        status.name()
-                    )));
-                }
-                self.start_release(id, None, user, now)
-            }
-            "delete" => {
-                self.remove_machine(id);
-                Ok(())
-            }
-            "power_off" => {
-                self.power(id, PowerState::Off, now);
-                Ok(())
-            }
-            "redeploy" => {
-                if status != Status::Deployed {
-                    return Err(deployed_only("redeploy"));
-                }
-                let m = &self.machines[&id];
-                let (user_data, owner, hw) =
-                    (m.user_data.clone(), m.owner.clone(), m.enable_hw_sync);
-                let distro = resolve_distro(&m.distro_series).unwrap_or(("ubuntu", "noble"));
-                self.start_release(id, None, user, now)?;
-                self.finish_release(id, now);
-                self.transition(id, Status::Allocated, now)?;
-                self.set_owner_token(id, owner.or(Some(user.to_string())));
-                self.start_deployment(id, user, user_data, distro, hw, false, now)?;
-                self.claim_auto_ips(id)
-            }
-            "recommission" => {
-                if status == Status::Deployed {
-                    self.start_release(id, None, user, now)?;
-                    self.finish_release(id, now);
-                }
-                let m = &self.machines[&id];
-                if !matches!(
-                    m.status,
-                    Status::New | Status::FailedCommissioning | Status::Ready | Status::Broken
-                ) {
-                    return Err(MaasError::Conflict(format!(
-                        "Cannot recommission a machine in state {}.",
-                        m.status.name()
-                    )));
-                }
-                self.start_commissioning(id, user, false, false, false, now)
-            }
-            "mark_broken" => {
-                self.make_broken(id, "marked broken out of band", user, now);
-                Ok(())
-            }
-            "fail_testing" => {
-                if !status.can_transition(Status::Testing) && status != Status::Testing {
-                    return Err(MaasError::Conflict(format!(
-                        "Cannot fail testing of a machine in state {}.",
-                        status.name()
-                    )));
-                }
-                self.set_pending(id, None);
-                self.transition(id, Status::Testing, now)?;
-                if let Some(m) = self.machines.get_mut(&id) {
-                    m.testing_status = 3;
-                    m.boot += 1;
-                }
-                self.fail(
-                    id,
-                    "Failed testing",
-                    "Hardware test failed (out of band).",
-                    now,
-                );
-                Ok(())
-            }
-            "stop_agent" => {
-                if status != Status::Deployed {
-                    return Err(deployed_only("stop the agent"));
-                }
-                let boot = self.machines[&id].boot;
-                let system_id = self.machines[&id].system_id.clone();
-                self.stop_agent(system_id, boot);
-                Ok(())
-            }
-            "change_ip" => {
-                if status != Status::Deployed {
-                    return Err(deployed_only("change the IP"));
-                }
-                let pxe = self.subnets[&self.pxe_subnet].clone();
-                let new_ip = self.free_ip(&pxe).ok_or_else(|| {
-                    MaasError::Unavailable(format!(
-                        "No more IPs available in subnet: {}.",
-                        pxe.cidr
-                    ))
-                })?;
-                let m = self
-                    .machines
-                    .get_mut(&id)
-                    .ok_or_else(MaasError::no_machine)?;
-                let link = m
-                    .interfaces
-                    .iter_mut()
-                    .flat_map(|i| i.links.iter_mut())
-                    .find(|l| l.mode == LinkMode::Auto && l.ip.is_some())
-                    .ok_or_else(|| {
-                        MaasError::Conflict(
-                            "The machine has no AUTO address to change.".to_string(),
-                        )
-                    })?;
-                link.ip = Some(new_ip);
-                Ok(())
-            }
-            other => Err(MaasError::BadRequest(format!(
-                "Unknown out-of-band action '{other}': expected release, delete, power_off, redeploy, recommission, mark_broken, fail_testing, change_ip or stop_agent."
-            ))),
-        }
-    }
 
     /// Whether this scenario applies to the machine (for tests and the control API).
     pub fn machine_has_scenario(&self, system_id: &str, scenario: Scenario) -> bool {

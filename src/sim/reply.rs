@@ -185,11 +185,19 @@ pub enum MaasError {
     Internal(String),
     /// 503 text/plain.
     Unavailable(String),
-    /// Any status with optional Retry-After (injected faults, 409 serialization conflicts).
+    /// Any status with optional Retry-After (injected faults).
     Status {
         status: u16,
         message: String,
         retry_after: Option<u64>,
+    },
+    /// An HTML page: MAAS's serialization-conflict page (409, `Retry-After: 5`), or what a
+    /// proxy or login page in front of MAAS answers.
+    Page {
+        status: u16,
+        html: String,
+        retry_after: Option<u64>,
+        location: Option<String>,
     },
 }
 
@@ -214,7 +222,7 @@ impl MaasError {
             MaasError::Conflict(_) => 409,
             MaasError::Internal(_) => 500,
             MaasError::Unavailable(_) => 503,
-            MaasError::Status { status, .. } => *status,
+            MaasError::Status { status, .. } | MaasError::Page { status, .. } => *status,
         }
     }
 
@@ -296,6 +304,23 @@ impl MaasError {
                 }
                 response
             }
+            MaasError::Page {
+                html,
+                retry_after,
+                location,
+                ..
+            } => {
+                let mut response = with_type(status, "text/html; charset=utf-8", html.into_bytes());
+                if let Some(secs) = retry_after {
+                    response
+                        .headers_mut()
+                        .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+                }
+                if let Some(location) = location.and_then(|l| HeaderValue::from_str(&l).ok()) {
+                    response.headers_mut().insert(header::LOCATION, location);
+                }
+                response
+            }
             MaasError::BadRequest(m)
             | MaasError::Forbidden(m)
             | MaasError::NotFound(m)
@@ -305,6 +330,21 @@ impl MaasError {
         }
     }
 }
+
+/// MAAS's `409.html` (src/maasserver/templates/409.html), sent with every serialization
+/// conflict (`HttpResponseConflict`).
+pub const CONFLICT_PAGE: &str = "<!DOCTYPE html PUBLIC \"-//W3C//DTD XHTML 1.0 Transitional//EN\" \"http://www.w3.org/TR/xhtml1/DTD/xhtml1-transitional.dtd\">
+<html xmlns=\"http://www.w3.org/1999/xhtml\" xml:lang=\"en\" lang=\"en\">
+  <head>
+    <title>Error: Conflict Error</title>
+  </head>
+  <body>
+    <h2 class=\"p-heading--four\">
+      Conflict error. Try your request again, as it will most likely succeed.
+    </h2>
+  </body>
+</html>
+";
 
 /// Django `BooleanField` (CheckboxInput): only "true"/"false" are special, anything else is
 /// Python truthiness — so `"0"` is **true** (API_REFERENCE.md §5.10 gotcha).

@@ -2,7 +2,7 @@
 //! under `/sim/v1/`, a ticker that runs due background work, and the embeddable handle.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -16,44 +16,14 @@ use super::api::{self, Call};
 use super::auth;
 use super::config::SimConfig;
 use super::describe;
+use super::faults::AnswerFault;
+use super::injected;
+use super::model::OpRecord;
 use super::reply::{MaasError, Reply};
+use super::shared::Shared;
 use super::transport::{self, Params};
-use super::world::{OpRecord, World, WorldError};
+use super::world::{World, WorldError};
 use crate::clock::Clock;
-
-/// State shared by the request handlers, the ticker and the agents.
-#[derive(Debug)]
-pub struct Shared {
-    world: Mutex<World>,
-    pub clock: Arc<dyn Clock>,
-    pub http: reqwest::Client,
-    wake: Notify,
-    api_hash: String,
-}
-
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, World> {
-        // A panic while holding the lock would be a simulator bug; keep serving the data.
-        self.world
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Runs `f` on the world after running due background work. Agents that booted meanwhile
-    /// are started by the ticker (woken here).
-    pub fn with_world<T>(&self, f: impl FnOnce(&mut World) -> T) -> T {
-        let now = self.clock.now();
-        let mut world = self.lock();
-        world.advance(now);
-        let result = f(&mut world);
-        let woke = !world.outbox.is_empty();
-        drop(world);
-        if woke {
-            self.wake.notify_one();
-        }
-        result
-    }
-}
 
 /// Starts agents of hosts that booted and returns when the next background work is due.
 fn tick(shared: &Arc<Shared>) -> Option<chrono::DateTime<chrono::Utc>> {
@@ -124,7 +94,7 @@ impl SimHandle {
     }
 
     /// Counters of requests that took effect, per system id (contracts §3 `/counters`).
-    pub fn counters(&self) -> std::collections::BTreeMap<String, super::world::Counters> {
+    pub fn counters(&self) -> std::collections::BTreeMap<String, super::model::Counters> {
         self.with_world(|w| w.counters.clone())
     }
 
@@ -134,7 +104,7 @@ impl SimHandle {
     }
 
     /// The simulated agents' enrollment attempts.
-    pub fn agent_log(&self) -> Vec<super::world::AgentRecord> {
+    pub fn agent_log(&self) -> Vec<super::model::AgentRecord> {
         self.with_world(|w| w.agent_log.clone())
     }
 
@@ -424,19 +394,28 @@ async fn handle(
         // The client's timeout ends this request; nothing takes effect.
         tokio::time::sleep(Duration::from_secs(24 * 3600)).await;
     }
+    let system_id = route.system_id().map(String::from);
+    if let Some(kind) = injection.answer
+        && let Some(answer) = injected::foreign_answer(kind, injection.status, &host, uri.path())
+    {
+        let mut outcome = match (kind, answer) {
+            // JSON MAAS would never send for this action.
+            (AnswerFault::Shape, _) => Outcome {
+                status: 200,
+                response: Reply::json(&serde_json::json!({"detail": "unexpected", "items": []}))
+                    .into_response(),
+                action: Some(key),
+                fault: None,
+            },
+            (_, answer) => Outcome::error(answer, Some(key)),
+        };
+        outcome.fault = injection.rule;
+        return outcome;
+    }
     if let Some(status) = injection.status {
-        let message = match status {
-            409 => "Conflict: the database transaction could not be serialized; retry the request."
-                .to_string(),
-            503 => "Service Unavailable: no rack controller is available right now; retry later."
-                .to_string(),
-            s => format!("Injected fault: HTTP {s} for {key}."),
-        };
-        let err = MaasError::Status {
-            status,
-            message,
-            retry_after: injection.retry_after,
-        };
+        let err = shared.with_world(|w| {
+            injected::status_error(w, &key, system_id.as_deref(), status, injection.retry_after)
+        });
         let mut outcome = Outcome::error(err, Some(key));
         outcome.fault = injection.rule;
         return outcome;
@@ -453,18 +432,38 @@ async fn handle(
         };
         api::execute(w, &call)
     });
+    let truncated = injection.answer == Some(AnswerFault::Truncated);
     let mut outcome = match result {
         Ok(reply) => Outcome {
             status: match reply {
                 Reply::Deleted => 204,
                 _ => 200,
             },
-            response: reply.into_response(),
+            response: if truncated {
+                truncate(reply.into_response()).await
+            } else {
+                reply.into_response()
+            },
             action: Some(key),
             fault: None,
         },
         Err(err) => Outcome::error(err, Some(key)),
     };
-    outcome.fault = injection.rule.filter(|_| injection.latency.is_some());
+    outcome.fault = injection
+        .rule
+        .filter(|_| injection.latency.is_some() || truncated);
     outcome
+}
+
+/// MAAS's answer with only its first half, as a proxy that cut it would pass it on.
+async fn truncate(response: Response) -> Response {
+    let (mut parts, body) = response.into_parts();
+    let bytes = axum::body::to_bytes(body, usize::MAX)
+        .await
+        .unwrap_or_default();
+    let half = bytes.slice(..bytes.len() / 2);
+    parts
+        .headers
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(half.len()));
+    Response::from_parts(parts, axum::body::Body::from(half))
 }

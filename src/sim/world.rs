@@ -1,10 +1,11 @@
-//! The simulated MAAS region: machines, networks, events, counters and MAAS's own background
-//! work (API_REFERENCE.md §4–§6; DESIGN.md §5).
+//! The simulated MAAS region's state (API_REFERENCE.md §4–§6; DESIGN.md §5): machines,
+//! fabrics, VLANs, subnets, tags, zones and pools, events, counters, the timeline of pending
+//! background work, and the lookups, permission checks (`get_node_or_404`), status guard and
+//! address allocation every operation shares. What MAAS does over time is `lifecycle`; what
+//! the API asks is `ops*`.
 //!
-//! Background transitions are lazy: each machine has at most one piece of pending work with a
-//! due time on a timeline; [`World::advance`] runs whatever is due, on every request and from
-//! the server's ticker, so idle machines cost nothing. Durations are MAAS-realistic simulated
-//! seconds divided by the time scale, jittered from the seeded RNG.
+//! Durations are MAAS-realistic simulated seconds divided by the time scale, jittered from the
+//! seeded RNG.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::Ipv4Addr;
@@ -12,113 +13,28 @@ use std::net::Ipv4Addr;
 use chrono::{DateTime, Duration, Utc};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use serde::Serialize;
 
-use super::config::{AgentBehaviour, MachineSpec, SimConfig};
+use super::catalog::{Placement, Tag};
+use super::config::{MachineSpec, SimConfig};
 use super::events::{Event, Level};
 use super::faults::{FaultSpec, FaultState, Scenario};
-use super::host::{self, AgentBoot};
+use super::host::AgentBoot;
 use super::listing::{Machines, NetworkRef};
-use super::machine::{Erase, Machine, NodeToken, Pending, PowerState};
-use super::network::{Cidr, Interface, Link, LinkMode, NetworkLookup, Subnet, Vlan};
+use super::machine::{Machine, NodeToken, Pending, PowerState};
+use super::model::{AgentRecord, AgentTaskRecord, Caller, Counter, Counters, OpRecord};
+use super::network::{Cidr, Fabric, Interface, LinkMode, NetworkLookup, Subnet, Vlan};
 use super::reply::MaasError;
 use super::status::{self, Status};
-use super::storage::{BlockDevice, EFI_SIZE, Partition};
-
-/// Per-machine counters of API requests that took effect (docs/contracts.md §3).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Counters {
-    pub deploy: u64,
-    pub release: u64,
-    pub commission: u64,
-    pub erase: u64,
-    pub power_on: u64,
-    pub power_off: u64,
-    pub abort: u64,
-    pub create: u64,
-    pub delete: u64,
-}
-
-/// Which counter an effective request bumps.
-#[derive(Debug, Clone, Copy)]
-pub enum Counter {
-    Deploy,
-    Release,
-    Commission,
-    Erase,
-    PowerOn,
-    PowerOff,
-    Abort,
-    Create,
-    Delete,
-}
-
-/// One entry of the operation log.
-#[derive(Debug, Clone, Serialize)]
-pub struct OpRecord {
-    pub seq: u64,
-    pub at: String,
-    pub method: String,
-    pub path: String,
-    pub op: Option<String>,
-    /// `<handler>.<action>` (the fault-spec name), e.g. `machine.deploy`.
-    pub action: Option<String>,
-    pub system_id: Option<String>,
-    pub status: u16,
-    /// The fault rule that fired, if any.
-    pub fault: Option<String>,
-}
-
-/// One call a simulated agent made (or gave up on).
-#[derive(Debug, Clone, Serialize)]
-pub struct AgentRecord {
-    pub system_id: String,
-    pub hostname: String,
-    pub attempt: u32,
-    pub at: String,
-    /// HTTP status, or null on a connection error.
-    pub status: Option<u16>,
-    pub outcome: String,
-    /// After a successful enrollment: where the agent's task loop polls (issue 6).
-    pub tasks_url: Option<String>,
-}
-
-/// A caller of the MAAS API.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Caller {
-    Anonymous,
-    User {
-        name: String,
-        admin: bool,
-    },
-    /// A machine's own metadata token (`maas-init-node`): refused on the regular API.
-    Node {
-        system_id: String,
-    },
-}
-
-impl Caller {
-    pub fn name(&self) -> &str {
-        match self {
-            Caller::User { name, .. } => name,
-            Caller::Anonymous => "anonymous",
-            Caller::Node { .. } => "maas-init-node",
-        }
-    }
-
-    pub fn is_admin(&self) -> bool {
-        matches!(self, Caller::User { admin: true, .. })
-    }
-}
+use super::storage::BlockDevice;
 
 /// A hardware entry: a BMC with the machine behind it.
 #[derive(Debug, Clone)]
-struct Hardware {
-    spec: MachineSpec,
+pub(super) struct Hardware {
+    pub(super) spec: MachineSpec,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum TimerKind {
+pub(super) enum TimerKind {
     /// `Machine::pending` (valid while the machine's generation matches).
     Pending,
     /// A hardware-sync post (valid while `sync_due` matches).
@@ -130,16 +46,39 @@ enum TimerKind {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct Timer {
-    kind: TimerKind,
+pub(super) struct Timer {
+    pub(super) kind: TimerKind,
     /// Machine id, or hardware index for `Enlist`.
-    target: u64,
-    stamp: u64,
+    pub(super) target: u64,
+    pub(super) stamp: u64,
 }
+
+/// The PXE (boot) VLAN: the untagged VLAN of `fabric-0`, served by the region's rack.
+pub(super) const PXE_VLAN: u64 = 5001;
+/// The simulated rack controller's system id.
+pub(super) const RACK_SYSTEM_ID: &str = "sim7rk";
 
 /// Distro series the simulated region has images for (name, os/series, version).
 pub(super) const DISTROS: [(&str, &str); 3] =
     [("focal", "20.04"), ("jammy", "22.04"), ("noble", "24.04")];
+
+/// Hosts and OS the simulated region can deploy.
+pub(super) fn resolve_distro(value: &str) -> Option<(&'static str, &'static str)> {
+    let wanted = value.strip_prefix("ubuntu/").unwrap_or(value);
+    DISTROS
+        .iter()
+        .find(|(name, version)| *name == wanted || *version == wanted)
+        .map(|(name, _)| ("ubuntu", *name))
+}
+
+/// Permission levels of `get_node_or_404` (auth/local.py).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Perm {
+    View,
+    Edit,
+    Admin,
+    AdminRead,
+}
 
 /// The whole simulated region.
 #[derive(Debug)]
@@ -147,15 +86,20 @@ pub struct World {
     pub seed: u64,
     pub time_scale: f64,
     pub config: SimConfig,
-    rng: ChaCha8Rng,
+    pub(super) rng: ChaCha8Rng,
     pub machines: Machines,
-    by_system_id: HashMap<String, u64>,
-    hardware: Vec<Hardware>,
+    pub(super) by_system_id: HashMap<String, u64>,
+    pub(super) hardware: Vec<Hardware>,
     /// Hardware index by NIC MAC (lower case) and by BMC IP; the inventory never changes.
     hardware_by_mac: HashMap<String, usize>,
     hardware_by_bmc: HashMap<String, usize>,
+    pub fabrics: BTreeMap<u64, Fabric>,
     pub vlans: BTreeMap<u64, Vlan>,
     pub subnets: BTreeMap<u64, Subnet>,
+    pub tags: BTreeMap<String, Tag>,
+    /// Zones and resource pools by id; `default` (zone 1, pool 0) always exists.
+    pub zones: BTreeMap<u64, Placement>,
+    pub pools: BTreeMap<u64, Placement>,
     pub pxe_subnet: u64,
     pub events: Vec<Event>,
     pub counters: BTreeMap<String, Counters>,
@@ -164,11 +108,11 @@ pub struct World {
     /// Injected agent task failures, with how often each has fired.
     pub agent_task_faults: Vec<(super::config::TaskFault, u32)>,
     /// Every task a simulated agent ran.
-    pub agent_task_log: Vec<super::agent::AgentTaskRecord>,
+    pub agent_task_log: Vec<AgentTaskRecord>,
     /// (system id, boot) of hosts whose agent process was stopped out of band: the host stays
     /// up, the agent neither enrolls nor polls until the machine boots again.
     stopped_agents: BTreeSet<(String, u64)>,
-    timeline: BTreeSet<(DateTime<Utc>, u64, Timer)>,
+    pub(super) timeline: BTreeSet<(DateTime<Utc>, u64, Timer)>,
     timer_seq: u64,
     next_id: u64,
     pub faults: FaultSpec,
@@ -182,14 +126,15 @@ pub struct World {
 }
 
 /// A MAAS-style random id string.
-fn random_string(rng: &mut ChaCha8Rng, alphabet: &[u8], len: usize) -> String {
+pub(super) fn random_string(rng: &mut ChaCha8Rng, alphabet: &[u8], len: usize) -> String {
     (0..len)
         .map(|_| alphabet[rng.random_range(0..alphabet.len())] as char)
         .collect()
 }
 
 const SYSTEM_ID_ALPHABET: &[u8] = b"abcdefghkmnpqrstwxy3456789";
-const TOKEN_ALPHABET: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789";
+pub(super) const TOKEN_ALPHABET: &[u8] =
+    b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789";
 
 const ADJECTIVES: [&str; 16] = [
     "alert", "brave", "calm", "eager", "fair", "gentle", "happy", "keen", "lively", "merry",
@@ -219,6 +164,12 @@ impl NetworkLookup for World {
     fn subnet(&self, id: u64) -> Option<&Subnet> {
         self.subnets.get(&id)
     }
+    fn zone_id(&self, name: &str) -> Option<u64> {
+        self.zones.values().find(|z| z.name == name).map(|z| z.id)
+    }
+    fn pool_id(&self, name: &str) -> Option<u64> {
+        self.pools.values().find(|p| p.name == name).map(|p| p.id)
+    }
 }
 
 /// Errors building a world from a configuration.
@@ -237,7 +188,9 @@ pub enum WorldError {
 }
 
 impl World {
-    pub fn new(config: SimConfig, now: DateTime<Utc>) -> Result<World, WorldError> {
+    /// The region with its hardware inventory and network, before MAAS knows any machine
+    /// (`World::new` in `lifecycle` installs the known ones).
+    pub(super) fn empty(config: SimConfig) -> Result<World, WorldError> {
         if !(config.time_scale.is_finite() && config.time_scale > 0.0) {
             return Err(WorldError::TimeScale(config.time_scale));
         }
@@ -261,14 +214,30 @@ impl World {
             hardware: Vec::new(),
             hardware_by_mac: HashMap::new(),
             hardware_by_bmc: HashMap::new(),
+            fabrics: BTreeMap::from([(0, Fabric::new(0))]),
+            tags: BTreeMap::new(),
+            zones: BTreeMap::from([(
+                1,
+                Placement {
+                    id: 1,
+                    name: "default".to_string(),
+                    description: String::new(),
+                },
+            )]),
+            pools: BTreeMap::from([(
+                0,
+                Placement {
+                    id: 0,
+                    name: "default".to_string(),
+                    description: "Default pool".to_string(),
+                },
+            )]),
             vlans: BTreeMap::from([(
-                5001,
+                PXE_VLAN,
                 Vlan {
-                    id: 5001,
-                    vid: 0,
-                    fabric_id: 0,
-                    mtu: 1500,
                     dhcp_on: true,
+                    primary_rack: Some(RACK_SYSTEM_ID.to_string()),
+                    ..Vlan::untagged(PXE_VLAN, 0)
                 },
             )]),
             subnets: BTreeMap::new(),
@@ -303,7 +272,7 @@ impl World {
                 cidr: pxe,
                 gateway_ip: config.pxe_gateway.parse().ok(),
                 dns_servers: Vec::new(),
-                vlan_id: 5001,
+                vlan_id: PXE_VLAN,
                 managed: true,
                 allow_dns: true,
                 allow_proxy: true,
@@ -328,9 +297,6 @@ impl World {
                 world.hardware_by_bmc.insert(ip.clone(), index);
             }
             world.hardware.push(Hardware { spec: spec.clone() });
-            if let Some(status) = spec.initial.status() {
-                world.install_known(index, status, now);
-            }
         }
         Ok(world)
     }
@@ -385,13 +351,19 @@ impl World {
     }
 
     /// `sync_interval` as MAAS shows it: the configured interval in scaled seconds.
-    fn sync_interval_secs(&self) -> u64 {
+    pub(super) fn sync_interval_secs(&self) -> u64 {
         (self.config.timings.hw_sync_interval_secs / self.time_scale)
             .round()
             .max(1.0) as u64
     }
 
-    fn schedule(&mut self, due: DateTime<Utc>, kind: TimerKind, target: u64, stamp: u64) {
+    pub(super) fn schedule(
+        &mut self,
+        due: DateTime<Utc>,
+        kind: TimerKind,
+        target: u64,
+        stamp: u64,
+    ) {
         self.timer_seq += 1;
         self.timeline.insert((
             due,
@@ -416,12 +388,48 @@ impl World {
         }
     }
 
+    /// A new fabric with its untagged VLAN (`Fabric.objects.create()`); returns the VLAN id.
+    pub(super) fn new_fabric(&mut self) -> u64 {
+        let fabric = self.fabrics.keys().last().map_or(0, |f| f + 1);
+        let vlan = self.vlans.keys().last().map_or(PXE_VLAN, |v| v + 1);
+        self.fabrics.insert(fabric, Fabric::new(fabric));
+        self.vlans.insert(vlan, Vlan::untagged(vlan, fabric));
+        vlan
+    }
+
     /// When the next background work is due.
     pub fn next_due(&self) -> Option<DateTime<Utc>> {
         self.timeline.first().map(|(due, _, _)| *due)
     }
 
     // ----- lookups -----------------------------------------------------------------------------
+
+    /// `get_node_or_404`: 404 when the system id is unknown, 403 (empty) when the caller may
+    /// not act on it.
+    pub fn node_for(&self, caller: &Caller, system_id: &str, perm: Perm) -> Result<u64, MaasError> {
+        let id = self
+            .machine_id(system_id)
+            .ok_or_else(MaasError::no_machine)?;
+        let m = &self.machines[&id];
+        let visible =
+            caller.is_admin() || m.owner.is_none() || m.owner.as_deref() == Some(caller.name());
+        let allowed = match perm {
+            Perm::View => visible,
+            Perm::Edit => visible && !m.locked,
+            Perm::Admin => caller.is_admin() && !m.locked,
+            Perm::AdminRead => caller.is_admin(),
+        };
+        if allowed {
+            Ok(id)
+        } else {
+            Err(MaasError::Forbidden(String::new()))
+        }
+    }
+    pub fn can_view(&self, caller: &Caller, id: u64) -> bool {
+        self.machines.get(&id).is_some_and(|m| {
+            caller.is_admin() || m.owner.is_none() || m.owner.as_deref() == Some(caller.name())
+        })
+    }
 
     pub fn machine_id(&self, system_id: &str) -> Option<u64> {
         self.by_system_id.get(system_id).copied()
@@ -455,6 +463,8 @@ impl World {
             vlans: &self.vlans,
             subnets: &self.subnets,
             pxe_subnet: self.pxe_subnet,
+            zones: &self.zones,
+            pools: &self.pools,
         }
     }
 
@@ -464,6 +474,8 @@ impl World {
             vlans: &self.vlans,
             subnets: &self.subnets,
             pxe_subnet: self.pxe_subnet,
+            zones: &self.zones,
+            pools: &self.pools,
         };
         self.machines.list_body(ids, net)
     }
@@ -561,7 +573,7 @@ impl World {
 
     // ----- building machines -------------------------------------------------------------------
 
-    fn hardware_disks(&mut self, spec: &MachineSpec) -> Vec<BlockDevice> {
+    pub(super) fn hardware_disks(&mut self, spec: &MachineSpec) -> Vec<BlockDevice> {
         spec.disks
             .iter()
             .map(|d| BlockDevice {
@@ -576,7 +588,7 @@ impl World {
             .collect()
     }
 
-    fn hardware_interfaces(&mut self, spec: &MachineSpec) -> Vec<Interface> {
+    pub(super) fn hardware_interfaces(&mut self, spec: &MachineSpec) -> Vec<Interface> {
         spec.interfaces
             .iter()
             .enumerate()
@@ -584,7 +596,7 @@ impl World {
                 id: self.id(),
                 name: nic.name.clone(),
                 mac: nic.mac.to_ascii_lowercase(),
-                vlan_id: (index == 0).then_some(5001),
+                vlan_id: (index == 0).then_some(PXE_VLAN),
                 links: Vec::new(),
                 speed_mbps: nic.speed_mbps,
                 vendor: if index == 0 {
@@ -640,10 +652,13 @@ impl World {
             sync_interval: None,
             last_sync: None,
             sync_due: None,
+            sync_timer: false,
+            sync_stalled: false,
             error_description: String::new(),
             interfaces: Vec::new(),
             disks: Vec::new(),
             boot_disk_id: None,
+            volume_groups: Vec::new(),
             gateway_link: None,
             token: None,
             commissioning_status: -1,
@@ -685,64 +700,15 @@ impl World {
         id
     }
 
-    fn power_parameters_for(spec: &MachineSpec) -> BTreeMap<String, String> {
+    pub(super) fn power_parameters_for(spec: &MachineSpec) -> BTreeMap<String, String> {
         let mut p = BTreeMap::new();
         if let Some(ip) = &spec.bmc_ip {
             p.insert("power_address".to_string(), ip.clone());
             p.insert("power_user".to_string(), spec.power_user.clone());
-            p.insert("power_pass".to_string(), "********".to_string());
+            p.insert("power_pass".to_string(), spec.power_pass.clone());
             p.insert("power_driver".to_string(), "LAN_2_0".to_string());
         }
         p
-    }
-
-    /// Installs a machine MAAS already knows, in `status`.
-    fn install_known(&mut self, hardware: usize, status: Status, now: DateTime<Utc>) -> u64 {
-        let spec = self.hardware[hardware].spec.clone();
-        let system_id = match &spec.system_id {
-            Some(sid) if !self.by_system_id.contains_key(sid) => sid.clone(),
-            _ => self.new_system_id(),
-        };
-        let hostname = spec.hostname.clone().unwrap_or_else(|| self.petname());
-        let mut m = self.blank_machine(&spec, system_id, hostname);
-        m.power_parameters = Self::power_parameters_for(&spec);
-        m.interfaces = self.hardware_interfaces(&spec);
-        m.status = status;
-        let id = self.insert_machine(m);
-        if status != Status::New {
-            self.discover_hardware(id, false, false);
-            if let Some(m) = self.machines.get_mut(&id) {
-                m.commissioning_status = 2;
-                m.testing_status = 2;
-            }
-        }
-        if matches!(status, Status::Allocated | Status::Deployed) {
-            let owner = self.config.username.clone();
-            let token = self.new_token();
-            if let Some(m) = self.machines.get_mut(&id) {
-                m.owner = Some(owner);
-                m.token = Some(token);
-            }
-        }
-        if status == Status::Deployed {
-            let interval = self.sync_interval_secs();
-            // An exhausted PXE subnet leaves the AUTO link without an address, as MAAS would.
-            let _ = self.claim_auto_ips(id);
-            if let Some(m) = self.machines.get_mut(&id) {
-                m.osystem = "ubuntu".to_string();
-                m.distro_series = "noble".to_string();
-                m.hwe_kernel = Some("ga-24.04".to_string());
-                m.power_state = PowerState::On;
-                m.netboot = false;
-                m.enable_hw_sync = true;
-                m.sync_interval = Some(interval);
-                m.deployments = 1;
-            }
-            self.start_hw_sync(id, now);
-        }
-        let kind = status.name().to_string();
-        self.event(id, Level::Info, &kind, "", "unknown", now);
-        id
     }
 
     pub(super) fn petname(&mut self) -> String {
@@ -763,59 +729,6 @@ impl World {
         }
     }
 
-    /// What commissioning finds: the real NICs (PXE one linked AUTO) and disks.
-    pub(super) fn discover_hardware(&mut self, id: u64, skip_networking: bool, skip_storage: bool) {
-        let hardware = self
-            .machines
-            .get(&id)
-            .and_then(|m| self.hardware_of(m))
-            .map(|h| self.hardware[h].spec.clone());
-        if !skip_networking {
-            let interfaces = match &hardware {
-                Some(spec) => self.hardware_interfaces(spec),
-                None => self
-                    .machines
-                    .get(&id)
-                    .map(|m| m.interfaces.clone())
-                    .unwrap_or_default(),
-            };
-            let link_id = self.id();
-            let pxe = self.pxe_subnet;
-            if let Some(m) = self.machines.get_mut(&id) {
-                m.interfaces = interfaces;
-                for (index, iface) in m.interfaces.iter_mut().enumerate() {
-                    iface.links.clear();
-                    if index == 0 {
-                        iface.vlan_id = Some(5001);
-                        iface.links.push(Link {
-                            id: link_id,
-                            mode: LinkMode::Auto,
-                            subnet_id: Some(pxe),
-                            ip: None,
-                        });
-                    }
-                }
-            }
-        }
-        if !skip_storage {
-            let no_boot_disk = self
-                .machines
-                .get(&id)
-                .is_some_and(|m| m.has_scenario(Scenario::NoBootDisk));
-            if let Some(m) = self.machines.get_mut(&id) {
-                let mut disks = m.hardware_disks.clone();
-                if no_boot_disk {
-                    disks.retain(|d| !d.looks_like_boot_device());
-                }
-                for d in &mut disks {
-                    d.partitions.clear();
-                }
-                m.boot_disk_id = disks.first().map(|d| d.id);
-                m.disks = disks;
-            }
-        }
-    }
-
     /// Index of the hardware entry behind a machine (by PXE MAC, else BMC IP).
     pub(super) fn hardware_of(&self, m: &Machine) -> Option<usize> {
         m.interfaces
@@ -825,7 +738,7 @@ impl World {
     }
 
     /// Every MAC MAAS knows (one pass; for discovery questions).
-    fn known_macs(&self) -> std::collections::HashSet<&str> {
+    pub(super) fn known_macs(&self) -> std::collections::HashSet<&str> {
         self.machines
             .values()
             .flat_map(|m| m.interfaces.iter().map(|i| i.mac.as_str()))
@@ -833,382 +746,6 @@ impl World {
     }
 
     // ----- background work ---------------------------------------------------------------------
-
-    /// Runs every piece of background work due at `now`.
-    pub fn advance(&mut self, now: DateTime<Utc>) {
-        while let Some((due, _, _)) = self.timeline.first().copied() {
-            if due > now {
-                break;
-            }
-            let Some((due, _, timer)) = self.timeline.pop_first() else {
-                break;
-            };
-            self.fire(timer, due);
-        }
-    }
-
-    fn fire(&mut self, timer: Timer, at: DateTime<Utc>) {
-        match timer.kind {
-            TimerKind::Enlist => self.enlist(timer.target as usize, at),
-            TimerKind::Pending => {
-                let Some(m) = self.machines.get(&timer.target) else {
-                    return;
-                };
-                if m.generation != timer.stamp {
-                    return;
-                }
-                let Some((work, _)) = m.pending else {
-                    return;
-                };
-                self.set_pending(timer.target, None);
-                self.complete(timer.target, work, at);
-            }
-            TimerKind::Sync => self.hw_sync_tick(timer.target, at),
-            TimerKind::OutOfBand(scenario) => {
-                let valid = self
-                    .machines
-                    .get(&timer.target)
-                    .is_some_and(|m| m.boot == timer.stamp && m.status == Status::Deployed);
-                if valid {
-                    let action = match scenario {
-                        Scenario::MachineDeleted => "delete",
-                        Scenario::ReleasedOob => "release",
-                        Scenario::PoweredOff => "power_off",
-                        _ => "redeploy",
-                    };
-                    let _ = self.out_of_band(timer.target, action, at);
-                }
-            }
-        }
-    }
-
-    fn complete(&mut self, id: u64, work: Pending, now: DateTime<Utc>) {
-        let Some(m) = self.machines.get(&id) else {
-            return;
-        };
-        let (skip_networking, skip_storage) = (m.skip_networking, m.skip_storage);
-        match work {
-            Pending::CommissioningDone => {
-                if m.has_scenario(Scenario::CommissioningFails) {
-                    if let Some(m) = self.machines.get_mut(&id) {
-                        m.commissioning_status = 3;
-                    }
-                    self.fail(id, "Failed commissioning", "Commissioning failed, see the script results (simulated: 00-maas-01-lshw exited 1).", now);
-                    return;
-                }
-                self.discover_hardware(id, skip_networking, skip_storage);
-                if let Some(m) = self.machines.get_mut(&id) {
-                    m.commissioning_status = 2;
-                }
-                let run_tests = self
-                    .machines
-                    .get(&id)
-                    .is_some_and(|m| m.testing_status != 9);
-                if run_tests {
-                    let _ = self.transition(id, Status::Testing, now);
-                    if let Some(m) = self.machines.get_mut(&id) {
-                        m.testing_status = 1;
-                    }
-                    self.event(id, Level::Info, "Testing", "", "unknown", now);
-                    let d = self.sim_duration(self.config.timings.testing_secs);
-                    self.set_pending(
-                        id,
-                        Some((
-                            Pending::TestingDone {
-                                back_to: Status::Ready,
-                            },
-                            now + d,
-                        )),
-                    );
-                } else {
-                    self.become_ready(id, now);
-                }
-            }
-            Pending::TestingDone { back_to } => {
-                if m.has_scenario(Scenario::TestingFails) {
-                    if let Some(m) = self.machines.get_mut(&id) {
-                        m.testing_status = 3;
-                    }
-                    self.fail(id, "Failed testing", "Testing failed, see the script results (simulated: smartctl-validate failed).", now);
-                    return;
-                }
-                if let Some(m) = self.machines.get_mut(&id) {
-                    m.testing_status = 2;
-                }
-                if back_to == Status::Ready {
-                    self.become_ready(id, now);
-                } else {
-                    let _ = self.transition(id, back_to, now);
-                }
-            }
-            Pending::DeploymentDone => self.end_deployment(id, now),
-            Pending::DeploymentTimedOut => self.fail(
-                id,
-                "Failed deployment",
-                "Deployment timed out: the machine's AUTO addresses could not be allocated \
-                 (simulated address exhaustion).",
-                now,
-            ),
-            Pending::ReleaseDone => self.finish_release(id, now),
-            Pending::RescueDone => {
-                // The status before rescue stays the way back (MAAS sets it once, on start).
-                let before = m.previous_status;
-                let _ = self.transition(id, Status::RescueMode, now);
-                if let Some(m) = self.machines.get_mut(&id) {
-                    m.previous_status = before;
-                }
-                self.event(id, Level::Info, "Rescue mode", "", "unknown", now);
-            }
-            Pending::ExitRescueDone { back_to } => {
-                if back_to != Status::Deployed {
-                    self.power(id, PowerState::Off, now);
-                }
-                let _ = self.transition(id, back_to, now);
-            }
-            Pending::EraseDone => {
-                if m.has_scenario(Scenario::EraseFails) {
-                    self.fail(
-                        id,
-                        "Failed to erase disks",
-                        "wipe-disks failed (simulated).",
-                        now,
-                    );
-                    return;
-                }
-                self.event(
-                    id,
-                    Level::Info,
-                    "Disk erasing",
-                    "Finished erasing disks",
-                    "unknown",
-                    now,
-                );
-                self.finish_release(id, now);
-            }
-        }
-    }
-
-    /// `mark_failed`: the failed counterpart of the current status, with MAAS-like events.
-    pub(super) fn fail(&mut self, id: u64, kind: &str, description: &str, now: DateTime<Utc>) {
-        let Some(m) = self.machines.get(&id) else {
-            return;
-        };
-        let Some(failed) = m.status.failed_counterpart() else {
-            return;
-        };
-        let _ = self.transition(id, failed, now);
-        self.event(id, Level::Info, kind, "", "unknown", now);
-        self.event(
-            id,
-            Level::Error,
-            "Marking node failed",
-            description,
-            "unknown",
-            now,
-        );
-        if let Some(m) = self.machines.get_mut(&id) {
-            m.error_description = description.to_string();
-        }
-        self.power(id, PowerState::Off, now);
-    }
-
-    pub(super) fn become_ready(&mut self, id: u64, now: DateTime<Utc>) {
-        let _ = self.transition(id, Status::Ready, now);
-        self.power(id, PowerState::Off, now);
-        self.event(id, Level::Info, "Ready", "", "unknown", now);
-    }
-
-    /// DEPLOYING → DEPLOYED when the installed OS fetches its user_data, or the failure of a
-    /// datasource_failure / deploy_fails scenario.
-    fn end_deployment(&mut self, id: u64, now: DateTime<Utc>) {
-        if !self.machines.contains_key(&id) {
-            return;
-        }
-        for kind in [
-            "Performing PXE boot",
-            "Loading ephemeral",
-            "Configuring storage",
-            "Installing OS",
-            "Configuring OS",
-            "Rebooting",
-        ] {
-            self.event(id, Level::Info, kind, "", "unknown", now);
-        }
-        let m = &self.machines[&id];
-        if m.has_scenario(Scenario::DatasourceFailure) && m.deployments == 1 {
-            self.event(
-                id,
-                Level::Error,
-                "Node installation failure",
-                "cloud-init: DataSourceNotFound: no datasource found (searched MAAS); cloud-init modules:final stage failed",
-                "unknown",
-                now,
-            );
-            self.fail(
-                id,
-                "Failed deployment",
-                "Installation failed (refer to the installation log for more information).",
-                now,
-            );
-            return;
-        }
-        if m.has_scenario(Scenario::DeployFails) {
-            self.event(
-                id,
-                Level::Error,
-                "Node installation failure",
-                "curtin: installation failed (simulated)",
-                "unknown",
-                now,
-            );
-            self.fail(
-                id,
-                "Failed deployment",
-                "Installation failed (refer to the installation log for more information).",
-                now,
-            );
-            return;
-        }
-        if self.transition(id, Status::Deployed, now).is_err() {
-            return;
-        }
-        self.event(id, Level::Info, "Deployed", "", "unknown", now);
-        self.start_hw_sync(id, now);
-        self.boot_host(id, now);
-    }
-
-    pub(super) fn start_hw_sync(&mut self, id: u64, now: DateTime<Utc>) {
-        let interval = self.sync_interval_secs();
-        let Some(m) = self.machines.get_mut(&id) else {
-            return;
-        };
-        if !m.enable_hw_sync {
-            return;
-        }
-        m.last_sync = Some(now);
-        m.sync_interval = Some(interval);
-        let due = now + Duration::seconds(interval as i64);
-        m.sync_due = Some(due);
-        self.schedule(due, TimerKind::Sync, id, 0);
-    }
-
-    fn hw_sync_tick(&mut self, id: u64, at: DateTime<Utc>) {
-        let Some(m) = self.machines.get_mut(&id) else {
-            return;
-        };
-        if m.sync_due != Some(at) {
-            return;
-        }
-        m.sync_due = None;
-        let running =
-            m.status == Status::Deployed && m.enable_hw_sync && m.power_state == PowerState::On;
-        let reseeded = m
-            .host_files
-            .get(host::MAAS_CREDS_PATH)
-            .zip(m.token.as_ref())
-            .is_some_and(|(content, token)| content.contains(&token.token_key));
-        let stopped = m.has_scenario(Scenario::HwsyncNever)
-            || (m.has_scenario(Scenario::HwsyncStale) && !reseeded);
-        if running && !stopped {
-            self.start_hw_sync(id, at);
-        }
-    }
-
-    /// A write through the SSH stand-in; a reseed of the MAAS credentials restarts the timer.
-    pub fn write_host_file(
-        &mut self,
-        system_id: &str,
-        path: &str,
-        content: &str,
-        now: DateTime<Utc>,
-    ) -> Result<(), MaasError> {
-        let id = self
-            .machine_id(system_id)
-            .ok_or_else(MaasError::no_machine)?;
-        let m = self
-            .machines
-            .get_mut(&id)
-            .ok_or_else(MaasError::no_machine)?;
-        if m.status != Status::Deployed {
-            return Err(MaasError::Conflict(format!(
-                "{} is {}, not Deployed: there is no host to write to",
-                m.hostname,
-                m.status.name()
-            )));
-        }
-        m.host_files.insert(path.to_string(), content.to_string());
-        let reseed = path == host::MAAS_CREDS_PATH
-            && m.token
-                .as_ref()
-                .is_some_and(|t| content.contains(&t.token_key))
-            && m.enable_hw_sync
-            && !m.has_scenario(Scenario::HwsyncNever);
-        if reseed {
-            // The restarted timer posts at once and then every interval.
-            self.start_hw_sync(id, now);
-        }
-        Ok(())
-    }
-
-    /// The deployed OS boots: user_data's files land on the host and the agent starts.
-    pub(super) fn boot_host(&mut self, id: u64, now: DateTime<Utc>) {
-        let agent_delay_secs = self.config.timings.agent_boot_secs;
-        let Some(m) = self.machines.get_mut(&id) else {
-            return;
-        };
-        m.boot += 1;
-        m.host_files = m
-            .user_data
-            .as_deref()
-            .map(host::files_from_user_data)
-            .unwrap_or_default();
-        let boot = m.boot;
-        let env = m
-            .host_files
-            .get(host::AGENT_ENV_PATH)
-            .map(|e| host::parse_env(e));
-        let behaviour = m.agent.clone();
-        let (system_id, hostname) = (m.system_id.clone(), m.hostname.clone());
-        let oob: Vec<_> = m
-            .scenarios
-            .iter()
-            .filter(|r| r.scenario.is_out_of_band())
-            .map(|r| (r.scenario, r.after))
-            .collect();
-        for (scenario, after) in oob {
-            let due = now + scaled(after.as_secs_f64(), self.time_scale);
-            self.schedule(due, TimerKind::OutOfBand(scenario), id, boot);
-        }
-        let Some(env) = env else {
-            return;
-        };
-        let (Some(url), Some(token)) = (
-            env.get("METALFORM_ENROLL_URL"),
-            env.get("METALFORM_ENROLL_TOKEN"),
-        ) else {
-            return;
-        };
-        let extra = match behaviour {
-            AgentBehaviour::Never => return,
-            AgentBehaviour::Late { delay_secs } => delay_secs,
-            _ => 0.0,
-        };
-        let delay = self.sim_duration(agent_delay_secs) + scaled(extra, self.time_scale);
-        let token = if behaviour == AgentBehaviour::WrongToken {
-            format!("wrong-{}", random_string(&mut self.rng, TOKEN_ALPHABET, 24))
-        } else {
-            token.clone()
-        };
-        self.outbox.push(AgentBoot {
-            system_id,
-            hostname: env.get("METALFORM_NODE").cloned().unwrap_or(hostname),
-            boot,
-            url: url.clone(),
-            token,
-            delay: delay.to_std().unwrap_or_default(),
-            retry_base: scaled(2.0, self.time_scale).to_std().unwrap_or_default(),
-        });
-    }
 
     /// Whether the agent of `boot` still runs (the machine is Deployed, powered, same boot).
     /// The agent of this boot of the machine stops (out of band): it stops polling after its
@@ -1224,99 +761,6 @@ impl World {
     }
 
     // ----- enlistment ----------------------------------------------------------------------------
-
-    /// IPMI stand-in (`POST /sim/v1/bmc/{ip}/power`): power a BMC's machine; a PXE boot of a
-    /// machine MAAS does not know enlists it after a while.
-    pub fn bmc_power(
-        &mut self,
-        ip: &str,
-        action: &str,
-        pxe: bool,
-        now: DateTime<Utc>,
-    ) -> Result<serde_json::Value, MaasError> {
-        let Some(index) = self
-            .hardware
-            .iter()
-            .position(|h| h.spec.bmc_ip.as_deref() == Some(ip))
-        else {
-            return Err(MaasError::NotFound(format!("No BMC at {ip}.")));
-        };
-        let state = match action {
-            "on" | "cycle" => PowerState::On,
-            "off" => PowerState::Off,
-            other => {
-                return Err(MaasError::BadRequest(format!(
-                    "Unknown power action '{other}': expected on, off or cycle."
-                )));
-            }
-        };
-        let pxe_macs: Vec<String> = self.hardware[index]
-            .spec
-            .interfaces
-            .iter()
-            .map(|n| n.mac.to_ascii_lowercase())
-            .collect();
-        let known = self
-            .machines
-            .values()
-            .find(|m| m.interfaces.iter().any(|i| pxe_macs.contains(&i.mac)))
-            .map(|m| m.id);
-        match known {
-            Some(id) => {
-                self.power(id, state, now);
-                let sid = self.machines[&id].system_id.clone();
-                Ok(
-                    serde_json::json!({"bmc": ip, "power": state.as_str(), "system_id": sid, "enlisting": false}),
-                )
-            }
-            None => {
-                let enlisting = state == PowerState::On && pxe;
-                if enlisting {
-                    let d = self.sim_duration(self.config.timings.enlist_secs);
-                    self.schedule(now + d, TimerKind::Enlist, index as u64, 0);
-                }
-                Ok(
-                    serde_json::json!({"bmc": ip, "power": state.as_str(), "system_id": null, "enlisting": enlisting}),
-                )
-            }
-        }
-    }
-
-    fn enlist(&mut self, index: usize, now: DateTime<Utc>) {
-        let Some(hw) = self.hardware.get(index) else {
-            return;
-        };
-        let spec = hw.spec.clone();
-        let macs: Vec<String> = spec
-            .interfaces
-            .iter()
-            .map(|n| n.mac.to_ascii_lowercase())
-            .collect();
-        if self
-            .machines
-            .values()
-            .any(|m| m.interfaces.iter().any(|i| macs.contains(&i.mac)))
-        {
-            return;
-        }
-        let system_id = self.new_system_id();
-        let hostname = self.petname();
-        let mut m = self.blank_machine(&spec, system_id, hostname);
-        m.power_parameters = Self::power_parameters_for(&spec);
-        m.interfaces = self.hardware_interfaces(&spec);
-        m.power_state = PowerState::Off;
-        let id = self.insert_machine(m);
-        self.event(id, Level::Info, "Performing PXE boot", "", "unknown", now);
-        self.event(id, Level::Info, "Loading ephemeral", "", "unknown", now);
-        self.event(
-            id,
-            Level::Info,
-            "New",
-            "Enlisted through PXE boot",
-            "unknown",
-            now,
-        );
-    }
 
     // ----- IP addresses ------------------------------------------------------------------------
 
@@ -1441,6 +885,16 @@ pub(super) fn set_owner(m: &mut Machine, owner: Option<String>) {
 }
 
 impl World {
+    pub(super) fn set_owner_token(&mut self, id: u64, owner: Option<String>) {
+        let token = self.new_token();
+        if let Some(m) = self.machines.get_mut(&id) {
+            set_owner(m, owner);
+            if m.owner.is_some() && m.token.is_none() {
+                m.token = Some(token);
+            }
+        }
+    }
+
     pub(super) fn bind_hardware(&mut self, id: u64) {
         // A machine created through the API with a known BMC or MAC commissions the real hardware.
         let hardware = self.machines.get(&id).and_then(|m| self.hardware_of(m));
@@ -1460,123 +914,6 @@ impl World {
         let m = self.machines.remove(&id)?;
         self.by_system_id.remove(&m.system_id);
         Some(m)
-    }
-
-    pub(super) fn erase_duration(&mut self, erase: Erase) -> Duration {
-        let secs = match erase {
-            Erase::Quick => self.config.timings.quick_erase_secs,
-            Erase::Full => self.config.timings.erase_secs,
-            Erase::Secure => self.config.timings.secure_erase_secs,
-        };
-        self.sim_duration(secs)
-    }
-
-    pub(super) fn finish_release(&mut self, id: u64, now: DateTime<Utc>) {
-        let commissioned = self
-            .machines
-            .get(&id)
-            .is_some_and(|m| m.commissioning_status >= 0);
-        let target = if commissioned {
-            Status::Ready
-        } else {
-            Status::New
-        };
-        if self.transition(id, target, now).is_err() {
-            return;
-        }
-        self.release_auto_ips(id);
-        self.power(id, PowerState::Off, now);
-        if let Some(m) = self.machines.get_mut(&id) {
-            m.erase = None;
-            m.workload_annotations.clear();
-            m.netboot = true;
-        }
-        self.event(id, Level::Info, "Released", "", "unknown", now);
-    }
-
-    /// Flat layout: EFI (and `/boot` with a `boot_size`) on the boot disk, root ext4 on
-    /// `root` (or the boot disk), `root_size` or the rest of that disk. Sizes that do not fit
-    /// are MAAS's `Failed to configure storage layout 'flat': …`.
-    pub(super) fn apply_flat_layout(
-        &mut self,
-        id: u64,
-        root: Option<u64>,
-        sizes: super::ops::FlatSizes,
-    ) -> Result<(), MaasError> {
-        let uuids: Vec<String> = (0..6).map(|_| self.uuid()).collect();
-        let (efi_id, boot_id, root_id) = (self.id(), self.id(), self.id());
-        let m = self
-            .machines
-            .get_mut(&id)
-            .ok_or_else(MaasError::no_machine)?;
-        let boot = m
-            .boot_disk_id
-            .or(m.disks.first().map(|d| d.id))
-            .ok_or_else(|| {
-                MaasError::BadRequest(
-                    "Machine is missing a boot disk; no storage layout can be applied.".to_string(),
-                )
-            })?;
-        let root = root.unwrap_or(boot);
-        let overhead = 8 * 1024 * 1024;
-        let mut layout: Vec<(u64, Vec<Partition>)> = Vec::new();
-        for disk in &m.disks {
-            let mut partitions = Vec::new();
-            if disk.id == boot {
-                partitions.push(Partition {
-                    id: efi_id,
-                    uuid: uuids[0].clone(),
-                    size: EFI_SIZE,
-                    bootable: true,
-                    fstype: "fat32",
-                    label: "efi",
-                    mount_point: "/boot/efi",
-                    fs_uuid: uuids[1].clone(),
-                });
-                if let Some(size) = sizes.boot.map(|s| s.of(disk.size)).filter(|s| *s > 0) {
-                    partitions.push(Partition {
-                        id: boot_id,
-                        uuid: uuids[2].clone(),
-                        size,
-                        bootable: true,
-                        fstype: "ext4",
-                        label: "boot",
-                        mount_point: "/boot",
-                        fs_uuid: uuids[3].clone(),
-                    });
-                }
-            }
-            if disk.id == root {
-                let used: u64 = partitions.iter().map(|p| p.size).sum();
-                let available = disk.size.saturating_sub(used + overhead);
-                let size = sizes.root.map_or(available, |s| s.of(disk.size));
-                partitions.push(Partition {
-                    id: root_id,
-                    uuid: uuids[4].clone(),
-                    size,
-                    bootable: false,
-                    fstype: "ext4",
-                    label: "root",
-                    mount_point: "/",
-                    fs_uuid: uuids[5].clone(),
-                });
-            }
-            let needed: u64 = partitions.iter().map(|p| p.size).sum::<u64>()
-                + if partitions.is_empty() { 0 } else { overhead };
-            if needed > disk.size {
-                return Err(MaasError::BadRequest(format!(
-                    "Failed to configure storage layout 'flat': the partitions need {needed} bytes, \
-                     {} has {}.",
-                    disk.name, disk.size
-                )));
-            }
-            layout.push((disk.id, partitions));
-        }
-        for (disk, (disk_id, partitions)) in m.disks.iter_mut().zip(layout) {
-            debug_assert_eq!(disk.id, disk_id);
-            disk.partitions = partitions;
-        }
-        Ok(())
     }
 
     /// Machines hiding their hardware from MAAS until discovered, by BMC IP.

@@ -158,6 +158,11 @@ impl StageFailure {
             ),
             MaasError::NotFound { .. } => Self::ambiguity("maas_not_found", message),
             MaasError::Conflict { .. } => Self::ambiguity("maas_state_conflict", message),
+            MaasError::AddressUnavailable { .. } => Self::new(
+                FailureClass::InputConfigError,
+                "maas_address_unavailable",
+                message,
+            ),
             MaasError::BadRequest { .. } => {
                 Self::new(FailureClass::InputConfigError, "maas_rejected", message)
             }

@@ -61,6 +61,19 @@ pub enum MaasError {
         operation: &'static str,
         message: String,
     },
+    /// A requested static address MAAS will not give: already in use (404
+    /// `StaticIPAddressUnavailable`) or outside what the subnet allows (403
+    /// `StaticIPAddressOutOfRange`), answered by `link_subnet` (models/interface.py). Not a
+    /// missing machine and not a permission problem, though the status says so.
+    #[error(
+        "MAAS {operation}: address unavailable ({status}): {}",
+        or_empty(message)
+    )]
+    AddressUnavailable {
+        operation: &'static str,
+        status: u16,
+        message: String,
+    },
     /// 409 without `Retry-After`: the operation is not allowed in the machine's current state.
     #[error("MAAS {operation}: state conflict (409): {}", or_empty(message))]
     Conflict {
@@ -97,10 +110,15 @@ pub enum MaasError {
         outcome_unknown: bool,
         attempts: u32,
     },
-    /// MAAS answered 2xx with a document the client cannot read.
-    #[error("MAAS {operation}: cannot decode the response: {message}")]
+    /// What answered is not the MAAS answer the operation expects: a document of another
+    /// shape, an HTML page, a truncated body, a redirect. Nothing of it is used.
+    #[error("MAAS {operation}: unexpected answer from {endpoint}: expected {expected}; {message}")]
     Decode {
         operation: &'static str,
+        /// `POST /MAAS/api/2.0/machines/4y3ha3/?op=deploy` (no parameter values).
+        endpoint: String,
+        /// What the operation reads, e.g. `a machine object`.
+        expected: &'static str,
         message: String,
         /// The start of the body, unless the response may carry secrets (machine tokens).
         body_excerpt: Option<String>,
@@ -140,6 +158,7 @@ impl MaasError {
             MaasError::Unauthorized { operation, .. }
             | MaasError::Forbidden { operation, .. }
             | MaasError::NotFound { operation, .. }
+            | MaasError::AddressUnavailable { operation, .. }
             | MaasError::Conflict { operation, .. }
             | MaasError::BadRequest { operation, .. }
             | MaasError::Transient { operation, .. }
@@ -154,6 +173,7 @@ impl MaasError {
             MaasError::Unauthorized { message, .. }
             | MaasError::Forbidden { message, .. }
             | MaasError::NotFound { message, .. }
+            | MaasError::AddressUnavailable { message, .. }
             | MaasError::Conflict { message, .. }
             | MaasError::BadRequest { message, .. }
             | MaasError::Transient { message, .. }
@@ -169,7 +189,9 @@ impl MaasError {
             MaasError::Forbidden { .. } => Some(403),
             MaasError::NotFound { .. } => Some(404),
             MaasError::Conflict { .. } => Some(409),
-            MaasError::BadRequest { status, .. } => Some(*status),
+            MaasError::AddressUnavailable { status, .. } | MaasError::BadRequest { status, .. } => {
+                Some(*status)
+            }
             MaasError::Transient {
                 cause: TransientCause::Status(status),
                 ..
@@ -249,6 +271,10 @@ impl MaasError {
             MaasError::NotFound { .. } => {
                 "the object is not in MAAS (deleted out of band?); re-read the site and plan again"
             }
+            MaasError::AddressUnavailable { .. } => {
+                "MAAS will not give this address: another machine or device holds it, or it is \
+                 outside the subnet; fix the address in the manifests or free it in MAAS"
+            }
             MaasError::Conflict { .. } => {
                 "the machine's MAAS status does not allow this operation; re-read the machine and \
                  plan again"
@@ -280,12 +306,58 @@ impl MaasError {
     /// Builds the error for a non-2xx answer. `body` is already scrubbed of credentials.
     pub(crate) fn from_status(
         operation: &'static str,
-        status: u16,
-        retry_after: Option<Duration>,
-        is_json: bool,
+        answer: &ErrorAnswer<'_>,
         body: &str,
     ) -> Self {
-        let message = bounded(body.trim());
+        let status = answer.status;
+        let retry_after = answer.retry_after;
+        let is_json = answer
+            .content_type
+            .is_some_and(|t| t.starts_with("application/json"));
+        let html = answer
+            .content_type
+            .is_some_and(|t| t.starts_with("text/html"))
+            .then(|| html_summary(body));
+        if (300..400).contains(&status) {
+            // MAAS's API answers its clients directly; a redirect means the URL points
+            // elsewhere (http→https, a login page, a proxy).
+            return MaasError::Decode {
+                operation,
+                endpoint: answer.endpoint.clone(),
+                expected: answer.expected,
+                message: format!(
+                    "got a redirect (HTTP {status}) to {}",
+                    answer.location.unwrap_or("nowhere")
+                ),
+                body_excerpt: None,
+            };
+        }
+        // MAAS's own HTML answer is the serialization conflict page (409 + Retry-After: 5,
+        // utils/views.py HttpResponseConflict); a proxy's 5xx page is still "unavailable".
+        // Any other HTML page did not come from MAAS's API.
+        let message = match &html {
+            Some(summary) => summary.clone(),
+            None => bounded(body.trim()),
+        };
+        if html.is_some() && status < 500 && !(status == 409 && retry_after.is_some()) {
+            return MaasError::Decode {
+                operation,
+                endpoint: answer.endpoint.clone(),
+                expected: answer.expected,
+                message: format!("got an HTML page (HTTP {status}): {message}"),
+                body_excerpt: None,
+            };
+        }
+        if matches!(operation, "link_subnet" | "update_interface")
+            && matches!(status, 403 | 404)
+            && message.starts_with("IP address is ")
+        {
+            return MaasError::AddressUnavailable {
+                operation,
+                status,
+                message,
+            };
+        }
         match status {
             401 => MaasError::Unauthorized { operation, message },
             403 => MaasError::Forbidden { operation, message },
@@ -318,6 +390,58 @@ impl MaasError {
                 message,
             },
         }
+    }
+}
+
+/// What classifies a non-2xx answer besides its body.
+#[derive(Debug, Clone)]
+pub(crate) struct ErrorAnswer<'a> {
+    pub(crate) status: u16,
+    pub(crate) endpoint: String,
+    pub(crate) expected: &'static str,
+    pub(crate) retry_after: Option<Duration>,
+    pub(crate) content_type: Option<&'a str>,
+    pub(crate) location: Option<&'a str>,
+}
+
+/// `title: text` of an HTML page, bounded: enough to recognise it, never the markup.
+pub(crate) fn html_summary(body: &str) -> String {
+    let lower = body.to_ascii_lowercase();
+    let title = lower
+        .find("<title>")
+        .and_then(|start| {
+            let from = start + "<title>".len();
+            lower[from..]
+                .find("</title>")
+                .map(|end| &body[from..from + end])
+        })
+        .map(|t| t.split_whitespace().collect::<Vec<_>>().join(" "));
+    // The visible text: markup dropped, whitespace collapsed.
+    let body_start = lower.find("<body").unwrap_or(0);
+    let mut text = String::new();
+    let mut in_tag = false;
+    for c in body[body_start..].chars() {
+        match c {
+            '<' => {
+                in_tag = true;
+                text.push(' ');
+            }
+            '>' => in_tag = false,
+            c if !in_tag => text.push(c),
+            _ => {}
+        }
+    }
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let summary = match (title, text.is_empty()) {
+        (Some(title), false) if !text.starts_with(title.as_str()) => format!("{title}: {text}"),
+        (Some(title), _) => title,
+        (None, _) => text,
+    };
+    let summary: String = summary.chars().take(200).collect();
+    if summary.is_empty() {
+        "an empty HTML page".to_owned()
+    } else {
+        summary
     }
 }
 
@@ -364,13 +488,71 @@ mod tests {
     use super::*;
 
     fn classify(status: u16, retry_after: Option<u64>, json: bool, body: &str) -> MaasError {
+        let content_type = if json {
+            "application/json"
+        } else {
+            "text/plain; charset=utf-8"
+        };
+        classify_typed(status, retry_after, content_type, body)
+    }
+
+    fn classify_typed(
+        status: u16,
+        retry_after: Option<u64>,
+        content_type: &str,
+        body: &str,
+    ) -> MaasError {
         MaasError::from_status(
             "deploy",
-            status,
-            retry_after.map(Duration::from_secs),
-            json,
+            &ErrorAnswer {
+                status,
+                endpoint: "POST /MAAS/api/2.0/machines/4y3ha3/?op=deploy".to_owned(),
+                expected: "a machine object",
+                retry_after: retry_after.map(Duration::from_secs),
+                content_type: Some(content_type),
+                location: Some("https://maas.example/MAAS/api/2.0/machines/4y3ha3/"),
+            },
             body,
         )
+    }
+
+    #[test]
+    fn html_pages_and_redirects_name_the_endpoint_and_what_was_expected() {
+        let conflict = "<!DOCTYPE html><html><head><title>Error: Conflict Error</title></head>\
+            <body><h2>Conflict error. Try your request again, as it will most likely succeed.</h2></body></html>";
+        let err = classify_typed(409, Some(5), "text/html; charset=utf-8", conflict);
+        assert!(err.is_retryable(), "{err}");
+        assert_eq!(
+            err.maas_message(),
+            "Error: Conflict Error: Conflict error. Try your request again, as it will most likely succeed."
+        );
+        let err = classify_typed(
+            502,
+            None,
+            "text/html",
+            "<html><title>502 Bad Gateway</title><body><h1>502 Bad Gateway</h1></body></html>",
+        );
+        assert!(err.is_retryable(), "{err}");
+        assert_eq!(err.maas_message(), "502 Bad Gateway");
+        let err = classify_typed(
+            404,
+            None,
+            "text/html",
+            "<html><body>Not Found</body></html>",
+        );
+        assert_eq!(
+            err.to_string(),
+            "MAAS deploy: unexpected answer from POST /MAAS/api/2.0/machines/4y3ha3/?op=deploy: \
+             expected a machine object; got an HTML page (HTTP 404): Not Found"
+        );
+        let err = classify_typed(302, None, "text/html", "");
+        assert_eq!(
+            err.to_string(),
+            "MAAS deploy: unexpected answer from POST /MAAS/api/2.0/machines/4y3ha3/?op=deploy: \
+             expected a machine object; got a redirect (HTTP 302) to \
+             https://maas.example/MAAS/api/2.0/machines/4y3ha3/"
+        );
+        assert!(!err.is_retryable());
     }
 
     #[test]

@@ -15,34 +15,7 @@ use super::de::{empty_as_none, null_default};
 use super::error::MaasError;
 use super::subnets::{Subnet, SubnetRef};
 use super::transport::{Call, Params};
-
-/// A VLAN as embedded in interfaces and subnets.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Vlan {
-    pub id: i64,
-    #[serde(default, deserialize_with = "null_default")]
-    pub name: String,
-    #[serde(default)]
-    pub vid: i64,
-    #[serde(default, deserialize_with = "null_default")]
-    pub fabric: String,
-    #[serde(default)]
-    pub fabric_id: Option<i64>,
-    #[serde(default)]
-    pub mtu: i64,
-    #[serde(default)]
-    pub dhcp_on: bool,
-    #[serde(default)]
-    pub external_dhcp: Option<String>,
-    #[serde(default)]
-    pub primary_rack: Option<String>,
-    #[serde(default)]
-    pub secondary_rack: Option<String>,
-    #[serde(default)]
-    pub relay_vlan: Option<Box<Vlan>>,
-    #[serde(default, deserialize_with = "empty_as_none")]
-    pub space: Option<String>,
-}
+use super::vlans::Vlan;
 
 /// How an interface is linked to a subnet.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -264,10 +237,10 @@ impl MaasClient {
     /// `GET nodes/{id}/interfaces/`.
     pub async fn list_interfaces(&self, system_id: &str) -> Result<Vec<Interface>, MaasError> {
         self.transport()
-            .json(Call::get(
-                "list_interfaces",
-                &["nodes", system_id, "interfaces"],
-            ))
+            .json(
+                Call::get("list_interfaces", &["nodes", system_id, "interfaces"])
+                    .expects("a list of interfaces"),
+            )
             .await
     }
 
@@ -279,10 +252,13 @@ impl MaasClient {
     ) -> Result<Interface, MaasError> {
         let interface_id = interface_id.to_string();
         self.transport()
-            .json(Call::get(
-                "read_interface",
-                &["nodes", system_id, "interfaces", &interface_id],
-            ))
+            .json(
+                Call::get(
+                    "read_interface",
+                    &["nodes", system_id, "interfaces", &interface_id],
+                )
+                .expects("an interface object"),
+            )
             .await
     }
 
@@ -302,7 +278,32 @@ impl MaasClient {
                     &["nodes", system_id, "interfaces", &interface_id],
                 )
                 .op("link_subnet")
-                .params(params.params()),
+                .params(params.params())
+                .expects("an interface object"),
+            )
+            .await
+    }
+
+    /// `PUT nodes/{id}/interfaces/{iface}/` with `vlan=<VLAN id>` (admin; machine New, Ready,
+    /// Allocated or Broken): moves the interface to another VLAN, as an operator does before
+    /// linking it to a subnet of that VLAN. MAAS drops the links that do not fit the new VLAN.
+    pub async fn set_interface_vlan(
+        &self,
+        system_id: &str,
+        interface_id: i64,
+        vlan_id: i64,
+    ) -> Result<Interface, MaasError> {
+        let interface_id = interface_id.to_string();
+        let mut params = Params::new();
+        params.number("vlan", vlan_id);
+        self.transport()
+            .json(
+                Call::put(
+                    "update_interface",
+                    &["nodes", system_id, "interfaces", &interface_id],
+                )
+                .params(params)
+                .expects("an interface object"),
             )
             .await
     }
@@ -324,7 +325,8 @@ impl MaasClient {
                     &["nodes", system_id, "interfaces", &interface_id],
                 )
                 .op("unlink_subnet")
-                .params(params),
+                .params(params)
+                .expects("an interface object"),
             )
             .await
     }

@@ -18,10 +18,9 @@ use super::client::MaasClient;
 use super::de::{empty_as_none, null_default, opt_datetime};
 use super::error::MaasError;
 use super::interfaces::Interface;
-use super::power::PowerState;
 use super::storage::BlockDevice;
 use super::transport::{Call, Params};
-use super::types::{DomainRef, MachineStatus, NamedRef, NodeType};
+use super::types::{DomainRef, MachineStatus, NamedRef, NodeType, PowerState};
 
 /// A MAAS machine (`GET machines/`, `GET machines/{id}/`, and every lifecycle operation's
 /// answer). Field names are MAAS's.
@@ -647,7 +646,11 @@ impl MaasClient {
     /// while it arrives, on a blocking thread (see [`MaasClient::list_machine_summaries`]).
     pub async fn list_machines(&self, filter: &MachineFilter) -> Result<Vec<Machine>, MaasError> {
         self.transport()
-            .json_array(Call::get("list_machines", &["machines"]).params(filter.params()))
+            .json_array(
+                Call::get("list_machines", &["machines"])
+                    .params(filter.params())
+                    .expects("a list of machines"),
+            )
             .await
     }
 
@@ -666,6 +669,7 @@ impl MaasClient {
                 Call::get("power_parameters", &["machines"])
                     .op("power_parameters")
                     .params(params)
+                    .expects("power parameters by system id")
                     // The answer holds BMC passwords: never quote it in a decode error.
                     .sensitive_response(),
             )
@@ -691,21 +695,25 @@ impl MaasClient {
         filter: &MachineFilter,
     ) -> Result<Vec<MachineSummary>, MaasError> {
         self.transport()
-            .json_array(Call::get("list_machines", &["machines"]).params(filter.params()))
+            .json_array(
+                Call::get("list_machines", &["machines"])
+                    .params(filter.params())
+                    .expects("a list of machines"),
+            )
             .await
     }
 
     /// `GET machines/{id}/`. 404 `NotFound` when it does not exist.
     pub async fn read_machine(&self, system_id: &str) -> Result<Machine, MaasError> {
         self.transport()
-            .json(Call::get("read_machine", &["machines", system_id]))
+            .json(Call::get("read_machine", &["machines", system_id]).expects("a machine object"))
             .await
     }
 
     /// `GET nodes/{id}/`: any node type (controllers and devices have no status).
     pub async fn read_node(&self, system_id: &str) -> Result<Node, MaasError> {
         self.transport()
-            .json(Call::get("read_node", &["nodes", system_id]))
+            .json(Call::get("read_node", &["nodes", system_id]).expects("a node object"))
             .await
     }
 
@@ -713,7 +721,11 @@ impl MaasClient {
     pub async fn create_machine(&self, params: &CreateMachineParams) -> Result<Machine, MaasError> {
         let params = params.params()?;
         self.transport()
-            .json(Call::post("create_machine", &["machines"]).params(params))
+            .json(
+                Call::post("create_machine", &["machines"])
+                    .params(params)
+                    .expects("a machine object"),
+            )
             .await
     }
 
@@ -724,7 +736,11 @@ impl MaasClient {
         params: &UpdateMachineParams,
     ) -> Result<Machine, MaasError> {
         self.transport()
-            .json(Call::put("update_machine", &["machines", system_id]).params(params.params()))
+            .json(
+                Call::put("update_machine", &["machines", system_id])
+                    .params(params.params())
+                    .expects("a machine object"),
+            )
             .await
     }
 
@@ -744,7 +760,8 @@ impl MaasClient {
             .json(
                 Call::post("accept", &["machines"])
                     .op("accept")
-                    .params(params),
+                    .params(params)
+                    .expects("a list of machines"),
             )
             .await
     }
@@ -760,7 +777,8 @@ impl MaasClient {
             .json(
                 Call::post("commission", &["machines", system_id])
                     .op("commission")
-                    .params(params.params()),
+                    .params(params.params())
+                    .expects("a machine object"),
             )
             .await
     }
@@ -777,7 +795,8 @@ impl MaasClient {
             .json(
                 Call::post("abort", &["machines", system_id])
                     .op("abort")
-                    .params(comment(comment_text)),
+                    .params(comment(comment_text))
+                    .expects("a machine object"),
             )
             .await
     }
@@ -793,7 +812,8 @@ impl MaasClient {
             .json(
                 Call::post("deploy", &["machines", system_id])
                     .op("deploy")
-                    .params(params.params()),
+                    .params(params.params())
+                    .expects("a machine object"),
             )
             .await
     }
@@ -808,7 +828,8 @@ impl MaasClient {
             .json(
                 Call::post("release", &["machines", system_id])
                     .op("release")
-                    .params(params.params()),
+                    .params(params.params())
+                    .expects("a machine object"),
             )
             .await
     }
@@ -824,7 +845,8 @@ impl MaasClient {
             .json(
                 Call::post("mark_broken", &["machines", system_id])
                     .op("mark_broken")
-                    .params(comment(comment_text)),
+                    .params(comment(comment_text))
+                    .expects("a machine object"),
             )
             .await
     }
@@ -867,9 +889,50 @@ impl MaasClient {
             .json(
                 Call::post("mark_fixed", &["machines", system_id])
                     .op("mark_fixed")
-                    .params(comment(comment_text)),
+                    .params(comment(comment_text))
+                    .expects("a machine object"),
             )
             .await
+    }
+
+    /// `POST machines/{id}/?op=set_workload_annotations` (the caller must own the machine:
+    /// 409 `Cannot set workload annotation: it hasn't been acquired.` otherwise). A `None`
+    /// value removes the key. `owner_data` is the deprecated alias MAAS still renders.
+    pub async fn set_workload_annotations(
+        &self,
+        system_id: &str,
+        annotations: &BTreeMap<String, Option<String>>,
+    ) -> Result<Machine, MaasError> {
+        let mut params = Params::new();
+        for (key, value) in annotations {
+            params.text(key, value.as_deref().unwrap_or(""));
+        }
+        self.transport()
+            .json(
+                Call::post("set_workload_annotations", &["machines", system_id])
+                    .op("set_workload_annotations")
+                    .params(params)
+                    .expects("a machine object"),
+            )
+            .await
+    }
+
+    /// `GET machines/{id}/?op=power_parameters` (admin): one machine's power parameters,
+    /// the BMC address in the clear and every other value a [`Secret`].
+    pub async fn machine_power_parameters(
+        &self,
+        system_id: &str,
+    ) -> Result<MachinePowerParameters, MaasError> {
+        let dict: Option<BTreeMap<String, serde_json::Value>> = self
+            .transport()
+            .json(
+                Call::get("machine_power_parameters", &["machines", system_id])
+                    .op("power_parameters")
+                    .sensitive_response()
+                    .expects("a power parameters object"),
+            )
+            .await?;
+        Ok(MachinePowerParameters::from_dict(dict.unwrap_or_default()))
     }
 }
 

@@ -16,15 +16,22 @@
 //! | `error` | [`MaasError`] and its classification |
 //! | `metrics` | requests counted by operation and status |
 //! | `de` | serde helpers that make responses tolerant of MAAS version differences |
-//! | `types` | shared value types: machine status, node type, zone/pool/domain references |
-//! | `machines` | machines and nodes: list, read, create, update, delete, lifecycle operations |
-//! | `power` | power on/off and power state |
-//! | `storage` | block devices, boot disk, storage layout |
-//! | `interfaces` | interfaces, VLANs, subnet links |
-//! | `subnets` | subnets |
+//! | `types` | shared value types: machine status, power state, node type, zone/pool/domain references |
+//! | `vlans` | fabrics and VLANs |
+//! | `subnets` | subnets (on a VLAN) |
+//! | `interfaces` | interfaces and their subnet links |
+//! | `storage` | block devices and the boot disk |
+//! | `machines` | machines and nodes: list, read, create, update, delete, lifecycle operations, workload annotations |
+//! | `layouts` | applying a storage layout and recognising the one a machine has |
+//! | `power` | power on/off, power state, BMC addresses |
+//! | `tags` | tags and their machines |
+//! | `placement` | zones and resource pools |
 //! | `events` | the events query |
 //! | `hwsync` | the machine token and hardware-sync health |
 //! | `version` | version and whoami |
+//!
+//! Files only use the ones listed above them (`client`, `transport`, `error` and `de` sit
+//! below all resources).
 
 mod auth;
 mod client;
@@ -33,34 +40,40 @@ mod error;
 mod events;
 mod hwsync;
 mod interfaces;
+mod layouts;
 mod machines;
 mod metrics;
+mod placement;
 mod power;
 mod retry;
 mod storage;
 mod stream;
 mod subnets;
+mod tags;
 mod transport;
 mod types;
 mod version;
+mod vlans;
 
 pub use auth::ApiKey;
 pub use client::{MaasClient, MaasClientOptions};
 pub use error::{FormErrors, MaasError, TransientCause};
 pub use events::{Event, EventLevel, EventsPage, EventsQuery};
 pub use hwsync::{HardwareSync, MachineToken, SyncHealth};
-pub use interfaces::{
-    Interface, InterfaceParams, Link, LinkMode, LinkRequest, LinkSubnetParams, Vlan,
-};
+pub use interfaces::{Interface, InterfaceParams, Link, LinkMode, LinkRequest, LinkSubnetParams};
+pub use layouts::{AppliedLayout, StorageLayout, StorageLayoutParams};
 pub use machines::{
     CommissionParams, CreateMachineParams, DeployParams, EraseMode, InterfaceMac, IpmiPower,
     Machine, MachineFilter, MachinePowerParameters, MachineSummary, Node, PowerParameters,
     ReleaseParams, UpdateMachineParams,
 };
 pub use metrics::{MaasMetrics, RequestStatus};
-pub use power::{PowerState, StopMode};
+pub use placement::Placement;
+pub use power::StopMode;
 pub use retry::{Jitter, RetryPolicy, SeededJitter, Sleeper, TokioSleeper};
-pub use storage::{BlockDevice, Filesystem, Partition, StorageLayout, StorageLayoutParams};
+pub use storage::{BlockDevice, Filesystem, Partition};
 pub use subnets::{CreateSubnetParams, Subnet, SubnetRef};
-pub use types::{DomainRef, MachineStatus, NamedRef, NodeType};
+pub use tags::{Tag, TagNodesChanged, TagParams};
+pub use types::{DomainRef, MachineStatus, NamedRef, NodeType, PowerState};
 pub use version::{Version, Whoami};
+pub use vlans::{Fabric, UpdateFabricParams, UpdateVlanParams, Vlan};

@@ -1,16 +1,15 @@
-//! Block devices, the boot disk and the storage layout (API_REFERENCE §5.17–5.18; seed 000
-//! §4.3 ConfigureStorage: find the BOSS/M.2 disk, set it as boot disk, apply a flat layout).
+//! Block devices and the boot disk (API_REFERENCE §5.18; seed 000 §4.3 ConfigureStorage: find
+//! the BOSS/M.2 disk and set it as boot disk). The layout on top is `layouts`.
 //!
 //! Block devices live under `nodes/{id}/blockdevices/`. `set_boot_disk` answers the text `OK`,
-//! not JSON. `set_storage_layout`'s `root_device` is a block device *id*.
+//! not JSON.
 
 use serde::{Deserialize, Serialize};
 
 use super::client::MaasClient;
 use super::de::{empty_as_none, null_default};
 use super::error::MaasError;
-use super::machines::Machine;
-use super::transport::{Call, Params};
+use super::transport::Call;
 
 /// A filesystem on a block device or partition.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -101,71 +100,14 @@ pub struct BlockDevice {
     pub resource_uri: String,
 }
 
-/// `storage_layout` of `set_storage_layout`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StorageLayout {
-    /// One root partition (plus the EFI partition on UEFI) on the boot disk.
-    Flat,
-    Lvm,
-    Bcache,
-    Blank,
-    Other(String),
-}
-
-impl StorageLayout {
-    pub fn as_param(&self) -> &str {
-        match self {
-            StorageLayout::Flat => "flat",
-            StorageLayout::Lvm => "lvm",
-            StorageLayout::Bcache => "bcache",
-            StorageLayout::Blank => "blank",
-            StorageLayout::Other(other) => other,
-        }
-    }
-}
-
-/// `POST machines/{id}/?op=set_storage_layout` (admin, machine Ready).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StorageLayoutParams {
-    pub layout: StorageLayout,
-    /// The block device id to put the root filesystem on (default: the boot disk).
-    pub root_device: Option<i64>,
-    /// Bytes or with a suffix (`512M`), MAAS's syntax.
-    pub boot_size: Option<String>,
-    /// Bytes, with a suffix, or a percentage (`80%`).
-    pub root_size: Option<String>,
-}
-
-impl StorageLayoutParams {
-    /// A flat layout, on `root_device` if given.
-    pub fn flat(root_device: Option<i64>) -> Self {
-        Self {
-            layout: StorageLayout::Flat,
-            root_device,
-            boot_size: None,
-            root_size: None,
-        }
-    }
-
-    fn params(&self) -> Params {
-        let mut params = Params::new();
-        params
-            .text("storage_layout", self.layout.as_param())
-            .opt_number("root_device", self.root_device)
-            .opt_text("boot_size", self.boot_size.as_deref())
-            .opt_text("root_size", self.root_size.as_deref());
-        params
-    }
-}
-
 impl MaasClient {
     /// `GET nodes/{id}/blockdevices/`.
     pub async fn list_block_devices(&self, system_id: &str) -> Result<Vec<BlockDevice>, MaasError> {
         self.transport()
-            .json(Call::get(
-                "list_block_devices",
-                &["nodes", system_id, "blockdevices"],
-            ))
+            .json(
+                Call::get("list_block_devices", &["nodes", system_id, "blockdevices"])
+                    .expects("a list of block devices"),
+            )
             .await
     }
 
@@ -177,10 +119,13 @@ impl MaasClient {
     ) -> Result<BlockDevice, MaasError> {
         let device_id = device_id.to_string();
         self.transport()
-            .json(Call::get(
-                "read_block_device",
-                &["nodes", system_id, "blockdevices", &device_id],
-            ))
+            .json(
+                Call::get(
+                    "read_block_device",
+                    &["nodes", system_id, "blockdevices", &device_id],
+                )
+                .expects("a block device"),
+            )
             .await
     }
 
@@ -194,21 +139,6 @@ impl MaasClient {
                     &["nodes", system_id, "blockdevices", &device_id],
                 )
                 .op("set_boot_disk"),
-            )
-            .await
-    }
-
-    /// `POST machines/{id}/?op=set_storage_layout` (admin, machine Ready).
-    pub async fn set_storage_layout(
-        &self,
-        system_id: &str,
-        params: &StorageLayoutParams,
-    ) -> Result<Machine, MaasError> {
-        self.transport()
-            .json(
-                Call::post("set_storage_layout", &["machines", system_id])
-                    .op("set_storage_layout")
-                    .params(params.params()),
             )
             .await
     }

@@ -104,7 +104,7 @@ impl<T: DeserializeOwned> ArrayDecoder<T> {
             let error = self.error(match self.state {
                 State::Open => "an empty answer where a JSON array was expected".to_owned(),
                 _ => format!(
-                    "the JSON array ends early, after {} complete element(s)",
+                    "the answer ends early (truncated after {} complete element(s) of the list)",
                     self.items.len()
                 ),
             });
@@ -172,7 +172,7 @@ impl<T: DeserializeOwned> ArrayDecoder<T> {
                         }
                         Some(Err(err)) if err.is_eof() => {
                             return Err(self.error(format!(
-                                "the JSON array ends early, in element {} (from byte {})",
+                                "the answer ends early (truncated in element {} of the list, from byte {})",
                                 self.items.len(),
                                 self.offset + self.start
                             )));
@@ -379,11 +379,11 @@ mod tests {
             ),
             (
                 r#"[{"id": 1}"#,
-                "the JSON array ends early, after 1 complete element(s)",
+                "the answer ends early (truncated after 1 complete element(s) of the list)",
             ),
             (
                 r#"[{"id": 1}, {"id": 2"#,
-                "the JSON array ends early, in element 1 (from byte 12)",
+                "the answer ends early (truncated in element 1 of the list, from byte 12)",
             ),
             (
                 r#"[{"id": 1} {"id": 2}]"#,

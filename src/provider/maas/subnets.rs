@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 use super::client::MaasClient;
 use super::de::{empty_as_none, null_default};
 use super::error::MaasError;
-use super::interfaces::Vlan;
 use super::transport::{Call, Params};
+use super::vlans::Vlan;
 
 /// A MAAS subnet (also embedded in interface links).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -22,7 +22,7 @@ use crate::clock::Clock;
 use crate::secrets::Secret;
 
 use super::auth::{ApiKey, oauth_encode};
-use super::error::{MaasError, TransientCause, bounded};
+use super::error::{ErrorAnswer, MaasError, TransientCause, bounded, html_summary};
 use super::metrics::{MaasMetrics, RequestEvent, RequestStatus};
 use super::retry::{Jitter, RetryPolicy, Sleeper};
 use super::stream::{ArrayDecoder, ArrayError};
@@ -151,6 +151,8 @@ pub(crate) struct Call {
     /// The response may contain secrets (machine tokens): no body in decode errors.
     sensitive_response: bool,
     timeout: Option<Duration>,
+    /// What a successful answer holds, for errors about answers that do not.
+    expected: &'static str,
 }
 
 impl Call {
@@ -163,6 +165,7 @@ impl Call {
             params: Params::new(),
             sensitive_response: false,
             timeout: None,
+            expected: "a JSON document",
         }
     }
 
@@ -189,6 +192,12 @@ impl Call {
 
     pub(crate) fn params(mut self, params: Params) -> Self {
         self.params = params;
+        self
+    }
+
+    /// What the answer holds (`a machine object`), named by errors about answers that do not.
+    pub(crate) fn expects(mut self, expected: &'static str) -> Self {
+        self.expected = expected;
         self
     }
 
@@ -360,29 +369,47 @@ impl Transport {
 
     /// `body`: the answer, or at least its first 200 characters.
     fn decode_error(&self, call: &Call, body: &[u8], err: &serde_json::Error) -> MaasError {
-        let (message, body_excerpt) = if call.sensitive_response {
+        let text = String::from_utf8_lossy(body);
+        let message = if err.classify() == serde_json::error::Category::Eof {
+            format!(
+                "the answer ends early (truncated after {} bytes)",
+                body.len()
+            )
+        } else if text.trim_start().starts_with('<') {
+            format!("got an HTML page: {}", html_summary(&text))
+        } else if call.sensitive_response {
             // serde's messages quote the offending value, which could be a token secret.
-            (
-                format!(
-                    "{:?} error at line {} column {}",
-                    err.classify(),
-                    err.line(),
-                    err.column()
-                ),
-                None,
+            format!(
+                "{:?} error at line {} column {}",
+                err.classify(),
+                err.line(),
+                err.column()
             )
         } else {
-            let body = String::from_utf8_lossy(body);
-            let excerpt: String = body.chars().take(200).collect();
-            (
-                self.key.scrub(&err.to_string()),
-                Some(self.key.scrub(&excerpt)),
-            )
+            self.key.scrub(&err.to_string())
         };
+        let body_excerpt = (!call.sensitive_response).then(|| {
+            let excerpt: String = text.chars().take(200).collect();
+            self.key.scrub(&excerpt)
+        });
         MaasError::Decode {
             operation: call.operation,
+            endpoint: self.endpoint(call),
+            expected: call.expected,
             message,
             body_excerpt,
+        }
+    }
+
+    /// `GET /MAAS/api/2.0/machines/4y3ha3/?op=deploy`: method, path and op, no parameters.
+    fn endpoint(&self, call: &Call) -> String {
+        let path = api_path(call.operation, &call.segments)
+            .ok()
+            .and_then(|p| self.api_root.join(&p).ok())
+            .map_or_else(|| call.segments.join("/"), |u| u.path().to_owned());
+        match call.op {
+            Some(op) => format!("{} {path}?op={op}", call.method),
+            None => format!("{} {path}", call.method),
         }
     }
 
@@ -439,18 +466,17 @@ impl Transport {
                 Answer::Success(_, output) => return Ok(output),
                 Answer::Failure(status, headers, body) => (status, headers, body),
             };
-        let is_json = headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("application/json"));
-        let text = self.key.scrub(&String::from_utf8_lossy(&body));
-        Err(MaasError::from_status(
-            call.operation,
+        let header_text = |name| headers.get(name).and_then(|v| v.to_str().ok());
+        let answer = ErrorAnswer {
             status,
-            self.retry_after(&headers),
-            is_json,
-            &text,
-        ))
+            endpoint: self.endpoint(call),
+            expected: call.expected,
+            retry_after: self.retry_after(&headers),
+            content_type: header_text(header::CONTENT_TYPE),
+            location: header_text(header::LOCATION),
+        };
+        let text = self.key.scrub(&String::from_utf8_lossy(&body));
+        Err(MaasError::from_status(call.operation, &answer, &text))
     }
 
     /// One HTTP exchange: a 2xx answer's body read with `body`, any other answer whole.

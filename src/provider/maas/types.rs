@@ -88,6 +88,60 @@ impl Serialize for MachineStatus {
     }
 }
 
+/// A machine's `power_state` (`provisioningserver/enum.py`), keeping unknown values.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub enum PowerState {
+    On,
+    Off,
+    /// The power type cannot be queried, or it has not been queried yet.
+    #[default]
+    Unknown,
+    /// The last query failed (BMC unreachable, wrong credentials).
+    Error,
+    Other(String),
+}
+
+impl PowerState {
+    pub fn as_str(&self) -> &str {
+        match self {
+            PowerState::On => "on",
+            PowerState::Off => "off",
+            PowerState::Unknown => "unknown",
+            PowerState::Error => "error",
+            PowerState::Other(other) => other,
+        }
+    }
+
+    fn parse(text: &str) -> Self {
+        match text {
+            "on" => PowerState::On,
+            "off" => PowerState::Off,
+            "unknown" => PowerState::Unknown,
+            "error" => PowerState::Error,
+            other => PowerState::Other(other.to_owned()),
+        }
+    }
+}
+
+impl fmt::Display for PowerState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for PowerState {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Ok(Option::<String>::deserialize(deserializer)?
+            .map_or(PowerState::Unknown, |text| PowerState::parse(&text)))
+    }
+}
+
+impl Serialize for PowerState {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
 /// A node's `node_type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum NodeType {
@@ -203,5 +257,23 @@ mod tests {
             serde_json::from_str::<NodeType>("4").unwrap(),
             NodeType::RegionAndRackController
         );
+    }
+
+    #[test]
+    fn power_states_parse_and_keep_unknown_values() {
+        let states: Vec<PowerState> =
+            serde_json::from_str(r#"["on", "off", "unknown", "error", "sleeping", null]"#).unwrap();
+        assert_eq!(
+            states,
+            [
+                PowerState::On,
+                PowerState::Off,
+                PowerState::Unknown,
+                PowerState::Error,
+                PowerState::Other("sleeping".into()),
+                PowerState::Unknown
+            ]
+        );
+        assert_eq!(serde_json::to_string(&PowerState::Off).unwrap(), "\"off\"");
     }
 }

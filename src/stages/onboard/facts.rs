@@ -117,6 +117,10 @@ pub struct EnrollmentFacts {
     /// Enrollment-token refreshes (000 §4.6: "Max 2 attempts").
     pub token_refreshes: u32,
     pub enrolled_at: Option<DateTime<Utc>>,
+    /// An adopted host (deployed without metalform's payload) got its enrollment token here.
+    pub delivered_at: Option<DateTime<Utc>>,
+    /// The `node.hw_sync_reseed` tasks queued because the sync was unhealthy after enrollment.
+    pub reseeds_queued: u32,
 }
 
 impl Facts {

@@ -41,9 +41,25 @@ async fn deployed_machine(ctx: &mut StageCtx<'_>) -> Result<Machine, StageFailur
     Ok(machine)
 }
 
+/// An adopted machine metalform did not deploy: it runs as it is, whatever hardware sync
+/// MAAS's vendor-data set up for it.
+pub(super) fn adopted_as_is(ctx: &StageCtx<'_>) -> bool {
+    ctx.job.adopted && ctx.facts.deploy.is_none()
+}
+
+/// The warning of an adopted machine deployed without hardware sync (nothing short of a
+/// redeploy turns it on).
+pub(super) fn adopted_without_sync(machine: &Machine) -> String {
+    format!(
+        "{} was deployed (before metalform adopted it) without hardware sync; set \
+         reimage.generation to redeploy it with hardware sync",
+        machine.system_id
+    )
+}
+
 /// Push the machine's token to the host and restart the sync units. `Err` is why it could not
 /// be done yet (retried until the seed timeout).
-async fn push_credentials(
+pub(super) async fn push_credentials(
     ctx: &mut StageCtx<'_>,
     machine: &Machine,
 ) -> Result<HwSyncFacts, String> {
@@ -123,7 +139,22 @@ pub(super) async fn ensure_hardware_sync_configured(
         }
         _ => deployed_machine(ctx).await?,
     };
-    if !machine.hardware_sync().enabled {
+    let sync = machine.hardware_sync();
+    if adopted_as_is(ctx) {
+        // Adopted as it runs: MAAS's vendor-data set the sync up (or the machine was deployed
+        // without it); nothing is pushed to a host metalform did not configure.
+        if !sync.enabled {
+            ctx.facts.warn(adopted_without_sync(&machine));
+            return Ok(StageOutcome::skipped(adopted_without_sync(&machine)));
+        }
+        if sync.health(ctx.now).is_healthy() {
+            return Ok(StageOutcome::skipped(format!(
+                "{} already syncs its hardware to MAAS (adopted as it runs)",
+                machine.system_id
+            )));
+        }
+    }
+    if !sync.enabled {
         return Err(StageFailure::new(
             FailureClass::HardwareSyncFailure,
             "hw_sync_disabled",
@@ -157,6 +188,9 @@ pub(super) async fn ensure_hardware_sync_healthy(
     }
     let machine = deployed_machine(ctx).await?;
     let sync = machine.hardware_sync();
+    if adopted_as_is(ctx) && !sync.enabled {
+        return Ok(StageOutcome::skipped(adopted_without_sync(&machine)));
+    }
     let health = sync.health(ctx.now);
     let pushed = ctx.facts.hw_sync.clone();
     let fresh = match (

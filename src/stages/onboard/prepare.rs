@@ -1,7 +1,8 @@
 //! Pre-deploy preparation (seed 000 §4.3 ConfigureStorage, ApplyRoCEPhase2,
-//! EnsurePxeInterfaceAuto; §4.6: BOSS disk not found fails at once, RoCE problems are not fatal,
-//! PXE validation is retried once after re-linking and fails under strict preflight; §4.10:
-//! each only while the machine is editable).
+//! EnsurePxeInterfaceAuto; §4.6: BOSS disk not found fails at once, PXE validation is retried
+//! once after re-linking and fails under strict preflight; §4.10: each only while the machine
+//! is editable). Unlike §4.6's "RoCE problems are not fatal", a RoCE assignment MAAS did not
+//! take fails the stage (issue 15): a node without its RoCE addresses is not what was asked.
 
 use crate::lifecycle::MaasStatus;
 use serde_json::json;
@@ -10,10 +11,11 @@ use super::StageCtx;
 use super::commission::{adopt_advanced, unexpected};
 use crate::lifecycle::FailureClass;
 use crate::provider::maas::{
-    BlockDevice, CreateSubnetParams, Interface, LinkMode, LinkRequest, LinkSubnetParams,
-    MaasClient, Machine, StorageLayout, StorageLayoutParams, SubnetRef,
+    AppliedLayout, BlockDevice, CreateSubnetParams, Interface, LinkMode, LinkRequest,
+    LinkSubnetParams, MaasClient, MaasError, Machine, StorageLayout, StorageLayoutParams,
+    SubnetRef,
 };
-use crate::stages::{StageFailure, StageOutcome};
+use crate::stages::{Retry, StageFailure, StageOutcome};
 
 /// The machine, refreshed, when MAAS still lets us edit it; the adoption jump otherwise.
 async fn editable(
@@ -96,57 +98,86 @@ pub(super) async fn ensure_storage_configured(
         .details(json!({"system_id": sid, "devices": seen, "pattern": ctx.target.profile.storage.boot_disk.pattern()}))
         .never_retry());
     };
-    let root_in_place = disk.partitions.iter().any(|p| {
-        p.filesystem
-            .as_ref()
-            .is_some_and(|f| f.mount_point.as_deref() == Some("/"))
-    });
-    let boot_set = machine.boot_disk.as_ref().is_some_and(|b| b.id == disk.id);
+    let layout = match ctx.target.profile.storage.layout {
+        crate::model::StorageLayout::Flat => StorageLayout::Flat,
+        crate::model::StorageLayout::Lvm => StorageLayout::Lvm,
+    };
     ctx.facts.boss_disk_id = Some(disk.id);
     ctx.facts.boss_disk_path = disk.id_path.clone();
-    let details = json!({"boss_disk_id": disk.id, "name": disk.name, "model": disk.model});
-    if boot_set && root_in_place {
+    // MAAS applied its default layout (flat, on its first disk) when commissioning ended: the
+    // layout counts as in place only when it is the profile's, on the boot disk.
+    let found = AppliedLayout::of(&machine);
+    let boot_set = machine.boot_disk.as_ref().is_some_and(|b| b.id == disk.id);
+    let details = json!({
+        "boss_disk_id": disk.id, "name": disk.name, "model": disk.model,
+        "layout": layout.as_param(), "found": found.name(),
+    });
+    if boot_set && found.is(&layout, disk.id) {
         return Ok(StageOutcome::Done(crate::stages::StageDone {
             message: format!(
-                "boot disk {} ({}) and layout already in place",
-                disk.name, disk.model
+                "boot disk {} ({}) with the {} layout already in place",
+                disk.name,
+                disk.model,
+                layout.as_param()
             ),
             details,
             next: crate::stages::Next::Normal,
             skipped: true,
         }));
     }
+    // MAAS builds a layout on the boot disk: set it first, then replace the whole storage
+    // configuration (set_storage_layout clears what commissioning's default put there).
     maas.set_boot_disk(&sid, disk.id)
         .await
         .map_err(|e| StageFailure::maas(&e))?;
-    let layout = match ctx.target.profile.storage.layout {
-        crate::model::StorageLayout::Flat => StorageLayout::Flat,
-        crate::model::StorageLayout::Lvm => StorageLayout::Lvm,
-    };
-    maas.set_storage_layout(
-        &sid,
-        &StorageLayoutParams {
-            layout: layout.clone(),
-            root_device: Some(disk.id),
-            boot_size: None,
-            root_size: None,
-        },
-    )
-    .await
-    .map_err(|e| StageFailure::maas(&e))?;
+    let answered = maas
+        .set_storage_layout(
+            &sid,
+            &StorageLayoutParams::new(layout.clone(), Some(disk.id)),
+        )
+        .await
+        .map_err(|e| StageFailure::maas(&e))?;
+    ctx.observe(&answered);
+    let applied = AppliedLayout::of(&answered);
+    let boot_now = answered.boot_disk.as_ref().map(|b| b.id);
+    if !applied.is(&layout, disk.id) || boot_now != Some(disk.id) {
+        return Err(StageFailure::new(
+            FailureClass::HardwareMismatch,
+            "storage_layout_not_applied",
+            format!(
+                "MAAS answered the {} layout request for {sid} with a {} layout on disk {} \
+                 (boot disk {}), not the {} layout on {}",
+                layout.as_param(),
+                applied.name(),
+                applied.disk().map_or("none".to_owned(), |d| d.to_string()),
+                boot_now.map_or("none".to_owned(), |d| d.to_string()),
+                layout.as_param(),
+                disk.name
+            ),
+        )
+        .details(json!({
+            "system_id": sid, "wanted": layout.as_param(), "boss_disk_id": disk.id,
+            "applied": applied.name(), "applied_disk": applied.disk(), "boot_disk": boot_now,
+        }))
+        .never_retry());
+    }
     Ok(StageOutcome::done(
         format!(
-            "boot disk {} ({}), {} layout",
+            "boot disk {} ({}), {} layout (MAAS had {})",
             disk.name,
             disk.model,
-            layout.as_param()
+            layout.as_param(),
+            found.name()
         ),
         details,
     ))
 }
 
-/// RoCE phase 2 (000 §3.3, §4.3): a /31 subnet per assignment and a STATIC link on the named
-/// interface. Not fatal: an absent interface or a refused link is a warning on the job.
+/// RoCE phase 2 (000 §3.3, §4.3): a /31 subnet per assignment, on the RoCE port's own VLAN
+/// (commissioning put the unlinked port on a fabric of its own), and a STATIC link of the
+/// address on the port, checked in MAAS's answer. A port that is absent, a subnet or link
+/// MAAS refuses, or an answer without the link fails the stage: a node deployed without its
+/// RoCE addresses is not converged.
 pub(super) async fn ensure_roce_phase2_applied(
     ctx: &mut StageCtx<'_>,
 ) -> Result<StageOutcome, StageFailure> {
@@ -169,72 +200,122 @@ pub(super) async fn ensure_roce_phase2_applied(
         .list_subnets()
         .await
         .map_err(|e| StageFailure::maas(&e))?;
-    let mut applied = 0u32;
+    let mut applied = Vec::new();
     let mut already = 0u32;
-    let mut warnings = Vec::new();
+    let mut moved = Vec::new();
     for assignment in &assignments {
         let address = assignment.address.address.to_string();
+        let refused = |what: &str, err: &MaasError| roce_refused(&sid, assignment, what, err);
         let Some(interface) = interfaces.iter().find(|i| i.name == assignment.interface) else {
-            warnings.push(format!(
-                "RoCE interface {} not found on {sid}; {} not applied",
-                assignment.interface, assignment.address
-            ));
-            continue;
+            let names: Vec<&str> = interfaces.iter().map(|i| i.name.as_str()).collect();
+            return Err(StageFailure::new(
+                FailureClass::HardwareMismatch,
+                "roce_interface_not_found",
+                format!(
+                    "{sid} has no interface {} for RoCE address {} (it has: {})",
+                    assignment.interface,
+                    assignment.address,
+                    names.join(", ")
+                ),
+            )
+            .details(
+                json!({"system_id": sid, "interface": assignment.interface, "interfaces": names}),
+            )
+            .never_retry());
         };
-        let linked = interface.links.iter().any(|l| {
-            l.mode == LinkMode::Static && l.ip_address.as_deref() == Some(address.as_str())
-        });
-        if linked {
+        if roce_linked(interface, &address) {
             already += 1;
             continue;
         }
         let cidr = assignment.address.network().to_string();
+        let vlan = interface.vlan.as_ref().map(|v| v.id);
         let subnet = match subnets.iter().find(|s| s.cidr == cidr) {
-            Some(subnet) => subnet.id,
-            None => match maas
-                .create_subnet(&CreateSubnetParams::new(cidr.clone()))
-                .await
-            {
-                Ok(subnet) => {
-                    let id = subnet.id;
-                    subnets.push(subnet);
-                    id
-                }
-                Err(err) if err.is_retryable() => return Err(StageFailure::maas(&err)),
-                Err(err) => {
-                    warnings.push(format!("subnet {cidr} could not be created: {err}"));
-                    continue;
-                }
-            },
+            Some(subnet) => subnet.clone(),
+            None => {
+                // On the port's VLAN: MAAS offers link_subnet only the subnets of it.
+                let mut create = CreateSubnetParams::new(cidr.clone());
+                create.vlan = vlan;
+                let subnet = maas
+                    .create_subnet(&create)
+                    .await
+                    .map_err(|e| refused(&format!("creating subnet {cidr}"), &e))?;
+                subnets.push(subnet.clone());
+                subnet
+            }
         };
+        let subnet_vlan = subnet.vlan.as_ref().map(|v| v.id);
+        if let (Some(on), Some(wanted)) = (vlan, subnet_vlan)
+            && on != wanted
+        {
+            // The subnet exists on another VLAN: move the port there first, as an operator
+            // would (linking across VLANs is refused unless forced, which drops its links).
+            maas.set_interface_vlan(&sid, interface.id, wanted)
+                .await
+                .map_err(|e| refused(&format!("moving {} to VLAN {wanted}", interface.name), &e))?;
+            moved.push(json!({"interface": interface.name, "from_vlan": on, "to_vlan": wanted}));
+        }
         let link = LinkSubnetParams::new(LinkRequest::Static {
-            subnet: SubnetRef::Id(subnet),
+            subnet: SubnetRef::Id(subnet.id),
             ip_address: Some(assignment.address.address.into()),
         });
-        match maas.link_subnet(&sid, interface.id, &link).await {
-            Ok(_) => applied += 1,
-            Err(err) if err.is_retryable() => return Err(StageFailure::maas(&err)),
-            Err(err) => warnings.push(format!(
-                "RoCE link {} {} refused: {err}",
-                assignment.interface, assignment.address
-            )),
+        let answered = maas
+            .link_subnet(&sid, interface.id, &link)
+            .await
+            .map_err(|e| refused(&format!("linking {address}"), &e))?;
+        if !roce_linked(&answered, &address) {
+            return Err(StageFailure::new(
+                FailureClass::StateAmbiguity,
+                "roce_link_missing",
+                format!(
+                    "MAAS accepted the STATIC link of {address} on {} of {sid} but its answer \
+                     does not show it",
+                    interface.name
+                ),
+            )
+            .details(json!({"system_id": sid, "interface": interface.name, "address": address,
+                "links": answered.links.iter().map(|l| json!({"mode": l.mode.as_str(), "ip": l.ip_address})).collect::<Vec<_>>()})));
         }
+        applied
+            .push(json!({"interface": interface.name, "address": address, "subnet": subnet.cidr}));
     }
-    for warning in &warnings {
-        ctx.facts.warn(warning.clone());
-    }
-    ctx.facts.roce_applied = Some(applied + already);
+    ctx.facts.roce_applied = Some(applied.len() as u32 + already);
     Ok(StageOutcome::done(
         format!(
-            "{applied} RoCE address(es) linked, {already} already in place{}",
-            if warnings.is_empty() {
-                String::new()
-            } else {
-                format!(", {} warning(s)", warnings.len())
-            }
+            "{} RoCE address(es) linked, {already} already in place",
+            applied.len()
         ),
-        json!({"applied": applied, "already": already, "warnings": warnings}),
+        json!({"applied": applied, "already": already, "moved": moved}),
     ))
+}
+
+/// The interface has the STATIC link of `address`.
+fn roce_linked(interface: &Interface, address: &str) -> bool {
+    interface
+        .links
+        .iter()
+        .any(|l| l.mode == LinkMode::Static && l.ip_address.as_deref() == Some(address))
+}
+
+/// A MAAS refusal while applying a RoCE assignment, classified: MAAS busy is retried, a state
+/// conflict is retried within the budget, anything MAAS rejected (a taken address, a subnet it
+/// will not create) is the manifest's to fix.
+fn roce_refused(
+    sid: &str,
+    assignment: &crate::model::RoceAssignment,
+    what: &str,
+    err: &MaasError,
+) -> StageFailure {
+    let mut failure = StageFailure::maas(err);
+    if !err.is_retryable() && !matches!(err, MaasError::Conflict { .. }) {
+        failure.class = FailureClass::InputConfigError;
+        failure.code = "roce_link_refused".into();
+        failure.retry = Retry::Never;
+    }
+    failure.message = format!(
+        "RoCE {} {} of {sid}: {what} failed: {err}",
+        assignment.interface, assignment.address
+    );
+    failure
 }
 
 /// The node's PXE interface has an AUTO or DHCP link to a subnet (000 §4.3

@@ -119,7 +119,7 @@ pub(super) async fn ensure_node_and_payload(
 
 /// The node record of this onboarding: the one the journal or the plan knows, an existing
 /// `enrolling` record of the same site/hostname, or a new one.
-async fn ensure_node_record(ctx: &mut StageCtx<'_>) -> Result<uuid::Uuid, StageFailure> {
+pub(super) async fn ensure_node_record(ctx: &mut StageCtx<'_>) -> Result<uuid::Uuid, StageFailure> {
     let store = &ctx.env.store;
     let known = ctx.job.node_id.or(ctx.facts.node_id).or(ctx.target.node_id);
     let existing = match known {
