@@ -16,7 +16,7 @@
 //! ```sh
 //! cargo bench --bench maas_client                          # both targets, 2,000 machines
 //! cargo bench --bench maas_client -- --against sim --machines 10000 --runs 5
-//! METALFORM_BENCH_MAAS_URL=http://10.0.0.1:5240/MAAS METALFORM_BENCH_MAAS_KEY=ck:tk:ts \
+//! METALFORM_BENCH_MAAS_URL=https://10.0.0.1:5443/MAAS METALFORM_BENCH_MAAS_KEY=CONSUMER:TOKEN_KEY:TOKEN_SECRET \
 //!     cargo bench --bench maas_client
 //! ```
 
@@ -140,7 +140,7 @@ async fn main() {
         let url = stand_in(document).await;
         let client = MaasClient::new(
             &url,
-            Secret::new("bench:bench:bench"),
+            Secret::new("bench-consumer:bench-token-key:bench-token-secret"),
             MaasClientOptions::default(),
         )
         .expect("client");

@@ -37,7 +37,7 @@ pub fn generate(dir: &Path, shape: Shape) -> std::io::Result<usize> {
             &dir.join(format!("sites/{site}.yaml")),
             &format!(
                 "apiVersion: metalform/v1\nkind: Site\nmetadata: {{name: {site}}}\nspec:\n  region: region-{s}\n  \
-                 maas: {{url: \"http://10.{s}.46.1:5240/MAAS\", apiKey: {{vault: kv/maas-sites/{site}/api-token, key: token}}}}\n  \
+                 maas: {{url: \"https://10.{s}.46.1:5443/MAAS\", apiKey: {{vault: kv/maas-sites/{site}/api-token, key: token}}}}\n  \
                  power: {{defaultCredentials: {{vault: kv/maas-sites/{site}/power/default}}}}\n  \
                  network: {{pxeIface: ens19, pxeVlanVid: {vlan}, nodePxeIface: eno8303}}\n  \
                  deploy: {{password: {{vault: kv/maas-sites/{site}/deploy, key: password}}}}\n  defaultProfile: {site}-gpu\n",

@@ -18,6 +18,7 @@ pub mod model;
 pub mod observe;
 pub mod plan;
 pub mod provider;
+pub mod sanitize;
 pub mod secrets;
 pub mod sim;
 pub mod source;

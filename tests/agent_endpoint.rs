@@ -135,7 +135,7 @@ async fn refusals_are_typed_json_errors() {
             409,
             error(
                 "conflict",
-                "the token was issued for hostname `c07u44`, but `c07u45` presented it"
+                "the token was issued for another machine (its hostname does not match)"
             )
         )
     );

@@ -123,7 +123,7 @@ async fn simulated_agents_enroll_on_time_late_never_and_with_a_wrong_token() {
                 system_id: machine.system_id.clone(),
                 enroll_url: server.enroll_url(),
                 enroll_token: onboarding.token.clone(),
-                deploy_password: Secret::new("dc1-deploy-password"),
+                deploy_password: Some(Secret::new("dc1-deploy-password")),
                 boot_disk_hint: None,
                 agent_package_url: None,
                 ca_bundle: None,

@@ -139,7 +139,7 @@ async fn admin_api_auth_git_ownership_credentials_recovery_and_audit() {
         Method::POST,
         url("/maas-sites/dc1/credentials"),
         Some(ADMIN_TOKEN),
-        Some(json!({"maas_api_key": "a:b:c", "reason": "rotation"})),
+        Some(json!({"maas_api_key": "wrong-consumer:wrong-token-key:wrong-token-secret", "reason": "rotation"})),
     )
     .await;
     assert_eq!(status, 422, "{body}");

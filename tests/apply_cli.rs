@@ -145,7 +145,7 @@ async fn apply_planfile_runs_exactly_that_plan_and_only_once() {
     assert!(out.status.success(), "{shown}");
     assert!(
         shown.contains(&format!(
-            "plan.json: the plan {} is fresh (fleet, MAAS, inventory, jobs and store unchanged)",
+            "plan.json: the plan {} is signed by this store and fresh (fleet, MAAS, inventory, jobs and store unchanged)",
             plan::short_id(&saved.id)
         )),
         "{shown}"
@@ -172,7 +172,8 @@ async fn apply_planfile_runs_exactly_that_plan_and_only_once() {
     assert_eq!(
         String::from_utf8_lossy(&again.stderr),
         format!(
-            "error: the plan {} is stale: the inventory changed; the jobs changed; MAAS of site dc1 changed; the store changed (serial {} → {serial})\nhint: make a new plan (`metalform plan --out PLANFILE`), review it, and apply that file\n",
+            "error: the plan {} is stale: the inventory changed; the jobs changed; MAAS of site dc1 changed; plan {} ran since (this plan followed no earlier plan); the store changed (serial {} → {serial})\nhint: make a new plan (`metalform plan --out PLANFILE`), review it, and apply that file\n",
+            plan::short_id(&saved.id),
             plan::short_id(&saved.id),
             saved.store_serial
         )
@@ -213,16 +214,6 @@ async fn refused_as_stale(bed: &Bed, file: &std::path::Path, moved: &str) {
     );
 }
 
-fn plan_to(bed: &Bed, name: &str) -> std::path::PathBuf {
-    let file = bed.dir.path().join(name);
-    let out = bed
-        .cli_plan(&["plan", "--out", file.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
-    file
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_plan_file_is_refused_and_changes_nothing() {
     let setup = Setup {
@@ -237,7 +228,7 @@ async fn a_stale_plan_file_is_refused_and_changes_nothing() {
     let bed = Bed::start(setup).await;
 
     // The manifests changed after the plan was made.
-    let file = plan_to(&bed, "fleet.json");
+    let file = bed.plan_to("fleet.json");
     let before = plan::load(&file).unwrap().fleet_revision;
     bed.edit_fleet("profiles/dc1.yaml", "tokenTtl: 2h", "tokenTtl: 3h");
     let source = metalform::source::FleetSource::new(&bed.fleet_dir, None);
@@ -260,7 +251,7 @@ async fn a_stale_plan_file_is_refused_and_changes_nothing() {
     bed.edit_fleet("profiles/dc1.yaml", "tokenTtl: 3h", "tokenTtl: 2h");
 
     // Another apply (of dc2 only) ran since: the store, its jobs and inventory moved.
-    let file = plan_to(&bed, "store.json");
+    let file = bed.plan_to("store.json");
     let planned_serial = plan::load(&file).unwrap().store_serial;
     let out = bed
         .cli(&["apply", "--site", "dc2", "--auto-approve"], free_port())
@@ -274,13 +265,14 @@ async fn a_stale_plan_file_is_refused_and_changes_nothing() {
         &bed,
         &file,
         &format!(
-            "the inventory changed; the jobs changed; MAAS of site dc2 changed; the store changed (serial {planned_serial} → {serial})"
+            "the inventory changed; the jobs changed; MAAS of site dc2 changed; plan {} ran since (this plan followed no earlier plan); the store changed (serial {planned_serial} → {serial})",
+            plan::short_id(jobs[0].plan_id.as_deref().unwrap())
         ),
     )
     .await;
 
     // A fresh plan of the same world is accepted.
-    let file = plan_to(&bed, "fresh.json");
+    let file = bed.plan_to("fresh.json");
     let out = bed
         .cli(&["apply", file.to_str().unwrap()], free_port())
         .output()
@@ -293,7 +285,7 @@ async fn a_stale_plan_file_is_refused_and_changes_nothing() {
     );
 
     // A machine was deleted in MAAS by hand: even a plan without changes is stale then.
-    let file = plan_to(&bed, "maas.json");
+    let file = bed.plan_to("maas.json");
     assert!(!plan::load(&file).unwrap().has_changes());
     let gone = bed
         .sim("dc1")
@@ -305,7 +297,7 @@ async fn a_stale_plan_file_is_refused_and_changes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plan_file_is_checked_before_anything_else() {
     let bed = Bed::start(Setup::one_site(SiteSetup::generated("dc1", 7, 1, 0))).await;
-    let file = plan_to(&bed, "plan.json");
+    let file = bed.plan_to("plan.json");
 
     // --site with a plan file: the plan names its sites.
     let out = bed
@@ -386,7 +378,7 @@ async fn a_destructive_item_is_refused_without_allow_destructive() {
     check_refused(&out, &shown_plan_id(&stdout));
 
     // From a plan file: the same.
-    let file = plan_to(&bed, "plan.json");
+    let file = bed.plan_to("plan.json");
     let saved = plan::load(&file).unwrap();
     let out = bed
         .cli(&["apply", file.to_str().unwrap()], free_port())

@@ -323,3 +323,38 @@ fn decommission_items_become_decommission_work_and_need_allow_destructive() {
     assert_eq!(onboarding, vec!["dc1/n03", "dc2/m01"]);
     assert_eq!(work.len(), 6);
 }
+
+#[test]
+fn a_decommission_whose_destructive_flag_was_cleared_is_still_refused() {
+    use metalform::model::Lifecycle;
+
+    let mut fleet = fixture_fleet();
+    fleet
+        .nodes
+        .get_mut(&NodeId::new("dc1", "n02"))
+        .unwrap()
+        .lifecycle = Lifecycle::Decommissioned;
+    let snapshot = World::new()
+        .node(inventory("dc1", "n02", NodeState::Active))
+        .done();
+    let mut plan = plan::plan(
+        &fleet,
+        &snapshot,
+        &PlanOptions {
+            sites: SiteFilter::All,
+            ..PlanOptions::default()
+        },
+    );
+    let item = plan
+        .items
+        .iter_mut()
+        .find(|i| i.action == Action::Decommission)
+        .unwrap();
+    // The flag says harmless; the action says otherwise.
+    item.destructive = false;
+    let refused = work_items(&plan, false).unwrap_err();
+    assert!(
+        matches!(&refused, PlanRefused::Destructive { items, .. } if items.iter().any(|(n, _)| n.to_string() == "dc1/n02")),
+        "{refused:?}"
+    );
+}

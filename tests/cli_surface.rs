@@ -337,7 +337,7 @@ fn metalform_state_neither_breaks_sim_nor_overrides_a_daemon_config() {
     assert_eq!(
         run.stderr,
         format!(
-            "warning: METALFORM_STATE is ignored: the daemon uses [state] url of {config} (postgres://metalform@db.example:5432/metalform)\n"
+            "warning: METALFORM_STATE is ignored: the daemon uses [state] url of {config} (postgres://***@db.example:5432/metalform)\n"
         )
     );
     let run = metalform_in(

@@ -16,12 +16,12 @@ fn render(args: &[&str]) -> std::process::Output {
     metalform(&repo_root(), &all)
 }
 
-/// A dev secrets file with both sites' deploy passwords.
+/// A dev secrets file with c07u27's own deploy password (dc1's profile: one per node).
 fn secrets_file(dir: &Path) -> String {
     let path = dir.join("secrets.json");
     std::fs::write(
         &path,
-        r#"{"kv/maas-sites/dc1/deploy": {"password": "dc1-Deploy-Pa55"},
+        r#"{"kv/maas-sites/dc1/deploy-nodes/c07u27": {"password": "dc1-Deploy-Pa55"},
             "kv/maas-sites/dc2/deploy": {"password": "dc2-Deploy-Pa55"}}"#,
     )
     .unwrap();
@@ -103,10 +103,11 @@ fn show_secrets_needs_secret_access_and_shows_only_the_hash() {
     );
     let hash = text
         .lines()
-        .find_map(|l| l.trim().strip_prefix("passwd: \""))
+        .find_map(|l| l.trim().strip_prefix("hashed_passwd: \""))
         .and_then(|l| l.strip_suffix('"'))
-        .expect("a passwd line");
-    let salt = hash.split('$').nth(2).unwrap();
+        .expect("a hashed_passwd line");
+    assert!(hash.starts_with("$6$rounds=656000$"), "{hash}");
+    let salt = hash.split('$').nth(3).unwrap();
     assert_eq!(
         metalform::cloudinit::sha512_crypt(
             &metalform::secrets::Secret::new("dc1-Deploy-Pa55"),
@@ -132,7 +133,7 @@ fn show_secrets_needs_secret_access_and_shows_only_the_hash() {
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stderr(&out).starts_with(
-            "error: cannot read the deploy password: secret `kv/maas-sites/dc1/deploy` not found in file://"
+            "error: cannot read the deploy password: secret `kv/maas-sites/dc1/deploy-nodes/c07u27` not found in file://"
         ),
         "{}",
         stderr(&out)
@@ -191,7 +192,7 @@ fn json_names_the_layers_and_a_digest_that_ignores_secrets() {
             ("c hw-sync v1".to_string(), true, false),
             ("d data-disks v1".to_string(), true, true),
             ("e roce-routing v1".to_string(), true, false),
-            ("f deploy-user v1".to_string(), true, false),
+            ("f deploy-user v2".to_string(), true, false),
         ]
     );
 }

@@ -50,7 +50,9 @@ fn input() -> CloudInitInput {
         ],
         deploy_user: DeployUser {
             name: "hpcadmin".into(),
-            password: Secret::new("pw"),
+            password: None,
+            ssh_keys: Vec::new(),
+            policy: Default::default(),
         },
     }
 }

@@ -76,12 +76,16 @@ fn every_payload_of_the_sample_fleet_passes_cloud_init_schema() {
     .fleet;
     let dir = tempfile::tempdir().unwrap();
     let secrets = dir.path().join("secrets.json");
-    std::fs::write(
-        &secrets,
-        r#"{"kv/maas-sites/dc1/deploy": {"password": "dc1-Deploy-Pa55"},
-            "kv/maas-sites/dc2/deploy": {"password": "dc2 deploy: \"quoted\" $pass"}}"#,
-    )
-    .unwrap();
+    // dc1's profile gives each node its own password (kept under deploy-nodes/<host>); dc2's
+    // deploy user has none (keys only).
+    let mut doc = serde_json::Map::new();
+    for node in fleet.nodes.values().filter(|n| n.id.site.as_str() == "dc1") {
+        doc.insert(
+            format!("kv/maas-sites/dc1/deploy-nodes/{}", node.id.hostname),
+            serde_json::json!({"password": format!("{} \"quoted\" $pass", node.id.hostname)}),
+        );
+    }
+    std::fs::write(&secrets, serde_json::Value::Object(doc).to_string()).unwrap();
     let secrets = format!("file://{}", secrets.display());
     let mut files = Vec::new();
     for (i, node) in fleet.nodes.values().enumerate() {
@@ -150,7 +154,8 @@ sys.exit(1 if bad else 0)
     let broken = dir.path().join("broken.yaml");
     let text = std::fs::read_to_string(&files[0])
         .unwrap()
-        .replace("lock_passwd: false", "lock_passwd: \"maybe\"");
+        .replace("lock_passwd: false", "lock_passwd: \"maybe\"")
+        .replace("lock_passwd: true", "lock_passwd: \"maybe\"");
     std::fs::write(&broken, text).unwrap();
     let (ok, report) = schema(&broken);
     assert!(!ok, "{report}");
@@ -181,7 +186,15 @@ fn input(enroll_url: &str, token: &Secret, hostname: &str, system_id: &str) -> C
         roce: vec![],
         deploy_user: DeployUser {
             name: "hpcadmin".into(),
-            password: Secret::new("Deploy-Pa55 with spaces"),
+            password: Some(Secret::new("Deploy-Pa55 with spaces")),
+            ssh_keys: vec![
+                "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIC8vbWV0YWxmb3JtLWhhcmR3YXJlLXN5bmMtcHVzaA ops@example".into(),
+            ],
+            policy: metalform::model::DeployUserPolicy {
+                sudo: metalform::model::SudoPolicy::Password,
+                password: metalform::model::DeployPassword::PerNode,
+                ssh_password_login: false,
+            },
         },
     }
 }
@@ -320,12 +333,25 @@ fn openssl_recomputes_the_deploy_users_password_hash() {
         .to_string();
     let hash = text
         .lines()
-        .find_map(|l| l.trim().strip_prefix("passwd: \""))
+        .find_map(|l| l.trim().strip_prefix("hashed_passwd: \""))
         .and_then(|l| l.strip_suffix('"'))
-        .expect("passwd line");
-    let salt = hash.split('$').nth(2).unwrap();
+        .expect("hashed_passwd line");
+    // `$6$rounds=656000$<salt>$<hash>`: openssl reads the rounds from the salt argument.
+    let rounds_and_salt = hash
+        .splitn(5, '$')
+        .skip(2)
+        .take(2)
+        .collect::<Vec<_>>()
+        .join("$");
+    assert!(rounds_and_salt.starts_with("rounds=656000$"), "{hash}");
     let out = Command::new("openssl")
-        .args(["passwd", "-6", "-salt", salt, "Deploy-Pa55 with spaces"])
+        .args([
+            "passwd",
+            "-6",
+            "-salt",
+            &rounds_and_salt,
+            "Deploy-Pa55 with spaces",
+        ])
         .output()
         .expect("openssl runs (scripts/services/30-cloud-init.sh installs it)");
     assert!(out.status.success(), "{}", output_text(&out));
@@ -353,15 +379,24 @@ async fn show_secrets_reads_the_deploy_password_from_openbao() {
         .unwrap()
         .replace("secret/maas-sites/dc1/deploy", &path);
     std::fs::write(&site, text).unwrap();
-    let vault = metalform::secrets::VaultStore::new(&addr, Secret::new(token.clone())).unwrap();
+    let ca = std::env::var("METALFORM_TEST_VAULT_CACERT").expect(
+        "METALFORM_TEST_VAULT_CACERT is not set: run scripts/test-all (OpenBao over https)",
+    );
+    let vault = metalform::secrets::VaultStore::new(
+        &addr,
+        Secret::new(token.clone()),
+        Some(Path::new(&ca)),
+    )
+    .unwrap();
+    // c07u27's own password (dc1's profile: perNode), under the site's nodePasswords.
     metalform::secrets::SecretStore::write(
         &vault,
-        &path,
+        &format!("{path}-nodes/c07u27"),
         &BTreeMap::from([("password".to_string(), Secret::new("from-openbao-Pa55"))]),
     )
     .await
     .unwrap();
-    let url = format!("vault://{}", addr.trim_start_matches("http://"));
+    let url = format!("vault://{}", addr.trim_start_matches("https://"));
     let fleet_arg = fleet.display().to_string();
     let out = tokio::task::spawn_blocking(move || {
         Command::new(env!("CARGO_BIN_EXE_metalform"))
@@ -376,6 +411,7 @@ async fn show_secrets_reads_the_deploy_password_from_openbao() {
                 &url,
             ])
             .env("VAULT_TOKEN", token)
+            .env("VAULT_CACERT", ca)
             .output()
             .unwrap()
     })
@@ -385,10 +421,10 @@ async fn show_secrets_reads_the_deploy_password_from_openbao() {
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     let hash = text
         .lines()
-        .find_map(|l| l.trim().strip_prefix("passwd: \""))
+        .find_map(|l| l.trim().strip_prefix("hashed_passwd: \""))
         .and_then(|l| l.strip_suffix('"'))
-        .expect("passwd line");
-    let salt = hash.split('$').nth(2).unwrap();
+        .expect("hashed_passwd line");
+    let salt = hash.split('$').nth(3).unwrap();
     assert_eq!(
         cloudinit::sha512_crypt(&Secret::new("from-openbao-Pa55"), salt).expose(),
         hash
@@ -407,5 +443,57 @@ fn copy_dir(from: &Path, to: &Path, edit: &dyn Fn(String) -> String) {
             let text = std::fs::read_to_string(entry.path()).unwrap();
             std::fs::write(target, edit(text)).unwrap();
         }
+    }
+}
+
+/// Every sudo policy renders a rule real `visudo -c` accepts, for the line cloud-init writes
+/// (`<user> <rule>` in /etc/sudoers.d/90-cloud-init-users).
+#[test]
+fn every_sudo_policy_renders_a_rule_visudo_accepts() {
+    use metalform::model::{DeployPassword, DeployUserPolicy, SudoPolicy};
+    let dir = tempfile::tempdir().unwrap();
+    for (sudo, password) in [
+        (SudoPolicy::Restricted, None),
+        (SudoPolicy::Password, Some("Deploy-Pa55")),
+        (SudoPolicy::Passwordless, None),
+    ] {
+        let mut input = input(
+            "http://10.176.46.5:8740/agent/v1/enroll",
+            &Secret::new("tok_Abcdefghijklmnopqrstuvwxyz0123456789"),
+            "c07u43",
+            "x7k3pa",
+        );
+        input.deploy_user.password = password.map(Secret::new);
+        input.deploy_user.policy = DeployUserPolicy {
+            sudo,
+            password: if password.is_some() {
+                DeployPassword::PerNode
+            } else {
+                DeployPassword::None
+            },
+            ssh_password_login: false,
+        };
+        let text = cloudinit::render(&input)
+            .unwrap()
+            .user_data
+            .expose()
+            .to_string();
+        let rule = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("sudo: "))
+            .map(|r| serde_json::from_str::<String>(r).unwrap_or_else(|_| r.to_owned()))
+            .expect("a sudo line");
+        let file = dir.path().join(format!("{sudo}"));
+        std::fs::write(&file, format!("hpcadmin {rule}\n")).unwrap();
+        let out = Command::new("visudo")
+            .args(["-c", "-f"])
+            .arg(&file)
+            .output()
+            .expect("visudo runs (scripts/services/30-cloud-init.sh installs sudo)");
+        assert!(
+            out.status.success(),
+            "{sudo}: {rule}\n{}",
+            output_text(&out)
+        );
     }
 }

@@ -159,8 +159,8 @@ fn same_revision_has_no_changes_and_head_defaults_to_the_work_tree() {
     );
     h.repo.edit(
         "fleet/sites/dc1.yaml",
-        "kv/maas-sites/dc1/deploy, key: password",
-        "kv/maas-sites/dc1/deploy-v2, key: password",
+        "kv/maas-sites/dc1/deploy-nodes, key: password",
+        "kv/maas-sites/dc1/deploy-nodes-v2, key: password",
     );
     insta::assert_snapshot!("work_tree", h.diff(&["--base", "HEAD"]));
 }

@@ -6,7 +6,7 @@ use metalform::model::diff::{ChangeKind, EntityChange, FleetDiff, diff};
 use metalform::model::{Fleet, Revision};
 use metalform::source::{Snapshot, SourceFile};
 
-const SITE: &str = "apiVersion: metalform/v1\nkind: Site\nmetadata: {name: dc1}\nspec: {region: r1, maas: {url: \"http://10.0.0.1:5240/MAAS\", apiKey: {vault: kv/maas/dc1, key: token}}, power: {defaultCredentials: {vault: kv/power/dc1}}, network: {pxeIface: ens19, pxeVlanVid: 46, nodePxeIface: eno8303}, deploy: {password: {vault: kv/deploy/dc1, key: password}}, defaultProfile: gpu, reconcile: {prune: PRUNE}}\n";
+const SITE: &str = "apiVersion: metalform/v1\nkind: Site\nmetadata: {name: dc1}\nspec: {region: r1, maas: {url: \"https://10.0.0.1:5443/MAAS\", apiKey: {vault: kv/maas/dc1, key: token}}, power: {defaultCredentials: {vault: kv/power/dc1}}, network: {pxeIface: ens19, pxeVlanVid: 46, nodePxeIface: eno8303}, deploy: {password: {vault: kv/deploy/dc1, key: password}}, defaultProfile: gpu, reconcile: {prune: PRUNE}}\n";
 const PROFILE: &str = "apiVersion: metalform/v1\nkind: Profile\nmetadata: {name: gpu, site: dc1}\nspec: {storage: {dataDisks: DISKS}, release: {erase: ERASE}}\n";
 
 fn fleet(prune: bool, disks: &str, erase: &str, nodes: &str) -> Fleet {

@@ -177,6 +177,7 @@ async fn waits_with_jitter(sample: f64) -> (Vec<Duration>, MaasError) {
         base_delay: Duration::from_secs(1),
         max_delay: Duration::from_secs(4),
         max_retry_after: Duration::from_secs(60),
+        ..RetryPolicy::default()
     };
     let maas = client_for(
         &server.base_url(),

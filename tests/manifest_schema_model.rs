@@ -251,32 +251,10 @@ fn embedded_schemas_are_the_files_in_schema_dir() {
     }
 }
 
-/// Resolves `$ref`s to files in schema/ on disk, as an editor does with relative references.
-struct FromDisk;
-
-impl jsonschema::Retrieve for FromDisk {
-    fn retrieve(
-        &self,
-        uri: &jsonschema::Uri<String>,
-    ) -> Result<Value, Box<dyn std::error::Error + Send + Sync>> {
-        let name = uri.as_str().rsplit('/').next().unwrap_or_default();
-        let path = manifest_support::repo_root().join("schema").join(name);
-        Ok(serde_json::from_str(&std::fs::read_to_string(path)?)?)
-    }
-}
-
 #[test]
 fn editor_schema_accepts_the_sample_fleet_and_rejects_a_bad_document() {
     let root = manifest_support::repo_root();
-    let fleet_schema: Value = serde_json::from_str(
-        &std::fs::read_to_string(root.join("schema/fleet.schema.json")).unwrap(),
-    )
-    .unwrap();
-    let validator = jsonschema::options()
-        .with_base_uri("file:///schema/fleet.schema.json")
-        .with_retriever(FromDisk)
-        .build(&fleet_schema)
-        .expect("fleet.schema.json compiles with its siblings");
+    let validator = manifest_support::editor_validator(true);
     let snapshot = metalform::source::read(&metalform::source::FleetSource::Directory(
         root.join("fleet"),
     ))

@@ -72,6 +72,7 @@ fn clients() -> MaasClients {
             base_delay: Duration::from_millis(10),
             max_delay: Duration::from_millis(20),
             max_retry_after: Duration::from_secs(1),
+            ..RetryPolicy::default()
         },
         metrics: MaasMetrics::new(),
         ..MaasClientOptions::default()

@@ -292,14 +292,17 @@ fn out_writes_the_plan_file_and_every_format_prints() {
     let observed = write_snapshot(dir.path(), &World::new().done());
     let out = dir.path().join("plan.json");
     let out_s = out.display().to_string();
+    let state = format!("sqlite://{}", dir.path().join("state.db").display());
     let run = metalform(&[
         "plan",
         "--fleet",
         &fleet,
         "--observed",
         &observed,
+        // The plan file is signed with the store's key: --out opens the store, even with
+        // --observed.
         "--state",
-        NO_STORE,
+        &state,
         "--out",
         &out_s,
     ]);
@@ -328,11 +331,28 @@ fn out_writes_the_plan_file_and_every_format_prints() {
         "json",
     ]);
     assert_eq!(run.code, 0, "{}", run.stderr);
+    // The same plan; the file is also signed (stdout is not: it is shown, not applied).
+    assert!(
+        saved
+            .signature
+            .as_deref()
+            .is_some_and(|s| s.starts_with(plan::SIGNATURE_PREFIX))
+    );
+    let unsigned = plan::Plan {
+        signature: None,
+        ..saved.clone()
+    };
     assert_eq!(
         plan::from_json(&run.stdout, "stdout".as_ref()).unwrap(),
-        saved
+        unsigned
     );
-    assert_eq!(run.stdout, std::fs::read_to_string(&out).unwrap());
+    let mut file: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    file.as_object_mut().unwrap().remove("signature");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&run.stdout).unwrap(),
+        file
+    );
 
     let run = metalform(&[
         "plan",
@@ -470,7 +490,7 @@ fn bad_input_is_refused_with_what_to_do() {
         "--observed",
         &observed,
         "--state",
-        NO_STORE,
+        &format!("sqlite://{}", dir.path().join("state.db").display()),
         "--out",
         "/nonexistent/dir/plan.json",
     ]);

@@ -304,3 +304,38 @@ fn the_parent_is_the_plan_the_latest_job_ran_under() {
     let none = plan::plan(&fleet, &World::new().done(), &options(&["dc1"]));
     assert_eq!(none.parent, None);
 }
+
+#[test]
+fn a_plan_whose_parent_moved_is_stale_and_says_which_plan_ran_since() {
+    let fleet = fixture_fleet();
+    let mut earlier = job(
+        "dc1",
+        "n01",
+        JobState::Completed,
+        "wait_for_agent_enrollment",
+    );
+    earlier.plan_id = Some("sha256:aaaaaaaaaaaa0000".into());
+    let snapshot = World::new().job(earlier.clone()).done();
+    let plan = plan::plan(&fleet, &snapshot, &options(&["dc1"]));
+    assert_eq!(plan.parent.as_deref(), Some("sha256:aaaaaaaaaaaa0000"));
+    let revision = plan::revision_id(&fleet.revision);
+
+    // A plan file claiming another parent than the store's latest job: refused, naming both.
+    let mut claimed = plan.clone();
+    claimed.parent = Some("sha256:bbbbbbbbbbbb0000".into());
+    let stale =
+        plan::check_fresh(&claimed, &revision, &snapshot, snapshot.store_serial).unwrap_err();
+    assert_eq!(
+        stale.moved,
+        [Moved::Parent {
+            planned: Some("sha256:bbbbbbbbbbbb0000".into()),
+            current: Some("sha256:aaaaaaaaaaaa0000".into()),
+        }]
+    );
+    assert!(
+        stale.to_string().ends_with(
+            "is stale: plan sha256:aaaaaaaaaaaa ran since (this plan followed plan sha256:bbbbbbbbbbbb)"
+        ),
+        "{stale}"
+    );
+}

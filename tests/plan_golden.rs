@@ -267,7 +267,7 @@ fn an_unreadable_site_is_never_treated_as_empty() {
     let snapshot = World::new()
         .unreadable(
             "dc2",
-            "cannot list the machines from MAAS at http://10.180.46.1:5240/MAAS/api/2.0/: connection refused",
+            "cannot list the machines from MAAS at https://10.180.46.1:5443/MAAS/api/2.0/: connection refused",
             true,
         )
         .node(inventory("dc2", "m01", NodeState::Active))

@@ -107,7 +107,7 @@ async fn malformed_file_and_urls_are_typed_errors() {
     let err = secrets::open("s3://bucket").unwrap_err();
     assert_eq!(
         err.to_string(),
-        "invalid secrets URL `s3://bucket`: expected vault://HOST:PORT, vault+https://HOST:PORT or file://PATH"
+        "invalid secrets URL `s3://bucket`: expected vault://HOST:PORT (https), vault+http://HOST:PORT (plain http) or file://PATH"
     );
     assert!(secrets::open("file://").is_err());
 }
@@ -115,7 +115,7 @@ async fn malformed_file_and_urls_are_typed_errors() {
 #[tokio::test]
 async fn unreachable_vault_is_transient() {
     // Nothing listens on port 1: the server is down.
-    let store = secrets::VaultStore::new("http://127.0.0.1:1", Secret::new("root")).unwrap();
+    let store = secrets::VaultStore::new("http://127.0.0.1:1", Secret::new("root"), None).unwrap();
     let store: &dyn secrets::SecretStore = &store;
     let err = store
         .get(&SecretRef::new("secret/x", Some("y")))

@@ -13,11 +13,17 @@ fn env(name: &str) -> String {
         .unwrap_or_else(|_| panic!("{name} is not set: run scripts/test-all, which starts OpenBao"))
 }
 
+/// The server's CA (dev mode with `-dev-tls`: OpenBao is reached over https).
+fn ca() -> std::path::PathBuf {
+    env("METALFORM_TEST_VAULT_CACERT").into()
+}
+
 fn vault() -> Arc<dyn SecretStore> {
     Arc::new(
         VaultStore::new(
             &env("METALFORM_TEST_VAULT_ADDR"),
             Secret::new(env("METALFORM_TEST_VAULT_TOKEN")),
+            Some(&ca()),
         )
         .expect("vault client"),
     )
@@ -102,7 +108,7 @@ async fn missing_path_and_key_name_the_path_never_the_value() {
 #[tokio::test]
 async fn wrong_token_is_denied_and_open_reads_vault_token() {
     let addr = env("METALFORM_TEST_VAULT_ADDR");
-    let bad = VaultStore::new(&addr, Secret::new("not-a-token")).unwrap();
+    let bad = VaultStore::new(&addr, Secret::new("not-a-token"), Some(&ca())).unwrap();
     let bad: &dyn SecretStore = &bad;
     let err = bad.read("secret/anything").await.unwrap_err();
     assert!(matches!(err, SecretError::Denied { .. }), "{err:?}");
@@ -111,7 +117,9 @@ async fn wrong_token_is_denied_and_open_reads_vault_token() {
     // `open(vault://HOST:PORT)` takes the token from VAULT_TOKEN (docs/contracts.md §2).
     // SAFETY: this test file sets VAULT_TOKEN only here and before reading it.
     unsafe { std::env::set_var("VAULT_TOKEN", env("METALFORM_TEST_VAULT_TOKEN")) };
-    let host_port = addr.strip_prefix("http://").unwrap();
+    // `vault://` is https; the server's CA comes from VAULT_CACERT.
+    unsafe { std::env::set_var("VAULT_CACERT", ca()) };
+    let host_port = addr.strip_prefix("https://").expect("OpenBao over https");
     let store = secrets::open(&format!("vault://{host_port}")).unwrap();
     let path = unique("via-open");
     store.write(&path, &fields(&[("k", "v")])).await.unwrap();
@@ -146,7 +154,12 @@ async fn server_down_is_a_transient_error() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap_or_else(|e| panic!("cannot run `{bao}` (METALFORM_TEST_BAO_BIN): {e}"));
-    let store = VaultStore::new(&format!("http://127.0.0.1:{port}"), Secret::new("root")).unwrap();
+    let store = VaultStore::new(
+        &format!("http://127.0.0.1:{port}"),
+        Secret::new("root"),
+        None,
+    )
+    .unwrap();
     let store: &dyn SecretStore = &store;
     let mut written = false;
     for _ in 0..100 {
@@ -177,4 +190,25 @@ async fn server_down_is_a_transient_error() {
         .unwrap_err();
     assert!(err.is_transient(), "{err:?}");
     assert!(matches!(err, SecretError::Unavailable { .. }));
+}
+
+#[tokio::test]
+async fn over_https_an_unknown_certificate_is_refused_and_plain_http_is_not_tried() {
+    let addr = env("METALFORM_TEST_VAULT_ADDR");
+    // Without the server's CA: the certificate is not trusted, nothing is read.
+    let store =
+        VaultStore::new(&addr, Secret::new(env("METALFORM_TEST_VAULT_TOKEN")), None).unwrap();
+    let store: &dyn SecretStore = &store;
+    let err = store.read("secret/anything").await.unwrap_err();
+    assert!(matches!(err, SecretError::Unavailable { .. }), "{err:?}");
+    assert!(
+        err.to_string().to_lowercase().contains("certificate"),
+        "{err}"
+    );
+    // The same server as plain http: refused by the server, never a downgrade.
+    let plain = addr.replacen("https://", "http://", 1);
+    let store =
+        VaultStore::new(&plain, Secret::new(env("METALFORM_TEST_VAULT_TOKEN")), None).unwrap();
+    let store: &dyn SecretStore = &store;
+    assert!(store.read("secret/anything").await.is_err());
 }

@@ -73,7 +73,7 @@ fn the_quickstart_validates() {
 fn sites_resolve_with_defaults_secrets_and_overrides() {
     let fleet = sample_fleet();
     let dc1 = &fleet.sites[&SiteName::new("dc1")];
-    assert_eq!(dc1.maas.url.as_str(), "http://10.176.46.1:5240/MAAS");
+    assert_eq!(dc1.maas.url.as_str(), "https://10.176.46.1:5443/MAAS");
     assert_eq!(
         dc1.maas.api_key,
         SecretRef::new("kv/maas-sites/dc1/api-token", Some("token"))

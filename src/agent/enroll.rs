@@ -198,9 +198,19 @@ fn refusal(request: &EnrollmentRequest, err: EnrollError) -> Response {
         EnrollError::InvalidToken(e) => {
             error(StatusCode::UNAUTHORIZED, "invalid_token", e.to_string())
         }
-        e @ (EnrollError::NotWaiting { .. } | EnrollError::WrongMachine { .. }) => {
-            error(StatusCode::CONFLICT, "conflict", e.to_string())
-        }
+        // The caller is not authenticated yet (the token is what is in question): the answer
+        // says what is wrong without naming the node the token belongs to. The log above has
+        // the details for the operator.
+        EnrollError::NotWaiting { .. } => error(
+            StatusCode::CONFLICT,
+            "conflict",
+            "the node this token was issued for is not waiting for an agent enrollment",
+        ),
+        EnrollError::WrongMachine { field, .. } => error(
+            StatusCode::CONFLICT,
+            "conflict",
+            format!("the token was issued for another machine (its {field} does not match)"),
+        ),
         EnrollError::Store(e) if e.is_transient() => error(
             StatusCode::SERVICE_UNAVAILABLE,
             "unavailable",

@@ -251,7 +251,8 @@ fn store_failure(err: &StoreError) -> Response {
     }
 }
 
-/// Authenticate the bearer token for `node` (and record the contact as a heartbeat).
+/// Authenticate the bearer token for `node` (and record the contact as a heartbeat — only
+/// once the token is known to be this node's: a refused call is not contact).
 async fn authenticate(
     state: &AgentState,
     headers: &HeaderMap,
@@ -277,18 +278,20 @@ async fn authenticate(
             format!("`{node}` is not a node id"),
         )
     })?;
+    let token = Secret::new(token.to_owned());
+    let unknown = || {
+        error(
+            StatusCode::UNAUTHORIZED,
+            "invalid_token",
+            "unknown or revoked agent token: enroll again",
+        )
+    };
     let identity = state
         .store
-        .authenticate_agent(&Secret::new(token.to_owned()))
+        .agent_identity(&token)
         .await
         .map_err(|e| store_failure(&e))?
-        .ok_or_else(|| {
-            error(
-                StatusCode::UNAUTHORIZED,
-                "invalid_token",
-                "unknown or revoked agent token: enroll again",
-            )
-        })?;
+        .ok_or_else(unknown)?;
     if identity.node_id != node {
         return Err(error(
             StatusCode::FORBIDDEN,
@@ -296,6 +299,14 @@ async fn authenticate(
             format!("the agent token belongs to another node, not {node}"),
         ));
     }
+    // Now the contact: the same check again, writing, so a token revoked meanwhile is refused.
+    let identity = state
+        .store
+        .authenticate_agent(&token)
+        .await
+        .map_err(|e| store_failure(&e))?
+        .filter(|again| again.node_id == node)
+        .ok_or_else(unknown)?;
     Ok((node, identity))
 }
 

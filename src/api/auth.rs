@@ -133,7 +133,8 @@ pub(super) async fn require_admin(
         ))),
         None => {
             let secret = Secret::new(token.to_owned());
-            match state.inner.store.authenticate_agent(&secret).await? {
+            // Read only: a refused call is not the agent's contact.
+            match state.inner.store.agent_identity(&secret).await? {
                 Some(_) => Err(ApiError::forbidden(
                     "a node agent's token cannot call admin routes",
                 )),

@@ -266,7 +266,7 @@ async fn run_probe(
     let version = client.version().await.map_err(|e| e.to_string())?;
     let whoami = client.whoami().await.map_err(|e| e.to_string())?;
     Ok(ProbeReport {
-        maas_url: state.inner.maas.url_of(site),
+        maas_url: crate::sanitize::redact::url(&state.inner.maas.url_of(site)),
         hardware_sync_supported: version.supports_hardware_sync(),
         version: version.version,
         capabilities: version.capabilities,

@@ -1,16 +1,18 @@
 //! From a plan to executor work (DESIGN.md §4 "the executor runs each plan item as a durable
 //! stage journal"; seed 000 §4.9, §4.13, §5): observe and plan now ([`plan_now`]), check that
-//! a saved plan still describes the world ([`check_plan_fresh`]), turn the plan's change items
-//! into the work of both executors ([`work_items`]: onboardings, and reimages, decommissions and
-//! retirements), refusing destructive ones unless the operator allowed them, and run it all
-//! ([`Executor::run_plan`]). `metalform apply`, `metalform demo` and the daemon share these.
+//! a saved plan is trusted and still describes the world ([`verify_plan_file`]: its signature,
+//! its freshness, and that planning now gives the same plan — which is then what runs), turn
+//! the plan's change items into the work of both executors ([`work_items`]: onboardings, and
+//! reimages, decommissions and retirements), refusing destructive ones unless the operator
+//! allowed them, and run it all ([`Executor::run_plan`]). `metalform apply`, `metalform demo`
+//! and the daemon share these.
 
 use std::sync::Arc;
 
 use crate::lifecycle::DecommissionMode;
 use crate::model::{Fleet, NodeId};
 use crate::observe::{self, MaasClients, ObserveError, SiteFilter, Snapshot};
-use crate::plan::{self, Action, Plan, PlanItem, PlanOptions, StalePlan};
+use crate::plan::{self, Action, Plan, PlanItem, PlanOptions, StalePlan, UntrustedPlan};
 use crate::secrets::SecretStore;
 use crate::stages::decommission::DecommissionTarget;
 use crate::store::{NewDecommission, Store, StoreError};
@@ -91,15 +93,56 @@ impl PlanWork {
     }
 }
 
+/// The only difference between a plan file and the plan made now is how long the items that
+/// wait for a maintenance window still wait ("opens in 3h12m" read at another moment): the
+/// same items, actions and summaries, and every differing item waits for a window.
+fn only_window_clock_moved(file: &Plan, now: &Plan) -> bool {
+    file.sites == now.sites
+        && file.items.len() == now.items.len()
+        && file.items.iter().zip(&now.items).all(|(f, n)| {
+            f == n
+                || (f.node == n.node
+                    && f.action == n.action
+                    && f.destructive == n.destructive
+                    && matches!(
+                        &f.action,
+                        Action::Blocked {
+                            cause: plan::BlockCause::MaintenanceWindow { .. },
+                        }
+                    ))
+        })
+}
+
+/// Whether running `item` destroys something. Every new reimage, decommission and retirement
+/// does, whatever the item's flag says. Where it depends on what is observed — an onboarding
+/// of a machine running a workload metalform did not deploy, the continuation of an open
+/// decommission (not while it compensates) — the flag decides, and it comes from a plan made
+/// against the current state (`verify_plan_file` makes sure of that for plan files).
+pub fn destroys(item: &PlanItem) -> bool {
+    item.destructive
+        || match &item.action {
+            Action::Reimage { .. } | Action::Decommission | Action::Retire | Action::Prune => true,
+            // Cleaning a retired machine destroys only when it runs something (the flag).
+            Action::Reactivate
+            | Action::ResumeDecommission { .. }
+            | Action::Onboard
+            | Action::Resume { .. }
+            | Action::Rerun { .. }
+            | Action::Adopt { .. }
+            | Action::Noop
+            | Action::Blocked { .. } => false,
+        }
+}
+
 /// The executors' work for a plan: one item per change item, in plan order, each carrying the
 /// plan's id (recorded on the jobs it creates) and its reason (the audit reason of the recovery
 /// actions it takes, the request reason of a decommission). Noop and blocked items are nothing
-/// to do. Destructive change items — onboarding a machine in use, every reimage, decommission
-/// and retirement — are refused, all of them named, unless `allow_destructive`.
+/// to do. Destructive change items ([`destroys`]) — onboarding a machine in use, every reimage,
+/// decommission and retirement — are refused, all of them named, unless `allow_destructive`.
 pub fn work_items(plan: &Plan, allow_destructive: bool) -> Result<PlanWork, PlanRefused> {
     let destructive: Vec<(NodeId, String)> = plan
         .changes()
-        .filter(|item| item.destructive)
+        .filter(|item| destroys(item))
         .map(|item| (item.node.clone(), item.reason.clone()))
         .collect();
     if !destructive.is_empty() && !allow_destructive {
@@ -246,16 +289,18 @@ impl super::Executor {
     }
 }
 
-/// Observe the selected sites now (one MAAS list per site, the inventory and the jobs) and
-/// plan them. The snapshot comes back too: its unreadable sites say why, with a hint.
+/// Observe the selected sites now (one MAAS list per site, the inventory and the jobs), each
+/// site's MAAS waited for with `patience`, and plan them. The snapshot comes back too: its
+/// unreadable sites say why, with a hint.
 pub async fn plan_now(
     fleet: &Fleet,
     sites: &SiteFilter,
     store: &Store,
     secrets: &dyn SecretStore,
     clients: &MaasClients,
+    patience: &observe::Patience,
 ) -> Result<(Snapshot, Plan), ObserveError> {
-    let snapshot = observe::observe(fleet, sites, store, secrets, clients).await?;
+    let snapshot = observe::observe_within(fleet, sites, store, secrets, clients, patience).await?;
     let plan = plan::plan(
         fleet,
         &snapshot,
@@ -270,6 +315,10 @@ pub async fn plan_now(
 /// Why a saved plan cannot be run.
 #[derive(Debug, thiserror::Error)]
 pub enum FreshnessError {
+    /// It was not written by `metalform plan` against this store, or it says something that
+    /// planning now does not.
+    #[error(transparent)]
+    Untrusted(#[from] UntrustedPlan),
     /// It no longer describes the world; it says what moved.
     #[error(transparent)]
     Stale(#[from] StalePlan),
@@ -279,16 +328,21 @@ pub enum FreshnessError {
     Store(#[from] StoreError),
 }
 
-/// Is a saved plan still what planning now would start from? `fleet` is the fleet read now
-/// the way the plan's was (a git commit, or the files on disk); the plan's sites are observed
-/// again (those the fleet still has) and the store's serial read after that.
-pub async fn check_plan_fresh(
+/// The plan to run for a plan file, or why none is. In order, each refusal before anything
+/// is changed: the file's signature under the store's key ([`plan::verify`]); its freshness
+/// (fleet revision, each planned site's MAAS, the inventory, the jobs, the parent plan and
+/// the store serial, [`plan::check_fresh`]); and planning again from `fleet` and the
+/// observation just made, which must give the same plan ([`plan::differences`]). The plan
+/// returned is that new plan: what to connect to, which secrets to read and what is
+/// destructive come from the fleet and the store now, never from the file.
+pub async fn verify_plan_file(
     plan: &Plan,
     fleet: &Fleet,
     store: &Store,
     secrets: &dyn SecretStore,
     clients: &MaasClients,
-) -> Result<(), FreshnessError> {
+) -> Result<Plan, FreshnessError> {
+    plan::verify(plan, &store.plan_signing_key().await?)?;
     // A site the fleet no longer has is not observed; `check_fresh` reports it as planned but
     // not observed (and the fleet revision as moved).
     let sites = SiteFilter::Only(
@@ -300,5 +354,20 @@ pub async fn check_plan_fresh(
     let snapshot = observe::observe(fleet, &sites, store, secrets, clients).await?;
     let serial = store.serial().await?;
     plan::check_fresh(plan, &plan::revision_id(&fleet.revision), &snapshot, serial)?;
-    Ok(())
+    // Planned again as the file was: with the windows it overrode ignored again.
+    let options = PlanOptions {
+        sites,
+        ignore_windows: plan.items.iter().any(|i| i.window_ignored.is_some()),
+        ..PlanOptions::default()
+    };
+    let now = plan::plan(fleet, &snapshot, &options);
+    let differences = plan::differences(plan, &now);
+    if !differences.is_empty() && !only_window_clock_moved(plan, &now) {
+        return Err(UntrustedPlan::Differs {
+            plan_id: plan.id.clone(),
+            differences,
+        }
+        .into());
+    }
+    Ok(now)
 }

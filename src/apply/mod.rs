@@ -38,7 +38,7 @@ use std::time::Duration;
 
 pub use engine::{Compensation, Continuing, Engine, Kind, Pass, Run, Stop};
 pub use from_plan::{
-    FreshnessError, PlanRefused, PlanWork, check_plan_fresh, plan_now, work_items,
+    FreshnessError, PlanRefused, PlanWork, destroys, plan_now, verify_plan_file, work_items,
 };
 pub use lease::onboarding_lease_name;
 pub use maas::SiteMaas;

@@ -23,7 +23,7 @@ use std::time::Duration;
 use crate::agent::EnrollmentServer;
 use crate::apply::{
     ApplyReport, Executor, ExecutorOptions, FreshnessError, NodeOutcome, PlanRefused, PlanWork,
-    Progress, SiteMaas, StageEnv, StderrProgress, check_plan_fresh, work_items,
+    Progress, SiteMaas, StageEnv, StderrProgress, verify_plan_file, work_items,
 };
 use crate::clock::SystemClock;
 use crate::model::Fleet;
@@ -35,8 +35,8 @@ use crate::store::Actor;
 
 use super::output::table;
 use super::world::{
-    FleetArgs, SecretArgs, SiteArgs, World, load_fleet, observe_error, store_error, unknown_site,
-    warn_unreadable,
+    FleetArgs, SecretArgs, SiteArgs, TimeoutArgs, World, load_fleet, observe_error, store_error,
+    unknown_site, warn_unreadable,
 };
 use super::{CliError, Exit, GlobalArgs};
 
@@ -63,6 +63,8 @@ pub struct Args {
     pub reason: Option<String>,
     #[command(flatten)]
     pub sites: SiteArgs,
+    #[command(flatten)]
+    pub wait: TimeoutArgs,
     #[command(flatten)]
     pub exec: ExecArgs,
 }
@@ -326,6 +328,10 @@ pub(super) fn plan_refused(err: PlanRefused) -> CliError {
 
 fn freshness_error(err: FreshnessError) -> CliError {
     match err {
+        FreshnessError::Untrusted(untrusted) => {
+            let hint = untrusted.hint();
+            CliError::user(untrusted.to_string()).hint(hint)
+        }
         FreshnessError::Stale(stale) => {
             let hint = stale.hint();
             CliError::user(stale.to_string()).hint(hint)
@@ -376,10 +382,16 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
     let fleet = load_fleet(&fleet_args)?;
     let sites = args.sites.site_filter();
     sites.resolve(&fleet).map_err(unknown_site)?;
-    let world = World::open(global, &args.exec.fleet, &args.exec.secrets).await?;
-    let items = match prepare(&args, &fleet, &world, plan_file).await {
-        Ok(Some(items)) => items,
-        Ok(None) => {
+    let world = World::open(global, &args.exec.fleet, &args.exec.secrets)
+        .await?
+        .patience(args.wait.patience());
+    let (items, blocked) = match prepare(&args, &fleet, &world, plan_file).await {
+        Ok(Prepared::Run { work, blocked }) => (work, blocked),
+        Ok(Prepared::Nothing { blocked }) => {
+            world.close().await;
+            return not_converged(&blocked).map(|()| Exit::Success);
+        }
+        Ok(Prepared::Declined) => {
             world.close().await;
             return Ok(Exit::Success);
         }
@@ -410,22 +422,56 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
         runtime.maas.metrics().total()
     );
     runtime.shutdown().await;
-    finish(&report)
+    let exit = finish(&report)?;
+    not_converged(&blocked)?;
+    Ok(exit)
 }
 
-/// The plan to run — the plan file after its freshness check, or a plan made now — shown on
-/// stdout, turned into work items (destructive ones refused unless allowed) and confirmed.
-/// `None`: nothing to run (no changes, or the operator declined).
+/// What [`prepare`] found to do.
+enum Prepared {
+    /// Run this; the nodes listed are blocked until an operator acts.
+    Run {
+        work: PlanWork,
+        blocked: Vec<(String, String)>,
+    },
+    /// Nothing to run; these nodes are blocked until an operator acts.
+    Nothing { blocked: Vec<(String, String)> },
+    /// The operator said no.
+    Declined,
+}
+
+/// While nodes wait for an operator the fleet is not converged, whatever this pass did: an
+/// error (exit 1) listing each with why.
+fn not_converged(blocked: &[(String, String)]) -> Result<(), CliError> {
+    if blocked.is_empty() {
+        return Ok(());
+    }
+    let listed: Vec<String> = blocked
+        .iter()
+        .map(|(node, reason)| format!("{node} ({reason})"))
+        .collect();
+    Err(CliError::user(format!(
+        "the fleet is not converged: {} node(s) need an operator: {}",
+        blocked.len(),
+        listed.join("; ")
+    ))
+    .hint("`metalform onboardings list --open` shows each job's failure class and next action; resolve them, then apply again"))
+}
+
+/// The plan to run — the plan file after its checks, or a plan made now — shown on stdout,
+/// turned into work items (destructive ones refused unless allowed) and confirmed; with the
+/// nodes it leaves blocked for an operator.
 async fn prepare(
     args: &Args,
     fleet: &Fleet,
     world: &World,
     plan_file: Option<(PathBuf, Plan)>,
-) -> Result<Option<PlanWork>, CliError> {
+) -> Result<Prepared, CliError> {
     let from_file = plan_file.is_some();
     let plan = match plan_file {
         Some((path, plan)) => {
-            check_plan_fresh(
+            // What runs is the plan made now, which must be the file's (see verify_plan_file).
+            let now = verify_plan_file(
                 &plan,
                 fleet,
                 &world.store,
@@ -435,11 +481,11 @@ async fn prepare(
             .await
             .map_err(freshness_error)?;
             eprintln!(
-                "{}: the plan {} is fresh (fleet, MAAS, inventory, jobs and store unchanged)",
+                "{}: the plan {} is signed by this store and fresh (fleet, MAAS, inventory, jobs and store unchanged)",
                 display(&path),
                 plan::short_id(&plan.id)
             );
-            plan
+            now
         }
         None => {
             let options = crate::plan::PlanOptions {
@@ -479,13 +525,17 @@ async fn prepare(
         .hint("e.g. --reason \"emergency kernel patch (CHG-4411)\""));
     }
     let actor = operator(args.exec.actor.as_deref());
+    let blocked: Vec<(String, String)> = plan
+        .needing_operator()
+        .map(|item| (item.node.to_string(), item.reason.clone()))
+        .collect();
     if items.is_empty() {
         match plan.summary.blocked {
             0 => println!("No changes."),
             n => println!("Nothing to apply: {n} item(s) blocked (see the plan above)."),
         }
         sync_policies(world, fleet, &actor).await?;
-        return Ok(None);
+        return Ok(Prepared::Nothing { blocked });
     }
     // A plan file was reviewed when it was made (terraform's rule); a plan made now is shown
     // and needs a yes.
@@ -498,14 +548,17 @@ async fn prepare(
         }
         if !confirm("Apply these changes?")? {
             println!("Apply cancelled.");
-            return Ok(None);
+            return Ok(Prepared::Declined);
         }
     }
     crate::apply::records::audit_window_overrides(&world.store, &plan, &actor, reason)
         .await
         .map_err(store_error)?;
     sync_policies(world, fleet, &actor).await?;
-    Ok(Some(items))
+    Ok(Prepared::Run {
+        work: items,
+        blocked,
+    })
 }
 
 /// Record the release policies the manifests give the inventory's nodes now (pruning uses
@@ -549,7 +602,11 @@ pub(super) fn render_report(report: &ApplyReport) -> String {
         })
         .collect();
     let mut out = String::from("\n");
-    out.push_str(&table(&["NODE", "RESULT", "JOB", "DETAIL"], &rows));
+    // Details quote MAAS and BMC answers: shown, never obeyed by the terminal.
+    out.push_str(&crate::sanitize::terminal::escape(&table(
+        &["NODE", "RESULT", "JOB", "DETAIL"],
+        &rows,
+    )));
     out.push_str(&format!(
         "\nApply: {} converged, {} failed, {} not run.\n",
         report.converged(),

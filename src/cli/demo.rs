@@ -185,13 +185,10 @@ fn demo_secrets(fleet: &Fleet, api_keys: &BTreeMap<String, String>) -> serde_jso
         for o in &site.power.overrides {
             put(&o.credentials, login.clone());
         }
-        let key = site
-            .deploy
-            .password
-            .key
-            .clone()
-            .unwrap_or_else(|| "password".into());
-        put(&site.deploy.password, json!({ key: DEMO_PASSWORD }));
+        if let Some(password) = &site.deploy.password {
+            let key = password.key.clone().unwrap_or_else(|| "password".into());
+            put(password, json!({ key: DEMO_PASSWORD }));
+        }
     }
     serde_json::Value::Object(doc)
 }
@@ -201,6 +198,12 @@ fn write(path: &Path, text: &str) -> Result<(), CliError> {
         std::fs::create_dir_all(dir)?;
     }
     std::fs::write(path, text).map_err(|e| CliError::user(format!("{}: {e}", path.display())))
+}
+
+/// A file only its owner can read (0600): the dev secrets, kept by `--keep`.
+fn write_private(path: &Path, text: &str) -> Result<(), CliError> {
+    crate::secrets::write_private_file(path, text.as_bytes())
+        .map_err(|e| CliError::user(format!("{}: {e}", path.display())))
 }
 
 /// Copy a fleet directory's manifests (not its .metalform/ or other dot-dirs).
@@ -228,6 +231,11 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
         .prefix("metalform-demo.")
         .tempdir()?;
     let root = workdir.path().to_path_buf();
+    // It holds dev secrets and the state store, and `--keep` leaves it behind: owner only.
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700))?;
+    }
     let fleet_dir = root.join("fleet");
     match &args.fleet {
         Some(dir) => copy_fleet(dir, &fleet_dir)?,
@@ -316,7 +324,7 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
         sim_control.push(format!("{name}={}", handle.base_url()));
         sims.push(handle);
     }
-    write(
+    write_private(
         &root.join("secrets.json"),
         &demo_secrets(&fleet, &api_keys).to_string(),
     )?;

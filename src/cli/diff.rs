@@ -21,6 +21,7 @@ use crate::model::diff::{
     ChangeKind, EntityChange, EntityKind, FieldChange, FleetDiff, KindSummary,
 };
 use crate::model::{Fleet, diff};
+use crate::sanitize::{markdown, terminal};
 use crate::source::FleetSource;
 
 #[derive(Debug, clap::Args)]
@@ -172,7 +173,12 @@ fn summary_line(diff: &FleetDiff) -> String {
     )
 }
 
+/// The diff as text, with any control character in a value shown as an escape.
 pub fn render_text(diff: &FleetDiff) -> String {
+    terminal::escape(&text_unescaped(diff)).into_owned()
+}
+
+fn text_unescaped(diff: &FleetDiff) -> String {
     let mut out = format!("Fleet diff: {} → {}\n", diff.base, diff.head);
     for change in &diff.changes {
         out.push('\n');
@@ -257,9 +263,9 @@ pub fn render_json(diff: &FleetDiff) -> String {
     text
 }
 
-/// Inside a table cell: code span, pipes escaped so the table holds.
+/// Inside a table cell: a code span (the same escaping as the plan's markdown).
 fn cell(text: &str) -> String {
-    format!("`{}`", text.replace('|', "\\|").replace('`', "'"))
+    markdown::code(text)
 }
 
 fn markdown_row(change: &EntityChange) -> String {
@@ -280,7 +286,7 @@ fn markdown_row(change: &EntityChange) -> String {
                 rows,
                 "| {id} | {} | {} | | |",
                 word(change.change),
-                summary.replace('|', "\\|")
+                markdown::text(&summary)
             );
         }
         ChangeKind::Removed => {
@@ -310,7 +316,7 @@ fn markdown_row(change: &EntityChange) -> String {
         }
     }
     for note in &change.notes {
-        let _ = writeln!(rows, "| | note | {} | | |", note.replace('|', "\\|"));
+        let _ = writeln!(rows, "| | note | {} | | |", markdown::text(note));
     }
     rows
 }
@@ -378,8 +384,8 @@ pub fn render_markdown(diff: &FleetDiff, max_bytes: usize) -> String {
             let line = format!(
                 "- **{} {}**: {}\n",
                 change.kind.as_str(),
-                change.id,
-                change.destructive.join("; ").replace('|', "\\|")
+                markdown::text(&change.id),
+                markdown::text(&change.destructive.join("; "))
             );
             if out.len() + line.len() > budget {
                 destructive_left_out += 1;
@@ -425,9 +431,9 @@ pub fn render_markdown(diff: &FleetDiff, max_bytes: usize) -> String {
             .iter()
             .map(|((kind, change), (count, first, last))| {
                 let range = if first == last {
-                    format!("`{first}`")
+                    markdown::code(first)
                 } else {
-                    format!("`{first}` … `{last}`")
+                    format!("{} … {}", markdown::code(first), markdown::code(last))
                 };
                 format!("{count} {} {}(s) ({range})", word(*change), kind.as_str())
             })

@@ -39,6 +39,9 @@ pub enum Exit {
     Findings,
     /// 2: `plan --detailed-exitcode` found changes.
     Changes,
+    /// 3: `plan --detailed-exitcode` found nodes that need an operator before the fleet can
+    /// converge (listed on stderr); applying would not get past them.
+    Blocked,
 }
 
 impl From<Exit> for ExitCode {
@@ -47,6 +50,7 @@ impl From<Exit> for ExitCode {
             Exit::Success => 0,
             Exit::Findings => 1,
             Exit::Changes => 2,
+            Exit::Blocked => 3,
         })
     }
 }
@@ -85,11 +89,15 @@ impl CliError {
     }
 }
 
+/// Messages quote what came from outside (manifest values, MAAS answers, URLs): credentials
+/// in them are masked and control characters shown as escapes. Hints are ours (they may show
+/// a URL's shape, `postgres://USER@HOST/DB`): only escaped.
 impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "error: {}", self.message)?;
+        let message = crate::sanitize::redact::text(&self.message);
+        write!(f, "error: {}", crate::sanitize::terminal::escape(&message))?;
         for hint in &self.hints {
-            write!(f, "\nhint: {hint}")?;
+            write!(f, "\nhint: {}", crate::sanitize::terminal::escape(hint))?;
         }
         Ok(())
     }
@@ -117,6 +125,11 @@ mod tests {
              hint: pass --fleet DIR pointing at a directory with sites/, profiles/ and nodes/"
         );
         assert_eq!(err.class.exit_code(), 1);
+        let hostile = CliError::user("site \u{1b}]0;owned\u{7} at https://u:pw@maas.example/MAAS");
+        assert_eq!(
+            hostile.to_string(),
+            "error: site \\x1b]0;owned\\x07 at https://***@maas.example/MAAS"
+        );
         assert_eq!(ErrorClass::Argument.exit_code(), 2);
         assert_eq!(ErrorClass::Unexpected.exit_code(), 70);
     }

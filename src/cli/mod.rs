@@ -220,17 +220,19 @@ fn init_logging(filter: &str, json: bool) {
     };
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // Every log line passes the redaction path (docs/security.md "What is redacted where").
+    let writer = || crate::sanitize::redact::RedactingWriter(std::io::stderr());
     if json {
         let _ = tracing_subscriber::fmt()
             .json()
             .with_env_filter(filter)
-            .with_writer(std::io::stderr)
+            .with_writer(writer)
             .try_init();
         return;
     }
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .with_ansi(output::use_color(std::io::IsTerminal::is_terminal(
             &std::io::stderr(),
         )))

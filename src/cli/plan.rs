@@ -4,7 +4,10 @@
 //! `metalform apply PLANFILE` runs.
 //!
 //! Exit codes: 0 success (with `--detailed-exitcode`: no changes), 2 changes present (only with
-//! `--detailed-exitcode`), 1 error (bad fleet, unreadable snapshot, store or secret trouble).
+//! `--detailed-exitcode`), 3 nodes need an operator, listed on stderr (only with
+//! `--detailed-exitcode`), 1 error (bad fleet, unreadable snapshot, store or secret trouble, a
+//! site whose MAAS could not be observed — the plan is still printed, but it is not the whole
+//! plan). Observing waits at most `--timeout`, naming slow sites on stderr meanwhile.
 //!
 //! It reads top-down: arguments → the fleet → the observation (a snapshot file, or the state
 //! store, secrets and MAAS opened and observed now) → the plan → the plan file and the output.
@@ -12,7 +15,9 @@
 use std::path::PathBuf;
 
 use super::output::{ReviewFormat, render_plan};
-use super::world::{SiteArgs, WorldArgs, load_fleet, unknown_site, warn_unreadable};
+use super::world::{
+    SiteArgs, WorldArgs, load_fleet, open_store, store_error, unknown_site, warn_unreadable,
+};
 use super::{CliError, Exit, GlobalArgs};
 use crate::model::{Fleet, SiteName};
 use crate::observe::{SiteFilter, Snapshot};
@@ -32,7 +37,8 @@ pub struct Args {
     /// Output format: terraform-like text, the plan file's JSON, or markdown for a PR comment.
     #[arg(long, value_enum, default_value_t)]
     pub format: ReviewFormat,
-    /// Exit 0 when there is nothing to do, 2 when there are changes, 1 on error.
+    /// Exit 0 when there is nothing to do, 2 when there are changes, 3 when nodes need an
+    /// operator first (listed on stderr), 1 on error (an unobservable site is one).
     #[arg(long)]
     pub detailed_exitcode: bool,
     /// Text only: list unchanged nodes too.
@@ -65,7 +71,13 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
     };
     let plan = plan::plan(&fleet, &snapshot, &options);
     if let Some(out) = &args.out {
-        plan::save(&plan, out).map_err(|err| CliError::user(err.to_string()).hint(err.hint()))?;
+        // Signed with the state store's key: `apply` runs only plans this store signed.
+        let mut signed = plan.clone();
+        let store = open_store(global, &args.world.fleet.fleet).await?;
+        let key = store.plan_signing_key().await;
+        store.close().await;
+        plan::sign(&mut signed, &key.map_err(store_error)?);
+        plan::save(&signed, out).map_err(|err| CliError::user(err.to_string()).hint(err.hint()))?;
         eprintln!(
             "Saved the plan to {}; apply it with `metalform apply {}`.",
             out.display(),
@@ -76,11 +88,61 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
         "{}",
         render_plan(&plan, args.format, args.show_unchanged, args.max_bytes)
     );
-    Ok(if args.detailed_exitcode && plan.has_changes() {
+    unobserved(&fleet, &plan)?;
+    if !args.detailed_exitcode {
+        return Ok(Exit::Success);
+    }
+    let blocked: Vec<&crate::plan::PlanItem> = plan.needing_operator().collect();
+    if !blocked.is_empty() {
+        for item in &blocked {
+            eprintln!(
+                "blocked: {}: {}",
+                item.node,
+                crate::sanitize::terminal::escape_line(&item.reason)
+            );
+        }
+        eprintln!(
+            "{} node(s) need an operator before the fleet can converge",
+            blocked.len()
+        );
+        return Ok(Exit::Blocked);
+    }
+    Ok(if plan.has_changes() {
         Exit::Changes
     } else {
         Exit::Success
     })
+}
+
+/// A plan with a site whose MAAS could not be observed is not the whole plan: an error naming
+/// each such site, its MAAS URL and why.
+fn unobserved(fleet: &Fleet, plan: &plan::Plan) -> Result<(), CliError> {
+    let sites: Vec<String> = plan
+        .sites
+        .iter()
+        .filter(|s| !s.readable)
+        .map(|s| {
+            let url = fleet
+                .sites
+                .get(&s.site)
+                .map(|site| crate::sanitize::redact::url(site.maas.url.as_str()))
+                .unwrap_or_default();
+            format!(
+                "site {} (MAAS at {url}): {}",
+                s.site,
+                s.error.as_deref().unwrap_or("unknown error")
+            )
+        })
+        .collect();
+    if sites.is_empty() {
+        return Ok(());
+    }
+    Err(CliError::user(format!(
+        "{} site(s) could not be observed, so their nodes were not planned: {}",
+        sites.len(),
+        sites.join("; ")
+    ))
+    .hint("check that each MAAS is up and reachable and its API key readable, then plan again"))
 }
 
 fn read_snapshot(path: &std::path::Path) -> Result<Snapshot, CliError> {

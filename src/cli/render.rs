@@ -100,12 +100,26 @@ async fn cloud_init(global: &GlobalArgs, args: CloudInitArgs) -> Result<Exit, Cl
             .await?
             .unwrap_or_else(|| SYSTEM_ID_PLACEHOLDER.to_string()),
     };
-    let deploy_password = if args.show_secrets {
-        let url = args.secrets.as_deref().expect("checked above");
-        read_deploy_password(url, &site.deploy.password).await?
-    } else {
+    // Which password the profile gives the deploy user, if any (a node's own is read, never
+    // made, by a preview).
+    let password_ref = match profile.deploy_user.password {
+        crate::model::DeployPassword::None => None,
+        crate::model::DeployPassword::Site => site.deploy.password.clone(),
+        crate::model::DeployPassword::PerNode => site.deploy.node_passwords.as_ref().map(|base| {
+            crate::model::SecretRef::new(
+                format!("{}/{}", base.path, node.id.hostname),
+                Some(base.key.as_deref().unwrap_or("password")),
+            )
+        }),
+    };
+    let deploy_password = match (&password_ref, args.show_secrets) {
+        (None, _) => None,
+        (Some(reference), true) => {
+            let url = args.secrets.as_deref().expect("checked above");
+            Some(read_deploy_password(url, reference).await?)
+        }
         // Hashed and then redacted: never read, never shown.
-        Secret::new("not-read")
+        (Some(_), false) => Some(Secret::new("not-read")),
     };
     let runtime = NodeRuntime {
         system_id,

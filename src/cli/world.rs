@@ -4,12 +4,15 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::CliError;
 use super::GlobalArgs;
 use super::state::Access;
 use crate::model::Fleet;
-use crate::observe::{self, MaasClients, ObserveError, SiteFilter, SiteObservation, Snapshot};
+use crate::observe::{
+    self, MaasClients, ObserveError, Patience, SiteFilter, SiteObservation, Snapshot,
+};
 use crate::plan::{Plan, PlanOptions};
 use crate::provider::maas::MaasClientOptions;
 use crate::secrets::{self, SecretStore};
@@ -44,13 +47,44 @@ impl SiteArgs {
 /// Where secrets (the sites' MAAS API keys, BMC logins) are read from.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SecretArgs {
-    /// Secret store: vault://HOST:PORT (token from VAULT_TOKEN), vault+https://HOST:PORT, or
-    /// file://PATH (development).
+    /// Secret store: vault://HOST:PORT (https; token from VAULT_TOKEN, extra CA certificates
+    /// from VAULT_CACERT), vault+http://HOST:PORT (plain http), or file://PATH (development).
     #[arg(long, env = "METALFORM_SECRETS", value_name = "URL")]
     pub secrets: Option<String>,
 }
 
-/// What observing and planning read: the fleet, its sites, the secrets.
+/// How long observing the sites' MAAS may take.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TimeoutArgs {
+    /// The longest to wait for the sites' MAAS, all at once; a site still silent then is
+    /// unreadable (named, with its URL), and a slow one is named on stderr meanwhile.
+    #[arg(long, value_name = "DURATION", default_value = "3m", value_parser = parse_duration)]
+    pub timeout: Duration,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    crate::model::duration::parse(text).map_err(|e| e.to_string())
+}
+
+impl TimeoutArgs {
+    /// Patience for the observation: the deadline, and slow sites named on stderr.
+    pub fn patience(&self) -> Patience {
+        Patience {
+            deadline: Some(self.timeout),
+            slow: Some(Arc::new(|site, url, waited| {
+                eprintln!(
+                    "still waiting for MAAS of site {site} at {url} ({}s of at most the --timeout)",
+                    waited.as_secs()
+                );
+            })),
+            // Every 10 s, or four times within a short --timeout.
+            report_every: (self.timeout / 4)
+                .clamp(Duration::from_millis(250), Duration::from_secs(10)),
+        }
+    }
+}
+
+/// What observing and planning read: the fleet, its sites, the secrets, how long to wait.
 #[derive(Debug, Clone, clap::Args)]
 pub struct WorldArgs {
     #[command(flatten)]
@@ -59,6 +93,8 @@ pub struct WorldArgs {
     pub sites: SiteArgs,
     #[command(flatten)]
     pub secrets: SecretArgs,
+    #[command(flatten)]
+    pub wait: TimeoutArgs,
 }
 
 impl WorldArgs {
@@ -71,7 +107,9 @@ impl WorldArgs {
     ) -> Result<(Snapshot, SiteFilter), CliError> {
         let sites = self.sites.site_filter();
         sites.resolve(fleet).map_err(unknown_site)?;
-        let world = World::open_read_only(global, &self.fleet, &self.secrets).await?;
+        let world = World::open_read_only(global, &self.fleet, &self.secrets)
+            .await?
+            .patience(self.wait.patience());
         let snapshot = world.observe(fleet, &sites).await;
         world.close().await;
         Ok((snapshot?, sites))
@@ -138,6 +176,8 @@ pub struct World {
     pub store: Store,
     pub secrets: Arc<dyn SecretStore>,
     pub clients: MaasClients,
+    /// How long each site's MAAS is waited for.
+    pub patience: Patience,
     /// An empty store's directory, for a read-only command without a store.
     scratch: Option<super::state::Opened>,
 }
@@ -155,6 +195,7 @@ impl World {
             store,
             secrets,
             clients: MaasClients::new(MaasClientOptions::default()),
+            patience: Patience::default(),
             scratch: None,
         })
     }
@@ -172,19 +213,27 @@ impl World {
             store: opened.store.clone(),
             secrets,
             clients: MaasClients::new(MaasClientOptions::default()),
+            patience: Patience::default(),
             scratch: Some(opened),
         })
+    }
+
+    /// Wait for each site's MAAS with `patience` (`--timeout`).
+    pub fn patience(mut self, patience: Patience) -> Self {
+        self.patience = patience;
+        self
     }
 
     /// Observe the selected sites now: MAAS through the secret store's API keys, the store's
     /// inventory and jobs.
     pub async fn observe(&self, fleet: &Fleet, sites: &SiteFilter) -> Result<Snapshot, CliError> {
-        observe::observe(
+        observe::observe_within(
             fleet,
             sites,
             &self.store,
             self.secrets.as_ref(),
             &self.clients,
+            &self.patience,
         )
         .await
         .map_err(observe_error)
@@ -222,9 +271,13 @@ pub fn unknown_site(err: observe::UnknownSite) -> CliError {
 pub fn warn_unreadable(snapshot: &Snapshot) {
     for (site, observation) in &snapshot.sites {
         if let SiteObservation::Unreadable { error, hint, .. } = observation {
-            eprintln!("warning: site {site} could not be read: {error}");
+            let shown = |text: &str| {
+                crate::sanitize::terminal::escape_line(&crate::sanitize::redact::text(text))
+                    .into_owned()
+            };
+            eprintln!("warning: site {site} could not be read: {}", shown(error));
             if let Some(hint) = hint {
-                eprintln!("hint: {hint}");
+                eprintln!("hint: {}", shown(hint));
             }
         }
     }

@@ -228,6 +228,38 @@ pub fn user_name(field: &'static str, value: &str) -> Result<(), CloudInitError>
     Ok(())
 }
 
+/// An OpenSSH public key line: a key type, base64, an optional comment; one printable line.
+pub fn ssh_key(field: &'static str, value: &str) -> Result<(), CloudInitError> {
+    const TYPES: &[&str] = &[
+        "ssh-ed25519",
+        "ssh-rsa",
+        "ecdsa-sha2-nistp256",
+        "ecdsa-sha2-nistp384",
+        "ecdsa-sha2-nistp521",
+        "sk-ssh-ed25519@openssh.com",
+        "sk-ecdsa-sha2-nistp256@openssh.com",
+    ];
+    let mut parts = value.splitn(3, ' ');
+    let kind = parts.next().unwrap_or_default();
+    let body = parts.next().unwrap_or_default();
+    let ok = value.len() <= 16_384
+        && !value.chars().any(char::is_control)
+        && TYPES.contains(&kind)
+        && !body.is_empty()
+        && body
+            .trim_end_matches('=')
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '+' || c == '/');
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            field,
+            "is not an OpenSSH public key line (type, base64 key, optional comment)",
+        ))
+    }
+}
+
 /// PEM certificates: printable text holding at least one certificate block.
 pub fn ca_bundle(field: &'static str, value: &str) -> Result<(), CloudInitError> {
     let ok = value.contains("-----BEGIN CERTIFICATE-----")

@@ -417,42 +417,96 @@ pub(super) fn roce_routing(input: &CloudInitInput) -> LayerParts {
     parts
 }
 
-/// (f) The site's deploy user, with a SHA-512 crypt password hash (never the password).
-/// `default` stays first so MAAS's default user and its SSH keys are kept.
+/// The hardware-sync units metalform enables and restarts over SSH after writing the
+/// credentials file (seed 000 §4.3 EnsureHardwareSyncConfigured).
+pub const HW_SYNC_UNITS: &[&str] = &["metalform-hw-sync.timer", "metalform-hw-sync.service"];
+
+/// The deploy-user layer's own version: 2 since it is keys-only by default (issue 16).
+const DEPLOY_USER_LAYER_VERSION: &str = "2";
+
+/// The sudoers commands the deploy user may run without a password: exactly what metalform
+/// runs on the host over SSH (`provider::host::SshHost`) — install the hardware-sync
+/// credentials file, enable and restart its units. Arguments are matched as written.
+fn metalform_commands() -> String {
+    let units = HW_SYNC_UNITS.join(" ");
+    format!(
+        "(root) NOPASSWD: /usr/bin/install -D -m 0600 -o root -g root /dev/stdin {MAAS_CREDS_PATH}, \
+         /usr/bin/systemctl enable {units}, /usr/bin/systemctl restart {units}"
+    )
+}
+
+/// The sudoers rule of `sudo: restricted`: metalform's own commands, nothing else.
+pub fn restricted_sudo_rule() -> String {
+    format!("ALL={}", metalform_commands())
+}
+
+/// (f) The site's deploy user, set up as the profile's `deployUser` says: SSH keys, a locked
+/// password unless the profile gives one (then only its SHA-512 crypt hash, at
+/// [`password::CRYPT_ROUNDS`] rounds), sudo restricted to metalform's own commands unless the
+/// profile asks for more, SSH password login off unless asked for. `default` stays first so
+/// MAAS's default user and its SSH keys are kept.
 pub(super) fn deploy_user(input: &CloudInitInput, reveal: Reveal) -> LayerParts {
+    use crate::model::SudoPolicy;
     let user = &input.deploy_user;
+    let policy = user.policy;
+    let password_note = match &user.password {
+        Some(_) => "password hash",
+        None => "no password",
+    };
+    let sudo_note = match policy.sudo {
+        SudoPolicy::Restricted => "sudo for metalform's commands only",
+        SudoPolicy::Password => "sudo with password",
+        SudoPolicy::Passwordless => "passwordless sudo",
+    };
+    let ssh_note = if policy.ssh_password_login {
+        "SSH password login"
+    } else {
+        "SSH keys only"
+    };
     let mut parts = LayerParts::new(
         'f',
         "deploy-user",
-        METALFORM_LAYER_VERSION,
-        format!("{} (password hash, sudo, SSH password login)", user.name),
+        DEPLOY_USER_LAYER_VERSION,
+        format!("{} ({password_note}, {sudo_note}, {ssh_note})", user.name),
     );
-    let passwd = match reveal {
-        Reveal::Secrets => password::sha512_crypt(&user.password, &password::salt_for(input))
-            .expose()
-            .to_string(),
-        Reveal::Redacted => super::REDACTED.to_string(),
-    };
+    // One sudoers rule (cloud-init's schema takes a string): for `password`, everything with
+    // the password, then metalform's commands — sudo uses the last match, so those need none.
+    let sudo = Yaml::str(match policy.sudo {
+        SudoPolicy::Restricted => restricted_sudo_rule(),
+        SudoPolicy::Password => format!("ALL=(ALL:ALL) ALL, {}", metalform_commands()),
+        SudoPolicy::Passwordless => "ALL=(ALL) NOPASSWD:ALL".to_owned(),
+    });
+    let mut entry = vec![
+        ("name", Yaml::str(&user.name)),
+        ("gecos", Yaml::str("metalform deploy user")),
+        ("groups", Yaml::Flow(vec!["adm".into()])),
+        ("shell", Yaml::str("/bin/bash")),
+        ("sudo", sudo),
+        ("lock_passwd", Yaml::Bool(user.password.is_none())),
+    ];
+    if let Some(secret) = &user.password {
+        let hash = match reveal {
+            Reveal::Secrets => password::sha512_crypt(secret, &password::salt_for(input))
+                .expose()
+                .to_string(),
+            Reveal::Redacted => super::REDACTED.to_string(),
+        };
+        entry.push(("hashed_passwd", Yaml::Str(hash)));
+    }
+    if !user.ssh_keys.is_empty() {
+        entry.push((
+            "ssh_authorized_keys",
+            Yaml::Seq(user.ssh_keys.iter().map(Yaml::str).collect()),
+        ));
+    }
     parts.top_level.push((
         "users".into(),
-        Yaml::Seq(vec![
-            Yaml::str("default"),
-            Yaml::map([
-                ("name", Yaml::str(&user.name)),
-                ("gecos", Yaml::str("metalform deploy user")),
-                ("groups", Yaml::Flow(vec!["adm".into(), "sudo".into()])),
-                ("shell", Yaml::str("/bin/bash")),
-                ("sudo", Yaml::str("ALL=(ALL) NOPASSWD:ALL")),
-                ("lock_passwd", Yaml::Bool(false)),
-                ("passwd", Yaml::Str(passwd)),
-            ]),
-        ]),
+        Yaml::Seq(vec![Yaml::str("default"), Yaml::map(entry)]),
     ));
-    // The hardware-sync credential seed logs in with this user before the agent exists
-    // (seed 000 §4.3 EnsureHardwareSyncConfigured).
+    // Set either way: an image that allows password logins is told not to.
     parts
         .top_level
-        .push(("ssh_pwauth".into(), Yaml::Bool(true)));
+        .push(("ssh_pwauth".into(), Yaml::Bool(policy.ssh_password_login)));
     parts
 }
 

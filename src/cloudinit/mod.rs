@@ -9,7 +9,7 @@
 //! | c | `hw-sync` | MAAS hardware-sync unit, timer and path unit reading `/etc/maas/maas-machine-creds.yml` |
 //! | d | `data-disks` | DESTRUCTIVE /shareN initialisation, only with `storage.dataDisks: initialize` |
 //! | e | `roce-routing` | RoCE policy-routing script + unit matching the MAAS STATIC links |
-//! | f | `deploy-user` | the site's deploy user with a SHA-512 crypt password hash |
+//! | f | `deploy-user` | the site's deploy user: SSH keys, a password hash only when the profile gives it one, sudo as the profile says |
 //!
 //! Pure and deterministic: no I/O, clock or randomness; the same input gives the same bytes
 //! (the password salt is derived from the node). Every value is checked before it is written
@@ -29,11 +29,14 @@ use sha2::{Digest, Sha256};
 
 pub use check::is_placeholder;
 pub use layers::{
-    AGENT_ENV_PATH, ETC_DIR, LIB_DIR, MAAS_CREDS_PATH, METALFORM_LAYER_VERSION, RUN_LAYER, SCRIPTS,
+    AGENT_ENV_PATH, ETC_DIR, HW_SYNC_UNITS, LIB_DIR, MAAS_CREDS_PATH, METALFORM_LAYER_VERSION,
+    RUN_LAYER, SCRIPTS, restricted_sudo_rule,
 };
-pub use password::sha512_crypt;
+pub use password::{CRYPT_ROUNDS, sha512_crypt};
 
-use crate::model::{DataDisks, Node, Profile, RoceAssignment, Site, SiteBundle};
+use crate::model::{
+    DataDisks, DeployPassword, DeployUserPolicy, Node, Profile, RoceAssignment, Site, SiteBundle,
+};
 use crate::provider::maas::MachineToken;
 use crate::secrets::Secret;
 use layers::LayerParts;
@@ -95,8 +98,13 @@ pub struct HwSyncLayer {
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeployUser {
     pub name: String,
-    /// Written only as a SHA-512 crypt hash.
-    pub password: Secret,
+    /// Only when the profile gives the user a password; written only as a SHA-512 crypt hash
+    /// (`CRYPT_ROUNDS` rounds). Without one the account is locked to SSH keys.
+    pub password: Option<Secret>,
+    /// Public keys that may log in.
+    pub ssh_keys: Vec<String>,
+    /// Sudo, password and SSH password login, as the profile says.
+    pub policy: DeployUserPolicy,
 }
 
 /// The values of one render that do not come from the manifests.
@@ -105,8 +113,9 @@ pub struct NodeRuntime {
     pub system_id: String,
     pub enroll_url: String,
     pub enroll_token: Secret,
-    /// The site's deploy password, read from the secret store at render time.
-    pub deploy_password: Secret,
+    /// The deploy user's password (the node's own, or the site's), read from the secret store
+    /// at render time; `None` when the profile gives the user none.
+    pub deploy_password: Option<Secret>,
     pub boot_disk_hint: Option<String>,
     pub agent_package_url: Option<String>,
     pub ca_bundle: Option<String>,
@@ -141,6 +150,8 @@ impl CloudInitInput {
             deploy_user: DeployUser {
                 name: site.deploy.user.clone(),
                 password: runtime.deploy_password,
+                ssh_keys: site.deploy.ssh_keys.clone(),
+                policy: profile.deploy_user,
             },
         }
     }
@@ -201,11 +212,25 @@ impl CloudInitInput {
             }
         }
         check::user_name("deploy_user.name", &self.deploy_user.name)?;
-        if self.deploy_user.password.is_empty() {
-            return Err(CloudInitError::Invalid {
-                field: "deploy_user.password",
-                reason: "is empty: the site's deploy password secret has no value".into(),
-            });
+        let user = &self.deploy_user;
+        match (&user.password, user.policy.password) {
+            (Some(password), _) if password.is_empty() => {
+                return Err(CloudInitError::Invalid {
+                    field: "deploy_user.password",
+                    reason: "is empty: the deploy password secret has no value".into(),
+                });
+            }
+            (None, DeployPassword::PerNode | DeployPassword::Site) => {
+                return Err(CloudInitError::Invalid {
+                    field: "deploy_user.password",
+                    reason: "the profile gives the deploy user a password, but none was read"
+                        .into(),
+                });
+            }
+            _ => {}
+        }
+        for key in &user.ssh_keys {
+            check::ssh_key("deploy_user.ssh_keys", key)?;
         }
         Ok(())
     }
@@ -406,7 +431,15 @@ pub(crate) mod tests {
             ],
             deploy_user: DeployUser {
                 name: "hpcadmin".into(),
-                password: Secret::new("correct horse battery staple"),
+                password: Some(Secret::new("correct horse battery staple")),
+                ssh_keys: vec![
+                    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHNvbWUta2V5LWJ5dGVzLWZvci10ZXN0cw ops@example".into(),
+                ],
+                policy: DeployUserPolicy {
+                    sudo: crate::model::SudoPolicy::Password,
+                    password: DeployPassword::PerNode,
+                    ssh_password_login: false,
+                },
             },
         }
     }
@@ -426,7 +459,7 @@ pub(crate) mod tests {
             !text.contains("correct horse"),
             "the password itself never appears"
         );
-        assert!(text.contains("passwd: \"$6$"));
+        assert!(text.contains(&format!("hashed_passwd: \"$6$rounds={CRYPT_ROUNDS}$")));
         let redacted = render_redacted(&input()).unwrap();
         assert!(!redacted.contains("tok_Abcdef"));
         assert!(!redacted.contains("$6$"));
@@ -474,7 +507,7 @@ pub(crate) mod tests {
                 ('c', "hw-sync", "1", true),
                 ('d', "data-disks", "1", true),
                 ('e', "roce-routing", "1", true),
-                ('f', "deploy-user", "1", true),
+                ('f', "deploy-user", "2", true),
             ]
         );
         assert!(rendered.layers[3].destructive);
@@ -551,8 +584,17 @@ pub(crate) mod tests {
         bad.hw_sync.interval = Duration::from_secs(30);
         assert!(render(&bad).is_err());
         let mut bad = input();
-        bad.deploy_user.password = Secret::new("");
+        bad.deploy_user.password = Some(Secret::new(""));
         assert!(render_redacted(&bad).is_err());
+        let mut bad = input();
+        bad.deploy_user.password = None;
+        assert_eq!(
+            render(&bad).unwrap_err().to_string(),
+            "cloud-init input `deploy_user.password` is invalid: the profile gives the deploy user a password, but none was read"
+        );
+        let mut bad = input();
+        bad.deploy_user.ssh_keys = vec!["ssh-ed25519 AAAA\nruncmd: [reboot]".into()];
+        assert!(render(&bad).is_err());
         let mut bad = input();
         bad.boot_disk_hint = Some("/dev/sda; rm -rf /".into());
         assert!(render(&bad).is_err());

@@ -1,5 +1,7 @@
-//! The deploy user's password as a SHA-512 crypt hash (`$6$salt$hash`, what `chpasswd -e` and
-//! cloud-init's `passwd` take), never in plain text (seed 000 §9 "deploy user/pass").
+//! The deploy user's password as a SHA-512 crypt hash (`$6$rounds=N$salt$hash`, what
+//! `chpasswd -e` and cloud-init's `hashed_passwd` take), never in plain text (seed 000 §9
+//! "deploy user/pass"). The hash sits in the user_data MAAS keeps (readable to MAAS users), so
+//! it must resist offline guessing: [`CRYPT_ROUNDS`] rounds, not crypt's default 5,000.
 //!
 //! The salt is derived from the node's identity rather than drawn at random, so one node's
 //! payload is identical byte for byte across renders while two nodes sharing a site password
@@ -31,13 +33,21 @@ pub fn salt_for(input: &CloudInitInput) -> String {
         .collect()
 }
 
-/// `$6$<salt>$<hash>` with the default 5,000 rounds. The hash is itself sensitive (it can be
-/// attacked offline), so it travels as a [`Secret`].
+/// SHA-512 crypt rounds of the deploy user's hash: passlib's default for sha512_crypt, about
+/// 130 times the cost of crypt's default of 5,000 for each guess.
+pub const CRYPT_ROUNDS: usize = 656_000;
+
+/// `$6$rounds=656000$<salt>$<hash>`. The hash is itself sensitive (it can be attacked
+/// offline), so it travels as a [`Secret`].
 pub fn sha512_crypt(password: &Secret, salt: &str) -> Secret {
-    let params = sha_crypt::Sha512Params::default();
+    sha512_crypt_rounds(password, salt, CRYPT_ROUNDS)
+}
+
+fn sha512_crypt_rounds(password: &Secret, salt: &str, rounds: usize) -> Secret {
+    let params = sha_crypt::Sha512Params::new(rounds).expect("rounds within crypt's bounds");
     let hash = sha_crypt::sha512_crypt_b64(password.expose().as_bytes(), salt.as_bytes(), &params)
-        .expect("SHA-512 crypt with default rounds cannot fail");
-    Secret::new(format!("$6${salt}${hash}"))
+        .expect("SHA-512 crypt with valid rounds cannot fail");
+    Secret::new(format!("$6$rounds={rounds}${salt}${hash}"))
 }
 
 #[cfg(test)]
@@ -46,12 +56,26 @@ mod tests {
 
     #[test]
     fn matches_the_reference_vectors_of_the_sha_crypt_specification() {
-        // Ulrich Drepper's "Unix crypt using SHA-256 and SHA-512", test vectors 1 and 2
-        // (default rounds).
+        // Ulrich Drepper's "Unix crypt using SHA-256 and SHA-512", test vector 2 (10,000
+        // rounds, the salt cut to 16 characters).
         assert_eq!(
-            sha512_crypt(&Secret::new("Hello world!"), "saltstring").expose(),
-            "$6$saltstring$svn8UoSVapNtMuq1ukKS4tPQd8iKwSMHWjl/O817G3uBnIFNjnQJuesI68u4OTLiBFdcbYEdFCoEOfaS35inz1"
+            sha512_crypt_rounds(&Secret::new("Hello world!"), "saltstringsaltst", 10_000).expose(),
+            "$6$rounds=10000$saltstringsaltst$OW1/O6BYHV6BcXZu8QVeXbDWra3Oeqh0sbHbbMCVNSnCM/UrjmM0Dp8vOuZeHBy/YTBmSK6H9qs/y3RnOaw5v."
         );
+    }
+
+    #[test]
+    fn the_deploy_hash_uses_the_high_round_count_and_verifies() {
+        let hash = sha512_crypt(&Secret::new("correct horse"), "abcdefghijklmnop");
+        assert!(
+            hash.expose()
+                .starts_with("$6$rounds=656000$abcdefghijklmnop$")
+        );
+        let again = |password: &str| {
+            sha512_crypt_rounds(&Secret::new(password), "abcdefghijklmnop", CRYPT_ROUNDS)
+        };
+        assert_eq!(again("correct horse").expose(), hash.expose());
+        assert_ne!(again("wrong horse").expose(), hash.expose());
     }
 
     #[test]

@@ -518,7 +518,7 @@ impl DaemonConfig {
 
         let secrets_url = raw.secrets.url.get_ref().clone();
         // The scheme only: the backend (and VAULT_TOKEN) is checked when the daemon starts.
-        if !["vault://", "vault+https://", "file://"]
+        if !["vault://", "vault+https://", "vault+http://", "file://"]
             .iter()
             .any(|scheme| secrets_url.starts_with(scheme))
         {
@@ -526,7 +526,7 @@ impl DaemonConfig {
                 Some(raw.secrets.url.span()),
                 format!("invalid secrets URL `{secrets_url}`"),
                 Some(
-                    "vault://HOST:PORT (token from VAULT_TOKEN), vault+https://HOST:PORT, or file://PATH",
+                    "vault://HOST:PORT (https; token from VAULT_TOKEN, CA from VAULT_CACERT), vault+http://HOST:PORT (plain http), or file://PATH",
                 ),
             ));
         }

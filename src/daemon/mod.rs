@@ -271,6 +271,24 @@ async fn read_tokens(
                 message: "the token is shorter than 16 characters".into(),
             });
         }
+        // One value under two names would act with the first one's role (an agent token that
+        // is also the admin token is an admin token): every token must be its own.
+        if let Some(twin) = tokens
+            .iter()
+            .find(|t: &&ApiToken| t.value.expose() == value)
+        {
+            return Err(DaemonError::Token {
+                name: token.name.clone(),
+                message: format!(
+                    "it has the same value as token `{}` ({} role); every API token must differ, admin and agent tokens above all",
+                    twin.name,
+                    match twin.role {
+                        crate::api::TokenRole::Admin => "admin",
+                        crate::api::TokenRole::Agent => "agent",
+                    }
+                ),
+            });
+        }
         tokens.push(ApiToken {
             name: token.name.clone(),
             role: token.role,
@@ -323,7 +341,14 @@ async fn source_reader(
         Some(token) => Some(crate::secrets::Secret::new(
             read_token(&token.source, secrets)
                 .await
-                .map_err(|e| DaemonError::Source(format!("source.token: {e}")))?,
+                .map_err(|e| DaemonError::Source(format!("source.token: {e}")))
+                .and_then(|value| {
+                    // A token git might echo must be long enough to be masked as a whole.
+                    crate::sanitize::Redactor::new()
+                        .add("source.token", &value)
+                        .map_err(|e| DaemonError::Source(e.to_string()))
+                        .map(|()| value)
+                })?,
         )),
     };
     Ok(SourceReader::new(source.clone(), &config.data_dir, token))
@@ -358,7 +383,8 @@ pub async fn start(
     options: DaemonOptions,
 ) -> Result<RunningDaemon, DaemonError> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    std::fs::create_dir_all(&config.data_dir).map_err(|e| DaemonError::Watch {
+    // The fleet mirror and the daemon's files: owner only.
+    crate::secrets::create_private_dir(&config.data_dir).map_err(|e| DaemonError::Watch {
         path: config.data_dir.display().to_string(),
         message: e.to_string(),
     })?;

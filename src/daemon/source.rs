@@ -269,7 +269,11 @@ impl SourceReader {
         }
         let mut stderr = String::from_utf8_lossy(&output.stderr).trim().to_owned();
         if let Some(token) = &self.token {
-            stderr = stderr.replace(token.expose(), "***");
+            // Whole-value masking; the daemon refused a token too short for it at start.
+            let mut redactor = crate::sanitize::Redactor::new();
+            if redactor.add("source.token", token.expose()).is_ok() {
+                stderr = redactor.redact(&stderr).into_owned();
+            }
         }
         if stderr.is_empty() {
             stderr = format!("git exited with {}", output.status);

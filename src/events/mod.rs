@@ -102,9 +102,10 @@ impl Sink {
                 Ok(())
             }
             Sink::Webhook { url, client } => {
+                // The URL may carry the receiver's token (`?token=…`): shown masked.
                 let failed = |message: String| DeliveryError::Webhook {
-                    url: url.to_string(),
-                    message,
+                    url: crate::sanitize::redact::url(url.as_str()),
+                    message: crate::sanitize::redact::text(&message).into_owned(),
                 };
                 let response = client
                     .post(url.clone())
@@ -126,7 +127,9 @@ impl Sink {
     pub fn describe(&self) -> String {
         match self {
             Sink::File(path) => format!("file {}", path.display()),
-            Sink::Webhook { url, .. } => format!("webhook {url}"),
+            Sink::Webhook { url, .. } => {
+                format!("webhook {}", crate::sanitize::redact::url(url.as_str()))
+            }
         }
     }
 }

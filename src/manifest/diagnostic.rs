@@ -70,12 +70,17 @@ impl Diagnostic {
     }
 }
 
-/// The headline, then `  hint: ...` when there is one.
+/// The headline, then `  hint: ...` when there is one. Messages quote what the manifest
+/// says; a control character in it is shown as an escape, never sent to the terminal.
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.headline())?;
+        f.write_str(&crate::sanitize::terminal::escape_line(&self.headline()))?;
         if let Some(hint) = &self.hint {
-            write!(f, "\n  hint: {hint}")?;
+            write!(
+                f,
+                "\n  hint: {}",
+                crate::sanitize::terminal::escape_line(hint)
+            )?;
         }
         Ok(())
     }

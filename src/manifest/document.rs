@@ -71,6 +71,7 @@ pub struct WindowSpec {
 pub struct MaasSpec {
     pub url: String,
     pub api_key: SecretRefSpec,
+    pub allow_insecure_http: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -111,7 +112,9 @@ pub struct SiteNetworkSpec {
 #[serde(rename_all = "camelCase")]
 pub struct DeploySpec {
     pub user: Option<String>,
-    pub password: SecretRefSpec,
+    pub password: Option<SecretRefSpec>,
+    pub node_passwords: Option<SecretRefSpec>,
+    pub ssh_keys: Option<Vec<String>>,
     pub ssh_iface: Option<String>,
 }
 
@@ -131,6 +134,7 @@ pub struct ProfileSpec {
     pub hardware_sync: Option<HardwareSyncSpec>,
     pub discovery: Option<DiscoverySpec>,
     pub deploy: Option<DeployPolicySpec>,
+    pub deploy_user: Option<DeployUserSpec>,
     pub release: Option<ReleaseSpec>,
     pub preflight: Option<PreflightSpec>,
     pub concurrency: Option<ConcurrencySpec>,
@@ -183,6 +187,14 @@ pub struct DiscoverySpec {
 pub struct DeployPolicySpec {
     pub retry_on_datasource_failure: Option<bool>,
     pub max_retry_attempts: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeployUserSpec {
+    pub sudo: Option<crate::model::SudoPolicy>,
+    pub password: Option<crate::model::DeployPassword>,
+    pub ssh_password_login: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]

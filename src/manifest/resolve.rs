@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde_json::Value as Json;
 
 use super::document::{
-    NodeDocument, NodeFieldsSpec, NodeGroupDocument, NodeGroupSpec, PowerMatchSpec,
+    DeployUserSpec, NodeDocument, NodeFieldsSpec, NodeGroupDocument, NodeGroupSpec, PowerMatchSpec,
     ProfileDocument, SecretRefSpec, SiteDocument, WindowSpec,
 };
 use super::schema::{self, Kind};
@@ -22,13 +22,14 @@ use super::suggest::did_you_mean;
 use super::tree::{PathSegment, Value, field_path};
 use super::{Findings, ParsedDocument, Severity};
 use crate::model::{
-    Bmc, BootDiskMatch, CloudInit, Concurrency, Decommission, DeployIdentity, DeployPolicy,
-    Discovery, Enrollment, EraseMode, Fleet, GroupName, GroupPolicy, HardwareSync, Hostname, Image,
-    InterfaceAddr, Lifecycle, MaasEndpoint, MacAddr, MaintenanceWindow, NetworkOverrides, Node,
-    NodeId, Power, PowerOverride, PowerSelector, PowerType, Preflight, Profile, ProfileName,
-    ProfileNetwork, Provenance, ReconcilePolicy, Reimage, ReleasePolicy, Revision, RoceAssignment,
-    RocePolicy, Schedule, SecretRef, Site, SiteBundle, SiteName, SiteNetwork, SiteStatus, Sku,
-    Storage, StorageLayout, TimeZone, Timeouts, WindowOnboarding, duration,
+    Bmc, BootDiskMatch, CloudInit, Concurrency, Decommission, DeployIdentity, DeployPassword,
+    DeployPolicy, DeployUserPolicy, Discovery, Enrollment, EraseMode, Fleet, GroupName,
+    GroupPolicy, HardwareSync, Hostname, Image, InterfaceAddr, Lifecycle, MaasEndpoint, MacAddr,
+    MaintenanceWindow, NetworkOverrides, Node, NodeId, Power, PowerOverride, PowerSelector,
+    PowerType, Preflight, Profile, ProfileName, ProfileNetwork, Provenance, ReconcilePolicy,
+    Reimage, ReleasePolicy, Revision, RoceAssignment, RocePolicy, Schedule, SecretRef, Site,
+    SiteBundle, SiteName, SiteNetwork, SiteStatus, Sku, Storage, StorageLayout, SudoPolicy,
+    TimeZone, Timeouts, WindowOnboarding, duration,
 };
 
 /// A document the schema accepted, as its typed form.
@@ -366,6 +367,16 @@ struct Resolver<'a, 'f> {
     failed: bool,
 }
 
+/// A URL whose host is this machine (127.0.0.0/8, ::1, localhost).
+fn is_loopback(url: &url::Url) -> bool {
+    match url.host() {
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
+        None => false,
+    }
+}
+
 fn secret(spec: &SecretRefSpec) -> SecretRef {
     SecretRef::new(spec.vault.clone(), spec.key.as_deref())
 }
@@ -482,25 +493,66 @@ impl<'a> Resolver<'a, '_> {
             })
     }
 
+    /// The site's MAAS URL, when it is one metalform will talk to: http(s) with a host, no
+    /// user or password (the API key authenticates; a URL is shown in plans, diffs and logs),
+    /// no query or fragment.
+    fn maas_url(&mut self, doc: usize, text: &str, allow_http: bool) -> Option<url::Url> {
+        let path = field_path!["spec", "maas", "url"];
+        // Shown masked: a password written into the URL is not echoed back.
+        let shown = crate::sanitize::redact::url(text);
+        let problem = match url::Url::parse(text) {
+            Ok(url) if !matches!(url.scheme(), "http" | "https") || !url.has_host() => {
+                ("invalid-url", format!("`{shown}` is not an http(s) URL"))
+            }
+            Ok(url) if !url.username().is_empty() || url.password().is_some() => (
+                "maas-url-credentials",
+                format!(
+                    "`{shown}` carries a user or password: the site's API key authenticates, and a URL is shown in plans, diffs and logs"
+                ),
+            ),
+            Ok(url) if url.query().is_some() || url.fragment().is_some() => (
+                "invalid-url",
+                format!("`{shown}` has a query or fragment; write the MAAS base URL only"),
+            ),
+            // MAAS signs with OAuth PLAINTEXT: over http the API key's token secret crosses the
+            // network in the clear. Loopback (a tunnel, the simulator) never leaves the host.
+            Ok(url) if url.scheme() == "http" && !allow_http && !is_loopback(&url) => {
+                self.error(
+                    doc,
+                    &path,
+                    "insecure-url",
+                    format!(
+                        "`{shown}` is plain http: the site's API key would cross the network in the clear"
+                    ),
+                    Some(
+                        "use https (MAAS serves TLS on port 5443, e.g. https://maas.example.net:5443/MAAS), or set maas.allowInsecureHttp: true to accept the risk"
+                            .into(),
+                    ),
+                );
+                return None;
+            }
+            Ok(url) => return Some(url),
+            Err(_) => ("invalid-url", format!("`{shown}` is not an http(s) URL")),
+        };
+        self.error(
+            doc,
+            &path,
+            problem.0,
+            problem.1,
+            Some("write the MAAS base URL, e.g. https://maas.example.net:5443/MAAS".into()),
+        );
+        None
+    }
+
     fn site(&mut self, doc: usize, d: &SiteDocument) {
         if !self.claim_name(Kind::Site, doc, &d.metadata.name, |r| &mut r.site_seen) {
             return;
         }
         let spec = &d.spec;
         let mut ok = true;
-        let url = match url::Url::parse(&spec.maas.url) {
-            Ok(url) if matches!(url.scheme(), "http" | "https") && url.has_host() => Some(url),
-            _ => {
-                self.error(
-                    doc,
-                    &field_path!["spec", "maas", "url"],
-                    "invalid-url",
-                    format!("`{}` is not an http(s) URL", spec.maas.url),
-                    Some("write the MAAS base URL, e.g. http://10.176.46.1:5240/MAAS".into()),
-                );
-                None
-            }
-        };
+        let allow_http = spec.maas.allow_insecure_http.unwrap_or(false);
+        let url = self.maas_url(doc, &spec.maas.url, allow_http);
+        ok &= url.is_some();
         let dns_text: Vec<String> = spec
             .network
             .upstream_dns
@@ -592,6 +644,7 @@ impl<'a> Resolver<'a, '_> {
             maas: MaasEndpoint {
                 url,
                 api_key: secret(&spec.maas.api_key),
+                allow_insecure_http: allow_http,
             },
             power: Power {
                 kind: spec.power.kind.unwrap_or(PowerType::Ipmi),
@@ -610,7 +663,9 @@ impl<'a> Resolver<'a, '_> {
                     .user
                     .clone()
                     .unwrap_or_else(|| "hpcadmin".into()),
-                password: secret(&spec.deploy.password),
+                password: spec.deploy.password.as_ref().map(secret),
+                node_passwords: spec.deploy.node_passwords.as_ref().map(secret),
+                ssh_keys: spec.deploy.ssh_keys.clone().unwrap_or_default(),
                 ssh_iface: spec
                     .deploy
                     .ssh_iface
@@ -731,6 +786,80 @@ impl<'a> Resolver<'a, '_> {
                 None
             }
         }
+    }
+
+    /// A profile's deploy-user policy, checked against itself and against what it needs from
+    /// its site (a password needs somewhere to come from).
+    fn deploy_user(
+        &mut self,
+        doc: usize,
+        spec: Option<&DeployUserSpec>,
+        site_name: &str,
+    ) -> DeployUserPolicy {
+        let default = DeployUserPolicy::default();
+        let policy = DeployUserPolicy {
+            sudo: spec.and_then(|s| s.sudo).unwrap_or(default.sudo),
+            password: spec.and_then(|s| s.password).unwrap_or(default.password),
+            ssh_password_login: spec
+                .and_then(|s| s.ssh_password_login)
+                .unwrap_or(default.ssh_password_login),
+        };
+        let path = |field: &'static str| field_path!["spec", "deployUser", field];
+        let hint = "set password: perNode (a random password per node, kept in the secret store)";
+        if policy.password == DeployPassword::None {
+            if policy.sudo == SudoPolicy::Password {
+                self.error(
+                    doc,
+                    &path("sudo"),
+                    "deploy-user-policy",
+                    "`sudo: password` needs a password, but `password` is none".into(),
+                    Some(hint.into()),
+                );
+            }
+            if policy.ssh_password_login {
+                self.error(
+                    doc,
+                    &path("sshPasswordLogin"),
+                    "deploy-user-policy",
+                    "`sshPasswordLogin: true` needs a password, but `password` is none".into(),
+                    Some(hint.into()),
+                );
+            }
+        }
+        let (node_passwords, site_password) =
+            self.sites
+                .get(&SiteName::new(site_name))
+                .map_or((true, true), |s| {
+                    (
+                        s.deploy.node_passwords.is_some(),
+                        s.deploy.password.is_some(),
+                    )
+                });
+        let missing = match policy.password {
+            DeployPassword::PerNode if !node_passwords => Some((
+                "`password: perNode` needs the site's deploy.nodePasswords: where the per-node passwords are kept",
+                format!(
+                    "add nodePasswords: {{vault: kv/maas-sites/{site_name}/deploy-nodes}} under deploy in site {site_name}"
+                ),
+            )),
+            DeployPassword::Site if !site_password => Some((
+                "`password: site` needs the site's deploy.password",
+                format!(
+                    "add password: {{vault: …, key: password}} under deploy in site {site_name}, or use password: perNode"
+                ),
+            )),
+            _ => None,
+        };
+        if let Some((message, hint)) = missing {
+            self.error(
+                doc,
+                &path("password"),
+                "deploy-user-policy",
+                message.into(),
+                Some(hint),
+            );
+        }
+        policy
     }
 
     fn profile(&mut self, doc: usize, d: &ProfileDocument) {
@@ -886,6 +1015,7 @@ impl<'a> Resolver<'a, '_> {
                 Some("make tokenTtl longer than deploy plus first boot".into()),
             );
         }
+        let deploy_user = self.deploy_user(doc, spec.deploy_user.as_ref(), site_name);
         let site = self.sites.get(&SiteName::new(site_name.clone()));
         let (
             Some(site),
@@ -960,6 +1090,7 @@ impl<'a> Resolver<'a, '_> {
                     .and_then(|d| d.auto_claim_single_new_machine)
                     .unwrap_or(false),
             },
+            deploy_user,
             deploy: DeployPolicy {
                 retry_on_datasource_failure: deploy_policy
                     .and_then(|d| d.retry_on_datasource_failure)
@@ -1195,8 +1326,12 @@ impl<'a> Resolver<'a, '_> {
 
         // Identity within the site.
         let here = self.provenance(doc, &input.base);
+        // Duplicates point at where the first node's hostname is written (a Node's
+        // `metadata.name`, a group entry's `hostname`), the line to change.
         let this = checks.claimed.len();
-        checks.claimed.push((input.hostname, here.clone()));
+        checks
+            .claimed
+            .push((input.hostname, self.provenance(doc, &input.hostname_path)));
         if let Some(&first) = checks.hostnames.get(&(site, input.hostname)) {
             let first = &checks.claimed[first].1;
             self.error(

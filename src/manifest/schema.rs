@@ -313,6 +313,13 @@ fn explain(error: &ValidationError<'_>, out: &mut Vec<SchemaFinding>) {
                 None,
             ));
         }
+        // Values the model parses itself (addresses, the MAAS URL) get its precise message, and
+        // the document stays in the run so its other problems are reported too.
+        ValidationErrorKind::Pattern { .. }
+            if subschema
+                .and_then(|s| s.get("x-model-check"))
+                .and_then(Json::as_bool)
+                == Some(true) => {}
         ValidationErrorKind::Pattern { .. } => {
             let what = expected.unwrap_or("a value matching the schema's pattern");
             let message = if secret {

@@ -11,7 +11,12 @@ pub fn parse(text: &str) -> Result<Node, SyntaxError> {
     let index = LineIndex::new(text);
     let table = DeTable::parse(text).map_err(|err| SyntaxError {
         pos: index.pos(err.span().map_or(0, |span| span.start)),
-        message: err.message().trim_end().to_string(),
+        // The parser bounds its own recursion; say so as the YAML reader does.
+        message: if err.message().contains("recurs") {
+            super::yaml::nesting_message()
+        } else {
+            err.message().trim_end().to_string()
+        },
     })?;
     let start = table.span().start;
     Ok(Node {
@@ -79,5 +84,19 @@ mod tests {
         assert_eq!(err.pos.line, 2, "{err:?}");
         let err = parse("a = 1\na = 2\n").unwrap_err();
         assert!(err.message.contains("duplicate"), "{err:?}");
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_stack_overflow() {
+        let n = 50_000;
+        let arrays = format!("a = {}{}\n", "[".repeat(n), "]".repeat(n));
+        let inline = format!("a = {}{}\n", "{b = ".repeat(n), "}".repeat(n));
+        let dotted = format!("{} = 1\n", vec!["k"; n].join("."));
+        let header = format!("[{}]\n", vec!["k"; n].join("."));
+        for text in [arrays, inline, dotted, header] {
+            let err = parse(&text).unwrap_err();
+            assert_eq!(err.pos.line, 1, "{err:?}");
+            assert_eq!(err.message, super::super::yaml::nesting_message());
+        }
     }
 }

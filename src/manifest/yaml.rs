@@ -21,18 +21,39 @@ pub struct SyntaxError {
 /// small enough that nested aliases ("billion laughs") cannot exhaust memory.
 const ALIAS_BUDGET: usize = 100_000;
 
+/// Collections nested in one another, at most (the deepest manifest field is 6 levels down):
+/// a document nested 50,000 deep would otherwise overflow the stack of every later step.
+pub const MAX_NESTING: usize = 64;
+
+/// Above this many keys a mapping checks duplicates through a set rather than a scan, so a
+/// mapping of 100,000 keys costs linear time, not quadratic.
+const KEY_SCAN: usize = 32;
+
 /// Every non-empty document of a YAML stream.
 pub fn parse(text: &str) -> Result<Vec<Node>, SyntaxError> {
     let mut builder = TreeBuilder::default();
-    let result = Parser::new_from_str(text).load(&mut builder, true);
-    if let Some(err) = builder.error {
-        return Err(err);
+    // Events one at a time (the parser's own `load` recurses once per nesting level), and the
+    // first problem ends the read.
+    let mut parser = Parser::new_from_str(text);
+    while let Some(next) = parser.next_event() {
+        let (event, span) = next.map_err(|err| SyntaxError {
+            pos: pos(err.marker()),
+            // The scanner has its own, higher bound on flow collections: one message for both.
+            message: match err.info() {
+                "recursion limit exceeded" => nesting_message(),
+                info => info.to_string(),
+            },
+        })?;
+        builder.on_event(event, span);
+        if let Some(err) = builder.error.take() {
+            return Err(err);
+        }
     }
-    result.map_err(|err| SyntaxError {
-        pos: pos(err.marker()),
-        message: err.info().to_string(),
-    })?;
     Ok(builder.documents)
+}
+
+pub(crate) fn nesting_message() -> String {
+    format!("collections nested more than {MAX_NESTING} deep")
 }
 
 fn pos(marker: &Marker) -> Pos {
@@ -52,6 +73,8 @@ enum Frame {
         node: Node,
         anchor: usize,
         key: Option<(String, Pos)>,
+        /// The keys so far, once there are more than [`KEY_SCAN`].
+        seen: Option<std::collections::HashSet<String>>,
     },
 }
 
@@ -72,12 +95,19 @@ impl<'input> SpannedEventReceiver<'input> for TreeBuilder {
             return;
         }
         let at = pos(&span.start);
+        if matches!(event, Event::SequenceStart(..) | Event::MappingStart(..))
+            && self.stack.len() >= MAX_NESTING
+        {
+            self.error = Some(SyntaxError {
+                pos: at,
+                message: nesting_message(),
+            });
+            return;
+        }
         match event {
-            Event::StreamStart
-            | Event::StreamEnd
-            | Event::DocumentStart(_)
-            | Event::DocumentEnd
-            | Event::Nothing => {}
+            // Anchors do not carry over from one document to the next.
+            Event::DocumentStart(_) => self.anchors.clear(),
+            Event::StreamStart | Event::StreamEnd | Event::DocumentEnd | Event::Nothing => {}
             Event::SequenceStart(anchor, _) => self.stack.push(Frame::Seq {
                 node: Node {
                     pos: at,
@@ -92,6 +122,7 @@ impl<'input> SpannedEventReceiver<'input> for TreeBuilder {
                 },
                 anchor,
                 key: None,
+                seen: None,
             }),
             Event::SequenceEnd | Event::MappingEnd => match self.stack.pop() {
                 Some(Frame::Seq { node, anchor } | Frame::Map { node, anchor, .. }) => {
@@ -150,12 +181,25 @@ impl TreeBuilder {
                 }
             }
             Some(Frame::Map {
-                node: parent, key, ..
+                node: parent,
+                key,
+                seen,
+                ..
             }) => match key.take() {
                 None => *key = Some((key_text(&node), node.pos)),
                 Some((name, key_pos)) => {
                     if let Value::Map(entries) = &mut parent.value {
-                        if entries.iter().any(|e| e.key == name) {
+                        let duplicate = match seen {
+                            Some(seen) => !seen.insert(name.clone()),
+                            None => entries.iter().any(|e| e.key == name),
+                        };
+                        if seen.is_none() && entries.len() >= KEY_SCAN {
+                            let mut keys: std::collections::HashSet<String> =
+                                entries.iter().map(|e| e.key.clone()).collect();
+                            keys.insert(name.clone());
+                            *seen = Some(keys);
+                        }
+                        if duplicate {
                             self.error = Some(SyntaxError {
                                 pos: key_pos,
                                 message: "duplicated key in mapping".into(),
@@ -252,5 +296,36 @@ mod tests {
         assert_eq!(err.pos.line, 3);
         let err = parse("a: [1, 2\nb: 3\n").unwrap_err();
         assert!(err.pos.line >= 2, "{err:?}");
+    }
+
+    #[test]
+    fn nesting_past_the_bound_is_an_error_not_a_stack_overflow() {
+        // A block sequence nested 50,000 deep (`- - - …`) and the same in flow style.
+        let block = "- ".repeat(50_000) + "x\n";
+        let flow = "[".repeat(50_000) + &"]".repeat(50_000);
+        for text in [block, flow] {
+            let err = parse(&text).unwrap_err();
+            assert_eq!(err.message, nesting_message());
+            assert_eq!(err.pos.line, 1);
+        }
+        let ok = "[".repeat(MAX_NESTING) + &"]".repeat(MAX_NESTING);
+        assert!(parse(&ok).is_ok());
+    }
+
+    #[test]
+    fn duplicate_keys_are_found_in_large_mappings_too() {
+        let mut text: String = (0..100_000).map(|i| format!("k{i}: {i}\n")).collect();
+        assert_eq!(
+            parse(&text).unwrap()[0]
+                .to_json()
+                .as_object()
+                .unwrap()
+                .len(),
+            100_000
+        );
+        text.push_str("k77: again\n");
+        let err = parse(&text).unwrap_err();
+        assert_eq!(err.message, "duplicated key in mapping");
+        assert_eq!(err.pos.line, 100_001);
     }
 }

@@ -256,7 +256,10 @@ fn site_fields(site: &Site) -> Fields {
     let mut f = FieldList::default();
     f.text("region", &site.region)
         .text("status", site.status)
-        .text("maas.url", &site.maas.url)
+        .text(
+            "maas.url",
+            crate::sanitize::redact::url(site.maas.url.as_str()),
+        )
         .secret("maas.apiKey", &site.maas.api_key)
         .text("power.type", site.power.kind)
         .secret("power.defaultCredentials", &site.power.default_credentials);
@@ -282,8 +285,13 @@ fn site_fields(site: &Site) -> Fields {
             ),
         )
         .text("deploy.user", &site.deploy.user)
-        .secret("deploy.password", &site.deploy.password)
+        .optional("deploy.password", site.deploy.password.as_ref())
+        .optional("deploy.nodePasswords", site.deploy.node_passwords.as_ref())
         .text("deploy.sshIface", &site.deploy.ssh_iface)
+        .optional(
+            "deploy.sshKeys",
+            (!site.deploy.ssh_keys.is_empty()).then(|| site.deploy.ssh_keys.join(", ")),
+        )
         .optional("defaultProfile", site.default_profile.as_ref())
         .put("reconcile.prune", site.reconcile.prune);
     f.0
@@ -309,6 +317,15 @@ fn profile_fields(p: &Profile) -> Fields {
             p.deploy.retry_on_datasource_failure,
         )
         .put("deploy.maxRetryAttempts", p.deploy.max_retry_attempts)
+        .optional(
+            "deployUser",
+            (!p.deploy_user.is_default()).then(|| {
+                format!(
+                    "sudo {}, password {}, sshPasswordLogin {}",
+                    p.deploy_user.sudo, p.deploy_user.password, p.deploy_user.ssh_password_login
+                )
+            }),
+        )
         .text("release.erase", p.release.erase)
         .put("release.fallbackNoErase", p.release.fallback_no_erase)
         .put("preflight.strictPxe", p.preflight.strict_pxe)

@@ -26,9 +26,10 @@ pub use address::{InterfaceAddr, InterfaceAddrError, MacAddr, MacAddrError};
 pub use ids::{GroupName, Hostname, NodeId, ProfileName, SiteName, Sku};
 pub use node::{Bmc, Decommission, Lifecycle, Node, NodePolicy, Reimage, RoceAssignment};
 pub use profile::{
-    BootDiskMatch, CloudInit, Concurrency, DataDisks, DeployPolicy, Discovery, Enrollment,
-    EraseMode, HardwareSync, Image, NetworkOverrides, Preflight, Profile, ProfileNetwork,
-    ReleasePolicy, RocePolicy, SiteBundle, Storage, StorageLayout, Timeouts,
+    BootDiskMatch, CloudInit, Concurrency, DataDisks, DeployPassword, DeployPolicy,
+    DeployUserPolicy, Discovery, Enrollment, EraseMode, HardwareSync, Image, NetworkOverrides,
+    Preflight, Profile, ProfileNetwork, ReleasePolicy, RocePolicy, SiteBundle, Storage,
+    StorageLayout, SudoPolicy, Timeouts,
 };
 pub use revision::Revision;
 pub use secret_ref::SecretRef;

@@ -37,6 +37,61 @@ keyword_enum!(
     }
 );
 
+keyword_enum!(
+    /// `spec.deployUser.sudo`: what the site's deploy user may do as root on a deployed node.
+    SudoPolicy {
+        /// Only what metalform itself runs there (write the hardware-sync credentials, restart
+        /// its units), without a password. The default.
+        Restricted => "restricted",
+        /// Anything, with the user's password (needs `password: perNode` or `site`), plus the
+        /// restricted commands without one.
+        Password => "password",
+        /// Anything, without a password (what the deploy user had before issue 16).
+        Passwordless => "passwordless",
+    }
+);
+
+keyword_enum!(
+    /// `spec.deployUser.password`: whether the deploy user has a password at all.
+    DeployPassword {
+        /// No password: the account logs in with SSH keys only. The default.
+        None => "none",
+        /// A random password per node, made when the node is first rendered and kept in the
+        /// secret store under the site's `deploy.nodePasswords` path.
+        PerNode => "perNode",
+        /// The site's shared `deploy.password` (one leaked hash exposes every node).
+        Site => "site",
+    }
+);
+
+/// How the site's deploy user is set up on this profile's nodes (seed 000 §9; issue 16):
+/// keys-only SSH, no password and only metalform's own commands as root unless the profile
+/// says otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeployUserPolicy {
+    pub sudo: SudoPolicy,
+    pub password: DeployPassword,
+    /// SSH password login (`ssh_pwauth`); needs a password. Default false.
+    pub ssh_password_login: bool,
+}
+
+impl Default for DeployUserPolicy {
+    fn default() -> Self {
+        Self {
+            sudo: SudoPolicy::Restricted,
+            password: DeployPassword::None,
+            ssh_password_login: false,
+        }
+    }
+}
+
+impl DeployUserPolicy {
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Profile {
@@ -49,6 +104,9 @@ pub struct Profile {
     pub hardware_sync: HardwareSync,
     pub discovery: Discovery,
     pub deploy: DeployPolicy,
+    /// Written only when not the default, so plans of profiles without it read as before.
+    #[serde(default, skip_serializing_if = "DeployUserPolicy::is_default")]
+    pub deploy_user: DeployUserPolicy,
     pub release: ReleasePolicy,
     pub preflight: Preflight,
     pub concurrency: Concurrency,

@@ -50,15 +50,21 @@ pub struct Site {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MaasEndpoint {
-    /// The MAAS base URL, e.g. `http://10.176.46.1:5240/MAAS` (`api_base_url`).
+    /// The MAAS base URL, e.g. `https://10.176.46.1:5443/MAAS` (`api_base_url`).
     #[serde(serialize_with = "serialize_url", deserialize_with = "deserialize_url")]
     pub url: url::Url,
     /// `{token: consumer_key:token_key:token_secret}` in Vault.
     pub api_key: SecretRef,
+    /// The operator accepted plain http to a MAAS that is not on this host
+    /// (`maas.allowInsecureHttp`); written only when set.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_insecure_http: bool,
 }
 
+/// Every JSON a site appears in (plans, the API, snapshots) shows the URL through the one
+/// redaction path; validation refuses credentials in it, so this masks nothing in practice.
 fn serialize_url<S: serde::Serializer>(url: &url::Url, serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.serialize_str(url.as_str())
+    serializer.serialize_str(&crate::sanitize::redact::url(url.as_str()))
 }
 
 fn deserialize_url<'de, D: serde::Deserializer<'de>>(
@@ -129,11 +135,22 @@ pub struct SiteNetwork {
 }
 
 /// The one standard deploy identity of a site (seed 000 §3.6: site-scoped, not profile-scoped).
+/// How it is set up on a node (password, sudo, SSH) is the profile's `deployUser` policy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DeployIdentity {
     pub user: String,
-    pub password: SecretRef,
+    /// A password shared by the site's nodes: used only by profiles with `password: site`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<SecretRef>,
+    /// Where per-node passwords are kept (`password: perNode`): `<path>/<hostname>`, field
+    /// `password`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_passwords: Option<SecretRef>,
+    /// Public keys that may log in as the deploy user (metalform's own `--ssh-identity` among
+    /// them, for the hardware-sync credentials push).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ssh_keys: Vec<String>,
     /// Interface whose address is used to SSH to a deployed node (hardware-sync seed).
     pub ssh_iface: String,
 }

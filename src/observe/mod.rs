@@ -12,6 +12,8 @@ mod clients;
 mod snapshot;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
 
 use crate::lifecycle::JobKind;
 use crate::model::{Fleet, Site, SiteName};
@@ -106,12 +108,49 @@ pub async fn observe(
     secrets: &dyn SecretStore,
     maas: &MaasClients,
 ) -> Result<Snapshot, ObserveError> {
+    observe_within(fleet, sites, store, secrets, maas, &Patience::default()).await
+}
+
+/// Called while a site's MAAS has not answered yet: the site, its MAAS URL (credentials
+/// masked) and how long it has been waited for.
+pub type SlowSite = Arc<dyn Fn(&SiteName, &str, Duration) + Send + Sync>;
+
+/// How long an observation waits for each site's MAAS, and who hears about a slow one.
+#[derive(Clone)]
+pub struct Patience {
+    /// A site whose MAAS has not answered by then is recorded unreadable (transient), naming
+    /// the URL and the limit; `None`: as long as the client's own timeouts and retries take.
+    pub deadline: Option<Duration>,
+    /// Told every `report_every` about each site still being waited for.
+    pub slow: Option<SlowSite>,
+    pub report_every: Duration,
+}
+
+impl Default for Patience {
+    fn default() -> Self {
+        Self {
+            deadline: None,
+            slow: None,
+            report_every: Duration::from_secs(10),
+        }
+    }
+}
+
+/// [`observe`], each site's MAAS waited for with `patience`.
+pub async fn observe_within(
+    fleet: &Fleet,
+    sites: &SiteFilter,
+    store: &Store,
+    secrets: &dyn SecretStore,
+    maas: &MaasClients,
+    patience: &Patience,
+) -> Result<Snapshot, ObserveError> {
     let selected = sites.resolve(fleet)?;
     let taken_at = store.clock().now();
     let maas_reads = futures::future::join_all(
         selected
             .iter()
-            .map(|site| observe_site(site, secrets, maas)),
+            .map(|site| observe_site_within(site, secrets, maas, patience)),
     );
     let (observations, store_view) = tokio::join!(maas_reads, read_store(store, sites));
     let (store_serial, inventory, jobs) = store_view?;
@@ -127,6 +166,56 @@ pub async fn observe(
         inventory,
         jobs,
     })
+}
+
+/// [`observe_site`] under `patience`: a site that takes too long is reported while it does, and
+/// recorded unreadable at the deadline.
+async fn observe_site_within(
+    site: &Site,
+    secrets: &dyn SecretStore,
+    maas: &MaasClients,
+    patience: &Patience,
+) -> SiteObservation {
+    if patience.deadline.is_none() && patience.slow.is_none() {
+        return observe_site(site, secrets, maas).await;
+    }
+    let url = crate::sanitize::redact::url(&maas.url_of(site));
+    let started = tokio::time::Instant::now();
+    let work = observe_site(site, secrets, maas);
+    tokio::pin!(work);
+    let deadline = async {
+        match patience.deadline {
+            Some(limit) => tokio::time::sleep(limit).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(deadline);
+    let every = patience.report_every.max(Duration::from_millis(100));
+    let mut ticks = tokio::time::interval_at(started + every, every);
+    loop {
+        tokio::select! {
+            observation = &mut work => return observation,
+            () = &mut deadline => {
+                let limit = patience.deadline.unwrap_or_default();
+                return SiteObservation::Unreadable {
+                    error: format!(
+                        "MAAS at {url} did not answer within {}",
+                        crate::model::duration::format(limit)
+                    ),
+                    transient: true,
+                    hint: Some(
+                        "check that MAAS is up and reachable from here; a large site may need a longer --timeout"
+                            .into(),
+                    ),
+                };
+            }
+            _ = ticks.tick() => {
+                if let Some(slow) = &patience.slow {
+                    slow(&site.name, &url, started.elapsed());
+                }
+            }
+        }
+    }
 }
 
 /// One site's MAAS: the machines list, the power parameters (both needed: without BMC

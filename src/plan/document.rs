@@ -25,6 +25,8 @@ struct DocumentRef<'a> {
     items: Vec<ItemRef<'a>>,
     summary: &'a Summary,
     resolved: ResolvedRef<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    signature: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -62,17 +64,18 @@ struct TargetRef<'a> {
 
 impl Serialize for Plan {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        document(self, &self.id).serialize(serializer)
+        document(self, &self.id, self.signature.as_deref()).serialize(serializer)
     }
 }
 
-/// The plan's id: `sha256:` of its document with an empty `id` (no copy of the plan is made).
-pub(super) fn content_id(plan: &Plan) -> String {
-    crate::observe::hash_json(&document(plan, ""))
+/// The plan's id: `sha256:` of its document with an empty `id` and no signature (no copy of
+/// the plan is made).
+pub fn content_id(plan: &Plan) -> String {
+    crate::observe::hash_json(&document(plan, "", None))
 }
 
 /// The document of `plan`, with `id` as its id.
-fn document<'a>(plan: &'a Plan, id: &'a str) -> DocumentRef<'a> {
+fn document<'a>(plan: &'a Plan, id: &'a str, signature: Option<&'a str>) -> DocumentRef<'a> {
     {
         let mut resolved = ResolvedRef {
             sites: BTreeMap::new(),
@@ -120,6 +123,7 @@ fn document<'a>(plan: &'a Plan, id: &'a str) -> DocumentRef<'a> {
             items,
             summary: &plan.summary,
             resolved,
+            signature,
         }
     }
 }
@@ -138,6 +142,8 @@ struct Document {
     items: Vec<ItemDocument>,
     summary: Summary,
     resolved: Resolved,
+    #[serde(default)]
+    signature: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -236,6 +242,7 @@ impl<'de> Deserialize<'de> for Plan {
             sites: doc.sites,
             items,
             summary: doc.summary,
+            signature: doc.signature,
         })
     }
 }

@@ -51,6 +51,11 @@ pub enum Moved {
         planned: i64,
         current: i64,
     },
+    /// The latest job now ran under another plan than the one the plan names as its parent.
+    Parent {
+        planned: Option<String>,
+        current: Option<String>,
+    },
 }
 
 impl fmt::Display for Moved {
@@ -79,6 +84,23 @@ impl fmt::Display for Moved {
             Moved::StoreSerial { planned, current } => {
                 write!(f, "the store changed (serial {planned} → {current})")
             }
+            Moved::Parent { planned, current } => {
+                let followed = planned.as_deref().map_or_else(
+                    || "no earlier plan".to_owned(),
+                    |id| format!("plan {}", short_id(id)),
+                );
+                match current {
+                    Some(current) => write!(
+                        f,
+                        "plan {} ran since (this plan followed {followed})",
+                        short_id(current)
+                    ),
+                    None => write!(
+                        f,
+                        "no job records the plan this one followed ({followed}) any more"
+                    ),
+                }
+            }
         }
     }
 }
@@ -87,7 +109,7 @@ impl fmt::Display for Moved {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct StalePlan {
     pub plan_id: String,
-    /// Everything that moved, in the order: fleet, snapshot parts, store.
+    /// Everything that moved, in the order: fleet, snapshot parts, parent, store.
     pub moved: Vec<Moved>,
 }
 
@@ -147,6 +169,13 @@ pub fn check_fresh(
             }),
             _ => {}
         }
+    }
+    let parent = super::planner::parent_of(snapshot);
+    if plan.parent != parent {
+        moved.push(Moved::Parent {
+            planned: plan.parent.clone(),
+            current: parent,
+        });
     }
     if plan.store_serial != store_serial {
         moved.push(Moved::StoreSerial {

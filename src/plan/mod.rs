@@ -15,9 +15,11 @@
 //! | `render` | text, JSON and markdown |
 //! | `document` | the plan's JSON document (sites and profiles written once) |
 //! | `file` | [`save`] and [`load`] of plan files (the only I/O here) |
+//! | `trust` | plan-file signatures, and what differs from the plan made now |
 
 mod document;
 mod exits;
+pub use document::content_id;
 mod file;
 mod fresh;
 mod guard;
@@ -25,6 +27,7 @@ mod matching;
 mod planner;
 mod prune;
 pub mod render;
+mod trust;
 mod types;
 mod windows;
 
@@ -32,6 +35,7 @@ pub use file::{PlanFileError, from_json, load, save, to_json};
 pub use fresh::{Moved, StalePlan, check_fresh, describe_revision, revision_id, short_id};
 pub use planner::plan;
 pub use prune::{PolicyUpdate, policy_updates};
+pub use trust::{SIGNATURE_PREFIX, UntrustedPlan, differences, sign, verify};
 pub use types::{
     Action, BlockCause, Candidate, MatchKey, NodeTarget, PLAN_FORMAT, PauseSource, Plan, PlanItem,
     PlanOptions, SitePlan, Summary,

@@ -68,9 +68,20 @@ pub fn plan(fleet: &Fleet, snapshot: &Snapshot, options: &PlanOptions) -> Plan {
         summary: Summary::of(&items),
         sites,
         items,
+        signature: None,
     };
     plan.id = super::document::content_id(&plan);
     plan
+}
+
+/// The plan the most recently updated job of `snapshot` ran under: a plan's parent.
+pub(crate) fn parent_of(snapshot: &Snapshot) -> Option<String> {
+    snapshot
+        .jobs
+        .iter()
+        .filter(|j| j.plan_id.is_some())
+        .max_by(|a, b| (a.updated_at, a.id).cmp(&(b.updated_at, b.id)))
+        .and_then(|j| j.plan_id.clone())
 }
 
 /// The inventory and jobs of the snapshot, indexed by (site, hostname).
@@ -122,12 +133,7 @@ impl<'s> StoreView<'s> {
 
     /// The plan the most recently updated job ran under.
     fn parent(&self) -> Option<String> {
-        self.snapshot
-            .jobs
-            .iter()
-            .filter(|j| j.plan_id.is_some())
-            .max_by(|a, b| (a.updated_at, a.id).cmp(&(b.updated_at, b.id)))
-            .and_then(|j| j.plan_id.clone())
+        parent_of(self.snapshot)
     }
 
     fn key(id: &NodeId) -> (&str, &str) {

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 
 use super::fresh::{describe_revision, short_id};
 use super::types::{Action, BlockCause, Plan, PlanItem, SitePlan, Summary};
+use crate::sanitize::{markdown, terminal};
 
 /// Text rendering options.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -168,8 +169,13 @@ fn site_heading(site: &SitePlan) -> String {
     heading
 }
 
-/// The plan as text.
+/// The plan as text. Reasons carry what MAAS and the manifests said (hostnames, errors): any
+/// control character in them is shown as an escape, never sent to the terminal.
 pub fn render_text(plan: &Plan, options: TextOptions) -> String {
+    terminal::escape(&text_unescaped(plan, options)).into_owned()
+}
+
+fn text_unescaped(plan: &Plan, options: TextOptions) -> String {
     let mut out = format!(
         "Plan {} of {}, store serial {}\n",
         short_id(&plan.id),
@@ -239,11 +245,6 @@ pub fn render_json(plan: &Plan) -> String {
     super::file::to_json(plan)
 }
 
-/// Inside a table cell: pipes escaped, newlines flattened.
-fn cell(text: &str) -> String {
-    text.replace('|', "\\|").replace('\n', " ")
-}
-
 /// Room kept for the closing lines: a third of the cap, at most 1000 bytes.
 fn reserve(max_bytes: usize) -> usize {
     (max_bytes / 3).min(1_000)
@@ -291,7 +292,7 @@ pub fn render_markdown(plan: &Plan, max_bytes: usize) -> String {
             "| {}{} | {} | {} | {} | {} | {} |",
             site.site,
             if site.disabled { " (disabled)" } else { "" },
-            cell(&maas),
+            markdown::text(&maas),
             s.onboard,
             s.resume,
             s.rerun,
@@ -305,7 +306,7 @@ pub fn render_markdown(plan: &Plan, max_bytes: usize) -> String {
     out.push('\n');
     for site in &plan.sites {
         if let Some(guard) = &site.guard {
-            let _ = writeln!(out, "> ⚠️ **{}**: {}\n", site.site, cell(guard));
+            let _ = writeln!(out, "> ⚠️ **{}**: {}\n", site.site, markdown::text(guard));
         }
     }
 
@@ -344,32 +345,43 @@ pub fn render_markdown(plan: &Plan, max_bytes: usize) -> String {
 
     // One markdown table row: `| a | b | … |`.
     let row = |cells: &[String]| format!("| {} |\n", cells.join(" | "));
-    let code = |text: &dyn std::fmt::Display| format!("`{text}`");
+    let code = |text: &dyn std::fmt::Display| markdown::code(&text.to_string());
     let destructive: Vec<String> = plan
         .items
         .iter()
         .filter(|i| i.destructive)
-        .map(|i| row(&[code(&i.node), i.action.name().into(), cell(&i.reason)]))
+        .map(|i| {
+            row(&[
+                code(&i.node),
+                i.action.name().into(),
+                markdown::text(&i.reason),
+            ])
+        })
         .collect();
     let blocked: Vec<String> = plan
         .items
         .iter()
         .filter(|i| matches!(i.action, Action::Blocked { .. }))
-        .map(|i| row(&[code(&i.node), cell(&i.reason)]))
+        .map(|i| row(&[code(&i.node), markdown::text(&i.reason)]))
         .collect();
     let changes: Vec<String> = plan
         .changes()
         .filter(|i| !i.destructive)
         .map(|i| {
             let action = i.action.name().into();
-            row(&[code(&symbol(i)), code(&i.node), action, cell(&i.reason)])
+            row(&[
+                code(&symbol(i)),
+                code(&i.node),
+                action,
+                markdown::text(&i.reason),
+            ])
         })
         .collect();
     let unchanged: Vec<String> = plan
         .items
         .iter()
         .filter(|i| i.action == Action::Noop)
-        .map(|i| row(&[code(&i.node), cell(&line_reason(i))]))
+        .map(|i| row(&[code(&i.node), markdown::text(&line_reason(i))]))
         .collect();
 
     const NODE_ACTION_REASON: &str = "| node | action | reason |\n|---|---|---|\n";

@@ -38,6 +38,9 @@ pub struct Plan {
     /// Ordered by (site, hostname).
     pub items: Vec<PlanItem>,
     pub summary: Summary,
+    /// `hmac-sha256:<hex>` of the id under the state store's key, written by `metalform plan
+    /// --out` (not part of the content the id hashes); `apply PLANFILE` requires it.
+    pub signature: Option<String>,
 }
 
 impl Plan {
@@ -60,6 +63,15 @@ impl Plan {
     /// Items whose action runs in the executor, in plan order.
     pub fn changes(&self) -> impl Iterator<Item = &PlanItem> {
         self.items.iter().filter(|i| i.action.is_change())
+    }
+
+    /// Blocked items the fleet cannot converge past until an operator acts
+    /// ([`BlockCause::needs_operator`]), in plan order.
+    pub fn needing_operator(&self) -> impl Iterator<Item = &PlanItem> {
+        self.items.iter().filter(|i| match &i.action {
+            Action::Blocked { cause } => cause.needs_operator(),
+            _ => false,
+        })
     }
 }
 
@@ -345,6 +357,32 @@ pub enum BlockCause {
     /// The node left the manifests, but no release policy was recorded for it: pruning does
     /// not guess an erase mode.
     NoReleasePolicy,
+}
+
+impl BlockCause {
+    /// Whether the node stays where it is until an operator acts: a job needing manual
+    /// intervention, an ambiguous match, an unreadable MAAS, the mass-destruction guard, an
+    /// inventory state the manifests contradict. Not what the operator asked for (paused,
+    /// protected, a disabled site) nor work already under way.
+    pub fn needs_operator(&self) -> bool {
+        match self {
+            BlockCause::ManualIntervention { .. }
+            | BlockCause::DiscoveryAmbiguity { .. }
+            | BlockCause::SiteUnreadable { .. }
+            | BlockCause::DestructionGuard { .. }
+            | BlockCause::PruneLimit { .. }
+            | BlockCause::NoReleasePolicy => true,
+            BlockCause::InventoryState { state, retired, .. } => {
+                *retired || matches!(state, NodeState::Quarantined | NodeState::Retired)
+            }
+            BlockCause::SiteDisabled
+            | BlockCause::Paused { .. }
+            | BlockCause::Protected { .. }
+            | BlockCause::DecommissionInProgress { .. }
+            | BlockCause::OnboardingInProgress { .. }
+            | BlockCause::MaintenanceWindow { .. } => false,
+        }
+    }
 }
 
 /// Where a `paused` or `protected` flag was set.

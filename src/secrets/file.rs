@@ -59,18 +59,8 @@ impl FileStore {
             backend: self.backend(),
             message: format!("cannot write: {e}"),
         };
-        let dir = self
-            .path
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir).map_err(fail)?;
-        let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(fail)?;
         let text = serde_json::to_string_pretty(doc).expect("a map of strings serialises");
-        std::io::Write::write_all(&mut tmp, text.as_bytes()).map_err(fail)?;
-        // NamedTempFile is created 0600 on Unix: the secrets file stays owner-only.
-        tmp.persist(&self.path).map_err(|e| fail(e.error))?;
-        Ok(())
+        super::write_private_file(&self.path, text.as_bytes()).map_err(fail)
     }
 }
 

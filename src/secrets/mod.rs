@@ -94,9 +94,9 @@ impl SecretError {
             SecretError::Unavailable { .. } => {
                 Some("check that the Vault/OpenBao server is up and reachable, then retry")
             }
-            SecretError::InvalidUrl { .. } => {
-                Some("use --secrets vault://HOST:PORT (token from VAULT_TOKEN) or file://PATH")
-            }
+            SecretError::InvalidUrl { .. } => Some(
+                "use --secrets vault://HOST:PORT (https; token from VAULT_TOKEN, CA from VAULT_CACERT), vault+http://HOST:PORT for plain http, or file://PATH",
+            ),
             _ => None,
         }
     }
@@ -148,8 +148,34 @@ impl dyn SecretStore + '_ {
     }
 }
 
-/// Open a secret store from a URL: `vault://HOST:PORT` / `vault+https://HOST:PORT` (token from
-/// `VAULT_TOKEN`) or `file://PATH`.
+/// Write a file only its owner can read or write (0600), atomically: for anything that holds
+/// a secret (a dev secrets file, the state database's directory holds the plan-signing key).
+pub fn write_private_file(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    // A NamedTempFile is created 0600 and renamed into place.
+    let mut file = tempfile::NamedTempFile::new_in(dir)?;
+    std::io::Write::write_all(&mut file, bytes)?;
+    file.as_file().sync_all()?;
+    file.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// Create a directory, and any missing parents, that only its owner can enter (0700).
+pub fn create_private_dir(path: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+}
+
+/// Open a secret store from a URL: `vault://HOST:PORT` (https; `vault+https://` says the
+/// same), `vault+http://HOST:PORT` (plain http, only because the operator wrote it) — token from
+/// `VAULT_TOKEN`, extra CA certificates from `VAULT_CACERT` — or `file://PATH`.
 pub fn open(url: &str) -> Result<Arc<dyn SecretStore>, SecretError> {
     if let Some(path) = url.strip_prefix("file://") {
         if path.is_empty() {
@@ -162,20 +188,24 @@ pub fn open(url: &str) -> Result<Arc<dyn SecretStore>, SecretError> {
     }
     let (scheme, rest) = if let Some(rest) = url.strip_prefix("vault+https://") {
         ("https", rest)
-    } else if let Some(rest) = url.strip_prefix("vault://") {
+    } else if let Some(rest) = url.strip_prefix("vault+http://") {
         ("http", rest)
+    } else if let Some(rest) = url.strip_prefix("vault://") {
+        ("https", rest)
     } else {
         return Err(SecretError::InvalidUrl {
             url: url.into(),
-            reason: "expected vault://HOST:PORT, vault+https://HOST:PORT or file://PATH".into(),
+            reason: "expected vault://HOST:PORT (https), vault+http://HOST:PORT (plain http) or file://PATH".into(),
         });
     };
     let token = std::env::var("VAULT_TOKEN").map_err(|_| SecretError::InvalidUrl {
         url: url.into(),
         reason: "VAULT_TOKEN is not set".into(),
     })?;
+    let ca_file = std::env::var_os("VAULT_CACERT").map(std::path::PathBuf::from);
     Ok(Arc::new(VaultStore::new(
         &format!("{scheme}://{}", rest.trim_end_matches('/')),
         Secret::new(token),
+        ca_file.as_deref(),
     )?))
 }

@@ -36,6 +36,21 @@ impl SecretRef {
         if mount.is_empty() || rest.is_empty() || rest.split('/').any(str::is_empty) {
             return Err(invalid("empty path segment"));
         }
+        // `.` and `..` would walk the backend's URL (or the file store's keys) to a secret the
+        // reference does not name; other characters have no place in a KV path either.
+        for segment in trimmed.split('/') {
+            if segment.starts_with('.') {
+                return Err(invalid("a path segment starts with `.` (no `.` or `..`)"));
+            }
+            if !segment
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+            {
+                return Err(invalid(
+                    "only letters, digits, `_`, `-` and `.` may appear in a path segment",
+                ));
+            }
+        }
         Ok((mount, rest))
     }
 }
@@ -55,6 +70,16 @@ mod tests {
             "invalid secret reference `kv`: expected <mount>/<path>, e.g. kv/maas-sites/dc1/api-token"
         );
         assert!(SecretRef::split("kv//x").is_err());
+        for traversal in [
+            "kv/../sys/x",
+            "kv/a/../../b",
+            "kv/./a",
+            "../kv/a",
+            "kv/a%2F..",
+            "kv/a?x",
+        ] {
+            assert!(SecretRef::split(traversal).is_err(), "{traversal}");
+        }
         let r: SecretRef = serde_json::from_str(r#"{"vault": "kv/a/b", "key": "token"}"#).unwrap();
         assert_eq!(r, SecretRef::new("kv/a/b", Some("token")));
     }

@@ -25,8 +25,14 @@ impl std::fmt::Debug for VaultStore {
 }
 
 impl VaultStore {
-    /// A client for `address` (`http://HOST:PORT` or `https://…`) with `token`.
-    pub fn new(address: &str, token: Secret) -> Result<Self, SecretError> {
+    /// A client for `address` (`https://HOST:PORT`, or `http://…`) with `token`, trusting the
+    /// PEM certificates in `ca_file` besides the system's roots. Certificates are always
+    /// verified (`VAULT_SKIP_VERIFY` is not honoured).
+    pub fn new(
+        address: &str,
+        token: Secret,
+        ca_file: Option<&std::path::Path>,
+    ) -> Result<Self, SecretError> {
         let invalid = |reason: String| SecretError::InvalidUrl {
             url: address.to_owned(),
             reason,
@@ -38,10 +44,21 @@ impl VaultStore {
         // reqwest is built without a bundled TLS provider; the binary installs ring, and so do
         // we here for library users (a second install is a no-op error).
         let _ = rustls::crypto::ring::default_provider().install_default();
+        if let Some(path) = ca_file
+            && let Err(e) = std::fs::metadata(path)
+        {
+            return Err(invalid(format!("the CA bundle {}: {e}", path.display())));
+        }
         let settings = VaultClientSettingsBuilder::default()
             .address(address)
             .token(token.expose())
             .timeout(Some(Duration::from_secs(10)))
+            .verify(true)
+            .ca_certs(
+                ca_file
+                    .map(|p| vec![p.display().to_string()])
+                    .unwrap_or_default(),
+            )
             .build()
             .map_err(|e| invalid(e.to_string()))?;
         let client = VaultClient::new(settings).map_err(|e| invalid(e.to_string()))?;

@@ -5,10 +5,13 @@ use std::path::{Component, Path, PathBuf};
 
 use git2::{ObjectType, Repository, TreeWalkMode, TreeWalkResult};
 
-use super::{Snapshot, SourceError, SourceFile, display_root_of, is_manifest_name, is_walked_dir};
+use super::{
+    Budget, Snapshot, SourceError, SourceFile, display_root_of, is_manifest_name, is_walked_dir,
+    join_display,
+};
 use crate::model::Revision;
 
-pub(super) fn read(fleet: &Path, rev: &str) -> Result<Snapshot, SourceError> {
+pub(super) fn read(fleet: &Path, rev: &str, budget: &mut Budget) -> Result<Snapshot, SourceError> {
     let absolute = absolute_through_existing(fleet)?;
     let repo = Repository::discover(nearest_existing(&absolute)).map_err(|_| {
         SourceError::NotInRepository {
@@ -41,7 +44,7 @@ pub(super) fn read(fleet: &Path, rev: &str) -> Result<Snapshot, SourceError> {
             rev: rev.to_string(),
             repo: workdir.clone(),
         })?;
-    read_commit(&repo, &commit, &inside, fleet, rev)
+    read_commit(&repo, &commit, &inside, fleet, rev, budget)
 }
 
 /// The fleet at `inside` (a `/`-separated path in the tree, `""` for the root) of `commit`;
@@ -53,6 +56,7 @@ pub(crate) fn read_commit(
     inside: &str,
     fleet: &Path,
     rev: &str,
+    budget: &mut Budget,
 ) -> Result<Snapshot, SourceError> {
     let git_err = |err: git2::Error| SourceError::Git {
         repo: repo.path().to_path_buf(),
@@ -72,25 +76,24 @@ pub(crate) fn read_commit(
     let display_root;
     if inside.is_empty() {
         display_root = display_root_of(fleet);
-        collect_tree(repo, &root, &mut files).map_err(git_err)?;
+        collect_tree(repo, &root, &display_root, budget, &mut files)?;
     } else {
         let entry = root.get_path(Path::new(inside)).map_err(|_| missing())?;
         match entry.kind() {
             Some(ObjectType::Tree) => {
                 display_root = display_root_of(fleet);
                 let tree = repo.find_tree(entry.id()).map_err(git_err)?;
-                collect_tree(repo, &tree, &mut files).map_err(git_err)?;
+                collect_tree(repo, &tree, &display_root, budget, &mut files)?;
             }
             Some(ObjectType::Blob) => {
                 display_root = fleet
                     .parent()
                     .map(display_root_of)
                     .unwrap_or_else(|| ".".into());
-                let blob = repo.find_blob(entry.id()).map_err(git_err)?;
-                files.push(SourceFile {
-                    path: entry.name().unwrap_or_default().to_string(),
-                    bytes: blob.content().to_vec(),
-                });
+                let name = entry.name().unwrap_or_default().to_string();
+                let shown = join_display(&display_root, &name);
+                let bytes = read_blob(repo, &entry, &shown, budget)?;
+                files.push(SourceFile { path: name, bytes });
             }
             _ => return Err(missing()),
         }
@@ -108,30 +111,74 @@ pub(crate) fn read_commit(
 fn collect_tree(
     repo: &Repository,
     tree: &git2::Tree<'_>,
+    display_root: &str,
+    budget: &mut Budget,
     files: &mut Vec<SourceFile>,
-) -> Result<(), git2::Error> {
+) -> Result<(), SourceError> {
     let mut failure = None;
-    tree.walk(TreeWalkMode::PreOrder, |dir, entry| {
+    let max_depth = budget.limits().max_dir_depth;
+    let walked = tree.walk(TreeWalkMode::PreOrder, |dir, entry| {
         let name = entry.name().unwrap_or_default();
-        match entry.kind() {
-            Some(ObjectType::Tree) if !is_walked_dir(name) => TreeWalkResult::Skip,
+        let depth = dir.matches('/').count();
+        let result = match entry.kind() {
+            Some(ObjectType::Tree) if !is_walked_dir(name) => return TreeWalkResult::Skip,
+            Some(ObjectType::Tree) if depth >= max_depth => Err(SourceError::Refused {
+                path: join_display(display_root, &format!("{dir}{name}")),
+                reason: format!("directories nested more than {max_depth} deep"),
+            }),
             Some(ObjectType::Blob) if is_manifest_name(name) => {
-                match repo.find_blob(entry.id()) {
-                    Ok(blob) => files.push(SourceFile {
+                let shown = join_display(display_root, &format!("{dir}{name}"));
+                read_blob(repo, entry, &shown, budget).map(|bytes| {
+                    files.push(SourceFile {
                         path: format!("{dir}{name}"),
-                        bytes: blob.content().to_vec(),
-                    }),
-                    Err(err) => {
-                        failure = Some(err);
-                        return TreeWalkResult::Abort;
-                    }
-                }
-                TreeWalkResult::Ok
+                        bytes,
+                    })
+                })
             }
-            _ => TreeWalkResult::Ok,
+            _ => Ok(()),
+        };
+        match result {
+            Ok(()) => TreeWalkResult::Ok,
+            Err(err) => {
+                failure = Some(err);
+                TreeWalkResult::Abort
+            }
         }
-    })?;
-    failure.map_or(Ok(()), Err)
+    });
+    if let Some(err) = failure {
+        return Err(err);
+    }
+    walked.map_err(|err| SourceError::Git {
+        repo: repo.path().to_path_buf(),
+        message: err.message().to_string(),
+    })
+}
+
+/// A manifest blob's bytes, within the budget: a symbolic link (mode 120000, whose blob is the
+/// link's target) is refused, and the size is read from the object header before the blob.
+fn read_blob(
+    repo: &Repository,
+    entry: &git2::TreeEntry<'_>,
+    shown: &str,
+    budget: &mut Budget,
+) -> Result<Vec<u8>, SourceError> {
+    let git_err = |err: git2::Error| SourceError::Git {
+        repo: repo.path().to_path_buf(),
+        message: err.message().to_string(),
+    };
+    if entry.filemode() == i32::from(git2::FileMode::Link) {
+        return Err(SourceError::Refused {
+            path: shown.to_owned(),
+            reason: "a symbolic link in the git tree (links are not followed in a revision)".into(),
+        });
+    }
+    let (size, _) = repo
+        .odb()
+        .and_then(|odb| odb.read_header(entry.id()))
+        .map_err(git_err)?;
+    budget.admit(shown, size as u64)?;
+    let blob = repo.find_blob(entry.id()).map_err(git_err)?;
+    Ok(blob.content().to_vec())
 }
 
 /// The absolute, symlink-resolved form of `path`, even when its last components do not exist on

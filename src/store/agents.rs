@@ -429,6 +429,29 @@ impl Store {
         Ok(latest)
     }
 
+    /// Whose agent token this is, when it is current; nothing is written. A call the token
+    /// is then refused for (another node's route, an admin route) is not agent contact.
+    pub async fn agent_identity(
+        &self,
+        token: &Secret,
+    ) -> Result<Option<AgentIdentity>, StoreError> {
+        let mut tx = self.pool.read().await?;
+        let row = tx
+            .fetch_optional(
+                "SELECT node_id, enrollment_id FROM agent_credentials
+                 WHERE token_hash = $1 AND revoked_at IS NULL",
+                &params![token_hash(token)],
+            )
+            .await?;
+        row.map(|row| {
+            Ok(AgentIdentity {
+                node_id: parse_uuid(&row.text("node_id")?)?,
+                enrollment_id: row.int("enrollment_id")?,
+            })
+        })
+        .transpose()
+    }
+
     /// Check an agent's bearer token (the task API, issue 6): its node and enrollment when it
     /// is current, `None` when unknown or revoked. Records the use as agent contact.
     pub async fn authenticate_agent(

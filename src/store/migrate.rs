@@ -30,6 +30,11 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("migrations/0003_reimage_generation.sql"),
     },
     Migration {
+        version: 6,
+        name: "plan_signing_key",
+        sql: include_str!("migrations/0006_plan_signing_key.sql"),
+    },
+    Migration {
         version: 9,
         name: "lifecycle_exits",
         sql: include_str!("migrations/0009_lifecycle_exits.sql"),
@@ -39,7 +44,8 @@ const MIGRATIONS: &[Migration] = &[
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = 9;
 
-/// The versions of every migration this build knows, oldest first.
+/// The versions of every migration this build knows, oldest first (what a migrated store
+/// records in `schema_migrations`).
 pub fn migration_versions() -> Vec<i64> {
     MIGRATIONS.iter().map(|m| m.version).collect()
 }

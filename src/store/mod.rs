@@ -15,6 +15,7 @@ mod jobs;
 mod leases;
 mod migrate;
 mod nodes;
+mod plan_key;
 mod records;
 mod tasks;
 mod tokens;
@@ -46,7 +47,7 @@ pub use records::{
     OutboxEvent, PlanRecord, Role,
 };
 pub use tasks::{AgentTask, EnsureOutcome, TaskOutcome, TaskStatus};
-pub use tokens::{TokenClaim, TokenError, token_hash};
+pub use tokens::{TokenClaim, TokenError, random_password, token_hash};
 
 use db::{Pool, Tx};
 
@@ -209,15 +210,69 @@ impl StoreLocation {
     }
 }
 
-/// A URL fit to print: any password replaced.
-pub fn redact_url(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut parsed) if parsed.password().is_some() => {
-            let _ = parsed.set_password(Some("redacted"));
-            parsed.to_string()
-        }
-        _ => url.to_owned(),
+/// PostgreSQL's own default (`sslmode=prefer`) falls back to plain text without a word, and
+/// does not check who answers. Unless the URL (or `PGSSLMODE`) says otherwise, a server that
+/// is not on this host is reached with TLS and its certificate verified against the system's
+/// roots (or `sslrootcert=`): `verify-full`. Plain text only when the operator writes
+/// `sslmode=disable` (or `prefer`/`allow`).
+fn tls_by_default(
+    options: sqlx::postgres::PgConnectOptions,
+    url: &str,
+) -> sqlx::postgres::PgConnectOptions {
+    let asked = url.contains("sslmode=")
+        || url.contains("ssl-mode=")
+        || std::env::var_os("PGSSLMODE").is_some();
+    let host = options.get_host();
+    let local = options.get_socket().is_some()
+        || host.starts_with('/')
+        || host == "localhost"
+        || host
+            .trim_matches(['[', ']'])
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    if asked || local {
+        options
+    } else {
+        options.ssl_mode(sqlx::postgres::PgSslMode::VerifyFull)
     }
+}
+
+#[cfg(test)]
+mod tls_tests {
+    use super::*;
+
+    fn mode(url: &str) -> sqlx::postgres::PgSslMode {
+        let options = sqlx::postgres::PgConnectOptions::from_str(url).unwrap();
+        tls_by_default(options, url).get_ssl_mode()
+    }
+
+    #[test]
+    fn a_remote_postgres_gets_verify_full_unless_the_url_says_otherwise() {
+        use sqlx::postgres::PgSslMode::*;
+        if std::env::var_os("PGSSLMODE").is_some() {
+            return;
+        }
+        assert!(matches!(mode("postgres://m@db.example.net/m"), VerifyFull));
+        assert!(matches!(mode("postgres://m@10.0.0.5:5432/m"), VerifyFull));
+        // Said so: plain text, or a weaker mode.
+        assert!(matches!(
+            mode("postgres://m@db.example.net/m?sslmode=disable"),
+            Disable
+        ));
+        assert!(matches!(
+            mode("postgres://m@db.example.net/m?sslmode=require"),
+            Require
+        ));
+        // This host: PostgreSQL's own default.
+        assert!(matches!(mode("postgres://m@127.0.0.1:5432/m"), Prefer));
+        assert!(matches!(mode("postgres://m@localhost/m"), Prefer));
+    }
+}
+
+/// A URL fit to print: user, password and secret parameters masked
+/// ([`crate::sanitize::redact::url`]).
+pub fn redact_url(url: &str) -> String {
+    crate::sanitize::redact::url(url)
 }
 
 /// The state store. Cheap to clone (a pool and a clock).
@@ -245,12 +300,23 @@ impl Store {
         let pool = match StoreLocation::parse(url)? {
             StoreLocation::Sqlite(path) => {
                 if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                    std::fs::create_dir_all(dir).map_err(|e| StoreError::InvalidUrl {
-                        url: shown.clone(),
-                        reason: format!("cannot create {}: {e}", dir.display()),
+                    // The store holds the plan-signing key and job details: owner only.
+                    crate::secrets::create_private_dir(dir).map_err(|e| {
+                        StoreError::InvalidUrl {
+                            url: shown.clone(),
+                            reason: format!("cannot create {}: {e}", dir.display()),
+                        }
                     })?;
                 }
-                Pool::connect_sqlite(&path).await.map_err(unreachable)?
+                let pool = Pool::connect_sqlite(&path).await.map_err(unreachable)?;
+                // SQLite creates the file (and its -wal/-shm, with the same mode) by the umask.
+                use std::os::unix::fs::PermissionsExt as _;
+                if let Err(e) =
+                    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                {
+                    tracing::warn!(path = %path.display(), error = %e, "cannot make the state database owner-only");
+                }
+                pool
             }
             StoreLocation::Postgres(url) => {
                 let options = sqlx::postgres::PgConnectOptions::from_str(&url).map_err(|e| {
@@ -259,7 +325,9 @@ impl Store {
                         reason: e.to_string(),
                     }
                 })?;
-                Pool::connect_postgres(options).await.map_err(unreachable)?
+                Pool::connect_postgres(tls_by_default(options, &url))
+                    .await
+                    .map_err(unreachable)?
             }
         };
         let store = Store {

@@ -5,6 +5,7 @@
 use base64::Engine as _;
 use chrono::{DateTime, Duration, Utc};
 use rand::Rng as _;
+use rand::RngExt as _;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
@@ -37,6 +38,17 @@ pub(crate) fn random_token() -> Secret {
     let mut raw = [0u8; 32];
     rand::rng().fill_bytes(&mut raw);
     Secret::new(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw))
+}
+
+/// A new random password (24 characters of letters and digits, ~142 bits) for a node's deploy
+/// user: typed at a console when needed, so no punctuation a keyboard layout could garble.
+pub fn random_password() -> Secret {
+    const ALPHABET: &[u8] = b"abcdefghijkmnopqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789";
+    let mut rng = rand::rng();
+    let text: String = (0..24)
+        .map(|_| char::from(ALPHABET[rng.random_range(0..ALPHABET.len())]))
+        .collect();
+    Secret::new(text)
 }
 
 /// SHA-256 hex of a token: the only form the store keeps.

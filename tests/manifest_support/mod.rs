@@ -134,3 +134,32 @@ fn copy_tree(from: &Path, to: &Path) {
         }
     }
 }
+
+/// Resolves `$ref`s to files in schema/ on disk, as an editor does with relative references.
+pub struct SchemaFromDisk;
+
+impl jsonschema::Retrieve for SchemaFromDisk {
+    fn retrieve(
+        &self,
+        uri: &jsonschema::Uri<String>,
+    ) -> Result<serde_json::Value, Box<dyn std::error::Error + Send + Sync>> {
+        let name = uri.as_str().rsplit('/').next().unwrap_or_default();
+        let path = repo_root().join("schema").join(name);
+        Ok(serde_json::from_str(&std::fs::read_to_string(path)?)?)
+    }
+}
+
+/// schema/fleet.schema.json compiled with its siblings, as an editor compiles it; `formats`:
+/// whether `format` is checked (2020-12 makes it an annotation only).
+pub fn editor_validator(formats: bool) -> jsonschema::Validator {
+    let schema: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(repo_root().join("schema/fleet.schema.json")).unwrap(),
+    )
+    .unwrap();
+    jsonschema::options()
+        .with_base_uri("file:///schema/fleet.schema.json")
+        .with_retriever(SchemaFromDisk)
+        .should_validate_formats(formats)
+        .build(&schema)
+        .expect("fleet.schema.json compiles with its siblings")
+}

@@ -154,6 +154,7 @@ spec:
   network: {{pxeIface: ens19, pxeVlanVid: 46, nodePxeIface: eno8303}}
   deploy:
     password: {{vault: kv/{name}/deploy, key: password}}
+    nodePasswords: {{vault: kv/{name}/deploy-nodes}}
   defaultProfile: {name}-gpu
 {extra}",
                 url = sim.maas_url.trim_end_matches('/'),
@@ -460,6 +461,22 @@ impl Bed {
             .env_remove("METALFORM_SECRETS")
             .env("NO_COLOR", "1");
         command
+    }
+
+    /// `metalform plan --out DIR/name` against this bed: the signed plan file's path.
+    pub fn plan_to(&self, name: &str) -> PathBuf {
+        let file = self.dir.path().join(name);
+        let out = self
+            .cli_plan(&["plan", "--out", file.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        file
     }
 
     /// The MAAS requests a site's simulator received that change something (not GET).

@@ -6,6 +6,7 @@
 
 use std::fmt;
 
+use crate::sanitize::Redactor;
 use crate::secrets::Secret;
 
 use super::error::MaasError;
@@ -17,6 +18,8 @@ pub struct ApiKey {
     consumer_key: String,
     token_key: Secret,
     token_secret: Secret,
+    /// Masks the two token parts in whatever MAAS sends back.
+    redactor: Redactor,
 }
 
 impl ApiKey {
@@ -42,10 +45,21 @@ impl ApiKey {
                 message: format!("the MAAS API key has an empty {}", empty.0),
             });
         }
+        // MAAS issues 18- and 32-character token parts. A shorter one is no MAAS key, and
+        // could not be told apart from ordinary text when masking it in messages.
+        let mut redactor = Redactor::new();
+        for (what, part) in [("token_key", parts[1]), ("token_secret", parts[2])] {
+            redactor
+                .add(&format!("the MAAS API key's {what}"), part)
+                .map_err(|err| MaasError::Config {
+                    message: err.to_string(),
+                })?;
+        }
         Ok(Self {
             consumer_key: parts[0].to_owned(),
             token_key: Secret::new(parts[1]),
             token_secret: Secret::new(parts[2]),
+            redactor,
         })
     }
 
@@ -74,14 +88,7 @@ impl ApiKey {
     /// Replaces the key's secret parts in text that came back from MAAS (upstream piston echoes
     /// the expected signature in some 401 bodies) so that no error ever carries them.
     pub(crate) fn scrub(&self, text: &str) -> String {
-        let mut out = text.to_owned();
-        for secret in [&self.token_secret, &self.token_key] {
-            let value = secret.expose();
-            if !value.is_empty() && out.contains(value) {
-                out = out.replace(value, "<redacted>");
-            }
-        }
-        out
+        self.redactor.redact(text).into_owned()
     }
 }
 
@@ -114,10 +121,10 @@ mod tests {
 
     #[test]
     fn parses_the_three_parts_and_ignores_a_trailing_newline() {
-        let key = ApiKey::parse(&Secret::new("ck:tk:ts\n")).unwrap();
+        let key = ApiKey::parse(&Secret::new("ck:tokenkey1:tokensecret1\n")).unwrap();
         assert_eq!(key.consumer_key(), "ck");
-        assert_eq!(key.token_key.expose(), "tk");
-        assert_eq!(key.token_secret.expose(), "ts");
+        assert_eq!(key.token_key.expose(), "tokenkey1");
+        assert_eq!(key.token_secret.expose(), "tokensecret1");
     }
 
     #[test]
@@ -134,16 +141,23 @@ mod tests {
             err.to_string(),
             "MAAS client configuration: the MAAS API key has an empty token_key"
         );
+        // A one-letter part would be masked out of every message containing that letter.
+        let err = ApiKey::parse(&Secret::new("ck:tokenkey1:s")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "MAAS client configuration: the MAAS API key's token_secret is 1 character(s) long: too short to be masked safely in messages (at least 8)"
+        );
+        assert!(!format!("{err:?}").contains(":s\""));
     }
 
     #[test]
     fn plaintext_signature_is_ampersand_secret() {
-        let key = ApiKey::parse(&Secret::new("ck:tk:ts")).unwrap();
+        let key = ApiKey::parse(&Secret::new("ck:tokenkey:tokensecret")).unwrap();
         let header = key.authorization("n1", 1_700_000_000);
         assert_eq!(
             header.expose(),
             "OAuth realm=\"\", oauth_version=\"1.0\", oauth_signature_method=\"PLAINTEXT\", \
-             oauth_consumer_key=\"ck\", oauth_token=\"tk\", oauth_signature=\"%26ts\", \
+             oauth_consumer_key=\"ck\", oauth_token=\"tokenkey\", oauth_signature=\"%26tokensecret\", \
              oauth_nonce=\"n1\", oauth_timestamp=\"1700000000\""
         );
     }
@@ -151,11 +165,11 @@ mod tests {
     #[test]
     fn reserved_characters_in_a_secret_are_encoded_twice_in_the_signature() {
         // Signature base `&a%2Bb` (encode once), then header encoding: `%26a%252Bb`.
-        let key = ApiKey::parse(&Secret::new("ck:tk:a+b")).unwrap();
+        let key = ApiKey::parse(&Secret::new("ck:tokenkey:aaaa+bbb")).unwrap();
         assert!(
             key.authorization("n", 0)
                 .expose()
-                .contains("oauth_signature=\"%26a%252Bb\"")
+                .contains("oauth_signature=\"%26aaaa%252Bbbb\"")
         );
     }
 
@@ -167,7 +181,7 @@ mod tests {
         assert!(!debug.contains("tokensecret") && !debug.contains("tokenkey"));
         assert_eq!(
             key.scrub("expected &tokensecret for tokenkey"),
-            "expected &<redacted> for <redacted>"
+            "expected &*** for ***"
         );
     }
 

@@ -37,7 +37,13 @@ pub struct MaasClientOptions {
     pub jitter: Arc<dyn Jitter>,
     /// How the client waits between attempts.
     pub sleeper: Arc<dyn Sleeper>,
+    /// PEM certificates (a CA bundle) trusted for https MAAS URLs besides the system's roots:
+    /// a MAAS whose certificate an internal CA signed. Default: `METALFORM_MAAS_CA_FILE`.
+    pub ca_file: Option<std::path::PathBuf>,
 }
+
+/// The environment variable naming a CA bundle for https MAAS URLs.
+pub const MAAS_CA_FILE_ENV: &str = "METALFORM_MAAS_CA_FILE";
 
 impl Default for MaasClientOptions {
     fn default() -> Self {
@@ -49,6 +55,7 @@ impl Default for MaasClientOptions {
             clock: Arc::new(SystemClock),
             jitter: Arc::new(SeededJitter::from_os()),
             sleeper: Arc::new(TokioSleeper),
+            ca_file: std::env::var_os(MAAS_CA_FILE_ENV).map(std::path::PathBuf::from),
         }
     }
 }
@@ -72,7 +79,20 @@ impl MaasClient {
         // reqwest is built without a default TLS provider; the CLI installs ring at start, and
         // library users (tests, the daemon) get the same one here. Installing twice is a no-op.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder();
+        if let Some(path) = &options.ca_file {
+            let config = |why: String| MaasError::Config {
+                message: format!("the MAAS CA bundle {}: {why}", path.display()),
+            };
+            let pem = std::fs::read(path).map_err(|e| config(e.to_string()))?;
+            let certs =
+                reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| config(e.to_string()))?;
+            if certs.is_empty() {
+                return Err(config("holds no PEM certificate".into()));
+            }
+            builder = builder.tls_certs_merge(certs);
+        }
+        let http = builder
             .connect_timeout(options.connect_timeout)
             .user_agent(concat!("metalform/", env!("CARGO_PKG_VERSION")))
             // MAAS answers API clients directly; a redirect would be a misconfigured URL and

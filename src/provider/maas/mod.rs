@@ -56,7 +56,7 @@ mod version;
 mod vlans;
 
 pub use auth::ApiKey;
-pub use client::{MaasClient, MaasClientOptions};
+pub use client::{MAAS_CA_FILE_ENV, MaasClient, MaasClientOptions};
 pub use error::{FormErrors, MaasError, TransientCause};
 pub use events::{Event, EventLevel, EventsPage, EventsQuery};
 pub use hwsync::{HardwareSync, MachineToken, SyncHealth};

@@ -4,6 +4,11 @@
 //! depends on whether the request is idempotent: GETs (and PUT updates) retry on every
 //! transient failure; non-idempotent POSTs only when MAAS provably did not apply them. The
 //! delay computation is pure; randomness and sleeping are injected so tests are deterministic.
+//!
+//! How long one attempt may take depends on what it does (issue 16 point 7): a read of one
+//! object answers in well under a second, so a hung one is abandoned after `read_timeout` and
+//! retried early; a write gets `write_timeout`; only listings that grow with the site get the
+//! client's whole-request timeout.
 
 use std::fmt;
 use std::sync::Mutex;
@@ -25,17 +30,26 @@ pub struct RetryPolicy {
     /// A `Retry-After` longer than this is not waited for inside the client: the call fails
     /// with a transient error carrying `retry_after`, and the caller reschedules.
     pub max_retry_after: Duration,
+    /// One attempt of a read of one object (a machine, its interfaces, the version, whoami).
+    /// Reads are idempotent: a hung one is abandoned after this and retried.
+    pub read_timeout: Duration,
+    /// One attempt of a write (deploy, release, commission, power on). MAAS answers once the
+    /// work is started; a write that times out is not retried (its outcome is unknown).
+    pub write_timeout: Duration,
 }
 
 impl Default for RetryPolicy {
     /// 5 attempts (gomaasapi retries 4 times), 0.5 s doubling to at most 30 s, and MAAS's own
-    /// `Retry-After` values (5 s, 10 s) honoured up to 2 minutes.
+    /// `Retry-After` values (5 s, 10 s) honoured up to 2 minutes; reads of one object abandoned
+    /// after 10 s, writes after 45 s.
     fn default() -> Self {
         Self {
             max_attempts: 5,
             base_delay: Duration::from_millis(500),
             max_delay: Duration::from_secs(30),
             max_retry_after: Duration::from_secs(120),
+            read_timeout: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(45),
         }
     }
 }
@@ -142,6 +156,7 @@ mod tests {
             base_delay: Duration::from_millis(500),
             max_delay: Duration::from_secs(30),
             max_retry_after: Duration::from_secs(120),
+            ..RetryPolicy::default()
         }
     }
 

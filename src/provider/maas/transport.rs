@@ -131,6 +131,16 @@ fn api_path(operation: &str, segments: &[String]) -> Result<String, MaasError> {
     Ok(path)
 }
 
+/// Reads whose answer grows with the site (tens of megabytes for thousands of machines): each
+/// attempt may take the client's whole-request timeout. Other reads get the policy's short
+/// `read_timeout`, writes its `write_timeout`.
+const LISTINGS: &[&str] = &[
+    "list_machines",
+    "power_parameters",
+    "query_events",
+    "list_subnets",
+];
+
 /// Whether repeating a request could apply it twice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Idempotency {
@@ -211,6 +221,18 @@ impl Call {
     pub(crate) fn at_least(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
+    }
+
+    /// How long one attempt may take: by what the call does, at least what it asked for.
+    fn attempt_timeout(&self, policy: &RetryPolicy, whole: Duration) -> Duration {
+        let budget = if self.method != Method::GET {
+            policy.write_timeout.min(whole)
+        } else if LISTINGS.contains(&self.operation) {
+            whole
+        } else {
+            policy.read_timeout.min(whole)
+        };
+        self.timeout.map_or(budget, |asked| asked.max(budget))
     }
 
     fn idempotency(&self) -> Idempotency {
@@ -497,7 +519,7 @@ impl Transport {
             .request(call.method.clone(), url.clone())
             .header(header::AUTHORIZATION, authorization)
             .header(header::ACCEPT, "application/json")
-            .timeout(call.timeout.map_or(self.timeout, |t| t.max(self.timeout)));
+            .timeout(call.attempt_timeout(&self.retry, self.timeout));
         if call.method != Method::GET {
             request = request
                 .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
@@ -697,6 +719,36 @@ mod tests {
         let debug = format!("{params:?}");
         assert!(!debug.contains("p&ss"));
         assert!(debug.contains("power_parameters_power_pass"));
+    }
+
+    #[test]
+    fn attempts_are_timed_by_what_they_do() {
+        let policy = RetryPolicy::default();
+        let whole = Duration::from_secs(90);
+        let timeout = |call: Call| call.attempt_timeout(&policy, whole);
+        assert_eq!(
+            timeout(Call::get("read_machine", &["machines", "x"])),
+            Duration::from_secs(10)
+        );
+        assert_eq!(timeout(Call::get("list_machines", &["machines"])), whole);
+        assert_eq!(
+            timeout(Call::post("deploy", &["machines", "x"])),
+            Duration::from_secs(45)
+        );
+        // A call that says it runs long (MAAS waits on the BMC) gets that much.
+        assert_eq!(
+            timeout(
+                Call::get("query_power_state", &["machines", "x"])
+                    .at_least(Duration::from_secs(75))
+            ),
+            Duration::from_secs(75)
+        );
+        // Never longer than the client's whole-request timeout allows for the kind.
+        assert_eq!(
+            Call::get("read_machine", &["machines", "x"])
+                .attempt_timeout(&policy, Duration::from_secs(2)),
+            Duration::from_secs(2)
+        );
     }
 
     fn path(segments: &[&str]) -> Result<String, MaasError> {

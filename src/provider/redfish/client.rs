@@ -367,6 +367,9 @@ impl RedfishClient {
             base_delay: self.settings.base_backoff,
             max_delay: self.settings.max_backoff,
             max_retry_after: self.settings.max_backoff.max(Duration::from_secs(120)),
+            // Each Redfish request carries REDFISH_TIMEOUT itself.
+            read_timeout: self.settings.timeout,
+            write_timeout: self.settings.timeout,
         }
     }
 

@@ -23,7 +23,7 @@ use crate::stages::{StageFailure, StageOutcome};
 
 /// The units the push restarts (000 §9.1 step 5): the hardware-sync timer and service the
 /// first-boot payload's layer c installs (`crate::cloudinit`).
-pub const SYNC_UNITS: &[&str] = &["metalform-hw-sync.timer", "metalform-hw-sync.service"];
+pub const SYNC_UNITS: &[&str] = crate::cloudinit::HW_SYNC_UNITS;
 
 /// The machine, which must still be Deployed (released or deleted out of band is ambiguity).
 async fn deployed_machine(ctx: &mut StageCtx<'_>) -> Result<Machine, StageFailure> {

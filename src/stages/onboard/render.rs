@@ -14,7 +14,8 @@ use super::commission::adopt_advanced;
 use super::{CloudInitFacts, StageCtx};
 use crate::cloudinit::{self, CloudInitInput, NodeRuntime};
 use crate::lifecycle::{FailureClass, NodeState, Provider};
-use crate::secrets::SecretRef;
+use crate::model::DeployPassword;
+use crate::secrets::{Secret, SecretError, SecretRef};
 use crate::stages::{StageFailure, StageOutcome};
 use crate::store::{NewNode, StoreError};
 
@@ -48,16 +49,7 @@ pub(super) async fn ensure_node_and_payload(
         .issue_enrollment_token(node, Some(&ctx.job.id.to_string()), ttl)
         .await
         .map_err(|e| StageFailure::store(&e))?;
-    let deploy = &ctx.target.site.deploy;
-    let password = ctx
-        .env
-        .secrets
-        .get(&SecretRef::new(
-            deploy.password.path.clone(),
-            deploy.password.key.as_deref(),
-        ))
-        .await
-        .map_err(|e| StageFailure::secret(&e))?;
+    let password = deploy_password(ctx).await?;
     let input = CloudInitInput::for_node(
         &ctx.target.site,
         &ctx.target.profile,
@@ -115,6 +107,65 @@ pub(super) async fn ensure_node_and_payload(
         ),
         json!({"node_id": node, "digest": digest, "layers": layers, "token_expires_at": expires_at}),
     ))
+}
+
+/// The deploy user's password, as the profile says: none (keys only), the node's own (read,
+/// or made and written on first render, so a re-render and the operator find the same one),
+/// or the site's shared one.
+async fn deploy_password(ctx: &StageCtx<'_>) -> Result<Option<Secret>, StageFailure> {
+    let deploy = &ctx.target.site.deploy;
+    let secrets = ctx.env.secrets.as_ref();
+    let missing = |what: &str| {
+        StageFailure::new(
+            FailureClass::InputConfigError,
+            "deploy_password_unconfigured",
+            format!("the profile gives the deploy user a password, but the site names no {what}"),
+        )
+    };
+    match ctx.target.profile.deploy_user.password {
+        DeployPassword::None => Ok(None),
+        DeployPassword::Site => {
+            let reference = deploy
+                .password
+                .as_ref()
+                .ok_or_else(|| missing("deploy.password"))?;
+            let reference = SecretRef::new(reference.path.clone(), reference.key.as_deref());
+            secrets
+                .get(&reference)
+                .await
+                .map(Some)
+                .map_err(|e| StageFailure::secret(&e))
+        }
+        DeployPassword::PerNode => {
+            let base = deploy
+                .node_passwords
+                .as_ref()
+                .ok_or_else(|| missing("deploy.nodePasswords"))?;
+            let path = format!(
+                "{}/{}",
+                base.path.trim_end_matches('/'),
+                ctx.target.hostname()
+            );
+            let key = base.key.clone().unwrap_or_else(|| "password".into());
+            match secrets.read(&path).await {
+                Ok(data) => data
+                    .field(&key)
+                    .cloned()
+                    .map(Some)
+                    .map_err(|e| StageFailure::secret(&e)),
+                Err(SecretError::NotFound { .. }) => {
+                    let password = crate::store::random_password();
+                    let fields = std::collections::BTreeMap::from([(key, password.clone())]);
+                    secrets
+                        .write(&path, &fields)
+                        .await
+                        .map_err(|e| StageFailure::secret(&e))?;
+                    Ok(Some(password))
+                }
+                Err(e) => Err(StageFailure::secret(&e)),
+            }
+        }
+    }
 }
 
 /// The node record of this onboarding: the one the journal or the plan knows, an existing

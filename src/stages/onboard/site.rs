@@ -71,10 +71,11 @@ pub(super) async fn ensure_power_credentials_resolved(
     let power = power_credentials(ctx).await?;
     let is_default = ctx.target.power_credentials == ctx.target.site.power.default_credentials;
     ctx.facts.power_credentials = Some(reference.clone());
+    // The login name stays out of the journal and the logs: the reference says where it is.
+    let _ = &power;
     Ok(StageOutcome::done(
         format!(
-            "BMC login `{}` from {} ({})",
-            power.user,
+            "BMC login read from {} ({})",
             reference,
             if is_default {
                 "site default"
