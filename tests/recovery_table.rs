@@ -209,8 +209,8 @@ fn from_every_reachable_provision_node_some_sequence_reaches_active() {
             if let Ok(next) = node.apply(event) {
                 let to = key(&next);
                 edges.entry(from.clone()).or_default().push(to.clone());
-                if !nodes.contains_key(&to) {
-                    nodes.insert(to, next.clone());
+                if let std::collections::btree_map::Entry::Vacant(slot) = nodes.entry(to) {
+                    slot.insert(next.clone());
                     queue.push_back(next);
                 }
             }

@@ -855,7 +855,7 @@ impl MaasClient {
     /// the caller (409 when it is not Ready or belongs to someone else).
     pub async fn allocate(&self, system_id: &str) -> Result<Machine, MaasError> {
         let mut params = Params::new();
-        params.each("system_id", &[system_id]);
+        params.each("system_id", [system_id]);
         self.transport()
             .json(
                 Call::post("allocate", &["machines"])
