@@ -22,6 +22,7 @@ mod error;
 mod import_maas;
 mod jobs;
 mod onboardings;
+mod provision;
 mod reconciliation;
 mod sites;
 
@@ -272,6 +273,7 @@ pub fn admin_routes() -> RouteTable {
     sites::routes(&mut table);
     onboardings::routes(&mut table);
     decommissions::routes(&mut table);
+    provision::routes(&mut table);
     reconciliation::routes(&mut table);
     table
 }
