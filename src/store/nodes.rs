@@ -367,8 +367,12 @@ pub fn node_facts(node: &Node, maas: Option<&MaasState>, job: Option<&Job>) -> N
 
 /// The node's state in the provider-neutral (Ironic) view, ignoring jobs (the flag rules of
 /// seed 004 are about the machine's state).
+/// The provider state the retired and protected flags are checked against: what MAAS last
+/// reported (the inventory state alone does not say where the machine stands).
 pub(crate) fn provider_view(node: &Node, maas: Option<&MaasState>) -> Option<IronicNode> {
-    provision_view(&node_facts(node, maas, None)).map(|v| v.node)
+    provision_view(&node_facts(node, maas, None))
+        .filter(|v| v.source != crate::lifecycle::ViewSource::Inventory)
+        .map(|v| v.node)
 }
 
 /// A node with what its lifecycle detail view and the API show: its last MAAS record, its
