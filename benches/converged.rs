@@ -321,7 +321,14 @@ async fn run(options: Options) {
                     observe::observe(fleet, &filter, store, secrets.as_ref(), clients)
                         .await
                         .expect("observed");
-                let plan = plan::plan(fleet, &snapshot, &PlanOptions { sites: filter });
+                let plan = plan::plan(
+                    fleet,
+                    &snapshot,
+                    &PlanOptions {
+                        sites: filter,
+                        ..PlanOptions::default()
+                    },
+                );
                 let observation = snapshot.sites.remove(&site.name);
                 assert!(matches!(
                     observation,

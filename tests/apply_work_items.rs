@@ -18,6 +18,7 @@ fn plan_of(snapshot: &Snapshot) -> Plan {
         snapshot,
         &PlanOptions {
             sites: SiteFilter::All,
+            ..PlanOptions::default()
         },
     )
 }
@@ -273,6 +274,7 @@ fn decommission_items_become_decommission_work_and_need_allow_destructive() {
         &snapshot,
         &PlanOptions {
             sites: SiteFilter::All,
+            ..PlanOptions::default()
         },
     );
 
@@ -340,6 +342,7 @@ fn a_decommission_whose_destructive_flag_was_cleared_is_still_refused() {
         &snapshot,
         &PlanOptions {
             sites: SiteFilter::All,
+            ..PlanOptions::default()
         },
     );
     let item = plan

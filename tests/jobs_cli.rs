@@ -132,7 +132,7 @@ async fn every_kind_through_one_set_of_commands() {
     assert_eq!(code, 2, "{err}");
     assert_eq!(
         err,
-        "error: decommissions take no rerun: they offer retry, cancel\n"
+        "error: decommissions take no rerun: they offer retry, resume, cancel, mark-manual\n"
     );
     assert_eq!(bed.audit_of(reset).await.len(), before);
 

@@ -155,7 +155,7 @@ proptest! {
                         let expected = verb_allowed(*verb, before.state);
                         prop_assert_eq!(Some(next.state), expected, "{} in {}", verb, before.state);
                         prop_assert!(!(before.protected && matches!(verb, Verb::Rebuild | Verb::Delete)));
-                        prop_assert!(!(before.retired && *verb == Verb::Provide));
+                        prop_assert!(!(before.retired && matches!(verb, Verb::Provide | Verb::Deploy)));
                     } else if matches!(event, IronicEvent::Wait | IronicEvent::Done | IronicEvent::Fail) {
                         prop_assert!(!before.state.is_stable(), "{:?} moved stable {}", event, before.state);
                     } else {
@@ -169,7 +169,7 @@ proptest! {
                     if let IronicEvent::Verb(verb) = &event {
                         let in_table = verb_allowed(*verb, before.state).is_some();
                         let blocked = (before.protected && matches!(verb, Verb::Rebuild | Verb::Delete))
-                            || (before.retired && *verb == Verb::Provide);
+                            || (before.retired && matches!(verb, Verb::Provide | Verb::Deploy));
                         prop_assert!(!in_table || blocked, "refused a legal {} in {}", verb, before.state);
                     }
                 }

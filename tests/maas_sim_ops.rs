@@ -1326,3 +1326,61 @@ async fn machine_tokens_change_with_ownership_and_need_an_admin() {
         "a new ownership, a new token"
     );
 }
+
+/// Rescue mode as MAAS runs it (API_REFERENCE §4.2, §5.23): start and exit go through the
+/// transition guard (MAAS's own `Invalid transition` 409 otherwise), the rescue environment
+/// boots into Rescue mode, and exit returns to the status the machine had before — a
+/// deployed machine to Deployed, powered on; a Ready one to Ready, powered off.
+#[tokio::test]
+async fn rescue_mode_enter_and_exit_from_ready_and_deployed() {
+    let sim = Sim::start(site(1)).await;
+    let maas = admin(&sim);
+    let sid = nth(&maas, 0).await;
+
+    let err = maas.exit_rescue_mode(&sid).await.unwrap_err();
+    assert!(matches!(err, MaasError::Conflict { .. }), "{err}");
+    assert_eq!(
+        err.maas_message(),
+        "Invalid transition: Ready -> Exiting rescue mode."
+    );
+    // Non-admins may not start it.
+    let err = user(&sim).rescue_mode(&sid).await.unwrap_err();
+    assert!(matches!(err, MaasError::Forbidden { .. }), "{err}");
+
+    let entering = maas.rescue_mode(&sid).await.unwrap();
+    assert_eq!(entering.status, MaasStatus::EnteringRescueMode);
+    assert_eq!(entering.status_name, "Entering rescue mode");
+    wait_for(&sim, &maas, &sid, MaasStatus::RescueMode, 60, 600).await;
+    let m = maas.read_machine(&sid).await.unwrap();
+    assert_eq!(m.power_state.as_str(), "on");
+    let exiting = maas.exit_rescue_mode(&sid).await.unwrap();
+    assert_eq!(exiting.status, MaasStatus::ExitingRescueMode);
+    wait_for(&sim, &maas, &sid, MaasStatus::Ready, 60, 600).await;
+    assert_eq!(
+        maas.read_machine(&sid).await.unwrap().power_state.as_str(),
+        "off"
+    );
+
+    // Deploying cannot enter rescue mode; Deployed can, and comes back Deployed.
+    maas.deploy(&sid, &DeployParams::default()).await.unwrap();
+    let err = maas.rescue_mode(&sid).await.unwrap_err();
+    assert!(matches!(err, MaasError::Conflict { .. }), "{err}");
+    assert_eq!(
+        err.maas_message(),
+        "Invalid transition: Deploying -> Entering rescue mode."
+    );
+    wait_for(&sim, &maas, &sid, MaasStatus::Deployed, 120, 1200).await;
+    maas.rescue_mode(&sid).await.unwrap();
+    wait_for(&sim, &maas, &sid, MaasStatus::RescueMode, 60, 600).await;
+    // Rescue mode cannot be entered twice.
+    let err = maas.rescue_mode(&sid).await.unwrap_err();
+    assert_eq!(
+        err.maas_message(),
+        "Invalid transition: Rescue mode -> Entering rescue mode."
+    );
+    maas.exit_rescue_mode(&sid).await.unwrap();
+    wait_for(&sim, &maas, &sid, MaasStatus::Deployed, 60, 600).await;
+    let m = maas.read_machine(&sid).await.unwrap();
+    assert_eq!(m.power_state.as_str(), "on");
+    assert_eq!(m.owner.as_deref(), Some("admin"));
+}

@@ -15,6 +15,7 @@ use plan_support::*;
 fn options(sites: &[&str]) -> PlanOptions {
     PlanOptions {
         sites: SiteFilter::from_names(sites.iter().copied()),
+        ..PlanOptions::default()
     }
 }
 

@@ -8,7 +8,7 @@ mod plan_support;
 use metalform::lifecycle::{
     DecommissionMode, FailureClass, JobKind, JobState, MaasStatus, NodeState, RecoveryAction,
 };
-use metalform::model::{Fleet, Lifecycle, NodeId, SiteName, SiteStatus};
+use metalform::model::{EraseMode, Fleet, Lifecycle, NodeId, SiteName, SiteStatus};
 use metalform::observe::{InventoryNode, ObservedMachine, ObservedStatus, SiteFilter, Snapshot};
 use metalform::plan::{
     self, Action, BlockCause, MatchKey, PauseSource, Plan, PlanItem, PlanOptions,
@@ -19,6 +19,7 @@ use plan_support::*;
 fn run(name: &str, fleet: &Fleet, snapshot: &Snapshot, sites: &[&str]) -> Plan {
     let options = PlanOptions {
         sites: SiteFilter::from_names(sites.iter().copied()),
+        ..PlanOptions::default()
     };
     let plan = plan::plan(fleet, snapshot, &options);
     // Pure and deterministic: the same inputs give the same plan.
@@ -546,7 +547,12 @@ fn the_guard_holds_when_a_sites_desired_set_is_empty() {
                 "10.180.16.11",
             )],
         )
-        .node(inventory("dc2", "m01", NodeState::Active))
+        .node(recorded(
+            inventory("dc2", "m01", NodeState::Active),
+            "dc2-gpu",
+            EraseMode::Quick,
+            "10.180.16.11",
+        ))
         .done();
     let plan = run("guard_empty_desired", &fleet, &snapshot, &["dc2"]);
     let guard = plan.sites[0].guard.as_deref().expect("the guard holds");
@@ -554,10 +560,21 @@ fn the_guard_holds_when_a_sites_desired_set_is_empty() {
         guard.contains("the manifests name no node of site dc2"),
         "{guard}"
     );
+    // dc2 prunes removed nodes, but an empty desired set is a bad read, not a decision.
     let m01 = item(&plan, "dc2/m01");
     assert!(!m01.in_manifests);
-    assert_eq!(m01.action, Action::Noop);
-    assert!(m01.reason.contains("left alone"), "{}", m01.reason);
+    assert!(
+        matches!(cause(m01), BlockCause::DestructionGuard { .. }),
+        "{m01:?}"
+    );
+    assert!(
+        m01.reason.starts_with(
+            "the mass-destruction guard holds for this site; would prune: removed from the manifests and pruning is on"
+        ),
+        "{}",
+        m01.reason
+    );
+    assert!(m01.target.is_none());
     assert_eq!(plan.summary.changes, 0);
 }
 
@@ -875,5 +892,343 @@ fn the_guard_blocks_decommissions_on_a_partial_read() {
     // Only the onboarding of n03, which destroys nothing, goes on.
     assert_eq!(plan.summary.changes, 1);
     assert_eq!(item(&plan, "dc1/n03").action, Action::Onboard);
+    assert_eq!(plan.summary.destructive, 0);
+}
+
+// --- Issue 18: no dead ends (reactivation, quarantine exits, pruning, windows, protection) ---
+
+fn ready(system_id: &str, host: &str, bmc: &str) -> ObservedMachine {
+    machine(system_id, host, MaasStatus::Ready, bmc)
+}
+
+#[test]
+fn lifecycle_active_on_a_retired_node_reactivates_it() {
+    let mut fleet = fixture_fleet();
+    edit(&mut fleet, "dc1/r01", |n| {
+        n.lifecycle = Lifecycle::Active;
+        n.retired_reason = None;
+    });
+    let mut r01 = inventory("dc1", "r01", NodeState::Retired);
+    r01.retired = true;
+    r01.retired_reason = Some("mainboard failure (HW-2291)".into());
+    let snapshot = World::new()
+        .machines("dc1", vec![ready("rrr001", "r01", "10.176.16.21")])
+        .node(applied(r01, 0))
+        .done();
+    let plan = run("reactivate", &fleet, &snapshot, &["dc1"]);
+    let r01 = item(&plan, "dc1/r01");
+    assert_eq!(r01.action, Action::Reactivate);
+    assert!(
+        !r01.destructive,
+        "its machine is Ready: nothing is destroyed"
+    );
+    assert_eq!(
+        r01.reason,
+        "lifecycle active, but the node is retired and flagged retired (\"mainboard failure (HW-2291)\"); Ready in MAAS (rrr001): clear the flag, clean it and redeploy it with the same node id"
+    );
+    let target = r01.target.as_ref().unwrap();
+    assert_eq!(target.node_id, Some(id("node/dc1/r01")));
+    assert_eq!(target.system_id.as_deref(), Some("rrr001"));
+    assert_eq!(plan.summary.reactivate, 1);
+    let text = render::render_text(&plan, TextOptions::default());
+    assert!(text.contains("    ^ dc1/r01  reactivate  "), "{text}");
+}
+
+#[test]
+fn a_quarantined_node_is_reimaged_from_its_manifest_or_told_how_out() {
+    let mut fleet = fixture_fleet();
+    edit(&mut fleet, "dc1/n01", |n| n.reimage.generation = 1);
+    let mut machines = deployed("aaa", DC1);
+    machines[0] = ready("aaa001", "n01", "10.176.16.11");
+    let snapshot = World::new()
+        .machines("dc1", machines)
+        .node(applied(inventory("dc1", "n01", NodeState::Quarantined), 0))
+        .node(applied(inventory("dc1", "n02", NodeState::Quarantined), 0))
+        .done();
+    let plan = run("quarantine_exits", &fleet, &snapshot, &["dc1"]);
+    let n01 = item(&plan, "dc1/n01");
+    assert_eq!(
+        n01.action,
+        Action::Reimage {
+            generation: 1,
+            applied: 0
+        }
+    );
+    assert!(n01.destructive);
+    assert!(
+        n01.reason.starts_with(
+            "reimage.generation 0 → 1; the node is quarantined, Ready in MAAS (aaa001)"
+        ),
+        "{}",
+        n01.reason
+    );
+    let n02 = item(&plan, "dc1/n02");
+    assert!(matches!(cause(n02), BlockCause::InventoryState { .. }));
+    assert_eq!(
+        n02.reason,
+        "the inventory holds it quarantined; Deployed in MAAS (aaa002): bump reimage.generation to reimage it, set lifecycle: retired or decommissioned to release it, or return it to service as it is with `metalform drift resolve n02 --site dc1 --action reactivate --reason …`"
+    );
+}
+
+/// dc2 prunes removed nodes: m03 (recorded policy: secure erase) is pruned — one node of six,
+/// within the share of one pass —; m04 has no recorded policy, m05 was protected when it left,
+/// m06 is paused: each blocked, saying why.
+#[test]
+fn pruning_decommissions_a_removed_node_with_its_recorded_policy() {
+    let fleet = fixture_fleet();
+    let removed = |host: &str, bmc: &str| {
+        recorded(
+            inventory("dc2", host, NodeState::Active),
+            "dc2-gpu",
+            EraseMode::Secure,
+            bmc,
+        )
+    };
+    let mut m04 = inventory("dc2", "m04", NodeState::Active);
+    m04.ipmi_ip = Some("10.180.16.14".into());
+    let mut m05 = removed("m05", "10.180.16.15");
+    m05.policy.as_mut().unwrap().protected = true;
+    let mut m06 = removed("m06", "10.180.16.16");
+    m06.paused = true;
+    let mut world = World::new()
+        .machines(
+            "dc2",
+            deployed(
+                "mmm",
+                &[
+                    ("m01", "10.180.16.11"),
+                    ("m02", "10.180.16.12"),
+                    ("m03", "10.180.16.13"),
+                ],
+            ),
+        )
+        .node(inventory("dc2", "m01", NodeState::Active))
+        .node(inventory("dc2", "m02", NodeState::Active))
+        .node(removed("m03", "10.180.16.13"))
+        .node(m04)
+        .node(m05)
+        .node(m06);
+    let mut onboarded = job(
+        "dc2",
+        "m03",
+        JobState::Completed,
+        "wait_for_agent_enrollment",
+    );
+    onboarded.maas_system_id = Some("mmm003".into());
+    world = world.job(onboarded);
+    let snapshot = world.done();
+    let plan = run("prune", &fleet, &snapshot, &["dc2"]);
+    let m03 = item(&plan, "dc2/m03");
+    assert!(!m03.in_manifests);
+    assert_eq!(m03.action, Action::Prune);
+    assert!(m03.destructive);
+    let target = m03.target.as_ref().expect("a prune carries its target");
+    assert_eq!(
+        target.node.decommission.erase,
+        EraseMode::Secure,
+        "the recorded erase"
+    );
+    assert_eq!(target.profile.name.as_str(), "dc2-gpu");
+    assert_eq!(target.system_id.as_deref(), Some("mmm003"));
+    assert_eq!(target.node_id, Some(id("node/dc2/m03")));
+    assert_eq!(
+        m03.reason,
+        "removed from the manifests and pruning is on; the node is active: decommission it (release with erase secure as its profile dc2-gpu recorded, power off, remove the node record)"
+    );
+    assert_eq!(cause(item(&plan, "dc2/m04")), &BlockCause::NoReleasePolicy);
+    assert!(matches!(
+        cause(item(&plan, "dc2/m05")),
+        BlockCause::Protected { .. }
+    ));
+    assert!(matches!(
+        cause(item(&plan, "dc2/m06")),
+        BlockCause::Paused { .. }
+    ));
+    assert_eq!(plan.summary.prune, 1);
+    let text = render::render_text(&plan, TextOptions::default());
+    assert!(text.contains("   -- dc2/m03  prune  "), "{text}");
+    assert!(text.contains("prune: removed from the manifests"), "{text}");
+}
+
+/// More removals than `reconcile.maxPrunePercent` allows in one pass: none is pruned.
+#[test]
+fn pruning_more_than_the_allowed_share_prunes_nothing() {
+    let mut fleet = fixture_fleet();
+    fleet
+        .nodes
+        .retain(|id, _| id.site.as_str() != "dc2" || id.hostname.as_str() == "m01");
+    let mut world = World::new().machines("dc2", deployed("mmm", &[("m01", "10.180.16.11")]));
+    for (host, bmc) in [("m02", "10.180.16.12"), ("m03", "10.180.16.13")] {
+        world = world.node(recorded(
+            inventory("dc2", host, NodeState::Active),
+            "dc2-gpu",
+            EraseMode::Quick,
+            bmc,
+        ));
+    }
+    let snapshot = world
+        .node(inventory("dc2", "m01", NodeState::Active))
+        .done();
+    let plan = run("prune_limit", &fleet, &snapshot, &["dc2"]);
+    for node in ["dc2/m02", "dc2/m03"] {
+        let it = item(&plan, node);
+        assert_eq!(
+            cause(it),
+            &BlockCause::PruneLimit {
+                candidates: 2,
+                allowed: 1,
+                nodes: 3,
+                max_percent: 10
+            }
+        );
+        assert!(
+            it.reason.starts_with(
+                "pruning 2 of site dc2's 3 nodes in one pass is more than its reconcile.maxPrunePercent 10% allows (1): nothing is pruned; would prune: removed from the manifests"
+            ),
+            "{}",
+            it.reason
+        );
+    }
+    assert_eq!(plan.summary.changes, 0);
+}
+
+fn windows_fleet(onboarding: &str) -> Fleet {
+    let mut fleet = fixture_fleet();
+    let window = |name: &str, schedule: &str| metalform::model::MaintenanceWindow {
+        name: name.into(),
+        schedule: metalform::model::Schedule::parse(schedule).unwrap(),
+        duration: std::time::Duration::from_secs(4 * 3600),
+        time_zone: metalform::model::TimeZone::parse("Europe/Berlin").unwrap(),
+        onboarding: match onboarding {
+            "inWindow" => metalform::model::WindowOnboarding::InWindow,
+            _ => metalform::model::WindowOnboarding::Anytime,
+        },
+    };
+    // The snapshot is taken at 12:00 UTC (13:00 in Berlin): "sat-night" opens at 16:12 Berlin
+    // time, 3h12m later; "weekly" opens next Wednesday.
+    fleet
+        .sites
+        .get_mut(&SiteName::new("dc1"))
+        .unwrap()
+        .maintenance_windows = vec![
+        window("weekly", "0 2 * * WED"),
+        window("sat-night", "12 16 * * *"),
+    ];
+    edit(&mut fleet, "dc1/n01", |n| n.reimage.generation = 1);
+    fleet
+}
+
+#[test]
+fn a_reimage_waits_for_its_maintenance_window() {
+    let fleet = windows_fleet("anytime");
+    let mut machines = deployed("aaa", &DC1[..1]);
+    machines.push(ready("aaa002", "n02", "10.176.16.12"));
+    let snapshot = World::new()
+        .machines("dc1", machines)
+        .node(applied(inventory("dc1", "n01", NodeState::Active), 0))
+        .done();
+    let plan = run("window_waits", &fleet, &snapshot, &["dc1"]);
+    let n01 = item(&plan, "dc1/n01");
+    assert_eq!(
+        cause(n01),
+        &BlockCause::MaintenanceWindow {
+            window: "sat-night".into(),
+            opens_at: Some(at(192)),
+            would: "reimage".into(),
+        }
+    );
+    assert!(
+        n01.reason.starts_with(
+            "waits for window sat-night (opens in 3h12m); would reimage: reimage.generation 0 → 1"
+        ),
+        "{}",
+        n01.reason
+    );
+    assert!(!n01.destructive && n01.target.is_none());
+    // Onboarding a new machine does not wait for the window.
+    assert_eq!(item(&plan, "dc1/n02").action, Action::Onboard);
+    let text = render::render_text(&plan, TextOptions::default());
+    assert!(
+        text.contains("    @ dc1/n01  blocked  waits for window sat-night (opens in 3h12m)"),
+        "{text}"
+    );
+
+    // Inside the window the reimage runs.
+    let open = PlanOptions {
+        sites: SiteFilter::from_names(["dc1"]),
+        now: Some(at(200)),
+        ..PlanOptions::default()
+    };
+    let later = plan::plan(&fleet, &snapshot, &open);
+    assert!(matches!(
+        item(&later, "dc1/n01").action,
+        Action::Reimage { .. }
+    ));
+
+    // Overridden: the reimage is planned and says which window it overrides.
+    let ignore = PlanOptions {
+        sites: SiteFilter::from_names(["dc1"]),
+        ignore_windows: true,
+        ..PlanOptions::default()
+    };
+    let forced = plan::plan(&fleet, &snapshot, &ignore);
+    let n01 = item(&forced, "dc1/n01");
+    assert!(matches!(n01.action, Action::Reimage { .. }));
+    assert_eq!(n01.window_ignored.as_deref(), Some("sat-night"));
+    assert!(
+        n01.reason.ends_with(
+            "(maintenance window sat-night is closed, opens in 3h12m: overridden with --ignore-windows)"
+        ),
+        "{}",
+        n01.reason
+    );
+    let back = plan::from_json(&render::render_json(&forced), "plan.json".as_ref()).unwrap();
+    assert_eq!(back, forced, "the override survives the plan file");
+}
+
+#[test]
+fn a_window_that_holds_onboarding_holds_new_machines_too() {
+    let fleet = windows_fleet("inWindow");
+    let snapshot = World::new()
+        .machines("dc1", vec![ready("aaa002", "n02", "10.176.16.12")])
+        .done();
+    let options = PlanOptions {
+        sites: SiteFilter::from_names(["dc1"]),
+        ..PlanOptions::default()
+    };
+    let plan = plan::plan(&fleet, &snapshot, &options);
+    let n02 = item(&plan, "dc1/n02");
+    assert!(
+        matches!(cause(n02), BlockCause::MaintenanceWindow { would, .. } if would == "onboard"),
+        "{n02:?}"
+    );
+}
+
+#[test]
+fn protection_blocks_every_destructive_item() {
+    let mut fleet = fixture_fleet();
+    // A reimage generation asks for the Deployed machine to be redeployed, not adopted.
+    edit(&mut fleet, "dc1/n01", |n| {
+        n.protected = true;
+        n.reimage.generation = 1;
+    });
+    let mut theirs = machine("other01", "n01", MaasStatus::Deployed, "10.176.16.11");
+    theirs.owner = Some("bob".into());
+    let snapshot = World::new().machines("dc1", vec![theirs]).done();
+    let plan = run("protected", &fleet, &snapshot, &["dc1"]);
+    let n01 = item(&plan, "dc1/n01");
+    assert_eq!(
+        cause(n01),
+        &BlockCause::Protected {
+            source: PauseSource::Manifest,
+            would: "onboard".into()
+        }
+    );
+    assert!(
+        n01.reason
+            .starts_with("protected in the manifest (set protected: false to proceed); would onboard: MAAS lists it Deployed"),
+        "{}",
+        n01.reason
+    );
     assert_eq!(plan.summary.destructive, 0);
 }

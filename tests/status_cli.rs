@@ -286,6 +286,7 @@ async fn seeded_store_inventory_and_detail_golden() {
     node           c07u45 (site dc1)
     id             <c07u45>
     state          enrolling
+    provision      DEPLOYFAIL (target ACTIVE)
     provider       maas
     maas           Ready (power off), system x7k3pa, observed 2026-03-01 08:06:00Z
     job            onboarding <job-c07u45>
@@ -309,6 +310,7 @@ async fn seeded_store_inventory_and_detail_golden() {
     node         c07u44 (site dc1)
     id           <c07u44>
     state        active
+    provision    ACTIVE
     flags        retired (end of warranty), protected (tenant run)
     provider     maas
     maas         Deployed (power on), system sys-c07u44, ips 10.176.46.20, observed 2026-03-01 08:04:00Z
@@ -390,4 +392,139 @@ async fn lookup_errors_are_clear() {
         )
     );
     assert!(!missing.exists());
+}
+
+/// Issue 18: `status NODE` works for every node that has any record — one whose onboarding
+/// failed before its inventory record was made (only the job knows it), and a deleted identity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_nodes_known_only_by_a_job_or_a_deleted_identity() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/state.db", dir.path().display());
+    let clock = ManualClock::new(t0());
+    let store = Store::open(&url, Arc::new(clock.clone())).await.unwrap();
+    let exec = Actor::system("apply");
+    // An onboarding that failed at create_or_find_in_maas: no node record.
+    let job = store
+        .create_onboarding(&NewOnboarding {
+            site: "dc1".into(),
+            hostname: "c09u01".into(),
+            ..NewOnboarding::default()
+        })
+        .await
+        .unwrap();
+    let mut run = JobUpdate::new(JobState::Running);
+    run.stage = Some("create_or_find_in_maas".into());
+    store
+        .advance_job(JobKind::Onboarding, job.id, &run)
+        .await
+        .unwrap();
+    let mut failed = JobUpdate::new(JobState::FailedManualIntervention);
+    failed.failure = Some(JobFailure {
+        class: FailureClass::PxeDiscoveryFailure,
+        code: "failed_discovery_timeout".into(),
+        message: "the machine never PXE-booted".into(),
+        details: json!({}),
+    });
+    store
+        .advance_job(JobKind::Onboarding, job.id, &failed)
+        .await
+        .unwrap();
+    // A node fully decommissioned: deleted.
+    let node = store
+        .create_node(
+            &NewNode {
+                site: "dc1".into(),
+                hostname: "c09u02".into(),
+                provider: Provider::Maas,
+                status: NodeState::Enrolling,
+                sku: None,
+                gpus: None,
+                ipmi_ip: None,
+            },
+            &exec,
+        )
+        .await
+        .unwrap();
+    store
+        .transition_node(
+            node.id,
+            &NodeTransition::new(
+                NodeState::Quarantined,
+                Owner::OnboardingWorkflow,
+                exec.clone(),
+            ),
+        )
+        .await
+        .unwrap();
+    let decom = store
+        .create_decommission(&metalform::store::NewDecommission {
+            node_id: node.id,
+            mode: metalform::lifecycle::DecommissionMode::FullDecommission,
+            erase: None,
+            storage_cleanup: None,
+            reason: None,
+            requested_by: None,
+            plan_id: None,
+        })
+        .await
+        .unwrap();
+    for (stage, to, state) in [
+        ("drain_node", NodeState::Draining, JobState::Running),
+        ("retire_gpuaas_node", NodeState::Retired, JobState::Running),
+        (
+            "remove_gpuaas_node_record",
+            NodeState::Removing,
+            JobState::Running,
+        ),
+        (
+            "remove_maas_record",
+            NodeState::Deleted,
+            JobState::Completed,
+        ),
+    ] {
+        let mut step = JobUpdate::new(state);
+        step.stage = Some(stage.into());
+        step.node_transition = Some(NodeTransition::new(
+            to,
+            Owner::DecommissionWorkflow,
+            exec.clone(),
+        ));
+        store
+            .advance_job(JobKind::Decommission, decom.id, &step)
+            .await
+            .unwrap();
+    }
+    store.close().await;
+
+    let run = status(&["--state", &url, "c09u01"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let shown = run.stdout.replace(&job.id.to_string(), "<job>");
+    assert!(
+        shown.starts_with(
+            "node           c09u01 (site dc1)\nid             none: not in the inventory (its onboarding stopped before creating the record)\nprovision      ENROLL\njob            onboarding <job>\njob state      failed_manual_intervention\nstage          create_or_find_in_maas (attempt 0)\nfailure class  pxe_discovery_failure\n"
+        ),
+        "{shown}"
+    );
+    let run = status(&["--state", &url, "c09u02", "--site", "dc1"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let field = |name: &str| {
+        run.stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(name).map(str::trim).map(str::to_owned))
+            .unwrap_or_default()
+    };
+    assert_eq!(field("state "), "deleted", "{}", run.stdout);
+    assert_eq!(
+        field("job "),
+        format!("decommission (full_decommission) {}", decom.id),
+        "{}",
+        run.stdout
+    );
+    let run = status(&["--state", &url, "c09u03"]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert!(
+        run.stderr.contains("no node `c09u03` in the inventory"),
+        "{}",
+        run.stderr
+    );
 }

@@ -61,7 +61,12 @@ pub(super) fn routes(table: &mut RouteTable) {
 /// the job's, so nothing waits for the reconcile.
 fn run_soon(state: &ApiState, principal: &Principal, site: &str) -> Result<(), ApiError> {
     let site = crate::model::SiteName::new(site);
-    drop(state.inner.control.reconcile(site, principal.actor())?);
+    drop(
+        state
+            .inner
+            .control
+            .reconcile(site, principal.actor(), None)?,
+    );
     Ok(())
 }
 

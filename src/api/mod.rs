@@ -23,6 +23,7 @@ mod import_maas;
 mod jobs;
 mod nodes;
 mod onboardings;
+mod provision;
 pub mod provisioning;
 mod reconciliation;
 mod sites;
@@ -116,10 +117,13 @@ pub trait Control: Send + Sync + 'static {
     fn fleet(&self) -> Option<Arc<FleetRevision>>;
 
     /// Reconcile `site` now, through the daemon's loop; resolves when that reconcile ended.
+    /// `ignore_windows`: the operator's reason to run disruptive items outside their
+    /// maintenance windows this once (audited per item).
     fn reconcile(
         &self,
         site: SiteName,
         actor: Actor,
+        ignore_windows: Option<String>,
     ) -> Result<BoxFuture<'static, ReconcileSummary>, ControlError>;
 
     /// The node lease's time to live of the daemon's executors (a cancel waits for a live
@@ -284,6 +288,7 @@ pub fn admin_routes() -> RouteTable {
     onboardings::routes(&mut table);
     decommissions::routes(&mut table);
     jobs::routes(&mut table, crate::lifecycle::JobKind::Provisioning);
+    provision::routes(&mut table);
     reconciliation::routes(&mut table);
     nodes::routes(&mut table);
     table

@@ -46,6 +46,10 @@ struct RunBody {
     /// Answer after the reconcile ended, with its outcome.
     #[serde(default)]
     wait: bool,
+    /// Run disruptive items although their maintenance window is closed, this reconcile only;
+    /// needs a `reason`, and each item that runs so is audited.
+    #[serde(default)]
+    ignore_windows: bool,
 }
 
 async fn run(
@@ -54,6 +58,15 @@ async fn run(
     JsonBody(body): JsonBody<RunBody>,
 ) -> Result<impl IntoResponse, ApiError> {
     let accepted = state.fleet()?;
+    let ignore_windows = match body.ignore_windows {
+        false => None,
+        true => Some(required_reason(body.reason.as_deref()).map_err(|err| {
+            ApiError::bad_request(
+                "`ignore_windows` needs a `reason`: overriding a maintenance window is audited",
+            )
+            .hint(err.hint.unwrap_or_default())
+        })?),
+    };
     let sites: Vec<SiteName> = match &body.site {
         Some(site) => {
             let name = SiteName::new(site.as_str());
@@ -66,12 +79,11 @@ async fn run(
     };
     let mut pending = Vec::new();
     for site in &sites {
-        pending.push(
-            state
-                .inner
-                .control
-                .reconcile(site.clone(), principal.actor())?,
-        );
+        pending.push(state.inner.control.reconcile(
+            site.clone(),
+            principal.actor(),
+            ignore_windows.clone(),
+        )?);
     }
     let names: Vec<&str> = sites.iter().map(SiteName::as_str).collect();
     state
@@ -80,7 +92,7 @@ async fn run(
             "reconciliation.run_requested",
             ("reconciliation", &names.join(",")),
             body.reason.as_deref(),
-            json!({"sites": names, "revision": accepted.revision}),
+            json!({"sites": names, "revision": accepted.revision, "ignore_windows": body.ignore_windows}),
         )
         .await?;
     if !body.wait {

@@ -58,7 +58,15 @@ pub type DecommissionExecutor = Engine<Decommission>;
 pub(super) const INFO: KindInfo = KindInfo {
     kind: JobKind::Decommission,
     plural: "decommissions",
-    actions: &[RecoveryAction::RetryStage, RecoveryAction::Cancel],
+    // Resume: a running decommission whose executor was lost (001 §8: "draining ->
+    // resume"); mark-manual freezes one for a human. Restart-clean is cancel, then the
+    // manifests (or the API) ask again.
+    actions: &[
+        RecoveryAction::RetryStage,
+        RecoveryAction::Resume,
+        RecoveryAction::Cancel,
+        RecoveryAction::MarkManualInterventionRequired,
+    ],
     reason_example: "agent restarted on the host (ticket OPS-117)",
     column: Some(("MODE", mode_of)),
     request: request_lines,
@@ -238,12 +246,42 @@ async fn take_up(run: &mut Run<'_, Decommission>) -> Result<Job, Stop> {
         run.finish_compensation(&job).await?;
     }
     match job.state {
-        JobState::Pending | JobState::Running => Ok(job),
+        JobState::Pending | JobState::Running => {
+            retired_flag(run, &job).await?;
+            Ok(job)
+        }
         other => Err(Stop::left(format!(
             "decommission {} is {other} at {}: recover it with `metalform decommissions`",
             job.id, job.stage
         ))),
     }
+}
+
+/// Seed 004's flag, as the job's mode wants it before its first stage: a retirement flags the
+/// node retired with the manifest's reason (nothing schedules it from now on, while cleaning
+/// still runs), a reactivation clears the flag first ("set to False first"). Audited with the
+/// job; nothing when the flag already says so.
+async fn retired_flag(run: &Run<'_, Decommission>, job: &Job) -> Result<(), StoreError> {
+    let target = &run.item.target;
+    let reason = match mode(job) {
+        DecommissionMode::Retire => Some(
+            target
+                .resolved
+                .as_ref()
+                .and_then(|t| t.node.retired_reason.clone())
+                .or_else(|| match &job.spec {
+                    crate::store::JobSpec::Decommission { reason, .. } => reason.clone(),
+                    _ => None,
+                })
+                .unwrap_or_else(|| "retired by metalform".into()),
+        ),
+        DecommissionMode::Reactivate => None,
+        _ => return Ok(()),
+    };
+    run.store()
+        .set_retired_by_job(target.node_id, reason.as_deref(), &run.env().actor, job.id)
+        .await?;
+    Ok(())
 }
 
 /// The node's open decommission, if any.
@@ -284,8 +322,17 @@ async fn compensate_cancel(
         let back = match node.status {
             NodeState::Quarantined if !touched_maas => Some((NodeState::Active, Owner::Operator)),
             NodeState::Draining => Some((NodeState::Offline, Owner::DecommissionWorkflow)),
+            // A removal stopped half way keeps the identity retired (001 §3.2 removing ->
+            // retired, "operator rollback"): `removing` needs a job that owns it.
+            NodeState::Removing => Some((NodeState::Retired, Owner::DecommissionWorkflow)),
             _ => None,
         };
+        // A retirement cancelled before MAAS was touched never happened: the flag goes too.
+        if mode(job) == DecommissionMode::Retire && !touched_maas {
+            store
+                .set_retired_by_job(node_id, None, actor, job.id)
+                .await?;
+        }
         if let Some((to, by)) = back {
             let mut transition = NodeTransition::new(to, by, actor.clone());
             transition.reason = Some(format!("decommission {} cancelled", job.id));

@@ -756,7 +756,7 @@ impl<'a, K: Kind> Run<'a, K> {
         Ok(updated)
     }
 
-    /// The last stage is done: the job completes (or is reconciled, when it was adopted) and
+    /// The last stage is done: the job completes (or is reconciled, when an adopt finishes it) and
     /// the node makes the kind's move, in one transaction (001 §3.3).
     async fn complete(
         &mut self,
@@ -764,7 +764,7 @@ impl<'a, K: Kind> Run<'a, K> {
         event: StageEvent,
         facts: &K::Facts,
     ) -> Result<NodeOutcome, Stop> {
-        let state = JobState::on_success(job.adopted);
+        let state = JobState::on_success(job.ends_reconciled);
         let mut update = JobUpdate::new(state);
         update.event = Some(event);
         if let Some((to, by)) = K::completion(self, job).await? {

@@ -96,6 +96,26 @@ impl PlanWork {
     }
 }
 
+/// The only difference between a plan file and the plan made now is how long the items that
+/// wait for a maintenance window still wait ("opens in 3h12m" read at another moment): the
+/// same items, actions and summaries, and every differing item waits for a window.
+fn only_window_clock_moved(file: &Plan, now: &Plan) -> bool {
+    file.sites == now.sites
+        && file.items.len() == now.items.len()
+        && file.items.iter().zip(&now.items).all(|(f, n)| {
+            f == n
+                || (f.node == n.node
+                    && f.action == n.action
+                    && f.destructive == n.destructive
+                    && matches!(
+                        &f.action,
+                        Action::Blocked {
+                            cause: plan::BlockCause::MaintenanceWindow { .. },
+                        }
+                    ))
+        })
+}
+
 /// Whether running `item` destroys something. Every new reimage, decommission and retirement
 /// does, whatever the item's flag says. Where it depends on what is observed — an onboarding
 /// of a machine running a workload metalform did not deploy, the continuation of an open
@@ -104,8 +124,10 @@ impl PlanWork {
 pub fn destroys(item: &PlanItem) -> bool {
     item.destructive
         || match &item.action {
-            Action::Reimage { .. } | Action::Decommission | Action::Retire => true,
-            Action::ResumeDecommission { .. }
+            Action::Reimage { .. } | Action::Decommission | Action::Retire | Action::Prune => true,
+            // Cleaning a retired machine destroys only when it runs something (the flag).
+            Action::Reactivate
+            | Action::ResumeDecommission { .. }
             | Action::Onboard
             | Action::Resume { .. }
             | Action::Rerun { .. }
@@ -147,6 +169,8 @@ pub fn work_items(plan: &Plan, allow_destructive: bool) -> Result<PlanWork, Plan
             Action::Reimage { .. }
             | Action::Decommission
             | Action::Retire
+            | Action::Reactivate
+            | Action::Prune
             | Action::ResumeDecommission { .. } => {
                 work.decommissions.push(decommission_work(plan, item)?);
                 continue;
@@ -207,6 +231,8 @@ fn decommission_work(plan: &Plan, item: &PlanItem) -> Result<DecommissionWork, P
         Action::Reimage { .. } => new(DecommissionMode::Reimage),
         Action::Decommission => new(DecommissionMode::FullDecommission),
         Action::Retire => new(DecommissionMode::Retire),
+        Action::Reactivate => new(DecommissionMode::Reactivate),
+        Action::Prune => new(DecommissionMode::FullDecommission),
         Action::ResumeDecommission { job_id, .. } => DecommissionJob::Existing(*job_id),
         _ => unreachable!("only decommission actions reach here"),
     };
@@ -302,6 +328,7 @@ pub async fn plan_now(
         &snapshot,
         &PlanOptions {
             sites: sites.clone(),
+            ..PlanOptions::default()
         },
     );
     Ok((snapshot, plan))
@@ -349,9 +376,15 @@ pub async fn verify_plan_file(
     let snapshot = observe::observe(fleet, &sites, store, secrets, clients).await?;
     let serial = store.serial().await?;
     plan::check_fresh(plan, &plan::revision_id(&fleet.revision), &snapshot, serial)?;
-    let now = plan::plan(fleet, &snapshot, &PlanOptions { sites });
+    // Planned again as the file was: with the windows it overrode ignored again.
+    let options = PlanOptions {
+        sites,
+        ignore_windows: plan.items.iter().any(|i| i.window_ignored.is_some()),
+        ..PlanOptions::default()
+    };
+    let now = plan::plan(fleet, &snapshot, &options);
     let differences = plan::differences(plan, &now);
-    if !differences.is_empty() {
+    if !differences.is_empty() && !only_window_clock_moved(plan, &now) {
         return Err(UntrustedPlan::Differs {
             plan_id: plan.id.clone(),
             differences,

@@ -12,6 +12,8 @@
 //! | `recovery` | operator recovery actions, recorded and audited |
 //! | `kinds` | the registry of kinds: each kind's description, and a recovery carried out by its kind's engine |
 //! | `from_plan` | a plan's change items as work items of both kinds ([`work_items`]) |
+//! | `provision` | the provisioning verbs of seed 002 carried out on MAAS, under the node lease |
+//! | `records` | what applying writes besides jobs: release policies, maintenance-window overrides |
 //! | `lease`, `backoff`, `progress`, `outcome`, `maas` | the node lease and its heartbeat, retry delays, progress lines, results, per-site MAAS access |
 //!
 //! [`Executor`] is the engine of the onboarding kind; [`decommission::DecommissionExecutor`]
@@ -28,7 +30,9 @@ mod maas;
 pub mod onboarding;
 mod outcome;
 pub mod progress;
+pub mod provision;
 pub mod provisioning;
+pub mod records;
 pub mod recovery;
 
 use std::sync::Arc;

@@ -487,7 +487,7 @@ async fn take_up_adoption(
 /// The audited adopt_observed_state recovery action (000 §4.9) on a job not adopted yet, or
 /// failed.
 async fn mark_adopted(run: &Run<'_, Onboarding>, job: Job) -> Result<Job, StoreError> {
-    if job.adopted && !job.state.is_failed() {
+    if job.ends_reconciled && !job.state.is_failed() {
         return Ok(job);
     }
     let reason =

@@ -52,7 +52,7 @@ pub struct Args {
     #[arg(long)]
     pub auto_approve: bool,
     /// Allow items that destroy something: onboarding a machine that runs a workload metalform
-    /// did not deploy, and every reimage, decommission and retirement.
+    /// did not deploy, and every reimage, decommission, retirement and prune.
     #[arg(long)]
     pub allow_destructive: bool,
     /// Write a machine-readable stream on stdout instead of the plan, progress and table: one
@@ -60,6 +60,14 @@ pub struct Args {
     /// node, and a closing `summary`). Needs a plan file or --auto-approve.
     #[arg(long)]
     pub json: bool,
+    /// Run disruptive items although their maintenance window is closed (only when apply
+    /// plans itself; a plan file made with `plan --ignore-windows` carries it). Audited per
+    /// item, with --reason.
+    #[arg(long)]
+    pub ignore_windows: bool,
+    /// Why (recorded in the audit log; required when a maintenance window is overridden).
+    #[arg(long, value_name = "TEXT")]
+    pub reason: Option<String>,
     #[command(flatten)]
     pub sites: SiteArgs,
     #[command(flatten)]
@@ -487,6 +495,12 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
                 )
                 .hint("apply the plan file as it is, or make one with `metalform plan --site S --out PLANFILE`"));
             }
+            if args.ignore_windows {
+                return Err(CliError::argument(
+                    "--ignore-windows cannot be combined with a plan file: the plan decided which items wait for their window",
+                )
+                .hint("make the plan with `metalform plan --ignore-windows --out PLANFILE` and apply that file"));
+            }
             Some((path.clone(), plan::load(path).map_err(plan_file_error)?))
         }
         None => None,
@@ -616,7 +630,12 @@ async fn prepare(
             now
         }
         None => {
-            let (snapshot, plan) = world.plan(fleet, &args.sites.site_filter()).await?;
+            let options = crate::plan::PlanOptions {
+                sites: args.sites.site_filter(),
+                ignore_windows: args.ignore_windows,
+                ..crate::plan::PlanOptions::default()
+            };
+            let (snapshot, plan) = world.plan(fleet, &options).await?;
             warn_unreadable(&snapshot);
             plan
         }
@@ -643,6 +662,23 @@ async fn prepare(
         );
     }
     let items = work_items(&plan, args.allow_destructive).map_err(plan_refused)?;
+    let overridden: Vec<String> = plan
+        .changes()
+        .filter_map(|i| Some(format!("{} ({})", i.node, i.window_ignored.as_ref()?)))
+        .collect();
+    let reason = args
+        .reason
+        .as_deref()
+        .map(str::trim)
+        .filter(|r| !r.is_empty());
+    if !overridden.is_empty() && reason.is_none() {
+        return Err(CliError::argument(format!(
+            "the plan overrides the maintenance window of {}: say why with --reason (the override is audited)",
+            overridden.join(", ")
+        ))
+        .hint("e.g. --reason \"emergency kernel patch (CHG-4411)\""));
+    }
+    let actor = operator(args.exec.actor.as_deref());
     let blocked: Vec<(String, String)> = plan
         .needing_operator()
         .map(|item| (item.node.to_string(), item.reason.clone()))
@@ -653,6 +689,7 @@ async fn prepare(
             0 => println!("No changes."),
             n => println!("Nothing to apply: {n} item(s) blocked (see the plan above)."),
         }
+        sync_policies(world, fleet, &actor).await?;
         return Ok(Prepared::Nothing { blocked });
     }
     // A plan file was reviewed when it was made (terraform's rule); a plan made now is shown
@@ -669,10 +706,23 @@ async fn prepare(
             return Ok(Prepared::Declined);
         }
     }
+    crate::apply::records::audit_window_overrides(&world.store, &plan, &actor, reason)
+        .await
+        .map_err(store_error)?;
+    sync_policies(world, fleet, &actor).await?;
     Ok(Prepared::Run {
         work: items,
         blocked,
     })
+}
+
+/// Record the release policies the manifests give the inventory's nodes now (pruning uses
+/// them once a node leaves the manifests).
+async fn sync_policies(world: &World, fleet: &Fleet, actor: &Actor) -> Result<(), CliError> {
+    crate::apply::records::sync_release_policies_now(&world.store, fleet, actor)
+        .await
+        .map_err(store_error)?;
+    Ok(())
 }
 
 fn display(path: &Path) -> String {

@@ -20,7 +20,7 @@ use super::{CliError, Exit, GlobalArgs};
 use crate::apply::{ExecutorOptions, Progress, StderrProgress};
 use crate::lifecycle::JobKind;
 use crate::model::{Fleet, Lifecycle, SecretRef};
-use crate::observe::SiteFilter;
+use crate::plan::PlanOptions;
 use crate::plan::render;
 use crate::sim::{self, AgentBehaviour, DiskSpec, InitialState, MachineSpec, NicSpec, SimConfig};
 use crate::store::{Actor, JobFilter};
@@ -383,7 +383,10 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
     };
     let result = async {
         // 2. plan: observe every site's MAAS and the store, as `metalform plan` does.
-        let (snapshot, plan) = runtime.world.plan(&runtime.fleet, &SiteFilter::All).await?;
+        let (snapshot, plan) = runtime
+            .world
+            .plan(&runtime.fleet, &PlanOptions::default())
+            .await?;
         warn_unreadable(&snapshot);
         println!(
             "\n2. plan\n{}",
@@ -459,7 +462,10 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
             );
         }
         // 5. A fresh plan of the world apply left is empty (DESIGN.md §4).
-        let (_, again) = runtime.world.plan(&runtime.fleet, &SiteFilter::All).await?;
+        let (_, again) = runtime
+            .world
+            .plan(&runtime.fleet, &PlanOptions::default())
+            .await?;
         println!("\n5. plan again: {}", render::summary_line(&again.summary));
         println!(
             "\nDone in {:.1} s: {} converged, {} failed; {} MAAS requests.",

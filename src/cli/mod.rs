@@ -24,6 +24,7 @@ mod man;
 mod observe;
 mod onboardings;
 mod plan;
+mod provision;
 mod render;
 mod show;
 pub mod sim;
@@ -123,6 +124,9 @@ pub enum Command {
     Daemon(daemon::Args),
     /// The node agent that runs on deployed hosts (docs/agent.md).
     Agent(agent::Args),
+    /// A provisioning verb on one node (inspect, clean, provide, rescue, unrescue, abort),
+    /// carried out on MAAS and audited (docs/recovery.md).
+    Provision(provision::Args),
 }
 
 /// Parse, run, and turn the outcome into an exit code. Errors go to stderr as
@@ -218,6 +222,7 @@ async fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Drift(args) => drift::run(&global, args).await,
         Command::Daemon(args) => daemon::run(&global, args).await,
         Command::Agent(_) => unreachable!("the agent runs on its own runtime (main)"),
+        Command::Provision(args) => provision::run(&global, args).await,
     }
 }
 

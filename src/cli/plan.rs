@@ -47,6 +47,10 @@ pub struct Args {
     /// Markdown only: the largest comment to produce, in bytes (GitHub allows 65536).
     #[arg(long, value_name = "BYTES", default_value_t = 60_000)]
     pub max_bytes: usize,
+    /// Plan disruptive items although their maintenance window is closed; each says which
+    /// window it overrides, and applying the plan audits it.
+    #[arg(long)]
+    pub ignore_windows: bool,
 }
 
 pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
@@ -60,7 +64,12 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
         None => args.world.observe_now(global, &fleet).await?,
     };
     warn_unreadable(&snapshot);
-    let plan = plan::plan(&fleet, &snapshot, &PlanOptions { sites });
+    let options = PlanOptions {
+        sites,
+        ignore_windows: args.ignore_windows,
+        ..PlanOptions::default()
+    };
+    let plan = plan::plan(&fleet, &snapshot, &options);
     if let Some(out) = &args.out {
         // Signed with the state store's key: `apply` runs only plans this store signed.
         let mut signed = plan.clone();

@@ -10,8 +10,8 @@ use serde_json::json;
 use super::output::{ReportFormat, detail_view, table, time};
 use super::world::{find_node, store_error, with_store_read};
 use super::{CliError, Exit, GlobalArgs};
-use crate::lifecycle::NodeState;
-use crate::store::{Job, JobSpec, MaasState, Node, NodeFilter, StageEventRow, Store};
+use crate::lifecycle::{NodeState, ProvisionView};
+use crate::store::{Job, JobFilter, JobSpec, MaasState, Node, NodeFilter, StageEventRow, Store};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -128,12 +128,34 @@ async fn inventory(store: &Store, args: &Args) -> Result<Exit, CliError> {
 }
 
 async fn detail(store: &Store, args: &Args, wanted: &str) -> Result<Exit, CliError> {
-    let node = find_node(store, args.site.as_deref(), wanted).await?;
-    let maas = store.maas_state(node.id).await.map_err(store_error)?;
-    let job = store
-        .latest_job_for_node(node.id)
-        .await
-        .map_err(store_error)?;
+    let record = find_record(store, args.site.as_deref(), wanted).await?;
+    let (node, maas, job, view) = match &record {
+        Record::Node(id) => {
+            let view = store.node_view(*id).await.map_err(store_error)?;
+            (Some(view.node), view.maas, view.job, view.view)
+        }
+        Record::Job(job) => {
+            let facts = crate::lifecycle::NodeFacts {
+                node: None,
+                maas: job
+                    .last_maas_status
+                    .as_deref()
+                    .and_then(crate::lifecycle::MaasStatus::from_name),
+                job: Some(crate::lifecycle::JobActivity {
+                    kind: job.kind,
+                    mode: job.mode(),
+                    state: job.state,
+                    stage: job.stage.clone(),
+                }),
+                retired: false,
+                retired_reason: None,
+                protected: false,
+                protected_reason: None,
+            };
+            let view = crate::lifecycle::provision_view(&facts);
+            (None, None, Some(job.as_ref().clone()), view)
+        }
+    };
     let events = match &job {
         Some(job) => store
             .job_events(job.kind, job.id, DETAIL_EVENTS)
@@ -146,6 +168,8 @@ async fn detail(store: &Store, args: &Args, wanted: &str) -> Result<Exit, CliErr
             let doc = json!({
                 "node": node,
                 "maas_state": maas,
+                "provision_state": view.as_ref().map(|v| v.provision_state),
+                "target_provision_state": view.as_ref().and_then(|v| v.target_provision_state),
                 "job": job,
                 "events": events,
             });
@@ -153,26 +177,108 @@ async fn detail(store: &Store, args: &Args, wanted: &str) -> Result<Exit, CliErr
         }
         ReportFormat::Text => print!(
             "{}",
-            render_detail(&node, maas.as_ref(), job.as_ref(), &events)
+            render_detail(
+                node.as_ref(),
+                maas.as_ref(),
+                job.as_ref(),
+                view.as_ref(),
+                &events
+            )
         ),
     }
     Ok(Exit::Success)
 }
 
+/// What `status NODE` found: an inventory row (live, or a deleted identity), or — for a node
+/// whose onboarding failed before its record was made — its latest job.
+enum Record {
+    Node(uuid::Uuid),
+    Job(Box<Job>),
+}
+
+/// Any record of `wanted` (a node id or a hostname): the live node, else the newest deleted
+/// identity of that hostname, else its newest job.
+async fn find_record(store: &Store, site: Option<&str>, wanted: &str) -> Result<Record, CliError> {
+    let not_found = match find_node(store, site, wanted).await {
+        Ok(node) => return Ok(Record::Node(node.id)),
+        Err(err)
+            if uuid::Uuid::parse_str(wanted).is_err() && err.class == super::ErrorClass::User =>
+        {
+            err
+        }
+        Err(err) => return Err(err),
+    };
+    if not_found.message.contains("several sites") {
+        return Err(not_found);
+    }
+    let deleted = store
+        .list_nodes(&NodeFilter {
+            site: site.map(str::to_owned),
+            hostname: Some(wanted.to_owned()),
+            include_deleted: true,
+            ..NodeFilter::default()
+        })
+        .await
+        .map_err(store_error)?;
+    if let Some(node) = deleted.iter().max_by_key(|n| n.updated_at) {
+        return Ok(Record::Node(node.id));
+    }
+    let filter = JobFilter {
+        site: site.map(str::to_owned),
+        hostname: Some(wanted.to_owned()),
+        ..JobFilter::default()
+    };
+    let mut jobs = Vec::new();
+    for kind in crate::lifecycle::JobKind::ALL {
+        jobs.extend(store.list_jobs(*kind, &filter).await.map_err(store_error)?);
+    }
+    match jobs.into_iter().max_by_key(|j| (j.requested_at, j.id)) {
+        Some(job) => Ok(Record::Job(Box::new(job))),
+        None => Err(not_found),
+    }
+}
+
 fn render_detail(
-    node: &Node,
+    node: Option<&Node>,
     maas: Option<&MaasState>,
     job: Option<&Job>,
+    view: Option<&ProvisionView>,
     events: &[StageEventRow],
 ) -> String {
-    let mut lines: Vec<(String, String)> = vec![
+    let mut lines: Vec<(String, String)> = Vec::new();
+    let provision = view.map(|v| match v.target_provision_state {
+        Some(target) => format!("{} (target {target})", v.provision_state),
+        None => v.provision_state.to_string(),
+    });
+    let Some(node) = node else {
+        // Only a job knows the node: its onboarding failed before the record was made.
+        if let Some(job) = job {
+            lines.push((
+                "node".into(),
+                format!("{} (site {})", job.hostname, job.site),
+            ));
+        }
+        lines.push((
+            "id".into(),
+            "none: not in the inventory (its onboarding stopped before creating the record)".into(),
+        ));
+        if let Some(provision) = provision {
+            lines.push(("provision".into(), provision));
+        }
+        job_lines(&mut lines, job);
+        return detail_view(&lines, "recent events", events);
+    };
+    lines.extend([
         (
             "node".into(),
             format!("{} (site {})", node.hostname, node.site),
         ),
         ("id".into(), node.id.to_string()),
         ("state".into(), node.status.to_string()),
-    ];
+    ]);
+    if let Some(provision) = provision {
+        lines.push(("provision".into(), provision));
+    }
     let mut flag_text = Vec::new();
     if node.retired {
         flag_text.push(format!(
@@ -220,6 +326,12 @@ fn render_detail(
             }
         },
     ));
+    job_lines(&mut lines, job);
+    detail_view(&lines, "recent events", events)
+}
+
+/// The job part of the detail view.
+fn job_lines(lines: &mut Vec<(String, String)>, job: Option<&Job>) {
     match job {
         None => lines.push(("job".into(), "none".into())),
         Some(job) => {
@@ -261,5 +373,4 @@ fn render_detail(
             lines.push(("updated".into(), time(job.updated_at)));
         }
     }
-    detail_view(&lines, "recent events", events)
 }

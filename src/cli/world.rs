@@ -239,17 +239,14 @@ impl World {
         .map_err(observe_error)
     }
 
-    /// Observe and plan the selected sites now.
+    /// Observe and plan the sites of `options` now.
     pub async fn plan(
         &self,
         fleet: &Fleet,
-        sites: &SiteFilter,
+        options: &PlanOptions,
     ) -> Result<(Snapshot, Plan), CliError> {
-        let snapshot = self.observe(fleet, sites).await?;
-        let options = PlanOptions {
-            sites: sites.clone(),
-        };
-        let plan = crate::plan::plan(fleet, &snapshot, &options);
+        let snapshot = self.observe(fleet, &options.sites).await?;
+        let plan = crate::plan::plan(fleet, &snapshot, options);
         Ok((snapshot, plan))
     }
 

@@ -134,6 +134,9 @@ struct RawSecrets {
 struct RawReconcile {
     #[serde(default = "default_interval")]
     interval: ConfigDuration,
+    /// Prune every site (a site's own `reconcile.prune` turns it on for that site alone).
+    #[serde(default)]
+    prune: bool,
     #[serde(default)]
     sites: BTreeMap<String, ConfigDuration>,
 }
@@ -142,6 +145,7 @@ impl Default for RawReconcile {
     fn default() -> Self {
         Self {
             interval: default_interval(),
+            prune: false,
             sites: BTreeMap::new(),
         }
     }
@@ -505,6 +509,10 @@ pub struct DaemonConfig {
     pub secrets_url: String,
     pub reconcile_interval: Duration,
     pub site_intervals: BTreeMap<String, Duration>,
+    /// `[reconcile] prune`: decommission nodes removed from the manifests in every site, with
+    /// their recorded release policy (default off; a site's `reconcile.prune` turns it on for
+    /// that site).
+    pub prune: bool,
     pub self_heal: SelfHealPolicy,
     /// The admin API's listener.
     pub listen: SocketAddr,
@@ -747,6 +755,7 @@ impl DaemonConfig {
             data_dir,
             secrets_url,
             reconcile_interval: raw.reconcile.interval.0,
+            prune: raw.reconcile.prune,
             site_intervals: raw
                 .reconcile
                 .sites

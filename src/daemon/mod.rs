@@ -120,8 +120,17 @@ enum Command {
     Reconcile {
         site: SiteName,
         actor: Actor,
+        /// The operator's reason to override maintenance windows this once.
+        ignore_windows: Option<String>,
         reply: oneshot::Sender<ReconcileSummary>,
     },
+}
+
+/// An operator's override of maintenance windows for the next reconcile of a site.
+#[derive(Debug, Clone)]
+struct WindowOverride {
+    actor: Actor,
+    reason: String,
 }
 
 /// What the loop, the API and the node tasks share.
@@ -694,6 +703,7 @@ impl Control for Handle {
         &self,
         site: SiteName,
         actor: Actor,
+        ignore_windows: Option<String>,
     ) -> Result<crate::api::ReconcileFuture, ControlError> {
         if !self.accepting() {
             return Err(ControlError::ShuttingDown);
@@ -702,7 +712,12 @@ impl Control for Handle {
         let name = site.to_string();
         self.core
             .commands
-            .send(Command::Reconcile { site, actor, reply })
+            .send(Command::Reconcile {
+                site,
+                actor,
+                ignore_windows,
+                reply,
+            })
             .map_err(|_| ControlError::ShuttingDown)?;
         Ok(async move {
             answer.await.unwrap_or_else(|_| ReconcileSummary {
@@ -781,6 +796,8 @@ struct Schedule {
     due: BTreeMap<SiteName, Instant>,
     running: BTreeSet<SiteName>,
     waiting: BTreeMap<SiteName, Vec<oneshot::Sender<ReconcileSummary>>>,
+    /// Maintenance windows overridden for the site's next reconcile.
+    overrides: BTreeMap<SiteName, WindowOverride>,
 }
 
 /// The daemon's two listeners: the admin API and the agent channel.
@@ -866,8 +883,11 @@ async fn run(
                 }
             }
             Some(command) = commands.recv() => match command {
-                Command::Reconcile { site, actor, reply } => {
-                    tracing::info!(site = %site, actor = %actor.name, "reconcile requested");
+                Command::Reconcile { site, actor, ignore_windows, reply } => {
+                    tracing::info!(site = %site, actor = %actor.name, ignore_windows = ignore_windows.is_some(), "reconcile requested");
+                    if let Some(reason) = ignore_windows {
+                        schedule.overrides.insert(site.clone(), WindowOverride { actor, reason });
+                    }
                     schedule.waiting.entry(site.clone()).or_default().push(reply);
                     schedule.due.insert(site, Instant::now());
                 }
@@ -909,8 +929,9 @@ async fn run(
                     schedule.running.insert(site.clone());
                     let core = core.clone();
                     let fleet = fleet.clone();
+                    let window_override = schedule.overrides.remove(&site);
                     reconciles.spawn(async move {
-                        let summary = reconcile_site(&core, &fleet, &site).await;
+                        let summary = reconcile_site(&core, &fleet, &site, window_override).await;
                         (site, summary)
                     });
                 }
@@ -1073,6 +1094,7 @@ async fn reconcile_site(
     core: &Arc<Core>,
     fleet: &Arc<FleetRevision>,
     site: &SiteName,
+    window_override: Option<WindowOverride>,
 ) -> ReconcileSummary {
     let started = Instant::now();
     let mut summary = ReconcileSummary {
@@ -1103,7 +1125,13 @@ async fn reconcile_site(
         SiteObservation::Unreadable { error, .. } => Some(error.clone()),
         _ => None,
     });
-    let plan = crate::plan::plan(&fleet.fleet, &snapshot, &PlanOptions { sites: filter });
+    let options = PlanOptions {
+        sites: filter,
+        prune: core.config.prune,
+        ignore_windows: window_override.is_some(),
+        now: None,
+    };
+    let plan = crate::plan::plan(&fleet.fleet, &snapshot, &options);
     core.metrics.planned(site.as_str(), &plan);
     core.plans.lock().expect("lock").insert(
         site.clone(),
@@ -1112,6 +1140,11 @@ async fn reconcile_site(
             observed_at: snapshot.taken_at,
         }),
     );
+    if let Err(err) = record_before_dispatch(core, fleet, &snapshot, &plan, window_override).await {
+        tracing::error!(site = %site, error = %err, "reconcile: cannot record release policies or window overrides");
+        summary.error = Some(err.to_string());
+        return summary;
+    }
     summary.plan = plan.sites.first().map(|s| s.summary);
     let dispatch = work::dispatch(&plan, &core.config.self_heal);
     for (node, why) in &dispatch.held {
@@ -1209,6 +1242,30 @@ async fn queue_provisions(
     }
     summary.started += report.results.len();
     core.metrics.applied(&report);
+}
+
+/// What a reconcile writes before it dispatches work: the release policies the manifests give
+/// the site's nodes now, and the audit of each item run outside its maintenance window.
+async fn record_before_dispatch(
+    core: &Arc<Core>,
+    fleet: &Arc<FleetRevision>,
+    snapshot: &crate::observe::Snapshot,
+    plan: &crate::plan::Plan,
+    window_override: Option<WindowOverride>,
+) -> Result<(), crate::store::StoreError> {
+    let actor = Actor::system("metalform-daemon");
+    crate::apply::records::sync_release_policies(
+        &core.store,
+        &fleet.fleet,
+        &snapshot.inventory,
+        &actor,
+    )
+    .await?;
+    if let Some(WindowOverride { actor, reason }) = window_override {
+        crate::apply::records::audit_window_overrides(&core.store, plan, &actor, Some(&reason))
+            .await?;
+    }
+    Ok(())
 }
 
 /// One JSON log line per drift finding that is new (at its severity), per action carried

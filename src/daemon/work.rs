@@ -33,6 +33,8 @@ fn held_by(policy: &SelfHealPolicy, action: &Action, destructive: bool) -> Optio
         Action::Reimage { .. }
         | Action::Decommission
         | Action::Retire
+        | Action::Reactivate
+        | Action::Prune
         | Action::ResumeDecommission { .. } => policy
             .decommission
             .then_some(())

@@ -247,7 +247,7 @@ impl RecoveryAction {
     /// The job state the action leads to (the "expected target" recorded in the audit log).
     /// Cancel and restart-clean go through `compensating` (which then ends `cancelled` or back
     /// at `pending`); adopt continues `running` and the job ends `reconciled`
-    /// ([`JobState::on_success`] with `adopted = true`).
+    /// ([`JobState::on_success`] with `ends_reconciled = true`).
     pub fn target(self, from: JobState) -> Result<JobState, RecoveryError> {
         if !self.applies_to().contains(&from) {
             let applies: Vec<&str> = self.applies_to().iter().map(|s| s.as_str()).collect();

@@ -148,9 +148,10 @@ pub enum IronicEvent {
 pub enum IronicError {
     #[error("verb `{verb}` is not allowed in state {state}")]
     VerbNotAllowed { verb: Verb, state: ProvisionState },
-    /// Seed 004: `provide` on a retired node is an HTTP 409.
-    #[error("conflict: node is retired{}; unset `retired` before `provide`", reason_suffix(.reason))]
-    ProvideRetired { reason: Option<String> },
+    /// Seed 004: `provide` on a retired node is an HTTP 409; so is deploying it (`active`):
+    /// a retired node is never scheduled again.
+    #[error("conflict: node is retired{}; unset `retired` before `{verb}`", reason_suffix(.reason))]
+    Retired { verb: Verb, reason: Option<String> },
     #[error("conflict: node is protected; unset `protected` before `{verb}`")]
     Protected { verb: Verb },
     #[error("conflict: `retired` cannot be set in AVAILABLE; `manage` the node first")]
@@ -175,7 +176,7 @@ impl IronicError {
     pub fn is_conflict(&self) -> bool {
         matches!(
             self,
-            IronicError::ProvideRetired { .. }
+            IronicError::Retired { .. }
                 | IronicError::Protected { .. }
                 | IronicError::RetireAvailable
                 | IronicError::ProtectNotDeployed { .. }
@@ -285,8 +286,11 @@ impl IronicNode {
                 return Err(IronicError::Protected { verb });
             }
         }
-        if verb == Verb::Provide && self.state == P::Manageable && self.retired {
-            return Err(IronicError::ProvideRetired {
+        let scheduling = (verb == Verb::Provide && self.state == P::Manageable)
+            || (verb == Verb::Deploy && verb_start(verb, self.state).is_some());
+        if self.retired && scheduling {
+            return Err(IronicError::Retired {
+                verb,
                 reason: self.retired_reason.clone(),
             });
         }
@@ -394,7 +398,7 @@ pub struct ProviderView {
 
 impl MaasStatus {
     /// Map a MAAS status onto the Ironic machine. Commissioning is inspection; testing and disk
-    /// erasing are cleaning; releasing is the teardown (DELETING); Allocated and Reserved are
+    /// erasing are cleaning, in-band (CLEANWAIT); releasing is the teardown (DELETING); Allocated and Reserved are
     /// still AVAILABLE (Ironic keeps allocations outside the provision state); Broken and
     /// Missing keep the state they interrupt unknown, so they read as MANAGEABLE/ENROLL under
     /// maintenance.
@@ -424,14 +428,16 @@ impl MaasStatus {
             M::FailedDeployment => (P::DeployFail, Some(P::Active)),
             M::Releasing => (P::Deleting, Some(P::Available)),
             M::FailedReleasing => (P::Error, Some(P::Available)),
-            M::DiskErasing => (P::Cleaning, Some(P::Available)),
+            // The erase runs in-band in MAAS's ephemeral environment: Ironic's CLEANWAIT, the
+            // state `abort` interrupts (MAAS: Disk erasing -> Failed disk erasing).
+            M::DiskErasing => (P::CleanWait, Some(P::Available)),
             M::FailedDiskErasing => (P::CleanFail, Some(P::Available)),
             M::RescueMode => (P::Rescue, None),
             M::EnteringRescueMode => (P::Rescuing, Some(P::Rescue)),
             M::FailedEnteringRescueMode => (P::RescueFail, Some(P::Rescue)),
             M::ExitingRescueMode => (P::Unrescuing, Some(P::Active)),
             M::FailedExitingRescueMode => (P::UnrescueFail, Some(P::Active)),
-            M::Testing => (P::Cleaning, Some(P::Manageable)),
+            M::Testing => (P::CleanWait, Some(P::Manageable)),
             M::FailedTesting => (P::CleanFail, Some(P::Manageable)),
         };
         ProviderView {

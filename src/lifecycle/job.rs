@@ -52,6 +52,10 @@ named_enum! {
         /// decommission — drained, released, powered off and `retired` — keeping the node
         /// identity (001 §3.2 retired -> active stays possible).
         Retire = "retire",
+        /// `lifecycle: active` on a retired node (001 §3.2 retired -> active, "explicit
+        /// reactivate/reuse flow"; seed 004: the flag is cleared first): the flag cleared,
+        /// the machine cleaned and made available, then redeployed with the same node id.
+        Reactivate = "reactivate",
     }
 }
 
@@ -64,6 +68,16 @@ impl DecommissionMode {
             DecommissionMode::Reimage
                 | DecommissionMode::FullDecommission
                 | DecommissionMode::Retire
+        )
+    }
+}
+
+impl DecommissionMode {
+    /// The mode releases the machine in MAAS (its disks are erased, its OS gone).
+    pub fn releases_machine(self) -> bool {
+        !matches!(
+            self,
+            DecommissionMode::SoftReset | DecommissionMode::StorageCleanup
         )
     }
 }
@@ -90,10 +104,11 @@ impl JobState {
         !self.is_terminal()
     }
 
-    /// The state a successful run ends in: `reconciled` when the job was adopted
-    /// (001 §4.3 "workflow succeeded after adopt/reconcile action"), else `completed`.
-    pub fn on_success(adopted: bool) -> JobState {
-        if adopted {
+    /// The state a successful run ends in: `reconciled` when an adopt action finished it
+    /// (001 §4.3 "workflow succeeded after adopt/reconcile action"), else `completed` — also
+    /// for an adopted job that was rerun from the top.
+    pub fn on_success(ends_reconciled: bool) -> JobState {
+        if ends_reconciled {
             JobState::Reconciled
         } else {
             JobState::Completed
@@ -177,6 +192,9 @@ const NOT_DELETED: &[NodeState] = &[
     N::Removing,
 ];
 
+/// Where a reactivation holds the node before it is back in service.
+const REACTIVATING: &[NodeState] = &[N::Active, N::Offline, N::Quarantined, N::Retired];
+
 /// The live states from `from` to `to` in [`NOT_DELETED`]'s order, the way a node leaves
 /// service (active, offline, quarantined, draining, retired, removing).
 fn live(from: NodeState, to: NodeState) -> &'static [NodeState] {
@@ -226,6 +244,16 @@ pub fn job_node_states(
                     live(N::Active, N::Retired)
                 }
                 J::Completed | J::Reconciled => &[N::Retired],
+                J::Cancelled | J::Compensating => NOT_DELETED,
+            },
+            // Taken out of retirement (retired -> active) and at once out of scheduling
+            // (active -> quarantined) while the machine is rebuilt; an offline node flagged
+            // retired is quarantined the same way.
+            DecommissionMode::Reactivate => match job {
+                J::Pending | J::Running | J::FailedRetryable | J::FailedManualIntervention => {
+                    REACTIVATING
+                }
+                J::Completed | J::Reconciled => &[N::Active],
                 J::Cancelled | J::Compensating => NOT_DELETED,
             },
             DecommissionMode::SoftReset

@@ -14,6 +14,7 @@ mod ironic;
 mod job;
 mod maas_status;
 mod node_state;
+mod provision;
 mod provisioning;
 mod stages;
 
@@ -32,6 +33,10 @@ pub use names::UnknownName;
 pub use node_state::{
     NodeState, Owner, Provider, TransitionContext, TransitionError, check_initial,
     check_transition, owners,
+};
+pub use provision::{
+    JobActivity, MaasOperation, NodeFacts, ProvisionView, VerbRefusal, ViewSource, plan_verb,
+    provision_view,
 };
 pub use provisioning::{ProvisioningStage, ProvisioningStatus, WebhookReport, status_for};
 pub use stages::{Cleanup, DecommissionStage, OnboardingStage, Reentry, StageName};

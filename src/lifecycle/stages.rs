@@ -221,6 +221,23 @@ impl DecommissionMode {
             DecommissionMode::StorageCleanup => &[D::CleanupStorage, D::ValidateCleanNode],
             // The first half of a full decommission, up to the retirement.
             DecommissionMode::Retire => &FULL_DECOMMISSION[..RETIRED_AT + 1],
+            // A reimage of a node no agent runs on: out of retirement and scheduling, the
+            // machine cleaned (released with erase if it still runs an OS) and redeployed.
+            DecommissionMode::Reactivate => &[
+                D::DisableNode,
+                D::LoadSiteConfig,
+                D::ReleaseMaasNode,
+                D::ConfigureStorage,
+                D::ApplyRocePhase2,
+                D::EnsurePxeInterfaceAuto,
+                D::RenderCloudInit,
+                D::DeployViaMaas,
+                D::WaitForDeployed,
+                D::EnsureHardwareSyncConfigured,
+                D::WaitForHardwareSyncHealthy,
+                D::WaitForAgentEnrollment,
+                D::EnableNode,
+            ],
         }
     }
 

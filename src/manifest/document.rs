@@ -5,7 +5,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{DataDisks, EraseMode, Lifecycle, PowerType, SiteStatus, StorageLayout};
+use crate::model::{
+    DataDisks, EraseMode, Lifecycle, PowerType, SiteStatus, StorageLayout, WindowOnboarding,
+};
 
 /// `apiVersion`, `kind`, `metadata`, `spec` — the frame every document shares.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -50,6 +52,18 @@ pub struct SiteSpec {
     pub deploy: DeploySpec,
     pub default_profile: Option<String>,
     pub reconcile: Option<ReconcileSpec>,
+    pub maintenance_windows: Option<Vec<WindowSpec>>,
+}
+
+/// One maintenance window (`$defs/maintenanceWindows`).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WindowSpec {
+    pub name: String,
+    pub schedule: String,
+    pub duration: String,
+    pub time_zone: String,
+    pub onboarding: Option<WindowOnboarding>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -105,8 +119,10 @@ pub struct DeploySpec {
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ReconcileSpec {
     pub prune: Option<bool>,
+    pub max_prune_percent: Option<u8>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -261,6 +277,8 @@ pub struct NodeGroupSpec {
     pub decommission: Option<DecommissionSpec>,
     pub protected: Option<bool>,
     pub paused: Option<bool>,
+    #[serde(rename = "maintenanceWindows")]
+    pub maintenance_windows: Option<Vec<WindowSpec>>,
     pub nodes: Vec<NodeGroupEntry>,
 }
 

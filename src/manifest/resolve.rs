@@ -15,7 +15,7 @@ use serde_json::Value as Json;
 
 use super::document::{
     DeployUserSpec, NodeDocument, NodeFieldsSpec, NodeGroupDocument, NodeGroupSpec, PowerMatchSpec,
-    ProfileDocument, SecretRefSpec, SiteDocument,
+    ProfileDocument, SecretRefSpec, SiteDocument, WindowSpec,
 };
 use super::schema::{self, Kind};
 use super::suggest::did_you_mean;
@@ -24,11 +24,12 @@ use super::{Findings, ParsedDocument, Severity};
 use crate::model::{
     Bmc, BootDiskMatch, CloudInit, Concurrency, Decommission, DeployIdentity, DeployPassword,
     DeployPolicy, DeployUserPolicy, Discovery, Enrollment, EraseMode, Fleet, GroupName,
-    HardwareSync, Hostname, Image, InterfaceAddr, Lifecycle, MaasEndpoint, MacAddr,
-    NetworkOverrides, Node, NodeId, Power, PowerOverride, PowerSelector, PowerType, Preflight,
-    Profile, ProfileName, ProfileNetwork, Provenance, ReconcilePolicy, Reimage, ReleasePolicy,
-    Revision, RoceAssignment, RocePolicy, SecretRef, Site, SiteBundle, SiteName, SiteNetwork,
-    SiteStatus, Sku, Storage, StorageLayout, SudoPolicy, Timeouts, duration,
+    GroupPolicy, HardwareSync, Hostname, Image, InterfaceAddr, Lifecycle, MaasEndpoint, MacAddr,
+    MaintenanceWindow, NetworkOverrides, Node, NodeId, Power, PowerOverride, PowerSelector,
+    PowerType, Preflight, Profile, ProfileName, ProfileNetwork, Provenance, ReconcilePolicy,
+    Reimage, ReleasePolicy, Revision, RoceAssignment, RocePolicy, Schedule, SecretRef, Site,
+    SiteBundle, SiteName, SiteNetwork, SiteStatus, Sku, Storage, StorageLayout, SudoPolicy,
+    TimeZone, Timeouts, WindowOnboarding, duration,
 };
 
 /// A document the schema accepted, as its typed form.
@@ -67,6 +68,7 @@ pub(super) fn resolve(
         profiles: BTreeMap::new(),
         profile_seen: HashMap::new(),
         nodes: BTreeMap::new(),
+        groups: BTreeMap::new(),
         reported_once: HashSet::new(),
         failed: false,
     };
@@ -128,6 +130,7 @@ pub(super) fn resolve(
         sites: resolver.sites,
         profiles: resolver.profiles,
         nodes: resolver.nodes,
+        groups: resolver.groups,
     })
 }
 
@@ -359,6 +362,7 @@ struct Resolver<'a, 'f> {
     profiles: BTreeMap<ProfileName, Profile>,
     profile_seen: HashMap<String, Provenance>,
     nodes: BTreeMap<NodeId, Node>,
+    groups: BTreeMap<GroupName, GroupPolicy>,
     /// (document, check) pairs already reported, so a group-level problem is reported once,
     /// not once per member.
     reported_once: HashSet<(usize, &'static str)>,
@@ -627,7 +631,12 @@ impl<'a> Resolver<'a, '_> {
                 }
             }
         }
-        let (Some(url), true) = (url, ok) else {
+        let windows = self.windows(
+            doc,
+            &field_path!["spec", "maintenanceWindows"],
+            spec.maintenance_windows.as_deref(),
+        );
+        let (Some(url), true, Some(maintenance_windows)) = (url, ok, windows) else {
             return;
         };
         let name = SiteName::new(d.metadata.name.clone());
@@ -673,10 +682,94 @@ impl<'a> Resolver<'a, '_> {
                     .as_ref()
                     .and_then(|r| r.prune)
                     .unwrap_or(false),
+                max_prune_percent: spec
+                    .reconcile
+                    .as_ref()
+                    .and_then(|r| r.max_prune_percent)
+                    .unwrap_or(crate::model::DEFAULT_MAX_PRUNE_PERCENT),
             },
+            maintenance_windows,
             provenance: self.provenance(doc, &[]),
         };
         self.sites.insert(name, site);
+    }
+
+    /// The maintenance windows at `path` (a site's or a NodeGroup's); `None` after an error,
+    /// each reported at its field.
+    fn windows(
+        &mut self,
+        doc: usize,
+        path: &[PathSegment],
+        specs: Option<&[WindowSpec]>,
+    ) -> Option<Vec<MaintenanceWindow>> {
+        let mut windows = Vec::new();
+        let mut names: HashMap<&str, usize> = HashMap::new();
+        let mut ok = true;
+        for (i, spec) in specs.unwrap_or_default().iter().enumerate() {
+            let at = |field: &'static str| {
+                let mut p = path.to_vec();
+                p.push(PathSegment::from(i));
+                p.push(PathSegment::from(field));
+                p
+            };
+            if let Some(first) = names.insert(&spec.name, i) {
+                ok = false;
+                let first = self.provenance(doc, &at_index(path, first, "name"));
+                self.error(
+                    doc,
+                    &at("name"),
+                    "duplicate-window",
+                    format!(
+                        "maintenance window `{}` is already defined at {first}",
+                        spec.name
+                    ),
+                    Some("give each window of a site or NodeGroup its own name".into()),
+                );
+            }
+            let schedule = match Schedule::parse(&spec.schedule) {
+                Ok(schedule) => Some(schedule),
+                Err(err) => {
+                    self.error(
+                        doc,
+                        &at("schedule"),
+                        "invalid-schedule",
+                        err.to_string(),
+                        None,
+                    );
+                    None
+                }
+            };
+            let time_zone = match TimeZone::parse(&spec.time_zone) {
+                Ok(zone) => Some(zone),
+                Err(err) => {
+                    let hint = did_you_mean(&spec.time_zone, TimeZone::names())
+                        .map(|s| format!("did you mean `{s}`?"));
+                    self.error(
+                        doc,
+                        &at("timeZone"),
+                        "invalid-time-zone",
+                        err.to_string(),
+                        hint,
+                    );
+                    None
+                }
+            };
+            let duration =
+                self.duration(doc, &at("duration"), Some(&spec.duration), Duration::ZERO);
+            match (schedule, time_zone, duration) {
+                (Some(schedule), Some(time_zone), Some(duration)) => {
+                    windows.push(MaintenanceWindow {
+                        name: spec.name.clone(),
+                        schedule,
+                        duration,
+                        time_zone,
+                        onboarding: spec.onboarding.unwrap_or(WindowOnboarding::Anytime),
+                    })
+                }
+                _ => ok = false,
+            }
+        }
+        ok.then_some(windows)
     }
 
     fn duration(
@@ -1127,6 +1220,19 @@ impl<'a> Resolver<'a, '_> {
             Some(Value::Seq(items)) => items.len(),
             _ => 0,
         };
+        if let Some(windows) = self.windows(
+            doc,
+            &field_path!["spec", "maintenanceWindows"],
+            d.spec.maintenance_windows.as_deref(),
+        ) && !windows.is_empty()
+        {
+            self.groups.insert(
+                GroupName::new(name.clone()),
+                GroupPolicy {
+                    maintenance_windows: windows,
+                },
+            );
+        }
         if total == 0 {
             self.warning(
                 doc,
@@ -1582,6 +1688,14 @@ impl<'a> Resolver<'a, '_> {
                 && d.root.pos.column == provenance.column
         })
     }
+}
+
+/// `path[index].field`.
+fn at_index(path: &[PathSegment], index: usize, field: &'static str) -> Vec<PathSegment> {
+    let mut p = path.to_vec();
+    p.push(PathSegment::from(index));
+    p.push(PathSegment::from(field));
+    p
 }
 
 fn is_broadcast(address: InterfaceAddr) -> bool {

@@ -17,6 +17,7 @@ mod profile;
 mod revision;
 mod secret_ref;
 mod site;
+mod window;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -24,7 +25,8 @@ use std::fmt;
 pub use address::{InterfaceAddr, InterfaceAddrError, MacAddr, MacAddrError};
 pub use ids::{GroupName, Hostname, NodeId, ProfileName, SiteName, Sku};
 pub use node::{
-    Bmc, Decommission, Lifecycle, Node, Provisioner, RedfishProvisioner, Reimage, RoceAssignment,
+    Bmc, Decommission, Lifecycle, Node, NodePolicy, Provisioner, RedfishProvisioner, Reimage,
+    RoceAssignment,
 };
 pub use profile::{
     BootDiskMatch, CloudInit, Concurrency, DataDisks, DeployPassword, DeployPolicy,
@@ -35,8 +37,12 @@ pub use profile::{
 pub use revision::Revision;
 pub use secret_ref::SecretRef;
 pub use site::{
-    DeployIdentity, MaasEndpoint, Power, PowerOverride, PowerSelector, PowerType, ReconcilePolicy,
-    Site, SiteNetwork, SiteStatus,
+    DEFAULT_MAX_PRUNE_PERCENT, DeployIdentity, MaasEndpoint, Power, PowerOverride, PowerSelector,
+    PowerType, ReconcilePolicy, Site, SiteNetwork, SiteStatus,
+};
+pub use window::{
+    MaintenanceWindow, Schedule, TimeZone, WindowError, WindowOnboarding, WindowState, until,
+    window_state,
 };
 
 /// The whole desired state read from one revision of a fleet repository.
@@ -47,6 +53,15 @@ pub struct Fleet {
     pub sites: BTreeMap<SiteName, Site>,
     pub profiles: BTreeMap<ProfileName, Profile>,
     pub nodes: BTreeMap<NodeId, Node>,
+    /// What NodeGroups set for their members as a group (maintenance windows).
+    pub groups: BTreeMap<GroupName, GroupPolicy>,
+}
+
+/// A NodeGroup's own policy for its members.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GroupPolicy {
+    /// When the group's nodes may be disrupted; when set, they replace the site's.
+    pub maintenance_windows: Vec<MaintenanceWindow>,
 }
 
 impl Fleet {
@@ -70,6 +85,23 @@ impl Fleet {
     /// The resolved profile of a node. Always present in a fleet built by `crate::manifest`.
     pub fn profile_of(&self, node: &Node) -> Option<&Profile> {
         self.profiles.get(&node.profile)
+    }
+
+    /// The maintenance windows that apply to a node: its NodeGroup's, when the group has any,
+    /// else its site's.
+    pub fn windows_of(&self, node: &Node) -> &[MaintenanceWindow] {
+        let group = node
+            .group
+            .as_ref()
+            .and_then(|g| self.groups.get(g))
+            .filter(|g| !g.maintenance_windows.is_empty());
+        match group {
+            Some(group) => &group.maintenance_windows,
+            None => self
+                .site_of(node)
+                .map(|s| s.maintenance_windows.as_slice())
+                .unwrap_or(&[]),
+        }
     }
 
     /// The power credentials a node's BMC is driven with (seed 000 §3.2.1 selection order).

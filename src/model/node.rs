@@ -6,7 +6,9 @@ use std::net::Ipv4Addr;
 use serde::{Deserialize, Serialize};
 
 use super::keyword::keyword_enum;
-use super::{EraseMode, GroupName, InterfaceAddr, MacAddr, NodeId, ProfileName, Provenance, Sku};
+use super::{
+    EraseMode, GroupName, InterfaceAddr, MacAddr, NodeId, Profile, ProfileName, Provenance, Sku,
+};
 
 keyword_enum!(
     /// `lifecycle`: the declarative end of a node's life.
@@ -140,4 +142,34 @@ pub struct Decommission {
     /// Delete the machine from MAAS at the end of a full decommission (seed 000 §5.4: default
     /// is to leave it for MAAS-side audit).
     pub remove_from_maas: bool,
+}
+
+/// What the manifests last said about how a node may be taken out of the fleet, as the store
+/// records it (DESIGN.md §4 pruning): pruning a node that left the manifests uses this — its
+/// profile, its erase mode (never a weaker one than it was given), and its protection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePolicy {
+    pub profile: ProfileName,
+    /// The node's effective `decommission.erase` (its own, else its profile's `release.erase`).
+    pub erase: EraseMode,
+    /// Its profile's `release.fallbackNoErase`.
+    pub fallback_no_erase: bool,
+    /// `decommission.removeFromMaas`.
+    pub remove_from_maas: bool,
+    /// `protected`: nothing destructive, pruning included, while set.
+    pub protected: bool,
+}
+
+impl NodePolicy {
+    /// The policy of a resolved node and its profile.
+    pub fn of(node: &Node, profile: &Profile) -> Self {
+        Self {
+            profile: node.profile.clone(),
+            erase: node.decommission.erase,
+            fallback_no_erase: profile.release.fallback_no_erase,
+            remove_from_maas: node.decommission.remove_from_maas,
+            protected: node.protected,
+        }
+    }
 }

@@ -39,6 +39,10 @@ pub struct Site {
     /// The profile nodes of this site get when they name none (seed 000 §3.7 default_profile_id).
     pub default_profile: Option<ProfileName>,
     pub reconcile: ReconcilePolicy,
+    /// When the site's nodes may be disrupted (redeploy, release, erase, power off); empty:
+    /// any time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub maintenance_windows: Vec<super::MaintenanceWindow>,
     #[serde(skip)]
     pub provenance: Provenance,
 }
@@ -156,8 +160,33 @@ pub struct DeployIdentity {
 #[serde(rename_all = "camelCase")]
 pub struct ReconcilePolicy {
     /// When false (the default), a node removed from the manifests is left alone; when true it
-    /// is decommissioned.
+    /// is decommissioned with the release policy recorded for it.
     pub prune: bool,
+    /// The largest share of the site's nodes one pass may prune, in percent (at least one
+    /// node); a pass that would prune more prunes none.
+    #[serde(
+        default = "default_max_prune_percent",
+        skip_serializing_if = "is_default_max_prune_percent"
+    )]
+    pub max_prune_percent: u8,
+}
+
+/// Pruning more than a tenth of a site at once looks like a bad read, not a decision.
+pub const DEFAULT_MAX_PRUNE_PERCENT: u8 = 10;
+
+fn default_max_prune_percent() -> u8 {
+    DEFAULT_MAX_PRUNE_PERCENT
+}
+
+fn is_default_max_prune_percent(percent: &u8) -> bool {
+    *percent == DEFAULT_MAX_PRUNE_PERCENT
+}
+
+impl ReconcilePolicy {
+    /// How many of `nodes` one pass may prune: the share, rounded down, but at least one.
+    pub fn prune_allowance(&self, nodes: usize) -> usize {
+        (nodes * usize::from(self.max_prune_percent) / 100).max(1)
+    }
 }
 
 impl Site {

@@ -156,6 +156,15 @@ pub struct InventoryNode {
     /// has none recorded (a row from before schema version 3).
     #[serde(default)]
     pub reimage_generation: Option<u64>,
+    /// The release policy the manifests last gave the node (pruning decommissions with it);
+    /// `None` until one is recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<crate::model::NodePolicy>,
+    /// The SKU and GPU count it was onboarded with (what a prune of it records).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sku: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<u32>,
 }
 
 impl InventoryNode {
@@ -180,6 +189,9 @@ impl From<&crate::store::Node> for InventoryNode {
             host: node.host.clone(),
             agent_contact_at: node.last_agent_contact_at,
             reimage_generation: node.reimage_generation.and_then(|g| u64::try_from(g).ok()),
+            policy: node.release_policy.clone(),
+            sku: node.sku.clone(),
+            gpus: node.gpus.and_then(|g| u32::try_from(g).ok()),
         }
     }
 }

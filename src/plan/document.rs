@@ -46,6 +46,8 @@ struct ItemRef<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     drift: &'a Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    window_ignored: &'a Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     target: Option<TargetRef<'a>>,
 }
 
@@ -90,6 +92,7 @@ fn document<'a>(plan: &'a Plan, id: &'a str, signature: Option<&'a str>) -> Docu
                 destructive: item.destructive,
                 settled: item.settled,
                 drift: &item.drift,
+                window_ignored: &item.window_ignored,
                 target: item.target.as_ref().map(|t| {
                     resolved.sites.entry(&t.site.name).or_insert(&t.site);
                     resolved
@@ -162,6 +165,8 @@ struct ItemDocument {
     #[serde(default)]
     drift: Option<String>,
     #[serde(default)]
+    window_ignored: Option<String>,
+    #[serde(default)]
     target: Option<TargetDocument>,
 }
 
@@ -221,6 +226,7 @@ impl<'de> Deserialize<'de> for Plan {
                     destructive: item.destructive,
                     settled: item.settled,
                     drift: item.drift,
+                    window_ignored: item.window_ignored,
                     target,
                 })
             })

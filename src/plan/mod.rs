@@ -8,6 +8,9 @@
 //! | `planner` | [`plan`]: pure, deterministic |
 //! | `matching` | which MAAS machine is which node (000 §4.16, fail closed) |
 //! | `guard` | the mass-destruction guard |
+//! | `exits` | the way out of an inventory state onboarding must not touch (reactivate, reimage) |
+//! | `prune` | nodes that left the manifests: left alone, or pruned under guards; policies to record |
+//! | `windows` | maintenance windows: disruptive items wait for one |
 //! | `fresh` | [`check_fresh`]: what moved since a plan was made |
 //! | `render` | text, JSON and markdown |
 //! | `document` | the plan's JSON document (sites and profiles written once) |
@@ -15,19 +18,23 @@
 //! | `trust` | plan-file signatures, and what differs from the plan made now |
 
 mod document;
+mod exits;
 pub use document::content_id;
 mod file;
 mod fresh;
 mod guard;
 mod matching;
 mod planner;
+mod prune;
 pub mod render;
 mod trust;
 mod types;
+mod windows;
 
 pub use file::{PlanFileError, from_json, load, save, to_json};
 pub use fresh::{Moved, StalePlan, check_fresh, describe_revision, revision_id, short_id};
 pub use planner::plan;
+pub use prune::{PolicyUpdate, policy_updates};
 pub use trust::{SIGNATURE_PREFIX, UntrustedPlan, differences, sign, verify};
 pub use types::{
     Action, BlockCause, Candidate, MatchKey, NodeTarget, PLAN_FORMAT, PauseSource, Plan, PlanItem,

@@ -42,13 +42,17 @@ use super::types::{
 /// Plan the selected sites of `fleet` against `snapshot`.
 pub fn plan(fleet: &Fleet, snapshot: &Snapshot, options: &PlanOptions) -> Plan {
     let view = StoreView::new(snapshot);
+    let clock = Clock {
+        now: options.now.unwrap_or(snapshot.taken_at),
+        ignore_windows: options.ignore_windows,
+    };
     let mut sites = Vec::new();
     let mut items = Vec::new();
     for site in fleet.sites.values() {
         if !options.sites.contains(&site.name) {
             continue;
         }
-        let (site_plan, site_items) = plan_site(fleet, site, snapshot, &view);
+        let (site_plan, site_items) = plan_site(fleet, site, snapshot, &view, options, &clock);
         sites.push(site_plan);
         items.extend(site_items);
     }
@@ -82,14 +86,14 @@ pub(crate) fn parent_of(snapshot: &Snapshot) -> Option<String> {
 }
 
 /// The inventory and jobs of the snapshot, indexed by (site, hostname).
-struct StoreView<'s> {
-    inventory: HashMap<(&'s str, &'s str), &'s InventoryNode>,
-    open_onboarding: HashMap<(&'s str, &'s str), &'s ObservedJob>,
-    latest_onboarding: HashMap<(&'s str, &'s str), &'s ObservedJob>,
-    open_decommission: HashMap<(&'s str, &'s str), &'s ObservedJob>,
+pub(super) struct StoreView<'s> {
+    pub(super) inventory: HashMap<(&'s str, &'s str), &'s InventoryNode>,
+    pub(super) open_onboarding: HashMap<(&'s str, &'s str), &'s ObservedJob>,
+    pub(super) latest_onboarding: HashMap<(&'s str, &'s str), &'s ObservedJob>,
+    pub(super) open_decommission: HashMap<(&'s str, &'s str), &'s ObservedJob>,
     /// Redfish provisioning jobs (the open one, the latest, the latest that succeeded).
-    provisioning: HashMap<(&'s str, &'s str), Vec<&'s ObservedJob>>,
-    snapshot: &'s Snapshot,
+    pub(super) provisioning: HashMap<(&'s str, &'s str), Vec<&'s ObservedJob>>,
+    pub(super) snapshot: &'s Snapshot,
 }
 
 impl<'s> StoreView<'s> {
@@ -144,39 +148,47 @@ impl<'s> StoreView<'s> {
     }
 }
 
+/// The moment maintenance windows are read at, and whether the operator overrides them.
+pub(super) struct Clock {
+    pub(super) now: chrono::DateTime<chrono::Utc>,
+    pub(super) ignore_windows: bool,
+}
+
 /// What the planner decided for one node before the per-site rules.
-struct Decision {
-    action: Action,
-    reason: String,
-    destructive: bool,
-    settled: bool,
-    drift: Option<String>,
-    system_id: Option<String>,
-    node_id: Option<Uuid>,
-    job_id: Option<Uuid>,
+pub(super) struct Decision {
+    pub(super) action: Action,
+    pub(super) reason: String,
+    pub(super) destructive: bool,
+    pub(super) settled: bool,
+    pub(super) drift: Option<String>,
+    pub(super) window_ignored: Option<String>,
+    pub(super) system_id: Option<String>,
+    pub(super) node_id: Option<Uuid>,
+    pub(super) job_id: Option<Uuid>,
 }
 
 impl Decision {
-    fn new(action: Action, reason: String) -> Self {
+    pub(super) fn new(action: Action, reason: String) -> Self {
         Decision {
             action,
             reason,
             destructive: false,
             settled: false,
             drift: None,
+            window_ignored: None,
             system_id: None,
             node_id: None,
             job_id: None,
         }
     }
 
-    fn blocked(cause: BlockCause, reason: String) -> Self {
+    pub(super) fn blocked(cause: BlockCause, reason: String) -> Self {
         Decision::new(Action::Blocked { cause }, reason)
     }
 }
 
 /// The first 8 characters of an id, as reasons show it.
-fn short(id: &Uuid) -> String {
+pub(super) fn short(id: &Uuid) -> String {
     id.to_string()[..8].to_owned()
 }
 
@@ -185,6 +197,8 @@ fn plan_site<'f>(
     site: &'f Site,
     snapshot: &Snapshot,
     view: &StoreView<'_>,
+    options: &PlanOptions,
+    clock: &Clock,
 ) -> (SitePlan, Vec<PlanItem>) {
     let not_observed = SiteObservation::Unreadable {
         error: "the snapshot has no observation of this site".to_owned(),
@@ -241,10 +255,12 @@ fn plan_site<'f>(
                 .unwrap_or_default(),
         };
         let decision = hold_back(&facts, decide(&facts));
+        let decision = super::windows::gate(fleet.windows_of(node), decision, clock);
         items.push(item(fleet, node, decision));
     }
-    items.extend(orphans(fleet, site, view));
+    items.extend(super::prune::orphans(fleet, site, view, options, clock));
     items.sort_by(|a, b| a.node.cmp(&b.node));
+    super::prune::limit(site, &mut items, view);
 
     let guard = guard::site_guard(site, observation, &nodes, machines, view.snapshot);
     if let Some(note) = &guard {
@@ -269,25 +285,33 @@ fn plan_site<'f>(
 }
 
 /// Everything known about one node of the manifests.
-struct Facts<'a> {
-    node: &'a Node,
-    site: &'a Site,
-    observation: &'a SiteObservation,
-    inventory: Option<&'a InventoryNode>,
-    open: Option<&'a ObservedJob>,
-    latest: Option<&'a ObservedJob>,
-    decommission: Option<&'a ObservedJob>,
-    matched: &'a Match<'a>,
+pub(super) struct Facts<'a> {
+    pub(super) node: &'a Node,
+    pub(super) site: &'a Site,
+    pub(super) observation: &'a SiteObservation,
+    pub(super) inventory: Option<&'a InventoryNode>,
+    pub(super) open: Option<&'a ObservedJob>,
+    pub(super) latest: Option<&'a ObservedJob>,
+    pub(super) decommission: Option<&'a ObservedJob>,
+    pub(super) matched: &'a Match<'a>,
     /// The node's Redfish provisioning jobs (open, latest, latest successful).
-    provisioning: &'a [&'a ObservedJob],
+    pub(super) provisioning: &'a [&'a ObservedJob],
 }
 
 impl Facts<'_> {
     /// The machine matched to the node, if exactly one.
-    fn machine(&self) -> Option<&ObservedMachine> {
+    pub(super) fn machine(&self) -> Option<&ObservedMachine> {
         match self.matched {
             Match::One { machine, .. } => Some(machine),
             _ => None,
+        }
+    }
+
+    /// `Deployed in MAAS (abc123)`, or that no machine matched.
+    pub(super) fn machine_text(&self) -> String {
+        match self.machine() {
+            Some(m) => format!("{} in MAAS ({})", m.status, m.system_id),
+            None => "not matched to a MAAS machine".to_owned(),
         }
     }
 
@@ -326,35 +350,10 @@ fn decide(f: &Facts<'_>) -> Decision {
     if f.node.lifecycle != Lifecycle::Active {
         return with_ids(f, leaving(f), None);
     }
-    if let Some(inv) = f.inventory {
-        let held = matches!(
-            inv.status,
-            NodeState::Quarantined | NodeState::Draining | NodeState::Retired | NodeState::Removing
-        );
-        if inv.retired || held {
-            let reason = if inv.retired {
-                format!(
-                    "flagged retired in the inventory{}: clear the flag before it is onboarded again",
-                    inv.retired_reason
-                        .as_deref()
-                        .map(|r| format!(" ({r})"))
-                        .unwrap_or_default()
-                )
-            } else {
-                format!(
-                    "the inventory holds it {}: an operator decides what happens next (metalform status {})",
-                    inv.status, f.node.id
-                )
-            };
-            return Decision::blocked(
-                BlockCause::InventoryState {
-                    node_id: inv.id,
-                    state: inv.status,
-                    retired: inv.retired,
-                },
-                reason,
-            );
-        }
+    if let Some(inv) = f.inventory
+        && let Some(decision) = super::exits::out_of_service(f, inv)
+    {
+        return with_ids(f, decision, None);
     }
     if let Some(job) = f.open {
         return with_ids(f, job_decision(f, job), Some(job));
@@ -570,7 +569,7 @@ fn job_decision(f: &Facts<'_>, job: &ObservedJob) -> Decision {
 /// An open decommission decides (001 §5): pending, or left running or compensating by a stopped
 /// executor, it is resumed where its journal stands — nothing new is started for the node
 /// meanwhile; failed, an operator recovers it first.
-fn open_decommission(job: &ObservedJob) -> Decision {
+pub(super) fn open_decommission(job: &ObservedJob) -> Decision {
     let id = short(&job.id);
     let what = match job.mode {
         Some(mode) => format!("{mode} {id}"),
@@ -653,10 +652,7 @@ fn leaving(f: &Facts<'_>) -> Decision {
             },
         );
     };
-    let machine = match f.machine() {
-        Some(m) => format!("{} in MAAS ({})", m.status, m.system_id),
-        None => "not matched to a MAAS machine".to_owned(),
-    };
+    let machine = f.machine_text();
     let (action, what) = match (lifecycle, inv.status) {
         (Lifecycle::Retired, NodeState::Active | NodeState::Offline | NodeState::Quarantined) => (
             Action::Retire,
@@ -718,21 +714,7 @@ fn reimage_or_in_service(f: &Facts<'_>, inv: &InventoryNode) -> Decision {
     let mut decision = in_service(f, inv);
     match inv.reimage_generation {
         Some(applied) if wanted > applied => {
-            let machine = match f.machine() {
-                Some(m) => format!("{} in MAAS ({})", m.status, m.system_id),
-                None => "not matched to a MAAS machine".to_owned(),
-            };
-            let mut reimage = Decision::new(
-                Action::Reimage {
-                    generation: wanted,
-                    applied,
-                },
-                format!(
-                    "reimage.generation {applied} → {wanted}; the node is {}, {machine}: release (erase {}) and redeploy it with the same node id",
-                    inv.status, f.node.decommission.erase
-                ),
-            );
-            reimage.destructive = true;
+            let mut reimage = reimage(f, inv, applied);
             reimage.drift = decision.drift;
             reimage
         }
@@ -747,8 +729,27 @@ fn reimage_or_in_service(f: &Facts<'_>, inv: &InventoryNode) -> Decision {
     }
 }
 
+/// A reimage of the node (000 §5.3): the manifest's `reimage.generation` is above `applied`.
+pub(super) fn reimage(f: &Facts<'_>, inv: &InventoryNode, applied: u64) -> Decision {
+    let wanted = f.node.reimage.generation;
+    let mut reimage = Decision::new(
+        Action::Reimage {
+            generation: wanted,
+            applied,
+        },
+        format!(
+            "reimage.generation {applied} → {wanted}; the node is {}, {}: release (erase {}) and redeploy it with the same node id",
+            inv.status,
+            f.machine_text(),
+            f.node.decommission.erase
+        ),
+    );
+    reimage.destructive = true;
+    reimage
+}
+
 /// `failed_retryable at wait_for_ready (pxe_discovery_failure, failed_commission_timeout)`.
-fn describe_failure(job: &ObservedJob) -> String {
+pub(super) fn describe_failure(job: &ObservedJob) -> String {
     let mut detail: Vec<String> = Vec::new();
     if let Some(class) = job.failure_class {
         detail.push(class.to_string());
@@ -926,9 +927,10 @@ fn describe_candidates(candidates: &[Candidate]) -> String {
         .join("; ")
 }
 
-/// Per-node rules that hold a change back: `paused` (manifest or inventory), `protected` for a
-/// reimage, decommission or retirement (seed 004), then a disabled site for new onboardings
-/// (000 §3.5: in-flight work continues).
+/// Per-node rules that hold a change back: `paused` (manifest or inventory), `protected` for
+/// anything destructive — a reimage, decommission or retirement, onboarding a machine in use
+/// (seed 004; Ironic's `protected`) —, then a disabled site for new onboardings (000 §3.5:
+/// in-flight work continues).
 fn hold_back(f: &Facts<'_>, decision: Decision) -> Decision {
     if !decision.action.is_change() {
         return decision;
@@ -966,8 +968,6 @@ fn hold_back(f: &Facts<'_>, decision: Decision) -> Decision {
     };
     if let Some(source) = protected
         && decision.destructive
-        && (decision.action.is_decommission()
-            || matches!(decision.action, Action::Provision { .. }))
     {
         let would = decision.action.name().to_owned();
         let where_ = match source {
@@ -1023,66 +1023,7 @@ fn item(fleet: &Fleet, node: &Node, decision: Decision) -> PlanItem {
         destructive: decision.destructive,
         settled: decision.settled,
         drift: decision.drift,
+        window_ignored: decision.window_ignored,
         target,
     }
-}
-
-/// Inventory rows and open onboardings of the site that the manifests no longer name: left
-/// alone (DESIGN.md §4: removing a node from git does not decommission it).
-fn orphans(fleet: &Fleet, site: &Site, view: &StoreView<'_>) -> Vec<PlanItem> {
-    let in_fleet = |hostname: &str| {
-        fleet
-            .nodes
-            .contains_key(&NodeId::new(site.name.as_str(), hostname))
-    };
-    let mut found: BTreeMap<NodeId, Vec<String>> = BTreeMap::new();
-    for node in view
-        .snapshot
-        .inventory
-        .iter()
-        .filter(|n| n.site == site.name.as_str())
-    {
-        if !in_fleet(&node.hostname) {
-            found
-                .entry(NodeId::new(site.name.as_str(), node.hostname.as_str()))
-                .or_default()
-                .push(format!("in the inventory ({})", node.status));
-        }
-    }
-    for job in view.snapshot.jobs.iter().filter(|j| {
-        j.site == site.name.as_str() && j.kind == JobKind::Onboarding && j.state.is_open()
-    }) {
-        if !in_fleet(&job.hostname) {
-            found
-                .entry(NodeId::new(site.name.as_str(), job.hostname.as_str()))
-                .or_default()
-                .push(format!(
-                    "onboarding {} is {} (cancel it with `metalform onboardings cancel {}`)",
-                    short(&job.id),
-                    job.state,
-                    job.id
-                ));
-        }
-    }
-    let prune = if site.reconcile.prune {
-        " (reconcile.prune is on, but decommissioning removed nodes is not planned yet)"
-    } else {
-        ""
-    };
-    found
-        .into_iter()
-        .map(|(node, facts)| PlanItem {
-            node,
-            in_manifests: false,
-            action: Action::Noop,
-            reason: format!(
-                "{}, but no longer in the manifests: left alone{prune}",
-                facts.join("; ")
-            ),
-            destructive: false,
-            settled: false,
-            drift: None,
-            target: None,
-        })
-        .collect()
 }

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use super::fresh::{describe_revision, short_id};
-use super::types::{Action, Plan, PlanItem, SitePlan, Summary};
+use super::types::{Action, BlockCause, Plan, PlanItem, SitePlan, Summary};
 use crate::sanitize::{markdown, terminal};
 
 /// Text rendering options.
@@ -16,8 +16,9 @@ pub struct TextOptions {
 }
 
 /// The symbol of an item: `+` onboard, `-/+` destructive onboard, `~/+` reimage, `-`
-/// decommission, `x` retire, `>` resume, `~` rerun, `<=` adopt, `!` blocked, `*` unchanged with
-/// a note (drift, not onboarded on purpose, not in the manifests), `=` unchanged and settled.
+/// decommission, `x` retire, `^` reactivate, `--` prune, `>` resume, `~` rerun, `<=` adopt,
+/// `@` waits for a maintenance window, `!` blocked, `*` unchanged with a note (drift, not
+/// onboarded on purpose, not in the manifests), `=` unchanged and settled.
 pub fn symbol(item: &PlanItem) -> &'static str {
     match &item.action {
         Action::Onboard if item.destructive => "-/+",
@@ -26,6 +27,11 @@ pub fn symbol(item: &PlanItem) -> &'static str {
         Action::Decommission => "-",
         Action::Retire => "x",
         Action::Provision { .. } => "+",
+        Action::Reactivate => "^",
+        Action::Prune => "--",
+        Action::Blocked {
+            cause: BlockCause::MaintenanceWindow { .. },
+        } => "@",
         Action::Resume { .. } | Action::ResumeDecommission { .. } => ">",
         Action::Rerun { .. } => "~",
         Action::Adopt { .. } => "<=",
@@ -50,9 +56,18 @@ const LEGEND: &[(&str, &str)] = &[
         "x",
         "retire: release and power off, identity kept as retired",
     ),
+    (
+        "^",
+        "reactivate: clear the retired flag, clean and redeploy, same node id",
+    ),
+    (
+        "--",
+        "prune: removed from the manifests, decommissioned with its recorded release policy",
+    ),
     (">", "resume a job where it stopped"),
     ("~", "rerun a failed job from the top"),
     ("<=", "adopt what MAAS and the agent report"),
+    ("@", "waits for a maintenance window"),
     ("!", "blocked: needs an operator"),
     ("*", "no change, but see the note"),
     ("=", "no change"),
@@ -89,6 +104,8 @@ pub fn summary_line(summary: &Summary) -> String {
         (summary.decommission, "decommission"),
         (summary.retire, "retire"),
         (summary.provision, "provision"),
+        (summary.reactivate, "reactivate"),
+        (summary.prune, "prune"),
         (summary.resume, "resume"),
         (summary.rerun, "rerun"),
         (summary.adopt, "adopt"),

@@ -124,6 +124,12 @@ pub struct Summary {
     /// New Redfish provisionings (seed 003).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub provision: usize,
+    /// Retired nodes the manifests bring back into service.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reactivate: usize,
+    /// Nodes removed from the manifests, decommissioned because pruning is on.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub prune: usize,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -141,6 +147,8 @@ impl Summary {
             Action::Decommission => self.decommission += 1,
             Action::Retire => self.retire += 1,
             Action::Provision { .. } => self.provision += 1,
+            Action::Reactivate => self.reactivate += 1,
+            Action::Prune => self.prune += 1,
             Action::Noop => self.noop += 1,
             Action::Blocked { .. } => self.blocked += 1,
         }
@@ -182,6 +190,10 @@ pub struct PlanItem {
     /// (000 §6.4: drift rules own it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift: Option<String>,
+    /// The maintenance window this disruptive item would have waited for, had the operator not
+    /// overridden the windows (`--ignore-windows`); `apply` audits the override.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_ignored: Option<String>,
     /// Everything the executor needs; `None` for noop and blocked items.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<NodeTarget>,
@@ -215,6 +227,12 @@ pub enum Action {
     /// `lifecycle: retired`: take the node out of service for good but keep its identity —
     /// drained, released, powered off, `retired`.
     Retire,
+    /// `lifecycle: active` on a node flagged retired (seed 004; 001 §3.2 retired -> active):
+    /// clear the flag, clean the machine, redeploy it with the same node id.
+    Reactivate,
+    /// The node left the manifests and pruning is on for its site (DESIGN.md §4): a full
+    /// decommission with the release policy recorded for it (000 §5.4).
+    Prune,
     /// Continue an open decommission (pending, or left running or compensating by a stopped
     /// executor) at its recorded stage: nothing new is started for the node meanwhile.
     ResumeDecommission {
@@ -242,6 +260,8 @@ impl Action {
             Action::Reimage { .. } => "reimage",
             Action::Decommission => "decommission",
             Action::Retire => "retire",
+            Action::Reactivate => "reactivate",
+            Action::Prune => "prune",
             Action::ResumeDecommission { .. } => "resume",
             Action::Provision { .. } => "provision",
             Action::Noop => "noop",
@@ -254,14 +274,16 @@ impl Action {
         !matches!(self, Action::Noop | Action::Blocked { .. })
     }
 
-    /// A reimage, decommission or retirement, new or resumed (run by the decommission
-    /// executor).
+    /// A reimage, decommission, retirement, reactivation or prune, new or resumed (run by the
+    /// decommission executor).
     pub fn is_decommission(&self) -> bool {
         matches!(
             self,
             Action::Reimage { .. }
                 | Action::Decommission
                 | Action::Retire
+                | Action::Reactivate
+                | Action::Prune
                 | Action::ResumeDecommission { .. }
         )
     }
@@ -324,6 +346,25 @@ pub enum BlockCause {
     /// The manifests retire or decommission the node while an onboarding of it is open: it is
     /// cancelled (or ends) first.
     OnboardingInProgress { job_id: Uuid, state: JobState },
+    /// A disruptive action waits until a maintenance window of the node's site or NodeGroup
+    /// opens (`opens_at`: when the soonest one opens next).
+    MaintenanceWindow {
+        window: String,
+        opens_at: Option<chrono::DateTime<chrono::Utc>>,
+        would: String,
+    },
+    /// Pruning this pass would remove more of the site than `reconcile.maxPrunePercent`
+    /// allows: nothing is pruned, and an operator looks at why so many nodes left the
+    /// manifests.
+    PruneLimit {
+        candidates: usize,
+        allowed: usize,
+        nodes: usize,
+        max_percent: u8,
+    },
+    /// The node left the manifests, but no release policy was recorded for it: pruning does
+    /// not guess an erase mode.
+    NoReleasePolicy,
 }
 
 impl BlockCause {
@@ -336,7 +377,9 @@ impl BlockCause {
             BlockCause::ManualIntervention { .. }
             | BlockCause::DiscoveryAmbiguity { .. }
             | BlockCause::SiteUnreadable { .. }
-            | BlockCause::DestructionGuard { .. } => true,
+            | BlockCause::DestructionGuard { .. }
+            | BlockCause::PruneLimit { .. }
+            | BlockCause::NoReleasePolicy => true,
             BlockCause::InventoryState { state, retired, .. } => {
                 *retired || matches!(state, NodeState::Quarantined | NodeState::Retired)
             }
@@ -344,7 +387,8 @@ impl BlockCause {
             | BlockCause::Paused { .. }
             | BlockCause::Protected { .. }
             | BlockCause::DecommissionInProgress { .. }
-            | BlockCause::OnboardingInProgress { .. } => false,
+            | BlockCause::OnboardingInProgress { .. }
+            | BlockCause::MaintenanceWindow { .. } => false,
         }
     }
 }
@@ -459,4 +503,13 @@ impl NodeTarget {
 pub struct PlanOptions {
     /// The sites to plan; each must be in the fleet (see `observe::SiteFilter::resolve`).
     pub sites: crate::observe::SiteFilter,
+    /// Prune every site, whatever its `reconcile.prune` says (the daemon's `[reconcile]
+    /// prune`).
+    pub prune: bool,
+    /// Do not hold disruptive items for maintenance windows (`--ignore-windows`); the items
+    /// that would have waited say which window, and `apply` audits it.
+    pub ignore_windows: bool,
+    /// The clock maintenance windows are read against; `None`: the snapshot's `taken_at` (the
+    /// moment the world was observed), so a plan stays a pure function of its inputs.
+    pub now: Option<chrono::DateTime<chrono::Utc>>,
 }

@@ -312,6 +312,14 @@ pub fn execute(world: &mut World, call: &Call) -> Result<Reply, MaasError> {
             world.mark_fixed(caller, call.sid(), now)?;
             after(world, call)
         }
+        ("machine", "rescue_mode") => {
+            world.rescue_mode(caller, call.sid(), now)?;
+            after(world, call)
+        }
+        ("machine", "exit_rescue_mode") => {
+            world.exit_rescue_mode(caller, call.sid(), now)?;
+            after(world, call)
+        }
         ("machine", "power_on") => {
             world.power_on(caller, call.sid(), p, now)?;
             let reply = after(world, call);

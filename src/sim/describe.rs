@@ -99,6 +99,8 @@ pub const HANDLERS: &[HandlerDef] = &[
             op("abort", "POST"),
             op("mark_broken", "POST"),
             op("mark_fixed", "POST"),
+            op("rescue_mode", "POST"),
+            op("exit_rescue_mode", "POST"),
             op("power_on", "POST"),
             op("power_off", "POST"),
             op("query_power_state", "GET"),

@@ -311,6 +311,21 @@ impl World {
                 )
             }
             Pending::ReleaseDone => self.finish_release(id, now),
+            Pending::RescueDone => {
+                // The status before rescue stays the way back (MAAS sets it once, on start).
+                let before = m.previous_status;
+                let _ = self.transition(id, Status::RescueMode, now);
+                if let Some(m) = self.machines.get_mut(&id) {
+                    m.previous_status = before;
+                }
+                self.event(id, Level::Info, "Rescue mode", "", "unknown", now);
+            }
+            Pending::ExitRescueDone { back_to } => {
+                if back_to != Status::Deployed {
+                    self.power(id, PowerState::Off, now);
+                }
+                let _ = self.transition(id, back_to, now);
+            }
             Pending::EraseDone => {
                 if m.has_scenario(Scenario::EraseFails) {
                     self.mark_failed(id, "Failed to erase disks.", now);

@@ -61,6 +61,10 @@ pub enum Pending {
     ReleaseDone,
     /// wipe-disks finishes.
     EraseDone,
+    /// The rescue environment booted (Entering rescue mode -> Rescue mode).
+    RescueDone,
+    /// The machine left rescue mode, back to the status before it.
+    ExitRescueDone { back_to: Status },
 }
 
 /// One machine as the simulator keeps it.

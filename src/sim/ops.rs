@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use super::config::MachineSpec;
 use super::events::Level;
 use super::faults::Scenario;
-use super::machine::{Erase, PowerState};
+use super::machine::{Erase, Pending, PowerState};
 use super::model::{Caller, Counter};
 use super::network::Interface;
 use super::reply::{MaasError, django_bool, string_bool};
@@ -393,6 +393,61 @@ impl World {
             self.release_auto_ips(id);
         }
         self.make_broken(id, &comment, caller.name(), now);
+        Ok(())
+    }
+
+    /// `POST machines/{id}/?op=rescue_mode` (admin): `Node.start_rescue_mode` records the
+    /// current status for the way back and moves to Entering rescue mode under MAAS's
+    /// transition guard (API_REFERENCE §4.2: an illegal start is MAAS's own 409
+    /// `Invalid transition: <old> -> Entering rescue mode.`). A deployed machine is power
+    /// cycled, any other powered on; the booted rescue environment makes it Rescue mode.
+    pub fn rescue_mode(
+        &mut self,
+        caller: &Caller,
+        system_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<(), MaasError> {
+        let id = self.node_for(caller, system_id, Perm::Admin)?;
+        // `transition` keeps the status it leaves as `previous_status`: exit returns there.
+        self.transition(id, Status::EnteringRescueMode, now)?;
+        self.event(
+            id,
+            Level::Info,
+            "Entering rescue mode",
+            "",
+            caller.name(),
+            now,
+        );
+        self.power(id, PowerState::On, now);
+        let d = self.sim_duration(self.config.timings.commissioning_secs / 2.0);
+        self.set_pending(id, Some((Pending::RescueDone, now + d)));
+        Ok(())
+    }
+
+    /// `POST machines/{id}/?op=exit_rescue_mode` (admin): `Node.stop_rescue_mode` moves to
+    /// Exiting rescue mode under the guard (from Entering, Rescue mode or either failed rescue
+    /// state; otherwise MAAS's 409 `Invalid transition`). A machine that was Deployed is power
+    /// cycled back into its OS and becomes Deployed again; any other is powered off and returns
+    /// to the status it had before rescue.
+    pub fn exit_rescue_mode(
+        &mut self,
+        caller: &Caller,
+        system_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<(), MaasError> {
+        let id = self.node_for(caller, system_id, Perm::Admin)?;
+        let back_to = self.machines[&id].previous_status;
+        self.transition(id, Status::ExitingRescueMode, now)?;
+        self.event(
+            id,
+            Level::Info,
+            "Exiting rescue mode",
+            "",
+            caller.name(),
+            now,
+        );
+        let d = self.sim_duration(self.config.timings.releasing_secs);
+        self.set_pending(id, Some((Pending::ExitRescueDone { back_to }, now + d)));
         Ok(())
     }
 

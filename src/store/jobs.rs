@@ -106,8 +106,11 @@ pub struct Job {
     pub last_maas_power_state: Option<String>,
     pub last_maas_ips: Vec<String>,
     pub stage_details: Value,
-    /// An adopt action was taken; success then ends `reconciled`.
+    /// An adopt action was taken: the job owns the deployment it adopted.
     pub adopted: bool,
+    /// The job is being finished by adopting observed state: its success ends `reconciled`.
+    /// A rerun or restart-clean of an adopted job clears it (its success is a normal one).
+    pub ends_reconciled: bool,
     pub plan_id: Option<String>,
     pub requested_at: DateTime<Utc>,
     pub started_at: Option<DateTime<Utc>>,
@@ -256,6 +259,7 @@ impl JobUpdate {
 pub struct JobFilter {
     pub node_id: Option<Uuid>,
     pub site: Option<String>,
+    pub hostname: Option<String>,
     pub state: Option<JobState>,
     pub batch_id: Option<String>,
     /// Only jobs that are not terminal.
@@ -349,6 +353,7 @@ pub(super) fn job_from_row(kind: JobKind, row: &Row) -> Result<Job, StoreError> 
         attempt: row.int("current_attempt")?,
         state: parse_name(&row.text(t.state)?)?,
         adopted: row.bool("adopted")?,
+        ends_reconciled: row.bool("ends_reconciled")?,
         failure_class: row
             .opt_text("failure_class")?
             .as_deref()
@@ -670,6 +675,9 @@ impl Store {
         }
         if let Some(site) = &filter.site {
             select.and("site =", site);
+        }
+        if let Some(hostname) = &filter.hostname {
+            select.and("hostname =", hostname);
         }
         if let Some(state) = filter.state {
             select.and(&format!("{} =", t.state), state.as_str());
@@ -1067,13 +1075,18 @@ impl Store {
         }
         self.write_job_row(&mut tx, kind, &job, &update, job.node_id, now)
             .await?;
-        if action == RecoveryAction::AdoptObservedState {
+        // Adopting makes the job own what it adopted and end `reconciled`; running the
+        // workflow again (rerun, restart-clean) keeps the ownership, but its success is a
+        // normal one (001 §4.3: `reconciled` is success *after an adopt*).
+        let sets = match action {
+            RecoveryAction::AdoptObservedState => Some("adopted = $1, ends_reconciled = $1"),
+            RecoveryAction::Rerun | RecoveryAction::RestartClean => Some("ends_reconciled = $1"),
+            _ => None,
+        };
+        if let Some(sets) = sets {
             tx.execute(
-                format!(
-                    "UPDATE {} SET adopted = $1 WHERE id = $2",
-                    tables(kind).jobs
-                ),
-                &params![true, id.to_string()],
+                format!("UPDATE {} SET {sets} WHERE id = $2", tables(kind).jobs),
+                &params![action == RecoveryAction::AdoptObservedState, id.to_string()],
             )
             .await?;
         }

@@ -39,10 +39,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "provisioning",
         sql: include_str!("migrations/0008_provisioning.sql"),
     },
+    Migration {
+        version: 9,
+        name: "lifecycle_exits",
+        sql: include_str!("migrations/0009_lifecycle_exits.sql"),
+    },
 ];
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// The versions of every migration this build knows, oldest first (what a migrated store
 /// records in `schema_migrations`; numbers may have gaps: each branch of work takes the

@@ -43,7 +43,7 @@ pub use jobs::{
 };
 pub use leases::{Fence, Lease, LeaseSort, LeaseTarget, node_lease_name};
 pub use migrate::{SCHEMA_VERSION, migration_versions};
-pub use nodes::{NewNode, Node, NodeFilter, NodeTransition};
+pub use nodes::{NewNode, Node, NodeFilter, NodeTransition, NodeView, node_facts};
 pub use provisioning::{
     Created, JobEvent, JobMediaState, NewProvisioning, ProvisioningFilter, Server, WebhookOutcome,
     note,

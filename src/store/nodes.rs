@@ -7,11 +7,13 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::lifecycle::{
-    DecommissionMode, IronicEvent, IronicNode, JobKind, JobState, NodeState, Owner, Provider,
-    ProvisionState, TransitionContext, Verb, check_initial, check_job_node_state, check_transition,
+    DecommissionMode, IronicEvent, IronicNode, JobActivity, JobKind, JobState, NodeFacts,
+    NodeState, Owner, Provider, ProvisionState, ProvisionView, TransitionContext, Verb,
+    check_initial, check_job_node_state, check_transition, provision_view,
 };
 
 use super::db::{Param, Row, Select, Tx, params};
+use super::jobs::Job;
 use super::leases::{Fence, check_fence};
 use super::records::{
     Actor, AuditEntry, MaasState, MaasStateUpdate, read_maas_state, write_audit, write_maas_state,
@@ -19,6 +21,7 @@ use super::records::{
 use super::{
     Store, StoreError, bump_serial, format_time, parse_name, parse_opt_time, parse_time, parse_uuid,
 };
+use crate::model::NodePolicy;
 
 /// One node record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -44,6 +47,9 @@ pub struct Node {
     /// The manifest's `reimage.generation` last applied to the node (onboarding's deploy or a
     /// completed reimage); `None` for rows from before schema version 3.
     pub reimage_generation: Option<i64>,
+    /// The release policy the manifests last gave the node (schema version 9); `None` until
+    /// one is recorded.
+    pub release_policy: Option<NodePolicy>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -95,6 +101,8 @@ pub struct NodeFilter {
     pub status: Option<NodeState>,
     /// `Some(true)`: only nodes flagged retired (seed 004 `--retired`).
     pub retired: Option<bool>,
+    /// Only nodes with this hostname.
+    pub hostname: Option<String>,
     /// Deleted identities are left out unless asked for.
     pub include_deleted: bool,
 }
@@ -118,6 +126,13 @@ pub(crate) fn node_from_row(row: &Row) -> Result<Node, StoreError> {
         host: row.opt_text("host")?,
         last_agent_contact_at: parse_opt_time(row.opt_text("last_agent_contact_at")?)?,
         reimage_generation: row.opt_int("reimage_generation")?,
+        release_policy: row
+            .opt_text("release_policy")?
+            .map(|text| {
+                serde_json::from_str(&text)
+                    .map_err(|e| StoreError::Corrupt(format!("nodes.release_policy: {e}")))
+            })
+            .transpose()?,
         created_at: parse_time(&row.text("created_at")?)?,
         updated_at: parse_time(&row.text("updated_at")?)?,
     })
@@ -325,28 +340,49 @@ pub(crate) async fn write_node(
     read_node(tx, node.id).await
 }
 
-/// The node's state in the provider-neutral (Ironic) view: from the last observed MAAS status,
-/// else from the coarse state when that implies a deployed machine.
-pub(crate) fn provider_view(node: &Node, maas: Option<&MaasState>) -> Option<IronicNode> {
-    let observed = maas
-        .and_then(|m| m.last_maas_status.as_deref())
-        .and_then(crate::lifecycle::MaasStatus::from_name)
-        .map(|s| s.provider_view());
-    let (state, target) = match observed {
-        Some(view) => (view.state, view.target),
-        None => match node.status {
-            NodeState::Active | NodeState::Offline => (ProvisionState::Active, None),
-            _ => return None,
-        },
-    };
-    Some(IronicNode {
-        state,
-        target,
+/// What the provider-neutral view of a node is computed from (seed 002): its row, the last
+/// MAAS status seen (the open job's when it has one, else the drift pass's record), and what
+/// its open job is doing.
+pub fn node_facts(node: &Node, maas: Option<&MaasState>, job: Option<&Job>) -> NodeFacts {
+    let open = job.filter(|j| j.state.is_open());
+    let status = open
+        .and_then(|j| j.last_maas_status.as_deref())
+        .or_else(|| maas.and_then(|m| m.last_maas_status.as_deref()))
+        .and_then(crate::lifecycle::MaasStatus::from_name);
+    NodeFacts {
+        node: Some(node.status),
+        maas: status,
+        job: open.map(|j| JobActivity {
+            kind: j.kind,
+            mode: j.mode(),
+            state: j.state,
+            stage: j.stage.clone(),
+        }),
         retired: node.retired,
         retired_reason: node.retired_reason.clone(),
         protected: node.protected,
         protected_reason: node.protected_reason.clone(),
-    })
+    }
+}
+
+/// The node's state in the provider-neutral (Ironic) view, ignoring jobs (the flag rules of
+/// seed 004 are about the machine's state).
+/// The provider state the retired and protected flags are checked against: what MAAS last
+/// reported (the inventory state alone does not say where the machine stands).
+pub(crate) fn provider_view(node: &Node, maas: Option<&MaasState>) -> Option<IronicNode> {
+    provision_view(&node_facts(node, maas, None))
+        .filter(|v| v.source != crate::lifecycle::ViewSource::Inventory)
+        .map(|v| v.node)
+}
+
+/// A node with what its lifecycle detail view and the API show: its last MAAS record, its
+/// latest job, and its provider-neutral view.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NodeView {
+    pub node: Node,
+    pub maas: Option<MaasState>,
+    pub job: Option<Job>,
+    pub view: Option<ProvisionView>,
 }
 
 impl Store {
@@ -449,6 +485,9 @@ impl Store {
         if let Some(retired) = filter.retired {
             select.and("retired =", retired);
         }
+        if let Some(hostname) = &filter.hostname {
+            select.and("hostname =", hostname);
+        }
         if !filter.include_deleted {
             select.and("status <>", NodeState::Deleted.as_str());
         }
@@ -483,6 +522,24 @@ impl Store {
         let now = self.now();
         let mut tx = self.pool.write().await?;
         let node = transition_in(&mut tx, now, id, request, None).await?;
+        tx.commit().await?;
+        Ok(node)
+    }
+
+    /// Several coarse moves in one transaction (each checked as [`Store::transition_node`]
+    /// checks one): a node never rests in the states between. A reactivation takes a retired
+    /// node `retired -> active -> quarantined` so it is never schedulable while rebuilt.
+    pub async fn transition_node_through(
+        &self,
+        id: Uuid,
+        requests: &[NodeTransition],
+    ) -> Result<Node, StoreError> {
+        let now = self.now();
+        let mut tx = self.pool.write().await?;
+        let mut node = read_node(&mut tx, id).await?;
+        for request in requests {
+            node = transition_in(&mut tx, now, id, request, None).await?;
+        }
         tx.commit().await?;
         Ok(node)
     }
@@ -638,6 +695,72 @@ impl Store {
             })
     }
 
+    /// Set or clear seed 004's retired flag as a lifecycle job does it: a retirement sets it
+    /// (with the manifest's reason) before anything happens to the machine — the job itself
+    /// takes the node out of scheduling, as Ironic's `manage` does for an AVAILABLE node —, a
+    /// reactivation clears it first (seed 004: "the retired field needs to be set to False
+    /// first"). Audited with the job; a no-op when the flag already says so.
+    pub async fn set_retired_by_job(
+        &self,
+        id: Uuid,
+        retired: Option<&str>,
+        actor: &Actor,
+        job: Uuid,
+    ) -> Result<Node, StoreError> {
+        if retired.is_some_and(|r| r.trim().is_empty()) {
+            return Err(StoreError::Invalid(
+                "a retirement needs a reason (retired_reason)".into(),
+            ));
+        }
+        let now = self.now();
+        let mut tx = self.pool.write().await?;
+        lock_node(&mut tx, id).await?;
+        let node = read_node(&mut tx, id).await?;
+        let reason = retired.map(str::to_owned);
+        if node.retired == retired.is_some() && (retired.is_none() || node.retired_reason == reason)
+        {
+            return Ok(node);
+        }
+        let action = match retired {
+            Some(_) => "node.set_retired",
+            None => "node.unset_retired",
+        };
+        let node = write_node(
+            &mut tx,
+            now,
+            &node,
+            vec![
+                ("retired", Param::from(retired.is_some())),
+                ("retired_reason", Param::from(reason.clone())),
+            ],
+            NodeAudit {
+                actor,
+                reason: reason.or_else(|| node.retired_reason.clone()),
+                action,
+                target: node.status,
+                correlation_ids: json!({"job_id": job}),
+                details: json!({"retired": retired.is_some()}),
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(node)
+    }
+
+    /// The node with its MAAS record, latest job and provider-neutral view.
+    pub async fn node_view(&self, id: Uuid) -> Result<NodeView, StoreError> {
+        let node = self.node(id).await?;
+        let maas = self.maas_state(id).await?;
+        let job = self.latest_job_for_node(id).await?;
+        let view = provision_view(&node_facts(&node, maas.as_ref(), job.as_ref()));
+        Ok(NodeView {
+            node,
+            maas,
+            job,
+            view,
+        })
+    }
+
     /// Pause or unpause a node (the reconciler leaves paused nodes alone).
     pub async fn set_paused(
         &self,
@@ -675,6 +798,30 @@ impl Store {
             "node.record_reimage_generation",
             "reimage_generation",
             Param::from(generation),
+        )
+        .await
+    }
+
+    /// Record the release policy the manifests give the node (pruning uses it once the node
+    /// left them). Audited; a no-op when it is recorded already.
+    pub async fn record_release_policy(
+        &self,
+        id: Uuid,
+        policy: &NodePolicy,
+        actor: &Actor,
+    ) -> Result<Node, StoreError> {
+        let node = self.node(id).await?;
+        if node.release_policy.as_ref() == Some(policy) {
+            return Ok(node);
+        }
+        let text = serde_json::to_string(policy)
+            .map_err(|e| StoreError::Invalid(format!("release policy: {e}")))?;
+        self.update_node_fields(
+            id,
+            actor,
+            "node.record_release_policy",
+            "release_policy",
+            Param::from(text),
         )
         .await
     }

@@ -649,6 +649,7 @@ mod tests {
             attempt: 2,
             state: JobState::FailedRetryable,
             adopted: false,
+            ends_reconciled: false,
             failure_class: None,
             error_code: None,
             error_message: None,

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use chrono::{DateTime, Duration, Utc};
 use metalform::lifecycle::{FailureClass, JobKind, JobState, MaasStatus, NodeState};
 use metalform::manifest;
-use metalform::model::{Fleet, SiteName};
+use metalform::model::{EraseMode, Fleet, NodePolicy, ProfileName, SiteName};
 use metalform::observe::{
     InventoryNode, ObservedJob, ObservedMachine, ObservedStatus, SNAPSHOT_FORMAT, SiteObservation,
     Snapshot,
@@ -91,7 +91,30 @@ pub fn inventory(site: &str, hostname: &str, status: NodeState) -> InventoryNode
         host: None,
         agent_contact_at: (status == NodeState::Active).then(|| at(-30)),
         reimage_generation: None,
+        policy: None,
+        sku: None,
+        gpus: None,
     }
+}
+
+/// An inventory row whose release policy was recorded (pruning needs it), with its BMC.
+pub fn recorded(
+    mut node: InventoryNode,
+    profile: &str,
+    erase: EraseMode,
+    bmc: &str,
+) -> InventoryNode {
+    node.policy = Some(NodePolicy {
+        profile: ProfileName::new(profile),
+        erase,
+        fallback_no_erase: true,
+        remove_from_maas: false,
+        protected: false,
+    });
+    node.ipmi_ip = Some(bmc.into());
+    node.sku = Some("mi300x.192g.8gpu".into());
+    node.gpus = Some(8);
+    node
 }
 
 pub fn job(site: &str, hostname: &str, state: JobState, stage: &str) -> ObservedJob {

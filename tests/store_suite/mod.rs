@@ -676,6 +676,100 @@ pub async fn onboarding_journal_records_failures_and_recovery(url: String) {
     assert!(listed.is_empty());
 }
 
+/// Issue 18: an adopted job that fails and is rerun from the top ends `completed` (its success
+/// is the rerun's, not the adoption's); it keeps owning what it adopted. An adopt that finishes
+/// a job ends it `reconciled`.
+pub async fn an_adopted_job_rerun_ends_completed(url: String) {
+    let (store, _) = open(&url).await;
+    let node = store
+        .create_node(&new_node("dc1", "c07u50"), &exec())
+        .await
+        .unwrap();
+    let job = store
+        .create_onboarding(&NewOnboarding {
+            node_id: Some(node.id),
+            site: "dc1".into(),
+            hostname: "c07u50".into(),
+            ..NewOnboarding::default()
+        })
+        .await
+        .unwrap();
+    let fail = |code: &str| {
+        let mut update = JobUpdate::new(JobState::FailedManualIntervention);
+        update.failure = Some(JobFailure {
+            class: FailureClass::AgentEnrollmentFailure,
+            code: code.into(),
+            message: "no agent".into(),
+            details: json!({}),
+        });
+        update
+    };
+    store
+        .advance_job(
+            JobKind::Onboarding,
+            job.id,
+            &JobUpdate::new(JobState::Running),
+        )
+        .await
+        .unwrap();
+    store
+        .advance_job(JobKind::Onboarding, job.id, &fail("failed_enrollment"))
+        .await
+        .unwrap();
+    let adopted = store
+        .recover_job(
+            JobKind::Onboarding,
+            job.id,
+            RecoveryAction::AdoptObservedState,
+            &ops(),
+            Some("late agent"),
+        )
+        .await
+        .unwrap();
+    assert!(adopted.adopted && adopted.ends_reconciled);
+    assert_eq!(
+        JobState::on_success(adopted.ends_reconciled),
+        JobState::Reconciled
+    );
+    // The adoption fails too; the operator reruns it from the top.
+    store
+        .advance_job(JobKind::Onboarding, job.id, &fail("failed_hw_sync_health"))
+        .await
+        .unwrap();
+    let rerun = store
+        .recover_job(
+            JobKind::Onboarding,
+            job.id,
+            RecoveryAction::Rerun,
+            &ops(),
+            Some("host fixed"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (rerun.state, rerun.stage.as_str(), rerun.attempt),
+        (JobState::Running, "load_site_config", 0)
+    );
+    assert!(
+        rerun.adopted,
+        "the job still owns the deployment it adopted"
+    );
+    assert!(!rerun.ends_reconciled);
+    // The executor's completion: the success state comes from the job row.
+    let mut done = JobUpdate::new(JobState::on_success(rerun.ends_reconciled));
+    done.stage = Some(OnboardingStage::WaitForAgentEnrollment.as_str().into());
+    done.node_transition = Some(NodeTransition::new(
+        NodeState::Active,
+        Owner::OnboardingWorkflow,
+        exec(),
+    ));
+    let finished = store
+        .advance_job(JobKind::Onboarding, job.id, &done)
+        .await
+        .unwrap();
+    assert_eq!(finished.state, JobState::Completed);
+}
+
 pub async fn retirement_and_protection_follow_seed_004(url: String) {
     let (store, _) = open(&url).await;
     let id = onboard_to_active(&store, "c07u46").await;
@@ -1319,6 +1413,7 @@ macro_rules! store_suite_tests {
             onboarding_journal_records_failures_and_recovery,
             retirement_and_protection_follow_seed_004,
             protection_blocks_destructive_decommission,
+            an_adopted_job_rerun_ends_completed,
             leases_fence_stale_holders,
             concurrent_acquirers_get_one_lease,
             agent_tasks_are_never_duplicated,

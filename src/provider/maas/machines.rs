@@ -851,6 +851,34 @@ impl MaasClient {
             .await
     }
 
+    /// `POST machines/?op=allocate` with `system_id`: a Ready machine becomes Allocated to
+    /// the caller (409 when it is not Ready or belongs to someone else).
+    pub async fn allocate(&self, system_id: &str) -> Result<Machine, MaasError> {
+        let mut params = Params::new();
+        params.each("system_id", [system_id]);
+        self.transport()
+            .json(
+                Call::post("allocate", &["machines"])
+                    .op("allocate")
+                    .params(params),
+            )
+            .await
+    }
+
+    /// `POST machines/{id}/?op=rescue_mode` (admin): boot the rescue environment.
+    pub async fn rescue_mode(&self, system_id: &str) -> Result<Machine, MaasError> {
+        self.transport()
+            .json(Call::post("rescue_mode", &["machines", system_id]).op("rescue_mode"))
+            .await
+    }
+
+    /// `POST machines/{id}/?op=exit_rescue_mode` (admin): back to the status before rescue.
+    pub async fn exit_rescue_mode(&self, system_id: &str) -> Result<Machine, MaasError> {
+        self.transport()
+            .json(Call::post("exit_rescue_mode", &["machines", system_id]).op("exit_rescue_mode"))
+            .await
+    }
+
     /// `POST machines/{id}/?op=mark_fixed` (admin): Broken → Ready (or Deployed).
     pub async fn mark_fixed(
         &self,

@@ -30,6 +30,9 @@ async fn tasks_stage(
             "node already retired: drained when it was retired",
         ));
     }
+    if let Some(why) = no_agent_there(ctx).await? {
+        return Ok(StageOutcome::skipped(why));
+    }
     match ctx.run_tasks(stage, tasks).await? {
         Some(waiting) => Ok(StageOutcome::wait(waiting)),
         None => Ok(StageOutcome::done(
@@ -37,6 +40,45 @@ async fn tasks_stage(
             json!({"tasks": tasks.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>()}),
         )),
     }
+}
+
+/// Why no agent can take the tasks of a mode that releases the machine anyway: the node is
+/// offline (its agent stopped polling, 000 §6.3), or quarantined because its machine left
+/// Deployed (released, deleted or failed out of band, 000 §6.4) so the OS the agent ran in is
+/// gone. Waiting would only end in `agent_unreachable` — a dead end for "offline ->
+/// decommission" —; the release that follows erases the machine. Soft resets and storage
+/// cleanups leave the machine alone and always need the agent.
+async fn no_agent_there(ctx: &DecommissionCtx<'_>) -> Result<Option<String>, StageFailure> {
+    if !ctx.mode().releases_machine() {
+        return Ok(None);
+    }
+    let state = node_state(ctx).await?;
+    match state {
+        NodeState::Offline => {
+            return Ok(Some(
+                "node is offline: its agent is not polling, so nobody takes the tasks; the release cleans the machine".into(),
+            ));
+        }
+        NodeState::Quarantined => {}
+        _ => return Ok(None),
+    }
+    let observed = ctx
+        .env
+        .store
+        .maas_state(ctx.target.node_id)
+        .await
+        .map_err(|e| StageFailure::store(&e))?;
+    let status = observed.as_ref().and_then(|m| m.last_maas_status.clone());
+    Ok(match status.as_deref() {
+        Some("Deployed") => None,
+        Some("") | None if observed.is_some() => Some(format!(
+            "node is {state} and its machine is absent from MAAS: no agent runs there; the release cleans it"
+        )),
+        None => None,
+        Some(other) => Some(format!(
+            "node is {state} and MAAS shows its machine {other}: no agent runs there; the release cleans it"
+        )),
+    })
 }
 
 /// Move the node under the executor's lease.
@@ -77,8 +119,10 @@ pub(super) async fn node_state(ctx: &DecommissionCtx<'_>) -> Result<NodeState, S
 pub(super) async fn ensure_node_disabled(
     ctx: &mut DecommissionCtx<'_>,
 ) -> Result<StageOutcome, StageFailure> {
-    if ctx.mode() == DecommissionMode::Reimage
-        && ctx.facts.decommission.reimage_generation.is_none()
+    if matches!(
+        ctx.mode(),
+        DecommissionMode::Reimage | DecommissionMode::Reactivate
+    ) && ctx.facts.decommission.reimage_generation.is_none()
     {
         ctx.facts.decommission.reimage_generation = ctx
             .target
@@ -87,6 +131,9 @@ pub(super) async fn ensure_node_disabled(
             .map(|t| t.node.reimage.generation);
     }
     let state = node_state(ctx).await?;
+    if ctx.mode() == DecommissionMode::Reactivate && state == NodeState::Retired {
+        return leave_retirement(ctx).await;
+    }
     let target = match ctx.mode() {
         DecommissionMode::FullDecommission | DecommissionMode::Retire => NodeState::Draining,
         _ => NodeState::Quarantined,
@@ -123,6 +170,37 @@ pub(super) async fn ensure_node_disabled(
     Ok(StageOutcome::done(
         format!("node {state} -> {target}: no new allocations"),
         json!({"from": state, "to": target}),
+    ))
+}
+
+/// A reactivation's DisableNode for a retired node: out of retirement and at once out of
+/// scheduling (`retired -> active -> quarantined` in one transaction, 001 §3.2: retired ->
+/// active is the operator's reactivation, which the manifest change asked for).
+async fn leave_retirement(ctx: &mut DecommissionCtx<'_>) -> Result<StageOutcome, StageFailure> {
+    let reason = format!(
+        "decommission {} (reactivate): lifecycle active in the manifests",
+        ctx.job.id
+    );
+    let request = |to, by| {
+        let mut request = NodeTransition::new(to, by, ctx.env.actor.clone());
+        request.reason = Some(reason.clone());
+        request.fence = Some(ctx.fence.clone());
+        request
+    };
+    ctx.env
+        .store
+        .transition_node_through(
+            ctx.target.node_id,
+            &[
+                request(NodeState::Active, Owner::Operator),
+                request(NodeState::Quarantined, Owner::DecommissionWorkflow),
+            ],
+        )
+        .await
+        .map_err(|e| StageFailure::store(&e))?;
+    Ok(StageOutcome::done(
+        "node retired -> active -> quarantined: back from retirement, out of scheduling until redeployed",
+        json!({"from": NodeState::Retired, "to": NodeState::Quarantined}),
     ))
 }
 

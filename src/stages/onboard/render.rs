@@ -230,6 +230,12 @@ pub(super) async fn ensure_node_record(ctx: &mut StageCtx<'_>) -> Result<uuid::U
             .await
             .map_err(|e| StageFailure::store(&e))?;
     }
+    // How the node may leave the fleet, should it leave the manifests (pruning).
+    let policy = crate::model::NodePolicy::of(&ctx.target.node, &ctx.target.profile);
+    store
+        .record_release_policy(node.id, &policy, &ctx.env.actor)
+        .await
+        .map_err(|e| StageFailure::store(&e))?;
     ctx.facts.node_id = Some(node.id);
     Ok(node.id)
 }
