@@ -34,10 +34,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "plan_signing_key",
         sql: include_str!("migrations/0006_plan_signing_key.sql"),
     },
+    Migration {
+        version: 10,
+        name: "replicas",
+        sql: include_str!("migrations/0010_replicas.sql"),
+    },
 ];
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 10;
 
 /// The versions of every migration this build knows, oldest first (what a migrated store
 /// records in `schema_migrations`).

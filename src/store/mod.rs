@@ -17,6 +17,7 @@ mod migrate;
 mod nodes;
 mod plan_key;
 mod records;
+mod replicas;
 mod tasks;
 mod tokens;
 
@@ -46,6 +47,7 @@ pub use records::{
     Actor, ApplyRecord, AuditEntry, AuditRecord, DomainEvent, MaasState, MaasStateUpdate, NewPlan,
     OutboxEvent, PlanRecord, Role,
 };
+pub use replicas::FleetSetting;
 pub use tasks::{AgentTask, EnsureOutcome, TaskOutcome, TaskStatus};
 pub use tokens::{TokenClaim, TokenError, random_password, token_hash};
 

@@ -58,7 +58,16 @@ impl DaemonBed {
     /// The executor bed, its fleet committed on `main`, tokens in the secret store, and a
     /// daemon configuration (`extra` appended to it).
     pub async fn start(setup: Setup, extra: &str) -> DaemonBed {
-        let bed = Bed::start(setup).await;
+        Self::start_with_state(setup, extra, None).await
+    }
+
+    /// [`DaemonBed::start`] on the store `state_url` (e.g. PostgreSQL) instead of SQLite.
+    pub async fn start_with_state(
+        setup: Setup,
+        extra: &str,
+        state_url: Option<String>,
+    ) -> DaemonBed {
+        let bed = Bed::start_with_state(setup, state_url).await;
         git(&bed.fleet_dir, &["init", "-q", "-b", "main"]);
         commit(&bed.fleet_dir, "fleet: first sites and nodes");
         bed.put_secret(
