@@ -108,18 +108,10 @@ async fn pass(machines: usize, replicas: usize) -> Pass {
             );
         let path = d.bed.dir.path().join(format!("r{n}.toml"));
         std::fs::write(&path, text).unwrap();
-        let log = std::fs::File::create(d.bed.dir.path().join(format!("r{n}.log"))).unwrap();
-        children.push(
-            std::process::Command::new(env!("CARGO_BIN_EXE_metalform"))
-                .args(["daemon", "--config"])
-                .arg(&path)
-                .env_remove("METALFORM_STATE")
-                .env_remove("METALFORM_LOG")
-                .stdout(std::process::Stdio::null())
-                .stderr(log)
-                .spawn()
-                .unwrap(),
-        );
+        children.push(daemon_support::spawn_daemon(
+            &path,
+            &d.bed.dir.path().join(format!("r{n}.log")),
+        ));
     }
     let pairs: Vec<(&str, &str)> = hosts
         .iter()

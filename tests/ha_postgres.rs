@@ -83,27 +83,10 @@ async fn a_replica_cut_off_from_the_store_stands_down_and_rejoins() {
     assert!(all.iter().all(|s| cut_off.holds(s)));
 
     cable.cut();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        cut_off.tick(&all).await;
-        other.tick(&all).await;
-        for site in &all {
-            assert!(
-                !(cut_off.holds(site) && other.holds(site)),
-                "{site} held by both replicas"
-            );
-        }
-        if all.iter().all(|s| other.holds(s)) && !all.iter().any(|s| cut_off.holds(s)) {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{} / {}",
-            cut_off.view(),
-            other.view()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    both_until(&cut_off, &other, &all, |a, b| {
+        all.iter().all(|s| b.holds(s)) && !all.iter().any(|s| a.holds(s))
+    })
+    .await;
     let standing = cut_off.view()["standing_down"].as_str().unwrap().to_owned();
     assert!(
         standing.starts_with("the store is unreachable (")
@@ -112,26 +95,39 @@ async fn a_replica_cut_off_from_the_store_stands_down_and_rejoins() {
     );
 
     cable.restore();
+    both_until(&cut_off, &other, &all, |a, b| {
+        all.iter().any(|s| a.holds(s)) && all.iter().any(|s| b.holds(s))
+    })
+    .await;
+    assert_eq!(cut_off.view()["standing_down"], serde_json::Value::Null);
+}
+
+/// Rounds of both replicas until `done`; no site is ever held by both.
+async fn both_until(
+    a: &Sharing,
+    b: &Sharing,
+    all: &BTreeSet<SiteName>,
+    done: impl Fn(&Sharing, &Sharing) -> bool,
+) {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
-        cut_off.tick(&all).await;
-        other.tick(&all).await;
-        for site in &all {
+        a.tick(all).await;
+        b.tick(all).await;
+        for site in all {
             assert!(
-                !(cut_off.holds(site) && other.holds(site)),
-                "{site} held by both"
+                !(a.holds(site) && b.holds(site)),
+                "{site} held by both replicas"
             );
         }
-        if all.iter().any(|s| cut_off.holds(s)) && all.iter().any(|s| other.holds(s)) {
-            break;
+        if done(a, b) {
+            return;
         }
         assert!(
             std::time::Instant::now() < deadline,
             "{} / {}",
-            cut_off.view(),
-            other.view()
+            a.view(),
+            b.view()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    assert_eq!(cut_off.view()["standing_down"], serde_json::Value::Null);
 }

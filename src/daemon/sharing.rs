@@ -83,22 +83,29 @@ pub enum StandDown {
     },
 }
 
-/// Whether `local` and the store's clock agree closely enough to judge leases of `ttl`.
+/// Whether this host's clock agrees with the store's closely enough to judge leases of `ttl`:
+/// the store's time, read between `before` and `after` by this host's clock, must fall in that
+/// window widened by the tolerance (a slow answer is not a skewed clock).
 pub fn check_clock(
-    local: chrono::DateTime<chrono::Utc>,
+    before: chrono::DateTime<chrono::Utc>,
+    after: chrono::DateTime<chrono::Utc>,
     store: chrono::DateTime<chrono::Utc>,
     ttl: Duration,
 ) -> Result<(), StandDown> {
-    let skew = local - store;
-    let tolerance = (ttl / 4).max(Duration::from_millis(500));
+    let tolerance = chrono::Duration::from_std((ttl / 4).max(Duration::from_millis(500)))
+        .unwrap_or(chrono::Duration::seconds(15));
+    let skew = if store < before - tolerance {
+        before - store
+    } else if store > after + tolerance {
+        -(store - after)
+    } else {
+        return Ok(());
+    };
     let skew_ms = skew.num_milliseconds();
-    if skew_ms.unsigned_abs() as u128 > tolerance.as_millis() {
-        return Err(StandDown::ClockSkew {
-            skew_ms: skew_ms.abs(),
-            direction: if skew_ms > 0 { "ahead of" } else { "behind" },
-        });
-    }
-    Ok(())
+    Err(StandDown::ClockSkew {
+        skew_ms: skew_ms.abs(),
+        direction: if skew_ms > 0 { "ahead of" } else { "behind" },
+    })
 }
 
 struct Held {
@@ -230,8 +237,9 @@ impl Sharing {
                 known: SCHEMA_VERSION,
             }));
         }
+        let before = chrono::Utc::now();
         let store_now = self.store.database_now().await?;
-        check_clock(chrono::Utc::now(), store_now, self.ttl).map_err(Fault::Stand)?;
+        check_clock(before, chrono::Utc::now(), store_now, self.ttl).map_err(Fault::Stand)?;
         let ttl = self.chrono_ttl();
         let started = Instant::now();
         self.store
@@ -477,13 +485,16 @@ mod tests {
     fn a_skewed_clock_is_named_with_its_direction() {
         let store = chrono::Utc::now();
         let ttl = Duration::from_secs(60);
-        assert!(check_clock(store + chrono::Duration::seconds(2), store, ttl).is_ok());
-        let err = check_clock(store + chrono::Duration::seconds(3600), store, ttl).unwrap_err();
+        let at = |local: chrono::DateTime<chrono::Utc>| check_clock(local, local, store, ttl);
+        assert!(at(store + chrono::Duration::seconds(2)).is_ok());
+        // A slow answer (read between 20 s before and just after) is no skew.
+        assert!(check_clock(store - chrono::Duration::seconds(20), store, store, ttl).is_ok());
+        let err = at(store + chrono::Duration::seconds(3600)).unwrap_err();
         assert_eq!(
             err.to_string(),
             "this host's clock is 3600000 ms ahead of the store's; leases would be misjudged, so this replica holds no sites until the clocks agree (fix NTP)"
         );
-        let err = check_clock(store - chrono::Duration::seconds(30), store, ttl).unwrap_err();
+        let err = at(store - chrono::Duration::seconds(30)).unwrap_err();
         assert!(
             err.to_string()
                 .starts_with("this host's clock is 30000 ms behind the store's")

@@ -159,20 +159,7 @@ sim_control = {{ {sims} }}
 
     /// `metalform daemon --config …` as a process, its stderr appended to `log`.
     pub fn spawn(&self, log: &Path) -> std::process::Child {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .unwrap();
-        Command::new(env!("CARGO_BIN_EXE_metalform"))
-            .args(["daemon", "--config"])
-            .arg(&self.config_path)
-            .env_remove("METALFORM_STATE")
-            .env_remove("METALFORM_LOG")
-            .stdout(std::process::Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap()
+        spawn_daemon(&self.config_path, log)
     }
 
     pub fn config(&self) -> metalform::daemon::DaemonConfig {
@@ -248,4 +235,22 @@ pub async fn call(
     let text = response.text().await.unwrap();
     let json = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
     (status, json)
+}
+
+/// `metalform daemon --config CONFIG` as a process, its stderr appended to `log`.
+pub fn spawn_daemon(config: &Path, log: &Path) -> std::process::Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    Command::new(env!("CARGO_BIN_EXE_metalform"))
+        .args(["daemon", "--config"])
+        .arg(config)
+        .env_remove("METALFORM_STATE")
+        .env_remove("METALFORM_LOG")
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
 }

@@ -304,15 +304,7 @@ pub async fn each_sink_gets_every_event_once_in_order(url: String) {
     tokio::time::sleep(Duration::from_millis(1600)).await;
     publish(2).await;
     assert_eq!(b.deliver_pending().await.delivered, 2);
-    let ids: Vec<i64> = std::fs::read_to_string(&path)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).unwrap()["id"]
-                .as_i64()
-                .unwrap()
-        })
-        .collect();
+    let ids = ids_in(&path);
     assert_eq!(ids.len(), 11, "{ids:?}");
     assert!(
         ids.windows(2).all(|w| w[0] < w[1]),
@@ -327,7 +319,13 @@ pub async fn each_sink_gets_every_event_once_in_order(url: String) {
         Arc::new(()),
     );
     assert_eq!(late.deliver_pending().await.delivered, 11);
-    let late_ids: Vec<i64> = std::fs::read_to_string(&other)
+    let late_ids = ids_in(&other);
+    assert_eq!(late_ids, ids);
+}
+
+/// The event ids in a JSON-lines sink file, in file order.
+fn ids_in(path: &std::path::Path) -> Vec<i64> {
+    std::fs::read_to_string(path)
         .unwrap()
         .lines()
         .map(|l| {
@@ -335,8 +333,7 @@ pub async fn each_sink_gets_every_event_once_in_order(url: String) {
                 .as_i64()
                 .unwrap()
         })
-        .collect();
-    assert_eq!(late_ids, ids);
+        .collect()
 }
 
 #[macro_export]
