@@ -39,6 +39,7 @@ pub use source::{ReadOutcome, SourceReader};
 use crate::api::{
     ApiState, ApiToken, Control, ControlError, FleetRevision, ReconcileSummary, Tokens,
 };
+use crate::apply::NodeLease;
 use crate::apply::decommission::{DecommissionExecutor, DecommissionWork};
 use crate::apply::recovery::Recovery;
 use crate::apply::{
@@ -1269,36 +1270,42 @@ fn spawn_node(core: &Arc<Core>, run: NodeRun) -> bool {
     true
 }
 
-/// Wait for a free slot of `group` (`None` when another replica runs the node `label`).
-async fn take_slot(
-    core: &Arc<Core>,
-    group: &str,
-    parallel: u32,
-    label: &str,
-) -> Option<crate::apply::NodeLease> {
+/// Wait for a free slot of `group`; `None` when the node is no longer this replica's to run:
+/// its site went to another replica (rebalanced while the node waited), or another replica
+/// holds the node's lease.
+async fn take_slot(core: &Arc<Core>, group: &str, parallel: u32, label: &str) -> Option<NodeLease> {
     let ttl = core.config.executor.lease_ttl;
     let replica = core.sharing.replica();
     let (site, hostname) = label.split_once('/')?;
+    let site_name = SiteName::new(site);
     let node = crate::apply::onboarding_lease_name(site, hostname);
-    if let Ok(Some(lease)) = core.store.lease(&node).await
-        && lease.holder != replica
-    {
-        return None;
-    }
+    let elsewhere = || async {
+        !core.sharing.holds(&site_name)
+            || matches!(core.store.lease(&node).await, Ok(Some(lease)) if lease.holder != replica)
+    };
     let chrono_ttl = chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::seconds(60));
     let pause = core
         .config
         .executor
         .poll_interval
-        .clamp(Duration::from_millis(20), Duration::from_secs(1));
+        .clamp(Duration::from_millis(100), Duration::from_secs(1));
     loop {
+        if elsewhere().await {
+            return None;
+        }
         match core
             .store
             .acquire_slot(group, parallel, replica, chrono_ttl)
             .await
         {
             Ok(Some(lease)) => {
-                return Some(crate::apply::NodeLease::hold(&core.store, lease, ttl));
+                let slot = NodeLease::hold(&core.store, lease, ttl);
+                // Another replica may have taken the node while this one waited.
+                if elsewhere().await {
+                    slot.release().await;
+                    return None;
+                }
+                return Some(slot);
             }
             Ok(None) => {}
             Err(err) => {

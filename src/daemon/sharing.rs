@@ -462,7 +462,7 @@ mod tests {
             replicas.iter().map(|r| share(&all, &replicas, r)).collect();
         let mut union = BTreeSet::new();
         for s in &shares {
-            assert!(s.len() <= 3 && s.len() >= 1, "{shares:?}");
+            assert!(s.len() <= 3 && !s.is_empty(), "{shares:?}");
             for site in s {
                 assert!(union.insert(site.clone()), "{site} in two shares");
             }
