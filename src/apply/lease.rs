@@ -95,13 +95,19 @@ impl NodeLease {
             tokio::time::sleep((ttl / 8).clamp(Duration::from_millis(20), Duration::from_secs(5)))
                 .await;
         };
+        Ok(Self::hold(store, lease, ttl))
+    }
+
+    /// Keep a lease taken elsewhere (a concurrency slot) renewed until it is released.
+    pub fn hold(store: &Store, lease: Lease, ttl: Duration) -> NodeLease {
+        let chrono_ttl = chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::seconds(60));
         let current = Arc::new(Mutex::new(lease));
         let heartbeat = tokio::spawn(heartbeat(store.clone(), current.clone(), ttl, chrono_ttl));
-        Ok(NodeLease {
+        NodeLease {
             store: store.clone(),
             current,
             heartbeat,
-        })
+        }
     }
 
     /// The fence to pass with every write made under this lease.

@@ -19,6 +19,7 @@ pub mod config;
 pub mod metrics;
 pub mod provisioner;
 pub mod server;
+pub mod sharing;
 pub mod source;
 pub mod work;
 
@@ -39,6 +40,7 @@ pub use source::{ReadOutcome, SourceReader};
 use crate::api::{
     ApiState, ApiToken, Control, ControlError, FleetRevision, ReconcileSummary, Tokens,
 };
+use crate::apply::NodeLease;
 use crate::apply::decommission::{DecommissionExecutor, DecommissionWork};
 use crate::apply::recovery::Recovery;
 use crate::apply::{
@@ -82,6 +84,8 @@ pub enum DaemonError {
     Listener { message: String, hint: String },
     #[error("{message}")]
     Agent { message: String, hint: &'static str },
+    #[error("{0}")]
+    Replica(String),
 }
 
 impl DaemonError {
@@ -99,6 +103,9 @@ impl DaemonError {
                 Some("--watch needs source.repository to be a local repository".into())
             }
             DaemonError::Store(_) => Some("check [state] url and that the store is reachable".into()),
+            DaemonError::Replica(_) => Some(
+                "replicas sharing a store must agree: see docs/ha.md".into(),
+            ),
             DaemonError::Source(_) => Some(
                 "see [source] in docs/daemon.md: git must be installed, the token readable, the ssh key present".into(),
             ),
@@ -149,8 +156,8 @@ struct Core {
     fleet: watch::Sender<Option<Arc<FleetRevision>>>,
     /// Nodes (`site/hostname`) dispatched and not finished.
     in_flight: Mutex<BTreeSet<String>>,
-    /// maxParallel per (site, profile) across reconciles.
-    limits: Mutex<BTreeMap<(String, String), Arc<tokio::sync::Semaphore>>>,
+    /// This replica's share of the sites; maxParallel slots are counted in the store.
+    sharing: Arc<sharing::Sharing>,
     /// Node runs and recovery executions.
     tasks: Mutex<JoinSet<()>>,
     commands: mpsc::UnboundedSender<Command>,
@@ -490,6 +497,12 @@ pub async fn start(
         message: e.to_string(),
     })?;
 
+    let holder = crate::apply::default_holder().replacen("apply@", "daemon@", 1);
+    let own_url = url::Url::parse(&agents.enroll_url()).expect("the agent channel's URL");
+    sharing::agree_enroll_url(&store, config.agent.public_url.as_ref(), &own_url, &holder)
+        .await
+        .map_err(DaemonError::Replica)?;
+
     let maas_metrics = MaasMetrics::new();
     let metrics = Metrics::new(maas_metrics.clone());
     let maas_options = MaasClientOptions {
@@ -523,7 +536,7 @@ pub async fn start(
             poll_interval: config.executor.poll_interval,
             retry_base: config.executor.retry_base,
             lease_ttl: config.executor.lease_ttl,
-            holder: crate::apply::default_holder().replacen("apply@", "daemon@", 1),
+            holder: holder.clone(),
             seed: config.executor.seed.unwrap_or_else(rand::random),
             reason: Some("metalform daemon: reconcile".into()),
             stop: stop.clone(),
@@ -542,6 +555,11 @@ pub async fn start(
         clients.clone(),
         config.drift.clone(),
     );
+    let sharing = Arc::new(sharing::Sharing::new(
+        store.clone(),
+        holder,
+        config.executor.lease_ttl,
+    ));
     let core = Arc::new(Core {
         clients,
         drift,
@@ -555,7 +573,7 @@ pub async fn start(
         accepting: AtomicBool::new(true),
         fleet,
         in_flight: Mutex::new(BTreeSet::new()),
-        limits: Mutex::new(BTreeMap::new()),
+        sharing,
         tasks: Mutex::new(JoinSet::new()),
         commands,
         source_problem: Mutex::new(None),
@@ -834,7 +852,8 @@ async fn run(
                 ..crate::events::Pacing::default()
             },
             Arc::new(EventMetrics(core.metrics.clone())),
-        );
+        )
+        .holder(core.sharing.replica(), core.config.executor.lease_ttl);
         let mut stop = shutdown.clone();
         tokio::spawn(async move {
             outbox
@@ -844,6 +863,32 @@ async fn run(
                 .await;
         })
     });
+
+    // This replica's share of the sites, renewed every third of a lease TTL.
+    let sharing = {
+        let core = core.clone();
+        let mut stop = shutdown.clone();
+        tokio::spawn(async move {
+            let every = (core.config.executor.lease_ttl / 3).min(Duration::from_secs(5));
+            let mut rounds = tokio::time::interval(every);
+            rounds.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = stop.wait_for(|s| *s) => return,
+                    _ = rounds.tick() => {}
+                }
+                let sites: BTreeSet<SiteName> = core
+                    .fleet
+                    .borrow()
+                    .as_ref()
+                    .map(|f| f.fleet.sites.keys().cloned().collect())
+                    .unwrap_or_default();
+                if !sites.is_empty() {
+                    core.sharing.tick(&sites).await;
+                }
+            }
+        })
+    };
 
     let mut seen: Option<String> = None;
     let mut schedule = Schedule::default();
@@ -939,6 +984,9 @@ async fn run(
             _ = reap.tick() => {
                 let mut tasks = core.tasks.lock().expect("lock");
                 while tasks.try_join_next().is_some() {}
+                for site in core.sharing.take_newly_held() {
+                    schedule.due.insert(site, Instant::now());
+                }
             }
         }
     }
@@ -958,6 +1006,8 @@ async fn run(
     }
     let mut tasks = std::mem::take(&mut *core.tasks.lock().expect("lock"));
     while tasks.join_next().await.is_some() {}
+    let _ = sharing.await;
+    core.sharing.leave().await;
     let _ = http.await;
     if let Some(events) = events {
         let _ = events.await;
@@ -976,6 +1026,7 @@ async fn run(
             crate::events::Pacing::default(),
             Arc::new(EventMetrics(core.metrics.clone())),
         )
+        .holder(core.sharing.replica(), core.config.executor.lease_ttl)
         .deliver_pending()
         .await;
     }
@@ -1102,6 +1153,22 @@ async fn reconcile_site(
         revision: Some(fleet.revision.clone()),
         ..ReconcileSummary::default()
     };
+    if !core.sharing.holds(site) {
+        // Not taken yet (just started, a new site): a sharing round now rather than later.
+        let sites: BTreeSet<SiteName> = fleet.fleet.sites.keys().cloned().collect();
+        core.sharing.tick(&sites).await;
+    }
+    if !core.sharing.holds(site) {
+        // Another replica's share: it observes, plans and applies this site.
+        let holder = core.sharing.holder_of(site).await;
+        summary.error = Some(match holder {
+            Some(holder) => format!("site {site} is reconciled by replica {holder}"),
+            None => format!(
+                "site {site} is not held by this replica yet; it is taken at the next sharing round"
+            ),
+        });
+        return summary;
+    }
     let filter = SiteFilter::Only([site.clone()].into());
     let mut snapshot = match crate::observe::observe(
         &fleet.fleet,
@@ -1388,38 +1455,78 @@ fn spawn_node(core: &Arc<Core>, run: NodeRun) -> bool {
     if !core.in_flight.lock().expect("lock").insert(label.clone()) {
         return false;
     }
-    let key = (
-        run.site().to_owned(),
-        run.profile()
-            .map(|p| p.name.to_string())
-            .unwrap_or_default(),
+    // maxParallel per (site, profile), counted in the store across every replica.
+    let group = format!(
+        "{}/{}",
+        run.site(),
+        run.profile().map_or("-".to_owned(), |p| p.name.to_string())
     );
     let parallel = run
         .profile()
-        .map_or(1, |p| p.concurrency.max_parallel.max(1) as usize);
-    let limit = core
-        .limits
-        .lock()
-        .expect("lock")
-        .entry(key)
-        .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(parallel)))
-        .clone();
+        .map_or(1, |p| p.concurrency.max_parallel.max(1));
     let task_core = core.clone();
     core.tasks.lock().expect("lock").spawn(async move {
-        let permit = tokio::select! {
-            permit = limit.acquire_owned() => permit.ok(),
+        let slot = tokio::select! {
+            slot = take_slot(&task_core, &group, parallel, &label) => slot,
             _ = task_core.stop.stopped() => None,
         };
-        if permit.is_some() {
+        if let Some(slot) = slot {
             let report = match run {
                 NodeRun::Onboarding(item) => task_core.executor.run(vec![item]).await,
                 NodeRun::Decommission(work) => task_core.decommissions.run(vec![work]).await,
             };
             task_core.metrics.applied(&report);
+            slot.release().await;
         }
         task_core.in_flight.lock().expect("lock").remove(&label);
     });
     true
+}
+
+/// Wait for a free slot of `group`; `None` when the node is no longer this replica's to run:
+/// its site went to another replica (rebalanced while the node waited), or another replica
+/// holds the node's lease.
+async fn take_slot(core: &Arc<Core>, group: &str, parallel: u32, label: &str) -> Option<NodeLease> {
+    let ttl = core.config.executor.lease_ttl;
+    let replica = core.sharing.replica();
+    let (site, hostname) = label.split_once('/')?;
+    let site_name = SiteName::new(site);
+    let node = crate::apply::onboarding_lease_name(site, hostname);
+    let elsewhere = || async {
+        !core.sharing.holds(&site_name)
+            || matches!(core.store.lease(&node).await, Ok(Some(lease)) if lease.holder != replica)
+    };
+    let chrono_ttl = chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::seconds(60));
+    let pause = core
+        .config
+        .executor
+        .poll_interval
+        .clamp(Duration::from_millis(100), Duration::from_secs(1));
+    loop {
+        if elsewhere().await {
+            return None;
+        }
+        match core
+            .store
+            .acquire_slot(group, parallel, replica, chrono_ttl)
+            .await
+        {
+            Ok(Some(lease)) => {
+                let slot = NodeLease::hold(&core.store, lease, ttl);
+                // Another replica may have taken the node while this one waited.
+                if elsewhere().await {
+                    slot.release().await;
+                    return None;
+                }
+                return Some(slot);
+            }
+            Ok(None) => {}
+            Err(err) => {
+                tracing::warn!(group, error = %err, "cannot take a concurrency slot; retrying")
+            }
+        }
+        tokio::time::sleep(pause).await;
+    }
 }
 
 /// `/healthz`: what the daemon is doing.
@@ -1436,6 +1543,7 @@ fn health(core: &Core) -> (bool, serde_json::Value) {
             "accepted_at": fleet.as_ref().map(|f| f.accepted_at),
             "source_problem": problem,
             "nodes_in_flight": core.in_flight.lock().expect("lock").len(),
+            "replica": core.sharing.view(),
         }),
     )
 }

@@ -1,12 +1,16 @@
-//! Domain-event delivery from the outbox (seed 000 §8.0; docs/daemon.md "Events"): the events
-//! the store wrote in the transactions that caused them (`node.onboarding.*`,
-//! `node.decommission.*`) go to a JSON-lines file or an HTTP webhook, at least once, in outbox
+//! Domain-event delivery from the outbox (seed 000 §8.0; docs/daemon.md "Events"; docs/ha.md):
+//! the events the store wrote in the transactions that caused them (`node.onboarding.*`,
+//! `node.decommission.*`) go to a JSON-lines file or an HTTP webhook, once each, in outbox
 //! order.
 //!
-//! An event is marked delivered only after the sink acknowledged it (the file written and
-//! flushed, a 2xx from the webhook). A failure is counted on the event and retried with capped
-//! exponential backoff; later events wait behind it, so order holds. A crash between delivery
-//! and marking re-delivers the event: consumers deduplicate by `id`.
+//! Each sink has a delivery cursor in the store and a delivery lease (`events:<sink>`): of all
+//! the replicas sharing the store, only the lease holder delivers, and it moves the cursor past
+//! an event only after the sink acknowledged it (the file written and synced, a 2xx from the
+//! webhook), fenced by that lease. A sink that was down gets everything after its cursor, in
+//! order. A failure is retried with capped exponential backoff; later events wait behind it.
+//! A deliverer that dies between the acknowledgement and the cursor leaves one event to go
+//! again: the file sink finds it in the file already and skips it; a webhook gets it again with
+//! the same `Idempotency-Key`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,7 +19,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::io::AsyncWriteExt;
 
-use crate::store::{OutboxEvent, Store};
+use crate::store::{Lease, OutboxEvent, Store, StoreError};
 
 /// Where events go.
 #[derive(Debug, Clone)]
@@ -111,6 +115,7 @@ impl Sink {
                     .post(url.clone())
                     .header("X-Metalform-Event", event.event_type.as_str())
                     .header("X-Metalform-Event-Id", event.id.to_string())
+                    .header("Idempotency-Key", idempotency_key(event.id))
                     .json(&message)
                     .send()
                     .await
@@ -120,6 +125,32 @@ impl Sink {
                 } else {
                     Err(failed(format!("answered {}", response.status())))
                 }
+            }
+        }
+    }
+
+    /// The id of the last event already in the sink, where the sink can tell (the file's last
+    /// line); a deliverer taking over skips what its predecessor wrote but did not record.
+    async fn last_delivered(&self) -> Option<i64> {
+        let Sink::File(path) = self else { return None };
+        let text = tokio::fs::read(path).await.ok()?;
+        let tail = &text[text.len().saturating_sub(64 * 1024)..];
+        let line = tail
+            .split(|b| *b == b'\n')
+            .rev()
+            .find(|line| !line.is_empty())?;
+        serde_json::from_slice::<serde_json::Value>(line)
+            .ok()?
+            .get("id")?
+            .as_i64()
+    }
+
+    /// The sink's name for its delivery cursor and lease.
+    pub fn id(&self) -> String {
+        match self {
+            Sink::File(path) => format!("file:{}", path.display()),
+            Sink::Webhook { url, .. } => {
+                format!("webhook:{}", crate::sanitize::redact::url(url.as_str()))
             }
         }
     }
@@ -172,12 +203,22 @@ pub trait DeliveryObserver: Send + Sync {
 
 impl DeliveryObserver for () {}
 
+/// The `Idempotency-Key` of an event's delivery: the same on every attempt and replica.
+pub fn idempotency_key(event: i64) -> String {
+    format!("metalform-event-{event}")
+}
+
 /// Delivers the outbox to a sink.
 pub struct Outbox {
     store: Store,
     sink: Sink,
     pacing: Pacing,
     observer: Arc<dyn DeliveryObserver>,
+    /// Who holds the sink's delivery lease while delivering, and for how long.
+    holder: String,
+    ttl: Duration,
+    /// The delivery lease, and the sink's last event when it was taken.
+    lease: tokio::sync::Mutex<Option<(Lease, Option<i64>)>>,
 }
 
 impl Outbox {
@@ -192,14 +233,65 @@ impl Outbox {
             sink,
             pacing,
             observer,
+            holder: format!(
+                "events@{}:{:08x}",
+                std::process::id(),
+                rand::random::<u32>()
+            ),
+            ttl: Duration::from_secs(30),
+            lease: tokio::sync::Mutex::new(None),
         }
     }
 
-    /// Deliver pending events in order until one fails or none is left.
+    /// Deliver as `holder` (the replica), holding the sink's lease for `ttl` at a time.
+    pub fn holder(mut self, holder: &str, ttl: Duration) -> Self {
+        self.holder = holder.to_owned();
+        self.ttl = ttl;
+        self
+    }
+
+    /// Take or renew the sink's delivery lease; `None` while another replica delivers.
+    async fn lease(&self) -> Result<Option<(Lease, Option<i64>)>, StoreError> {
+        let ttl = chrono::Duration::from_std(self.ttl).unwrap_or(chrono::Duration::seconds(30));
+        let name = format!("events:{}", self.sink.id());
+        let mut current = self.lease.lock().await;
+        match self.store.acquire_lease(&name, &self.holder, ttl).await {
+            Ok(lease) => {
+                let fresh = current
+                    .as_ref()
+                    .is_none_or(|(held, _)| held.fencing != lease.fencing);
+                let in_sink = match current.as_ref() {
+                    Some((_, last)) if !fresh => *last,
+                    _ => self.sink.last_delivered().await,
+                };
+                *current = Some((lease, in_sink));
+                Ok(current.clone())
+            }
+            Err(StoreError::LeaseHeld { .. }) => {
+                *current = None;
+                Ok(None)
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Deliver the events after the sink's cursor in order, until one fails or none is left;
+    /// nothing while another replica holds the sink's delivery lease.
     pub async fn deliver_pending(&self) -> Delivered {
         let mut done = Delivered::default();
+        let sink = self.sink.id();
+        let mut renewed = tokio::time::Instant::now();
+        let (mut lease, mut in_sink) = match self.lease().await {
+            Ok(Some(held)) => held,
+            Ok(None) => return done,
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot take the event delivery lease");
+                done.failed = true;
+                return done;
+            }
+        };
         loop {
-            let events = match self.store.pending_events(self.pacing.batch).await {
+            let events = match self.store.events_for_sink(&sink, self.pacing.batch).await {
                 Ok(events) => events,
                 Err(err) => {
                     tracing::warn!(error = %err, "cannot read the outbox");
@@ -211,21 +303,43 @@ impl Outbox {
                 return done;
             }
             for event in &events {
-                if let Err(err) = self.sink.deliver(event).await {
+                if renewed.elapsed() >= self.ttl / 3 {
+                    renewed = tokio::time::Instant::now();
+                    match self.lease().await {
+                        Ok(Some(held)) => (lease, in_sink) = held,
+                        Ok(None) => return done,
+                        Err(err) => {
+                            tracing::warn!(error = %err, "cannot renew the event delivery lease");
+                            done.failed = true;
+                            return done;
+                        }
+                    }
+                }
+                // Written by a deliverer that died before recording it: not written again.
+                let already = in_sink.is_some_and(|last| event.id <= last);
+                if !already && let Err(err) = self.sink.deliver(event).await {
                     tracing::warn!(event = event.id, event_type = %event.event_type, attempts = event.attempts + 1, error = %err, "event delivery failed; retrying");
                     self.observer.failed(event, &err);
                     let _ = self.store.mark_delivery_failed(event.id).await;
                     done.failed = true;
                     return done;
                 }
-                if let Err(err) = self.store.mark_delivered(&[event.id]).await {
-                    // Delivered but not marked: it goes again (at least once).
-                    tracing::warn!(event = event.id, error = %err, "cannot mark an event delivered");
+                if let Err(err) = self
+                    .store
+                    .mark_delivered_to(&sink, event.id, &lease.fence())
+                    .await
+                {
+                    // Delivered but not recorded: it goes again, with the same idempotency key
+                    // (a file sink finds it there and skips it).
+                    tracing::warn!(event = event.id, error = %err, "cannot record an event delivered");
+                    *self.lease.lock().await = None;
                     done.failed = true;
                     return done;
                 }
-                self.observer.delivered(event);
-                done.delivered += 1;
+                if !already {
+                    self.observer.delivered(event);
+                    done.delivered += 1;
+                }
             }
         }
     }

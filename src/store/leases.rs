@@ -328,24 +328,10 @@ impl Store {
         ttl: Duration,
     ) -> Result<Lease, StoreError> {
         let now = self.now();
-        let now_s = format_time(now);
         let mut tx = self.pool.write().await?;
-        let inserted = tx
-            .execute(
-                "INSERT INTO leases (name, holder, expires_at, fencing, acquired_at, renewed_at)
-                 VALUES ($1, $2, $3, $4, $5, $5) ON CONFLICT (name) DO NOTHING",
-                &params![name, holder, format_time(now + ttl), 1i64, now_s.clone()],
-            )
-            .await?;
-        let taken = inserted == 1
-            || take(NAMED, name, holder, now, ttl)
-                .set("acquired_at", now_s.clone())
-                .set("renewed_at", now_s.clone())
-                .execute(&mut tx)
-                .await?
-                == 1
+        let taken = take_named(&mut tx, name, holder, now, ttl).await?
             || renew(NAMED, name, holder, None, now, ttl)
-                .set("renewed_at", now_s)
+                .set("renewed_at", format_time(now))
                 .execute(&mut tx)
                 .await?
                 == 1;
@@ -452,7 +438,33 @@ impl Store {
     }
 }
 
-async fn read_lease(tx: &mut Tx, name: &str) -> Result<Lease, StoreError> {
+/// Take the named lease `name` for `holder` when it does not exist yet, nobody holds it or it
+/// expired (not when `holder` itself holds it live: that is a renewal).
+pub(crate) async fn take_named(
+    tx: &mut Tx,
+    name: &str,
+    holder: &str,
+    now: DateTime<Utc>,
+    ttl: Duration,
+) -> Result<bool, StoreError> {
+    let now_s = format_time(now);
+    let inserted = tx
+        .execute(
+            "INSERT INTO leases (name, holder, expires_at, fencing, acquired_at, renewed_at)
+             VALUES ($1, $2, $3, $4, $5, $5) ON CONFLICT (name) DO NOTHING",
+            &params![name, holder, format_time(now + ttl), 1i64, now_s.clone()],
+        )
+        .await?;
+    Ok(inserted == 1
+        || take(NAMED, name, holder, now, ttl)
+            .set("acquired_at", now_s.clone())
+            .set("renewed_at", now_s)
+            .execute(tx)
+            .await?
+            == 1)
+}
+
+pub(crate) async fn read_lease(tx: &mut Tx, name: &str) -> Result<Lease, StoreError> {
     read_lease_of(tx, LeaseSort::Named, name).await
 }
 

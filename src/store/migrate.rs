@@ -44,10 +44,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "lifecycle_exits",
         sql: include_str!("migrations/0009_lifecycle_exits.sql"),
     },
+    Migration {
+        version: 10,
+        name: "replicas",
+        sql: include_str!("migrations/0010_replicas.sql"),
+    },
 ];
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 /// The versions of every migration this build knows, oldest first (what a migrated store
 /// records in `schema_migrations`; numbers may have gaps: each branch of work takes the

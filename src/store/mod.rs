@@ -18,6 +18,7 @@ mod nodes;
 mod plan_key;
 mod provisioning;
 mod records;
+mod replicas;
 mod seed;
 mod tasks;
 mod tokens;
@@ -52,6 +53,7 @@ pub use records::{
     Actor, ApplyRecord, AuditEntry, AuditQuery, AuditRecord, DomainEvent, MaasState,
     MaasStateUpdate, NewPlan, OutboxEvent, PlanRecord, Role,
 };
+pub use replicas::FleetSetting;
 pub use seed::ConvergedNode;
 pub use tasks::{AgentTask, EnsureOutcome, TaskOutcome, TaskStatus};
 pub use tokens::{TokenClaim, TokenError, random_password, token_hash};

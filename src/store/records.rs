@@ -331,11 +331,23 @@ pub struct OutboxEvent {
     pub attempts: i64,
 }
 
+/// Arbitrary constant naming the outbox's ordering lock among other advisory locks.
+const OUTBOX_ORDER_LOCK: i64 = 0x6d66_6f75_7462_6f78; // "mfoutbox"
+
 pub(crate) async fn write_outbox(
     tx: &mut Tx,
     at: DateTime<Utc>,
     event: &DomainEvent,
 ) -> Result<(), StoreError> {
+    if tx.backend() == super::db::Backend::Postgres {
+        // Ids must become visible in id order, or a sink's cursor could pass an event whose
+        // transaction commits after a later one: event writers take turns until they commit.
+        tx.execute(
+            "SELECT pg_advisory_xact_lock($1)",
+            &params![OUTBOX_ORDER_LOCK],
+        )
+        .await?;
+    }
     tx.execute(
         "INSERT INTO outbox (event_type, subject_id, payload, created_at) VALUES ($1, $2, $3, $4)",
         &params![
@@ -520,17 +532,56 @@ impl Store {
         )
         .await?
         .iter()
-        .map(|row| {
-            Ok(OutboxEvent {
-                id: row.int("id")?,
-                event_type: row.text("event_type")?,
-                subject_id: row.text("subject_id")?,
-                payload: parse_json(&row.text("payload")?)?,
-                created_at: parse_time(&row.text("created_at")?)?,
-                attempts: row.int("attempts")?,
-            })
-        })
+        .map(outbox_from_row)
         .collect()
+    }
+
+    /// Events after `sink`'s delivery cursor, oldest first.
+    pub async fn events_for_sink(
+        &self,
+        sink: &str,
+        limit: i64,
+    ) -> Result<Vec<OutboxEvent>, StoreError> {
+        let mut tx = self.pool.read().await?;
+        tx.fetch_all(
+            "SELECT * FROM outbox WHERE id > COALESCE(
+                (SELECT delivered_through FROM outbox_cursors WHERE sink = $1), 0)
+             ORDER BY id LIMIT $2",
+            &params![sink, limit],
+        )
+        .await?
+        .iter()
+        .map(outbox_from_row)
+        .collect()
+    }
+
+    /// `sink` acknowledged `event`: move its cursor there (only forwards) and mark the event
+    /// delivered, in one transaction fenced by the sink's delivery lease, so a deliverer whose
+    /// lease another replica took over moves nothing.
+    pub async fn mark_delivered_to(
+        &self,
+        sink: &str,
+        event: i64,
+        fence: &super::Fence,
+    ) -> Result<(), StoreError> {
+        let now = self.now();
+        let mut tx = self.pool.write().await?;
+        super::leases::check_fence(&mut tx, fence, now).await?;
+        tx.execute(
+            "INSERT INTO outbox_cursors (sink, delivered_through, updated_at) VALUES ($1, $2, $3)
+             ON CONFLICT (sink) DO UPDATE SET delivered_through = excluded.delivered_through,
+                updated_at = excluded.updated_at
+             WHERE outbox_cursors.delivered_through < excluded.delivered_through",
+            &params![sink, event, format_time(now)],
+        )
+        .await?;
+        tx.execute(
+            "UPDATE outbox SET delivered_at = COALESCE(delivered_at, $1), attempts = attempts + 1
+             WHERE id = $2",
+            &params![format_time(now), event],
+        )
+        .await?;
+        tx.commit().await
     }
 
     /// Mark events delivered (after the sink acknowledged them).
@@ -557,4 +608,15 @@ impl Store {
         .await?;
         tx.commit().await
     }
+}
+
+fn outbox_from_row(row: &super::db::Row) -> Result<OutboxEvent, StoreError> {
+    Ok(OutboxEvent {
+        id: row.int("id")?,
+        event_type: row.text("event_type")?,
+        subject_id: row.text("subject_id")?,
+        payload: parse_json(&row.text("payload")?)?,
+        created_at: parse_time(&row.text("created_at")?)?,
+        attempts: row.int("attempts")?,
+    })
 }

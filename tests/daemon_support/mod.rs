@@ -58,7 +58,16 @@ impl DaemonBed {
     /// The executor bed, its fleet committed on `main`, tokens in the secret store, and a
     /// daemon configuration (`extra` appended to it).
     pub async fn start(setup: Setup, extra: &str) -> DaemonBed {
-        let bed = Bed::start(setup).await;
+        Self::start_with_state(setup, extra, None).await
+    }
+
+    /// [`DaemonBed::start`] on the store `state_url` (e.g. PostgreSQL) instead of SQLite.
+    pub async fn start_with_state(
+        setup: Setup,
+        extra: &str,
+        state_url: Option<String>,
+    ) -> DaemonBed {
+        let bed = Bed::start_with_state(setup, state_url).await;
         git(&bed.fleet_dir, &["init", "-q", "-b", "main"]);
         commit(&bed.fleet_dir, "fleet: first sites and nodes");
         bed.put_secret(
@@ -172,20 +181,7 @@ sim_control = {{ {sims} }}
 
     /// `metalform daemon --config …` as a process, its stderr appended to `log`.
     pub fn spawn(&self, log: &Path) -> std::process::Child {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .unwrap();
-        Command::new(env!("CARGO_BIN_EXE_metalform"))
-            .args(["daemon", "--config"])
-            .arg(&self.config_path)
-            .env_remove("METALFORM_STATE")
-            .env_remove("METALFORM_LOG")
-            .stdout(std::process::Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap()
+        spawn_daemon(&self.config_path, log)
     }
 
     pub fn config(&self) -> metalform::daemon::DaemonConfig {
@@ -261,4 +257,22 @@ pub async fn call(
     let text = response.text().await.unwrap();
     let json = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
     (status, json)
+}
+
+/// `metalform daemon --config CONFIG` as a process, its stderr appended to `log`.
+pub fn spawn_daemon(config: &Path, log: &Path) -> std::process::Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    Command::new(env!("CARGO_BIN_EXE_metalform"))
+        .args(["daemon", "--config"])
+        .arg(config)
+        .env_remove("METALFORM_STATE")
+        .env_remove("METALFORM_LOG")
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
 }

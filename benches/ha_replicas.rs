@@ -1,0 +1,172 @@
+//! Benchmark of daemon replicas sharing a fleet (issue 17: "two replicas: onboarding wall time
+//! no worse than one, CPU per replica about half"). One onboarding wave of N machines over four
+//! simulated sites is run twice, each time on a fresh store: by one `metalform daemon` process,
+//! then by two sharing the store. Printed per pass: the wall time from the first daemon's start
+//! until every node is active, and each replica's CPU time (user + system, from /proc).
+//!
+//! `METALFORM_TEST_POSTGRES_URL=… cargo bench --bench ha_replicas [-- --machines N]` (PostgreSQL,
+//! as scripts/services/10-postgres.sh starts it); without that variable the replicas share a
+//! SQLite file. Converged and deployed-once are asserted (behaviour); times are printed, never
+//! asserted. Under `cargo test --all-targets` it runs once on 8 machines as a smoke test.
+
+#[path = "../tests/onboard_support/mod.rs"]
+mod onboard_support;
+
+#[path = "../tests/daemon_support/mod.rs"]
+mod daemon_support;
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use daemon_support::{DaemonBed, signal};
+use onboard_support::{Setup, SiteSetup};
+use support::Args;
+
+const SITES: usize = 4;
+
+/// CPU seconds (user + system) a process used so far.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of stat; 12 and 13 after the state field's start.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+async fn fresh_state() -> Option<String> {
+    let admin = std::env::var("METALFORM_TEST_POSTGRES_URL").ok()?;
+    use sqlx::{AssertSqlSafe, Connection};
+    let mut conn = sqlx::PgConnection::connect(&admin)
+        .await
+        .expect("PostgreSQL answers");
+    let name = format!("mf_bench_{}", uuid::Uuid::new_v4().simple());
+    sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let mut url = url::Url::parse(&admin).unwrap();
+    url.set_path(&name);
+    Some(url.to_string())
+}
+
+struct Pass {
+    replicas: usize,
+    wall: Duration,
+    cpu: Vec<f64>,
+}
+
+async fn pass(machines: usize, replicas: usize) -> Pass {
+    let per_site = machines.div_ceil(SITES);
+    let sites: Vec<SiteSetup> = (0..SITES)
+        .map(|i| SiteSetup::generated(&format!("dc{}", i + 1), 40 + i as u64, per_site, 0))
+        .collect();
+    let hosts: Vec<(String, String)> = sites
+        .iter()
+        .flat_map(|s| {
+            (0..per_site).map(move |i| (s.name.clone(), onboard_support::hostname_of(&s.config, i)))
+        })
+        .collect();
+    let setup = Setup {
+        sites,
+        profile_spec: "  timeouts: {enrollment: 120s}\n".into(),
+        site_spec: String::new(),
+        max_parallel: 8,
+    };
+    let d = DaemonBed::start_with_state(setup, "", fresh_state().await).await;
+    let port = onboard_support::free_port();
+    let base = std::fs::read_to_string(&d.config_path).unwrap().replace(
+        "listen = \"127.0.0.1:0\"",
+        &format!("listen = \"127.0.0.1:0\"\npublic_url = \"http://127.0.0.1:{port}/\""),
+    );
+    let mut children = Vec::new();
+    let started = Instant::now();
+    for n in 0..replicas {
+        // The first replica listens on the public URL's port (the agents enroll there).
+        let listen = if n == 0 {
+            port
+        } else {
+            onboard_support::free_port()
+        };
+        let text = base
+            .replace("127.0.0.1:0", &format!("127.0.0.1:{listen}"))
+            .replace(
+                &format!("data_dir = \"{}", d.bed.dir.path().join("daemon").display()),
+                &format!(
+                    "data_dir = \"{}",
+                    d.bed.dir.path().join(format!("r{n}")).display()
+                ),
+            );
+        let path = d.bed.dir.path().join(format!("r{n}.toml"));
+        std::fs::write(&path, text).unwrap();
+        children.push(daemon_support::spawn_daemon(
+            &path,
+            &d.bed.dir.path().join(format!("r{n}.log")),
+        ));
+    }
+    let pairs: Vec<(&str, &str)> = hosts
+        .iter()
+        .map(|(s, h)| (s.as_str(), h.as_str()))
+        .collect();
+    d.converged(&pairs, Duration::from_secs(1200)).await;
+    let wall = started.elapsed();
+    let cpu = children.iter().map(|c| cpu_seconds(c.id())).collect();
+    for child in &children {
+        signal(child, "TERM");
+    }
+    for mut child in children {
+        let _ = child.wait();
+    }
+    for i in 0..SITES {
+        let site = format!("dc{}", i + 1);
+        for (host, n) in d.bed.deploys(&site) {
+            assert!(n <= 1, "{site}/{host} deployed {n} times");
+        }
+    }
+    Pass {
+        replicas,
+        wall,
+        cpu,
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args = Args::parse((200, 1), (8, 1));
+    let store = if std::env::var("METALFORM_TEST_POSTGRES_URL").is_ok() {
+        "PostgreSQL"
+    } else {
+        "SQLite"
+    };
+    println!(
+        "ha_replicas: {} machines over {SITES} sites, maxParallel 8, time scale {}, store {store}",
+        args.machines,
+        onboard_support::TIME_SCALE
+    );
+    let one = pass(args.machines, 1).await;
+    let two = pass(args.machines, 2).await;
+    for p in [&one, &two] {
+        let cpu: Vec<String> = p.cpu.iter().map(|c| format!("{c:.2} s")).collect();
+        println!(
+            "  {} replica(s): wall {:.2} s, CPU per replica [{}], total {:.2} s",
+            p.replicas,
+            p.wall.as_secs_f64(),
+            cpu.join(", "),
+            p.cpu.iter().sum::<f64>()
+        );
+    }
+    println!(
+        "  two vs one: wall x{:.2}, CPU per replica x{:.2} (mean of the two vs the one)",
+        two.wall.as_secs_f64() / one.wall.as_secs_f64(),
+        (two.cpu.iter().sum::<f64>() / 2.0) / one.cpu[0].max(0.01)
+    );
+}
