@@ -85,14 +85,14 @@ fn the_agent_install_is_pinned_or_refused() {
     assert!(text.contains("#   b agent-bootstrap v2    enroll at <enroll-url>; agent https://artifacts.example/metalform-agent (sha256 4f2c5e0d8a7b)"));
     // A URL without its pin, or a pin that is not a digest, is refused.
     let out = with(&[]);
-    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("--agent-binary-sha256"),
         "{}",
         stderr(&out)
     );
     let out = with(&["--agent-binary-sha256", "abc123"]);
-    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert_eq!(
         stderr(&out),
         "error: --agent-binary-sha256 must be 64 hex digits\nhint: sha256sum metalform-agent prints it\n"

@@ -59,7 +59,7 @@ async fn method_not_allowed() -> Response {
     let mut response = error(
         StatusCode::METHOD_NOT_ALLOWED,
         "method_not_allowed",
-        "enrollment is a POST of a JSON body (docs/contracts.md §5)",
+        "enrollment is a POST of a JSON body (see docs/agent-protocol.md)",
     );
     response
         .headers_mut()

@@ -492,9 +492,9 @@ impl Store {
             .pool
             .fetch_optional_once(
                 "SELECT c.node_id, c.enrollment_id, c.last_used_at,
-                    CASE WHEN EXISTS (SELECT 1 FROM agent_tasks t WHERE t.node_id = c.node_id
+                    CAST(CASE WHEN EXISTS (SELECT 1 FROM agent_tasks t WHERE t.node_id = c.node_id
                         AND (t.status = $2 OR (t.status = $3 AND t.lease_expires_at <= $4)))
-                    THEN 1 ELSE 0 END AS claimable
+                    THEN 1 ELSE 0 END AS BIGINT) AS claimable
                  FROM agent_credentials c WHERE c.token_hash = $1 AND c.revoked_at IS NULL",
                 &params![
                     hash.clone(),

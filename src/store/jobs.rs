@@ -710,16 +710,19 @@ impl Store {
         kind: JobKind,
         site: Option<&str>,
     ) -> Result<Vec<Job>, StoreError> {
-        let table = tables(kind).jobs;
+        let t = tables(kind);
+        let (table, state, requested) = (t.jobs, t.state, t.requested);
         let terminal: Vec<String> = JobState::ALL
             .iter()
             .filter(|s| s.is_terminal())
             .map(|s| format!("'{}'", s.as_str()))
             .collect();
-        // `n` is newer than `j` in the order the listings use (requested_at DESC, id).
-        let newer = "(n.requested_at > j.requested_at OR (n.requested_at = j.requested_at AND n.id < j.id))";
+        // `n` is newer than `j` in the order the listings use (request time DESC, id).
+        let newer = format!(
+            "(n.{requested} > j.{requested} OR (n.{requested} = j.{requested} AND n.id < j.id))"
+        );
         let mut sql = format!(
-            "SELECT * FROM {table} j WHERE (j.status NOT IN ({terminal})
+            "SELECT * FROM {table} j WHERE (j.{state} NOT IN ({terminal})
                OR NOT EXISTS (SELECT 1 FROM {table} n WHERE n.site = j.site
                    AND n.hostname = j.hostname AND {newer})
                OR (j.maas_system_id IS NOT NULL AND j.node_id IS NOT NULL
@@ -732,7 +735,7 @@ impl Store {
             values.push(Param::from(site));
             sql.push_str(" AND j.site = $1");
         }
-        sql.push_str(" ORDER BY j.requested_at DESC, j.id");
+        sql.push_str(&format!(" ORDER BY j.{requested} DESC, j.id"));
         let mut tx = self.pool.read().await?;
         tx.fetch_all(sql, &values)
             .await?
@@ -747,16 +750,17 @@ impl Store {
         kind: JobKind,
         site: Option<&str>,
     ) -> Result<BTreeMap<JobState, usize>, StoreError> {
+        let t = tables(kind);
         let mut sql = format!(
-            "SELECT status, COUNT(*) AS n FROM {} WHERE 1 = 1",
-            tables(kind).jobs
+            "SELECT {} AS status, COUNT(*) AS n FROM {} WHERE 1 = 1",
+            t.state, t.jobs
         );
         let mut values = Vec::new();
         if let Some(site) = site {
             values.push(Param::from(site));
             sql.push_str(" AND site = $1");
         }
-        sql.push_str(" GROUP BY status");
+        sql.push_str(&format!(" GROUP BY {}", t.state));
         let mut tx = self.pool.read().await?;
         let mut counts = BTreeMap::new();
         for row in tx.fetch_all(sql, &values).await? {

@@ -263,7 +263,7 @@ async fn deliver_enrollment(
         .await
         .map_err(|e| StageFailure::store(&e))?;
     let env = Secret::new(format!(
-        "# metalform: node-agent enrollment of an adopted host (docs/contracts.md §4-§5)\n\
+        "# metalform: node-agent enrollment of an adopted host (docs/agent.md)\n\
          METALFORM_ENROLL_URL=\"{}\"\nMETALFORM_ENROLL_TOKEN=\"{}\"\nMETALFORM_NODE=\"{}\"\n\
          METALFORM_SYSTEM_ID=\"{}\"\n",
         ctx.env.enroll_url,
