@@ -125,6 +125,8 @@ impl AgentChannel {
             .merge(tasks::routes())
             .fallback(not_found)
             .with_state(self.clone())
+            // A malformed query string is a typed JSON error like every other answer.
+            .layer(axum::middleware::from_fn(crate::api::typed_rejections))
     }
 
     pub fn store(&self) -> &Store {

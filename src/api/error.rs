@@ -141,3 +141,36 @@ impl From<StoreError> for ApiError {
         }
     }
 }
+
+/// An extractor's plain-text rejection (a malformed query string) as the typed JSON error every
+/// other answer is.
+pub async fn typed_rejections(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let response = next.run(request).await;
+    let status = response.status();
+    let plain = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/plain"));
+    if !(plain && status.is_client_error()) {
+        return response;
+    }
+    let bytes = axum::body::to_bytes(response.into_body(), 16 * 1024)
+        .await
+        .unwrap_or_default();
+    let code = match status {
+        axum::http::StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
+        axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        axum::http::StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        _ => "bad_request",
+    };
+    ApiError::new(
+        status,
+        code,
+        String::from_utf8_lossy(&bytes).trim().to_owned(),
+    )
+    .into_response()
+}

@@ -40,7 +40,7 @@ use serde::Serialize;
 
 pub use auth::{ApiToken, Principal, TokenRole, Tokens};
 pub use body::{BodyLimit, JsonBody, MaybeJsonBody};
-pub use error::{ApiError, ErrorBody};
+pub use error::{ApiError, ErrorBody, typed_rejections};
 
 use crate::apply::recovery::Recovery;
 use crate::model::{Fleet, SiteName};

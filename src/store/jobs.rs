@@ -353,7 +353,8 @@ pub(super) fn job_from_row(kind: JobKind, row: &Row) -> Result<Job, StoreError> 
         attempt: row.int("current_attempt")?,
         state: parse_name(&row.text(t.state)?)?,
         adopted: row.bool("adopted")?,
-        ends_reconciled: row.bool("ends_reconciled")?,
+        // A provisioning job never ends as a reconciled machine: its table has no such column.
+        ends_reconciled: kind != JobKind::Provisioning && row.bool("ends_reconciled")?,
         failure_class: row
             .opt_text("failure_class")?
             .as_deref()
