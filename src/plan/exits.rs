@@ -32,7 +32,9 @@ pub(super) fn out_of_service(f: &Facts<'_>, inv: &InventoryNode) -> Option<Decis
             "the inventory holds it {} with no open decommission: `metalform decommissions list --node {}` shows the last one; retry it, or set lifecycle: retired or decommissioned",
             inv.status, f.node.id.hostname
         ))),
-        _ if inv.retired || inv.status == NodeState::Retired => Some(reactivate(f, inv)),
+        // Only a node retirement flagged: one left Retired by a cancelled decommission is the
+        // drift rules' to judge.
+        _ if inv.retired => Some(reactivate(f, inv)),
         NodeState::Quarantined => Some(match inv.reimage_generation {
             Some(applied) if f.node.reimage.generation > applied => reimage(f, inv, applied),
             _ => {
