@@ -20,10 +20,13 @@ fn setup(declared: Vec<usize>) -> Setup {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commits_add_nodes_and_they_converge_and_an_empty_commit_is_not_acted_on() {
     let d = DaemonBed::start(setup(vec![0, 1]), "").await;
+    // The agent channel answers plain HTTP here so the route probe below can reach it.
+    d.set_agent("listen = \"127.0.0.1:0\"\nplain_http = true");
     let sim_config = setup(vec![]).sites[0].config.clone();
     let host = |i| hostname_of(&sim_config, i);
     let daemon = start(d.config(), DaemonOptions::default()).await.unwrap();
     let base = format!("http://{}", daemon.local_addr());
+    let agent_base = format!("http://{}", daemon.agent_addr());
 
     let first: Vec<String> = (0..2).map(host).collect();
     let all: Vec<String> = (0..4).map(host).collect();
@@ -94,7 +97,7 @@ async fn commits_add_nodes_and_they_converge_and_an_empty_commit_is_not_acted_on
         assert!(metrics.contains(needle), "no `{needle}` in\n{metrics}");
     }
 
-    // Every documented route is served (not a 404/405 from the router).
+    // Every documented route is served (not a 404/405 from the router), each on its listener.
     let docs = saphyr::Yaml::load_from_str(metalform::api::OPENAPI_YAML).unwrap();
     use saphyr::LoadableYamlNode;
     let paths = docs[0]
@@ -116,9 +119,14 @@ async fn commits_add_nodes_and_they_converge_and_an_empty_commit_is_not_acted_on
             if method == Method::POST && concrete.ends_with("/reconciliation/run") {
                 continue; // exercised below
             }
+            let listener = if concrete.starts_with("/agent/") {
+                &agent_base
+            } else {
+                &base
+            };
             let (status, body) = call(
                 method.clone(),
-                format!("{base}{concrete}"),
+                format!("{listener}{concrete}"),
                 Some(ADMIN_TOKEN),
                 None,
             )
