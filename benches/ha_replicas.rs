@@ -84,21 +84,25 @@ async fn pass(machines: usize, replicas: usize) -> Pass {
     };
     let d = DaemonBed::start_with_state(setup, "", fresh_state().await).await;
     let port = onboard_support::free_port();
+    // The agent channel in plain HTTP: each replica would otherwise make its own development
+    // CA, and hosts pin one.
     let base = std::fs::read_to_string(&d.config_path).unwrap().replace(
-        "listen = \"127.0.0.1:0\"",
-        &format!("listen = \"127.0.0.1:0\"\npublic_url = \"http://127.0.0.1:{port}/\""),
+        "[agent]\nlisten = \"127.0.0.1:0\"",
+        &format!(
+            "[agent]\nlisten = \"127.0.0.1:AGENT\"\nplain_http = true\npublic_url = \"http://127.0.0.1:{port}/\""
+        ),
     );
     let mut children = Vec::new();
     let started = Instant::now();
     for n in 0..replicas {
-        // The first replica listens on the public URL's port (the agents enroll there).
-        let listen = if n == 0 {
+        // The first replica's agent channel is at the public URL (the agents enroll there).
+        let agent = if n == 0 {
             port
         } else {
             onboard_support::free_port()
         };
         let text = base
-            .replace("127.0.0.1:0", &format!("127.0.0.1:{listen}"))
+            .replace("127.0.0.1:AGENT", &format!("127.0.0.1:{agent}"))
             .replace(
                 &format!("data_dir = \"{}", d.bed.dir.path().join("daemon").display()),
                 &format!(
@@ -117,7 +121,25 @@ async fn pass(machines: usize, replicas: usize) -> Pass {
         .iter()
         .map(|(s, h)| (s.as_str(), h.as_str()))
         .collect();
-    d.converged(&pairs, Duration::from_secs(1200)).await;
+    let deadline = Instant::now() + Duration::from_secs(1200);
+    loop {
+        let missing = d.not_active(&pairs).await;
+        if missing.is_empty() {
+            break;
+        }
+        // A replica that exited (a refused configuration) ends the pass, not a 20-minute wait.
+        for (n, child) in children.iter_mut().enumerate() {
+            if let Some(status) = child.try_wait().unwrap() {
+                let log = d.bed.dir.path().join(format!("r{n}.log"));
+                panic!(
+                    "replica {n} exited ({status}):\n{}",
+                    std::fs::read_to_string(log).unwrap_or_default()
+                );
+            }
+        }
+        assert!(Instant::now() < deadline, "not converged: {missing:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let wall = started.elapsed();
     let cpu = children.iter().map(|c| cpu_seconds(c.id())).collect();
     for child in &children {

@@ -59,9 +59,9 @@ fn one_base64() {
     assert_eq!(
         base64.len(),
         1,
-        "several base64 versions: {base64:?}. reqwest 0.13.5 and hyper-util 0.1.21 moved to \
-         0.23 while sqlx 0.9 is on 0.22: keep them at 0.13.4 / 0.1.20 (`cargo update -p reqwest \
-         --precise 0.13.4`) until sqlx follows"
+        "several base64 versions: {base64:?}. reqwest 0.13.5, hyper-util 0.1.21 and rcgen \
+         0.14.10 (through pem 4) moved to 0.23 while sqlx 0.9 is on 0.22: keep them at 0.13.4 / \
+         0.1.20 / 0.14.9 (`cargo update -p rcgen --precise 0.14.9`) until sqlx follows"
     );
 }
 

@@ -255,7 +255,7 @@ async fn write_drift(
         });
     }
     if let Some(fence) = &record.fence {
-        check_fence(tx, fence, now).await?;
+        check_fence(tx, fence).await?;
     }
     if record.refuse_if_job_open
         && let Some((kind, _, state, job)) = open_jobs(tx, node.id).await?.into_iter().next()

@@ -843,7 +843,7 @@ impl Store {
         // Re-read under the node lock: the job may have moved meanwhile.
         let job = read_job(&mut tx, kind, id).await?;
         if let Some(fence) = &update.fence {
-            check_fence(&mut tx, fence, now).await?;
+            check_fence(&mut tx, fence).await?;
         }
         let label = tables(kind).label;
         let job_err = |source| StoreError::JobState {

@@ -300,18 +300,16 @@ pub fn node_lease_name(node: uuid::Uuid) -> String {
     format!("node:{node}")
 }
 
-/// Refuse unless `fence` is still the live holder. The no-op update takes the row lock on
+/// Refuse unless `fence` still holds the lease: same holder, same fencing generation. A lease
+/// past its expiry that nobody took over still passes — only a takeover (which bumps the
+/// generation) or a release ends it, so a holder slowed past its TTL by a loaded machine keeps
+/// its work when no one else started on it. The no-op update takes the row lock on
 /// PostgreSQL, so a concurrent steal waits for this transaction to finish.
-pub(crate) async fn check_fence(
-    tx: &mut Tx,
-    fence: &Fence,
-    now: DateTime<Utc>,
-) -> Result<(), StoreError> {
+pub(crate) async fn check_fence(tx: &mut Tx, fence: &Fence) -> Result<(), StoreError> {
     let columns = fence.sort.columns();
     let held = LeaseWrite::row(columns, fence.name.clone())
         .set_expr(columns.expires, columns.expires)
         .held_by(&fence.holder, Some(fence.fencing))
-        .live(now)
         .execute(tx)
         .await?;
     if held == 1 { Ok(()) } else { Err(fence.lost()) }
@@ -367,19 +365,17 @@ impl Store {
         }
     }
 
-    /// Extend a held lease (heartbeat). Refused with [`StoreError::LeaseLost`] once it expired
-    /// or was taken over.
+    /// Extend a held lease (heartbeat). Refused with [`StoreError::LeaseLost`] once it was
+    /// taken over or released. Like seed 003's renewal (`WHERE id AND worker_id`, no expiry
+    /// condition), a lease that expired without being taken over is extended: the fencing
+    /// generation proves nobody else acted under it.
     pub async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError> {
         let now = self.now();
         let mut tx = self.pool.write().await?;
-        let mut write = renew(
-            lease.sort.columns(),
-            lease.name.clone(),
-            &lease.holder,
-            Some(lease.fencing),
-            now,
-            ttl,
-        );
+        let columns = lease.sort.columns();
+        let mut write = LeaseWrite::row(columns, lease.name.clone())
+            .set(columns.expires, format_time(now + ttl))
+            .held_by(&lease.holder, Some(lease.fencing));
         if lease.sort == LeaseSort::Named {
             write = write.set("renewed_at", format_time(now));
         }
@@ -433,7 +429,7 @@ impl Store {
     /// Check a fence outside any other write (a cheap "am I still the holder?").
     pub async fn check_fence(&self, fence: &Fence) -> Result<(), StoreError> {
         let mut tx = self.pool.write().await?;
-        check_fence(&mut tx, fence, self.now()).await?;
+        check_fence(&mut tx, fence).await?;
         tx.commit().await
     }
 }

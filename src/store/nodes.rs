@@ -221,7 +221,7 @@ pub(crate) async fn transition_in(
         });
     }
     if let Some(fence) = &request.fence {
-        check_fence(tx, fence, now).await?;
+        check_fence(tx, fence).await?;
     }
     if node.status == request.to {
         return Ok(node);

@@ -583,7 +583,7 @@ impl Store {
     ) -> Result<bool, StoreError> {
         let now = self.now();
         let mut tx = self.pool.write().await?;
-        check_fence(&mut tx, fence, now).await?;
+        check_fence(&mut tx, fence).await?;
         let moved = tx
             .execute(
                 "UPDATE provisioning_jobs SET status = $1, failed_step = $2, updated_at = $3
@@ -627,7 +627,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         let now = self.now();
         let mut tx = self.pool.write().await?;
-        check_fence(&mut tx, fence, now).await?;
+        check_fence(&mut tx, fence).await?;
         tx.execute(
             "UPDATE provisioning_jobs SET task_iso_path = $1, updated_at = $2 WHERE id = $3",
             &params![path, format_time(now), id.to_string()],
@@ -646,7 +646,7 @@ impl Store {
         let now = self.now();
         let mut tx = self.pool.write().await?;
         if let Some(fence) = fence {
-            check_fence(&mut tx, fence, now).await?;
+            check_fence(&mut tx, fence).await?;
         }
         insert_event(&mut tx, JobKind::Provisioning, id, event, now).await?;
         tx.commit().await

@@ -566,7 +566,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         let now = self.now();
         let mut tx = self.pool.write().await?;
-        super::leases::check_fence(&mut tx, fence, now).await?;
+        super::leases::check_fence(&mut tx, fence).await?;
         tx.execute(
             "INSERT INTO outbox_cursors (sink, delivered_through, updated_at) VALUES ($1, $2, $3)
              ON CONFLICT (sink) DO UPDATE SET delivered_through = excluded.delivered_through,

@@ -194,17 +194,23 @@ sim_control = {{ {sims} }}
         self.converged(&nodes, within).await;
     }
 
+    /// The (site, hostname) pairs that are not active nodes yet, as `site/host`.
+    pub async fn not_active(&self, nodes: &[(&str, &str)]) -> Vec<String> {
+        let mut missing = Vec::new();
+        for (site, host) in nodes {
+            let node = self.bed.store.find_node(site, host).await.unwrap();
+            if node.is_none_or(|n| n.status != NodeState::Active) {
+                missing.push(format!("{site}/{host}"));
+            }
+        }
+        missing
+    }
+
     /// Wait until every (site, hostname) is an active node.
     pub async fn converged(&self, nodes: &[(&str, &str)], within: Duration) {
         let deadline = Instant::now() + within;
         loop {
-            let mut missing = Vec::new();
-            for (site, host) in nodes {
-                let node = self.bed.store.find_node(site, host).await.unwrap();
-                if node.is_none_or(|n| n.status != NodeState::Active) {
-                    missing.push(format!("{site}/{host}"));
-                }
-            }
+            let missing = self.not_active(nodes).await;
             if missing.is_empty() {
                 return;
             }
