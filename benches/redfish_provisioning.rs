@@ -8,8 +8,10 @@
 //! Two runs in one invocation: all BMCs answering at once (the baseline), then the same with
 //! every tenth BMC answering each request 500 ms late. The figure for "no job waits on
 //! another server's latency" is the duration of the fast servers' jobs (picked → complete)
-//! in the second run against the baseline. RSS is this whole process's peak (VmHWM): the
-//! controller, 200 simulated BMCs and their maintenance OS together.
+//! in the second run against the baseline. In the baseline the BMCs run in a separate
+//! `metalform sim --redfish-bmcs N` process, so this process's peak RSS (VmHWM) after it is the
+//! controller's; the second run has the BMCs in this process (their faults are injected
+//! directly).
 //!
 //! `cargo bench --bench redfish_provisioning [-- --machines N]`: the built-in ISO writer, or
 //! xorriso when `METALFORM_XORRISO` is set. Under `cargo test --all-targets`: a smoke run of
@@ -43,9 +45,51 @@ struct Run {
     all_done: Duration,
 }
 
-async fn run(jobs: usize, slow: Option<(usize, &str)>, xorriso: Option<&str>) -> Run {
+/// `metalform sim` serving `count` Redfish BMCs whose maintenance OS reports to `controller`,
+/// and the BMCs it printed: (serial, vendor, URL).
+fn bmcs_process(
+    count: usize,
+    controller: &url::Url,
+) -> (std::process::Child, Vec<(String, String, String)>) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_metalform"))
+        .args(["sim", "--listen", "127.0.0.1:0", "--time-scale", "100"])
+        .args(["--redfish-bmcs", &count.to_string()])
+        .args(["--redfish-webhook", controller.as_str()])
+        .env("METALFORM_WEBHOOK_SECRET", provisioning_support::WEBHOOK_SECRET)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("metalform sim starts");
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut bmcs = Vec::new();
+    while bmcs.len() < count {
+        let line = lines
+            .next()
+            .expect("metalform sim printed its BMCs")
+            .unwrap();
+        // "Redfish BMC RF-0001 (dell): http://127.0.0.1:PORT/redfish/v1/ (login …)"
+        let Some(rest) = line.strip_prefix("Redfish BMC ") else {
+            continue;
+        };
+        let (serial, rest) = rest.split_once(" (").unwrap();
+        let (vendor, rest) = rest.split_once("): ").unwrap();
+        let url = rest.split_once("/redfish/v1/").unwrap().0;
+        bmcs.push((serial.to_owned(), vendor.to_owned(), url.to_owned()));
+    }
+    (child, bmcs)
+}
+
+/// One run of `jobs` jobs. `separate_bmcs`: the BMCs run in a `metalform sim` process, so
+/// this process is the controller alone (its RSS is the controller's).
+async fn run(
+    jobs: usize,
+    slow: Option<(usize, &str)>,
+    xorriso: Option<&str>,
+    separate_bmcs: bool,
+) -> Run {
     let bed = Bed::start(Options {
-        bmcs: jobs,
+        bmcs: if separate_bmcs { 0 } else { jobs },
         vendor: None,
         concurrency: jobs,
         iso_tool: if xorriso.is_some() {
@@ -61,6 +105,28 @@ async fn run(jobs: usize, slow: Option<(usize, &str)>, xorriso: Option<&str>) ->
         ..Options::default()
     })
     .await;
+    let (sim_process, serials) = if separate_bmcs {
+        let (child, bmcs) = bmcs_process(jobs, &bed.controller_url());
+        let servers: Vec<metalform::store::Server> = bmcs
+            .iter()
+            .map(|(serial, vendor, url)| metalform::store::Server {
+                serial: serial.clone(),
+                bmc_address: url.clone(),
+                credentials: metalform::secrets::SecretRef::new(
+                    provisioning_support::CREDENTIALS,
+                    None,
+                ),
+                vendor: Some(vendor.clone()),
+                last_seen: None,
+                site: "dc1".into(),
+                hostname: format!("rf{}", serial.to_lowercase()),
+            })
+            .collect();
+        bed.store.upsert_servers(&servers).await.unwrap();
+        (Some(child), bmcs.into_iter().map(|b| b.0).collect())
+    } else {
+        (None, (0..jobs).map(|i| bed.serial(i)).collect::<Vec<_>>())
+    };
     let latency = slow.map(|(_, l)| l).unwrap_or("0ms");
     let slow: Vec<bool> = (0..jobs)
         .map(|i| slow.is_some_and(|(n, _)| i % n == n - 1))
@@ -75,10 +141,10 @@ async fn run(jobs: usize, slow: Option<(usize, &str)>, xorriso: Option<&str>) ->
     }
     let started = Instant::now();
     let posts = (0..jobs).map(|i| {
-        let bed = &bed;
+        let (bed, serials) = (&bed, &serials);
         async move {
             let (status, body) = bed
-                .post_job(&bed.serial(i), recipe_of(64 * 1024, i as u64))
+                .post_job(&serials[i], recipe_of(64 * 1024, i as u64))
                 .await;
             assert_eq!(status, 202, "{body}");
             body["job_id"].as_str().unwrap().to_owned()
@@ -104,6 +170,10 @@ async fn run(jobs: usize, slow: Option<(usize, &str)>, xorriso: Option<&str>) ->
         }
     }
     let all_done = started.elapsed();
+    if let Some(mut child) = sim_process {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
     let isos = bed.recorder.isos.lock().unwrap().clone();
     let statuses = bed.recorder.statuses.lock().unwrap().clone();
     assert_eq!(
@@ -145,7 +215,9 @@ async fn bench(args: &Args) {
     let xorriso = std::env::var("METALFORM_XORRISO").ok();
     let tool = xorriso.as_deref().unwrap_or("the built-in ISO writer");
     println!("{jobs} jobs at once, WORKER_CONCURRENCY={jobs}, 64 KiB recipes, task ISOs by {tool}");
-    let baseline = run(jobs, None, xorriso.as_deref()).await;
+    // The baseline with the BMCs in their own process: this process is the controller alone.
+    let baseline = run(jobs, None, xorriso.as_deref(), true).await;
+    let (controller_peak, _) = rss();
     println!(
         "baseline (every BMC answers at once): all complete in {:.2} s; each job picked → complete {}",
         baseline.all_done.as_secs_f64(),
@@ -158,7 +230,7 @@ async fn bench(args: &Args) {
     );
     // Every tenth (the smoke run's last of its few).
     let latency = slow_latency(args);
-    let slowed = run(jobs, Some((10.min(jobs), latency)), xorriso.as_deref()).await;
+    let slowed = run(jobs, Some((10.min(jobs), latency)), xorriso.as_deref(), false).await;
     println!(
         "every 10th BMC {latency} late per request: all complete in {:.2} s",
         slowed.all_done.as_secs_f64()
@@ -170,9 +242,13 @@ async fn bench(args: &Args) {
         slowed.fast.median().as_secs_f64() / baseline.fast.median().as_secs_f64()
     );
     println!("  ISO builds: {}", slowed.isos.summary());
+    println!(
+        "controller RSS (the baseline; BMCs in a `metalform sim` process): peak {controller_peak:.1} MiB"
+    );
     let (peak, now) = rss();
     println!(
-        "process RSS (controller + {jobs} simulated BMCs): peak {peak:.1} MiB, now {now:.1} MiB"
+        "process RSS after the second run (controller + {jobs} simulated BMCs in this process): \
+         peak {peak:.1} MiB, now {now:.1} MiB"
     );
 }
 
