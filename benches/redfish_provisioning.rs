@@ -56,7 +56,10 @@ fn bmcs_process(
         .args(["sim", "--listen", "127.0.0.1:0", "--time-scale", "100"])
         .args(["--redfish-bmcs", &count.to_string()])
         .args(["--redfish-webhook", controller.as_str()])
-        .env("METALFORM_WEBHOOK_SECRET", provisioning_support::WEBHOOK_SECRET)
+        .env(
+            "METALFORM_WEBHOOK_SECRET",
+            provisioning_support::WEBHOOK_SECRET,
+        )
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -230,7 +233,13 @@ async fn bench(args: &Args) {
     );
     // Every tenth (the smoke run's last of its few).
     let latency = slow_latency(args);
-    let slowed = run(jobs, Some((10.min(jobs), latency)), xorriso.as_deref(), false).await;
+    let slowed = run(
+        jobs,
+        Some((10.min(jobs), latency)),
+        xorriso.as_deref(),
+        false,
+    )
+    .await;
     println!(
         "every 10th BMC {latency} late per request: all complete in {:.2} s",
         slowed.all_done.as_secs_f64()

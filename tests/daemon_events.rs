@@ -1,6 +1,7 @@
 //! Domain events from the outbox to an HTTP webhook, at least once (seed 000 §8.0, issue 6): a
 //! real local receiver fails the first attempts; each event is retried with backoff, marked
-//! delivered only after a 2xx, and arrives in outbox order.
+//! delivered only after a 2xx, and arrives in outbox order; a stopped outbox gives its delivery
+//! lease up.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -86,8 +87,11 @@ async fn webhook_delivery_retries_until_acknowledged_and_keeps_order() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    assert_eq!(store.live_leases("events:").await.unwrap().len(), 1);
     let _ = stop.send(());
     run.await.unwrap();
+    // Stopped: the delivery lease is given up, not left to expire.
+    assert!(store.live_leases("events:").await.unwrap().is_empty());
     assert!(store.pending_events(10).await.unwrap().is_empty());
     let received = receiver.received.lock().unwrap().clone();
     let types: Vec<&str> = received

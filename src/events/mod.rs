@@ -361,9 +361,16 @@ impl Outbox {
                 self.pacing.idle
             };
             tokio::select! {
-                _ = &mut stop => return,
+                _ = &mut stop => break,
                 _ = tokio::time::sleep(wait) => {}
             }
+        }
+        // Give the delivery lease up, so another replica delivers at once rather than after
+        // the lease's TTL.
+        if let Some((lease, _)) = self.lease.lock().await.take()
+            && let Err(err) = self.store.release_lease(&lease).await
+        {
+            tracing::warn!(error = %err, "cannot release the event delivery lease");
         }
     }
 }
