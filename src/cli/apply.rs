@@ -373,11 +373,7 @@ impl Runtime {
         progress: Arc<dyn Progress>,
     ) -> Result<Runtime, CliError> {
         let mut config = AgentServerConfig::new(exec.agent_listen, peering.public_url, peering.tls);
-        if exec.agent_listen.ip().is_loopback() {
-            // Only local processes reach a loopback listener — the simulator's agents, all from
-            // one address, each holding a long-poll: a per-address limit would starve them.
-            config.limits.max_connections_per_peer = config.limits.max_connections;
-        }
+        config.limits = config.limits.one_peer_on_loopback(exec.agent_listen);
         let agents = match AgentServer::start(world.store.clone(), config).await {
             Ok(server) => server,
             Err(e) => {

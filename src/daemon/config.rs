@@ -935,12 +935,19 @@ fn agent_config(
         listen,
         public_url,
         tls,
-        limits: limits(
-            crate::listener::Limits::agent(),
-            agent.max_connections,
-            agent.max_connections_per_peer,
-            [agent.header_timeout, agent.body_timeout, agent.idle_timeout],
-        ),
+        limits: {
+            let limits = limits(
+                crate::listener::Limits::agent(),
+                agent.max_connections,
+                agent.max_connections_per_peer,
+                [agent.header_timeout, agent.body_timeout, agent.idle_timeout],
+            );
+            // A configured per-peer limit is kept as given.
+            match agent.max_connections_per_peer {
+                Some(_) => limits,
+                None => limits.one_peer_on_loopback(listen),
+            }
+        },
         contact_flush,
         task_lease: agent
             .task_lease
@@ -1196,6 +1203,19 @@ path = "events.jsonl"
         let bad = GOOD.replace("127.0.0.1:8740", "0.0.0.0:8740");
         let err = parse(&bad).unwrap_err();
         assert!(err.message.contains("no `agent.public_url`"), "{err}");
+    }
+
+    #[test]
+    fn a_loopback_agent_listener_limits_connections_globally_not_per_address() {
+        // Loopback: every connection comes from one address (simulated agents, a local proxy).
+        let config = parse(GOOD).unwrap();
+        assert_eq!(config.agent.limits.max_connections_per_peer, 20_000);
+        let with_agent = |body: &str| parse(&format!("{GOOD}\n[agent]\n{body}\n")).unwrap();
+        let set = with_agent("listen = \"127.0.0.1:8741\"\nmax_connections_per_peer = 4");
+        assert_eq!(set.agent.limits.max_connections_per_peer, 4);
+        // Every interface: real hosts, each with its address, get the per-address default.
+        let open = with_agent("listen = \"0.0.0.0:8741\"\npublic_url = \"https://10.0.0.5:8741/\"");
+        assert_eq!(open.agent.limits.max_connections_per_peer, 16);
     }
 
     #[test]

@@ -91,6 +91,16 @@ impl Limits {
         }
     }
 
+    /// On a loopback address only local processes connect — a simulator's agents, a local
+    /// proxy — all from one address and each holding a long-poll, so a per-address limit
+    /// would starve them: there it is the global limit.
+    pub fn one_peer_on_loopback(mut self, listen: std::net::SocketAddr) -> Limits {
+        if listen.ip().is_loopback() {
+            self.max_connections_per_peer = self.max_connections;
+        }
+        self
+    }
+
     /// The admin API: operators, CI and monitoring.
     pub fn admin() -> Limits {
         Limits {
