@@ -255,6 +255,7 @@ fn plan_site<'f>(
                 .unwrap_or_default(),
         };
         let decision = hold_back(&facts, decide(&facts));
+        let decision = super::retry::gate(fleet, node, facts.open, decision, clock);
         let decision = super::windows::gate(fleet.windows_of(node), decision, clock);
         items.push(item(fleet, node, decision));
     }
