@@ -1402,8 +1402,6 @@ pub async fn drift_is_recorded_and_resolved(url: String) {
     assert!(store.drifted().await.unwrap().is_empty());
 }
 
-/// One `#[tokio::test]` per case, each on a fresh store from `$make_url`.
-#[macro_export]
 /// A `failed_retryable` move that records its next try (what the executor writes).
 fn failed_waiting(failures: i64, wait_secs: i64, spec: &str) -> JobUpdate {
     let mut failed = JobUpdate::new(JobState::FailedRetryable);
@@ -1565,6 +1563,8 @@ pub async fn failed_jobs_record_their_next_try(url: String) {
     );
 }
 
+/// One `#[tokio::test]` per case, each on a fresh store from `$make_url`.
+#[macro_export]
 macro_rules! store_suite_tests {
     ($make_url:path) => {
         $crate::store_suite_tests!(@cases $make_url;
