@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use daemon_support::{ADMIN_TOKEN, DaemonBed, call, commit};
+use metalform::apply::ExecutorOptions;
 use metalform::daemon::{DaemonOptions, start};
 use metalform::lifecycle::{FailureClass, JobState, NodeState};
 use metalform::store::Job;
@@ -48,10 +49,27 @@ fn wait_secs(job: &Job) -> f64 {
     (job.next_try_at.unwrap() - job.updated_at).as_seconds_f64()
 }
 
+/// The wait the daemon's seeded jitter gives the node's `failures`th failure in a row. The
+/// recorded one is read against the failure's write, a clock read a moment apart from the
+/// executor's: equal within a few milliseconds.
+fn assert_wait(d: &DaemonBed, job: &Job, failures: u32) {
+    let config = d.config();
+    let options = ExecutorOptions {
+        failed_retry: config.executor.failed_retry,
+        seed: config.executor.seed.unwrap(),
+        ..ExecutorOptions::default()
+    };
+    let node = format!("{}/{}", job.site, job.hostname);
+    let want = options.failed_retry_wait(&node, failures).as_secs_f64();
+    let got = wait_secs(job);
+    assert!((got - want).abs() < 0.25, "failure {failures}: waited {got}s, not {want}s");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_retryable_work_backs_off_resets_on_a_spec_change_and_yields_to_an_operator() {
-    // The daemon bed's own `[executor]` table gets the backoff keys.
-    let d = DaemonBed::start(setup(), "").await;
+    // A failed deployment is rerun from the top: the daemon may do that on its own here. The
+    // bed's own `[executor]` table gets the backoff keys.
+    let d = DaemonBed::start(setup(), "[self_heal]\nrerun = true\n").await;
     let text = std::fs::read_to_string(&d.config_path).unwrap();
     std::fs::write(
         &d.config_path,
@@ -76,6 +94,7 @@ async fn failed_retryable_work_backs_off_resets_on_a_spec_change_and_yields_to_a
     );
     let waited = wait_secs(&first);
     assert!((4.0..8.0).contains(&waited), "first wait {waited}s");
+    assert_wait(&d, &first, 1);
     let next_try = first.next_try_at.unwrap();
     let deploys = d.bed.deploys("dc1")[&failing];
     assert!(deploys >= 1);
@@ -139,6 +158,7 @@ async fn failed_retryable_work_backs_off_resets_on_a_spec_change_and_yields_to_a
     assert!(d.bed.deploys("dc1")[&failing] > deploys);
     let waited = wait_secs(&second);
     assert!((8.0..16.0).contains(&waited), "second wait {waited}s");
+    assert_wait(&d, &second, 2);
 
     // A commit that changes the node's manifests retries at once — well before the next try —
     // and the count starts again.
@@ -146,9 +166,15 @@ async fn failed_retryable_work_backs_off_resets_on_a_spec_change_and_yields_to_a
     d.bed.edit_fleet(
         "nodes/dc1.yaml",
         "address: 172.30.0.1/31",
-        "address: 172.30.0.3/31",
+        "address: 172.30.9.1/31",
     );
+    let revision = daemon.revision().unwrap().revision.clone();
     commit(&d.bed.fleet_dir, "fleet: fix the node's RoCE address");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while daemon.revision().unwrap().revision == revision {
+        assert!(Instant::now() < deadline, "the daemon never took the commit");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let reset = job_when(&d.bed, &failing, "failed after the change", |j| {
         j.state == JobState::FailedRetryable && j.retry_spec != second.retry_spec
     })
@@ -161,6 +187,7 @@ async fn failed_retryable_work_backs_off_resets_on_a_spec_change_and_yields_to_a
     assert!(d.bed.deploys("dc1")[&failing] > deploys);
     let waited = wait_secs(&reset);
     assert!((4.0..8.0).contains(&waited), "wait after the reset {waited}s");
+    assert_wait(&d, &reset, 1);
 
     // The machine is repaired and an operator retries now (audited): no wait, and the
     // success clears the count.

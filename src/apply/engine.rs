@@ -527,8 +527,7 @@ impl<'a, K: Kind> Run<'a, K> {
             1
         };
         let count = u32::try_from(failures).unwrap_or(u32::MAX);
-        let unit = backoff::failure_unit(self.shared.options.seed, &self.label, count);
-        let delay = self.shared.options.failed_retry.jittered(count, unit);
+        let delay = self.shared.options.failed_retry_wait(&self.label, count);
         let now = self.shared.env.clock.now();
         RetryWait {
             failures,

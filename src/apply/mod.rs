@@ -106,6 +106,16 @@ impl Default for ExecutorOptions {
     }
 }
 
+impl ExecutorOptions {
+    /// How long the job of `node` (`site/hostname`) waits after its `failures`th failure in a
+    /// row before the reconciler tries it again: `failed_retry`'s backoff with jitter drawn
+    /// from (`seed`, node, count) — the same wait whichever run computes it.
+    pub fn failed_retry_wait(&self, node: &str, failures: u32) -> Duration {
+        let unit = backoff::failure_unit(self.seed, node, failures);
+        self.failed_retry.jittered(failures, unit)
+    }
+}
+
 /// A failed job's first next try is 30 s to a minute away; after six failures in a row it waits
 /// 30 to 60 minutes, and never longer.
 pub const DEFAULT_FAILED_RETRY: crate::backoff::Backoff =
