@@ -29,6 +29,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_failed_jobs_wait_doubles_to_the_cap_and_is_the_same_on_every_run() {
+        let options = crate::apply::ExecutorOptions {
+            seed: 7,
+            ..crate::apply::ExecutorOptions::default()
+        };
+        let wait = |failures| options.failed_retry_wait("dc1/gpu00001", failures);
+        let minutes = |m: u64| std::time::Duration::from_secs(60 * m);
+        for (failures, ceiling) in [(1, 1), (2, 2), (3, 4), (6, 32), (7, 60), (40, 60)] {
+            let w = wait(failures);
+            assert!(w >= minutes(ceiling) / 2 && w < minutes(ceiling), "{failures}: {w:?}");
+            assert_eq!(w, wait(failures));
+        }
+        assert_ne!(wait(1), options.failed_retry_wait("dc1/gpu00002", 1));
+    }
+
+    #[test]
     fn a_failure_draws_the_same_sample_on_every_run() {
         let unit = failure_unit(7, "dc1/x", 3);
         assert_eq!(unit, failure_unit(7, "dc1/x", 3));
