@@ -1117,8 +1117,12 @@ path = "events.jsonl"
         assert!(matches!(config.agent.tls, TlsChoice::Files { .. }));
         assert!(config.agent.binary.is_some());
         assert!(matches!(config.events.unwrap().sink, EventSink::Webhook(_)));
-        // The example spells out the drift policy's defaults.
+        // The example spells out the drift policy's and the failed-job backoff's defaults.
         assert_eq!(config.drift, crate::drift::DriftPolicy::default());
+        assert_eq!(
+            config.executor.failed_retry,
+            crate::apply::DEFAULT_FAILED_RETRY
+        );
     }
 
     #[test]
