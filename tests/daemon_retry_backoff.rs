@@ -39,7 +39,10 @@ async fn job_when(bed: &Bed, hostname: &str, what: &str, check: impl Fn(&Job) ->
         if let Some(job) = job.filter(|j| check(j)) {
             return job.clone();
         }
-        assert!(Instant::now() < deadline, "{hostname} never {what}: {job:#?}");
+        assert!(
+            Instant::now() < deadline,
+            "{hostname} never {what}: {job:#?}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -62,7 +65,10 @@ fn assert_wait(d: &DaemonBed, job: &Job, failures: u32) {
     let node = format!("{}/{}", job.site, job.hostname);
     let want = options.failed_retry_wait(&node, failures).as_secs_f64();
     let got = wait_secs(job);
-    assert!((got - want).abs() < 0.25, "failure {failures}: waited {got}s, not {want}s");
+    assert!(
+        (got - want).abs() < 0.25,
+        "failure {failures}: waited {got}s, not {want}s"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -71,11 +77,7 @@ async fn failed_retryable_work_backs_off_resets_on_a_spec_change_and_yields_to_a
     // bed's own `[executor]` table gets the backoff keys.
     let d = DaemonBed::start(setup(), "[self_heal]\nrerun = true\n").await;
     let text = std::fs::read_to_string(&d.config_path).unwrap();
-    std::fs::write(
-        &d.config_path,
-        text.replace("[executor]\n", BACKOFF),
-    )
-    .unwrap();
+    std::fs::write(&d.config_path, text.replace("[executor]\n", BACKOFF)).unwrap();
     let config = setup().sites[0].config.clone();
     let (failing, healthy) = (hostname_of(&config, 0), hostname_of(&config, 1));
     let daemon = start(d.config(), DaemonOptions::default()).await.unwrap();
@@ -90,7 +92,10 @@ async fn failed_retryable_work_backs_off_resets_on_a_spec_change_and_yields_to_a
     .await;
     assert_eq!(
         (first.failure_class, first.error_code.as_deref()),
-        (Some(FailureClass::DeployCloudInitFailure), Some("deploy_failed"))
+        (
+            Some(FailureClass::DeployCloudInitFailure),
+            Some("deploy_failed")
+        )
     );
     let waited = wait_secs(&first);
     assert!((4.0..8.0).contains(&waited), "first wait {waited}s");
@@ -131,7 +136,10 @@ async fn failed_retryable_work_backs_off_resets_on_a_spec_change_and_yields_to_a
     while Utc::now() + chrono::TimeDelta::milliseconds(300) < next_try {
         assert_eq!(d.bed.deploys("dc1")[&failing], deploys, "retried early");
         let job = d.bed.job_of("dc1", &failing).await;
-        assert_eq!((job.state, job.retry_failures), (JobState::FailedRetryable, 1));
+        assert_eq!(
+            (job.state, job.retry_failures),
+            (JobState::FailedRetryable, 1)
+        );
         let (_, plan) = call(
             Method::GET,
             format!("{base}/api/v1/admin/plan"),
@@ -141,9 +149,9 @@ async fn failed_retryable_work_backs_off_resets_on_a_spec_change_and_yields_to_a
         .await;
         let items = plan["sites"][0]["plan"]["items"].as_array().cloned();
         saw_wait_in_plan |= items.iter().flatten().any(|i| {
-            i["reason"]
-                .as_str()
-                .is_some_and(|r| r.starts_with("retry waits: next try in under a minute (attempt 2); would rerun"))
+            i["reason"].as_str().is_some_and(|r| {
+                r.starts_with("retry waits: next try in under a minute (attempt 2); would rerun")
+            })
         });
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -172,7 +180,10 @@ async fn failed_retryable_work_backs_off_resets_on_a_spec_change_and_yields_to_a
     commit(&d.bed.fleet_dir, "fleet: fix the node's RoCE address");
     let deadline = Instant::now() + Duration::from_secs(30);
     while daemon.revision().unwrap().revision == revision {
-        assert!(Instant::now() < deadline, "the daemon never took the commit");
+        assert!(
+            Instant::now() < deadline,
+            "the daemon never took the commit"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let reset = job_when(&d.bed, &failing, "failed after the change", |j| {
@@ -186,7 +197,10 @@ async fn failed_retryable_work_backs_off_resets_on_a_spec_change_and_yields_to_a
     assert_eq!(reset.retry_failures, 1, "the count starts again");
     assert!(d.bed.deploys("dc1")[&failing] > deploys);
     let waited = wait_secs(&reset);
-    assert!((4.0..8.0).contains(&waited), "wait after the reset {waited}s");
+    assert!(
+        (4.0..8.0).contains(&waited),
+        "wait after the reset {waited}s"
+    );
     assert_wait(&d, &reset, 1);
 
     // The machine is repaired and an operator retries now (audited): no wait, and the
@@ -215,14 +229,18 @@ async fn failed_retryable_work_backs_off_resets_on_a_spec_change_and_yields_to_a
     assert_eq!((done.retry_failures, done.next_try_at), (0, None));
     let audit = d.bed.audit_of(done.id).await;
     assert!(
-        audit
-            .iter()
-            .any(|a| a.action == "onboarding.rerun"
-                && a.actor == "ops-alice"
-                && a.reason.as_deref() == Some("machine repaired")),
+        audit.iter().any(|a| a.action == "onboarding.rerun"
+            && a.actor == "ops-alice"
+            && a.reason.as_deref() == Some("machine repaired")),
         "{audit:#?}"
     );
-    let node = d.bed.store.find_node("dc1", &failing).await.unwrap().unwrap();
+    let node = d
+        .bed
+        .store
+        .find_node("dc1", &failing)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(node.status, NodeState::Active);
     daemon.shutdown().await;
 }

@@ -215,10 +215,9 @@ fn backing_off(
     metalform::observe::ObservedJob {
         retry_failures: failures,
         next_try_at: Some(at(minutes)),
-        retry_spec: Some(spec.map_or_else(
-            || plan::node_spec_hash(fleet, node).unwrap(),
-            str::to_owned,
-        )),
+        retry_spec: Some(
+            spec.map_or_else(|| plan::node_spec_hash(fleet, node).unwrap(), str::to_owned),
+        ),
         ..job
     }
 }
@@ -300,38 +299,33 @@ fn failed_retryable_jobs_wait_for_their_next_try_unless_the_manifests_change() {
     assert_eq!((plan.summary.resume, plan.summary.blocked), (2, 1));
     assert!(plan.needing_operator().next().is_none());
 
-    // The same snapshot read once the wait is over (a deterministic clock): n01 is retried.
-    let later = plan::plan(
-        &fleet,
-        &snapshot,
-        &PlanOptions {
-            sites: SiteFilter::from_names(["dc1"]),
-            now: Some(at(4)),
-            ..PlanOptions::default()
-        },
-    );
-    assert_eq!(
-        item(&later, "dc1/n01").action,
-        Action::Resume {
-            job_id: waiting.id,
-            stage: "configure_storage".into()
-        }
-    );
+    // The same snapshot planned at another moment (a deterministic clock), or with other
+    // manifests.
+    let dc1_at = |fleet: &Fleet, now: Option<i64>| {
+        plan::plan(
+            fleet,
+            &snapshot,
+            &PlanOptions {
+                sites: SiteFilter::from_names(["dc1"]),
+                now: now.map(at),
+                ..PlanOptions::default()
+            },
+        )
+    };
+    let resumes_n01 = Action::Resume {
+        job_id: waiting.id,
+        stage: "configure_storage".into(),
+    };
+    // Once the wait is over, n01 is retried.
+    let later = dc1_at(&fleet, Some(4));
+    assert_eq!(item(&later, "dc1/n01").action, resumes_n01);
     assert!(
         item(&later, "dc1/n01")
             .reason
             .ends_with(" (attempt 3, after 2 failures in a row and its backoff)")
     );
     // A minute before it: still waiting, and saying so.
-    let before = plan::plan(
-        &fleet,
-        &snapshot,
-        &PlanOptions {
-            sites: SiteFilter::from_names(["dc1"]),
-            now: Some(at(3)),
-            ..PlanOptions::default()
-        },
-    );
+    let before = dc1_at(&fleet, Some(3));
     assert!(
         item(&before, "dc1/n01")
             .reason
@@ -341,34 +335,12 @@ fn failed_retryable_jobs_wait_for_their_next_try_unless_the_manifests_change() {
     // Editing the node's manifest (anything the node is planned from) retries it at once.
     let mut edited = fleet.clone();
     edit(&mut edited, "dc1/n01", |n| n.gpus += 1);
-    let plan = plan::plan(
-        &edited,
-        &snapshot,
-        &PlanOptions {
-            sites: SiteFilter::from_names(["dc1"]),
-            ..PlanOptions::default()
-        },
-    );
-    assert_eq!(
-        item(&plan, "dc1/n01").action,
-        Action::Resume {
-            job_id: waiting.id,
-            stage: "configure_storage".into()
-        }
-    );
+    assert_eq!(item(&dc1_at(&edited, None), "dc1/n01").action, resumes_n01);
     // Paused wins over the wait: nothing is said about a retry the node would not get.
     let mut paused = fleet.clone();
     edit(&mut paused, "dc1/n02", |n| n.paused = true);
-    let plan = plan::plan(
-        &paused,
-        &snapshot,
-        &PlanOptions {
-            sites: SiteFilter::from_names(["dc1"]),
-            ..PlanOptions::default()
-        },
-    );
     assert!(matches!(
-        cause(item(&plan, "dc1/n02")),
+        cause(item(&dc1_at(&paused, None), "dc1/n02")),
         BlockCause::Paused { .. }
     ));
 }

@@ -611,9 +611,16 @@ async fn a_node_waiting_for_its_next_try_says_when() {
     let doc: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
     let next = &doc["nodes"][0]["next_try"];
     assert_eq!(next["text"], "next try in 4m (attempt 3)");
-    assert_eq!((next["failures"].as_i64(), next["attempt"].as_i64()), (Some(2), Some(3)));
     assert_eq!(
-        next["at"].as_str().unwrap().parse::<DateTime<Utc>>().unwrap(),
+        (next["failures"].as_i64(), next["attempt"].as_i64()),
+        (Some(2), Some(3))
+    );
+    assert_eq!(
+        next["at"]
+            .as_str()
+            .unwrap()
+            .parse::<DateTime<Utc>>()
+            .unwrap(),
         (now + Duration::seconds(270)).trunc_subsecs(6)
     );
     assert_eq!(doc["nodes"][1]["next_try"], serde_json::Value::Null);

@@ -38,7 +38,10 @@ mod tests {
         let minutes = |m: u64| std::time::Duration::from_secs(60 * m);
         for (failures, ceiling) in [(1, 1), (2, 2), (3, 4), (6, 32), (7, 60), (40, 60)] {
             let w = wait(failures);
-            assert!(w >= minutes(ceiling) / 2 && w < minutes(ceiling), "{failures}: {w:?}");
+            assert!(
+                w >= minutes(ceiling) / 2 && w < minutes(ceiling),
+                "{failures}: {w:?}"
+            );
             assert_eq!(w, wait(failures));
         }
         assert_ne!(wait(1), options.failed_retry_wait("dc1/gpu00002", 1));

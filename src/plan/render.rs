@@ -67,7 +67,10 @@ const LEGEND: &[(&str, &str)] = &[
     (">", "resume a job where it stopped"),
     ("~", "rerun a failed job from the top"),
     ("<=", "adopt what MAAS and the agent report"),
-    ("@", "waits for a maintenance window or a failed job's next try"),
+    (
+        "@",
+        "waits for a maintenance window or a failed job's next try",
+    ),
     ("!", "blocked: needs an operator"),
     ("*", "no change, but see the note"),
     ("=", "no change"),

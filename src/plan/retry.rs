@@ -23,8 +23,10 @@ pub(super) fn gate(
     let Some(job) = job.filter(|j| j.state == JobState::FailedRetryable) else {
         return decision;
     };
-    let retries = matches!(decision.action, Action::Resume { .. } | Action::Rerun { .. })
-        && decision.action.job_id() == Some(job.id);
+    let retries = matches!(
+        decision.action,
+        Action::Resume { .. } | Action::Rerun { .. }
+    ) && decision.action.job_id() == Some(job.id);
     let Some(next_try_at) = job.next_try_at.filter(|_| retries) else {
         return decision;
     };

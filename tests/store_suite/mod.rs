@@ -1456,12 +1456,20 @@ pub async fn failed_jobs_record_their_next_try(url: String) {
         )
     );
     assert_eq!(
-        store.job(JobKind::Onboarding, job.id).await.unwrap().next_try_at,
+        store
+            .job(JobKind::Onboarding, job.id)
+            .await
+            .unwrap()
+            .next_try_at,
         None
     );
 
     let failed = store
-        .advance_job(JobKind::Onboarding, job.id, &failed_waiting(1, 60, "sha256:a"))
+        .advance_job(
+            JobKind::Onboarding,
+            job.id,
+            &failed_waiting(1, 60, "sha256:a"),
+        )
         .await
         .unwrap();
     assert_eq!(failed.state, JobState::FailedRetryable);
@@ -1493,7 +1501,11 @@ pub async fn failed_jobs_record_their_next_try(url: String) {
         .unwrap();
     assert_eq!(retried.state, JobState::Running);
     assert_eq!(
-        (retried.retry_failures, retried.next_try_at, retried.next_try(t0())),
+        (
+            retried.retry_failures,
+            retried.next_try_at,
+            retried.next_try(t0())
+        ),
         (1, None, None)
     );
     let audit = store
@@ -1505,7 +1517,11 @@ pub async fn failed_jobs_record_their_next_try(url: String) {
     // Failing again: the executor counts on; a failure without a wait (a kind the reconciler
     // does not retry on its own) records none.
     let again = store
-        .advance_job(JobKind::Onboarding, job.id, &failed_waiting(2, 180, "sha256:a"))
+        .advance_job(
+            JobKind::Onboarding,
+            job.id,
+            &failed_waiting(2, 180, "sha256:a"),
+        )
         .await
         .unwrap();
     assert_eq!(
