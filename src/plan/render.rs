@@ -17,8 +17,9 @@ pub struct TextOptions {
 
 /// The symbol of an item: `+` onboard, `-/+` destructive onboard, `~/+` reimage, `-`
 /// decommission, `x` retire, `^` reactivate, `--` prune, `>` resume, `~` rerun, `<=` adopt,
-/// `@` waits (for a maintenance window, or for a failed job's next try), `!` blocked, `*` unchanged with a note (drift, not
-/// onboarded on purpose, not in the manifests), `=` unchanged and settled.
+/// `@` waits (for a maintenance window, or for a failed job's next try), `!` blocked, `*`
+/// unchanged with a note (drift, not onboarded on purpose, not in the manifests), `=`
+/// unchanged and settled.
 pub fn symbol(item: &PlanItem) -> &'static str {
     match &item.action {
         Action::Onboard if item.destructive => "-/+",
