@@ -202,6 +202,149 @@ fn failed_retryable_jobs_resume_or_rerun_as_recommended() {
     assert_eq!(plan.summary.rerun, 1);
 }
 
+/// A failed job that backs off (`failures` in a row, next try at `minutes` from the snapshot),
+/// failed under the spec the fixture fleet gives its node now, or under `spec`.
+fn backing_off(
+    fleet: &Fleet,
+    job: metalform::observe::ObservedJob,
+    failures: i64,
+    minutes: i64,
+    spec: Option<&str>,
+) -> metalform::observe::ObservedJob {
+    let node = &fleet.nodes[&NodeId::new(&job.site, &job.hostname)];
+    metalform::observe::ObservedJob {
+        retry_failures: failures,
+        next_try_at: Some(at(minutes)),
+        retry_spec: Some(
+            spec.map_or_else(|| plan::node_spec_hash(fleet, node).unwrap(), str::to_owned),
+        ),
+        ..job
+    }
+}
+
+#[test]
+fn failed_retryable_jobs_wait_for_their_next_try_unless_the_manifests_change() {
+    let fleet = fixture_fleet();
+    let transient = |host: &str, stage: &str| {
+        failed(
+            job("dc1", host, JobState::FailedRetryable, stage),
+            FailureClass::UpstreamTransient,
+            "maas_unavailable",
+            "MAAS answered 503 five times",
+        )
+    };
+    // n01 waits 4 more minutes; n02's wait is over; n03's manifests changed since it failed.
+    let waiting = backing_off(&fleet, transient("n01", "configure_storage"), 2, 4, None);
+    let due = backing_off(&fleet, transient("n02", "deploy_via_maas"), 1, -1, None);
+    let changed = backing_off(
+        &fleet,
+        transient("n03", "deploy_via_maas"),
+        5,
+        30,
+        Some("sha256:the-spec-it-failed-under"),
+    );
+    let snapshot = World::new()
+        .job(waiting.clone())
+        .job(due.clone())
+        .job(changed.clone())
+        .done();
+    let plan = run("retry_backoff", &fleet, &snapshot, &["dc1"]);
+    let n01 = item(&plan, "dc1/n01");
+    assert_eq!(
+        cause(n01),
+        &BlockCause::RetryBackoff {
+            job_id: waiting.id,
+            failures: 2,
+            next_try_at: at(4),
+            would: "resume".into(),
+        }
+    );
+    assert!(!cause(n01).needs_operator());
+    assert!(
+        n01.reason
+            .starts_with("retry waits: next try in 4m (attempt 3); would resume: onboarding "),
+        "{}",
+        n01.reason
+    );
+    assert_eq!(render::symbol(n01), "@");
+    let n02 = item(&plan, "dc1/n02");
+    assert_eq!(
+        n02.action,
+        Action::Resume {
+            job_id: due.id,
+            stage: "deploy_via_maas".into()
+        }
+    );
+    assert!(
+        n02.reason
+            .ends_with(" (attempt 2, after 1 failure in a row and its backoff)"),
+        "{}",
+        n02.reason
+    );
+    let n03 = item(&plan, "dc1/n03");
+    assert_eq!(
+        n03.action,
+        Action::Resume {
+            job_id: changed.id,
+            stage: "deploy_via_maas".into()
+        }
+    );
+    assert!(
+        n03.reason.ends_with(
+            " (the node's manifests changed since it failed: retried now, its backoff starts again)"
+        ),
+        "{}",
+        n03.reason
+    );
+    assert_eq!((plan.summary.resume, plan.summary.blocked), (2, 1));
+    assert!(plan.needing_operator().next().is_none());
+
+    // The same snapshot planned at another moment (a deterministic clock), or with other
+    // manifests.
+    let dc1_at = |fleet: &Fleet, now: Option<i64>| {
+        plan::plan(
+            fleet,
+            &snapshot,
+            &PlanOptions {
+                sites: SiteFilter::from_names(["dc1"]),
+                now: now.map(at),
+                ..PlanOptions::default()
+            },
+        )
+    };
+    let resumes_n01 = Action::Resume {
+        job_id: waiting.id,
+        stage: "configure_storage".into(),
+    };
+    // Once the wait is over, n01 is retried.
+    let later = dc1_at(&fleet, Some(4));
+    assert_eq!(item(&later, "dc1/n01").action, resumes_n01);
+    assert!(
+        item(&later, "dc1/n01")
+            .reason
+            .ends_with(" (attempt 3, after 2 failures in a row and its backoff)")
+    );
+    // A minute before it: still waiting, and saying so.
+    let before = dc1_at(&fleet, Some(3));
+    assert!(
+        item(&before, "dc1/n01")
+            .reason
+            .starts_with("retry waits: next try in 1m (attempt 3)")
+    );
+
+    // Editing the node's manifest (anything the node is planned from) retries it at once.
+    let mut edited = fleet.clone();
+    edit(&mut edited, "dc1/n01", |n| n.gpus += 1);
+    assert_eq!(item(&dc1_at(&edited, None), "dc1/n01").action, resumes_n01);
+    // Paused wins over the wait: nothing is said about a retry the node would not get.
+    let mut paused = fleet.clone();
+    edit(&mut paused, "dc1/n02", |n| n.paused = true);
+    assert!(matches!(
+        cause(item(&dc1_at(&paused, None), "dc1/n02")),
+        BlockCause::Paused { .. }
+    ));
+}
+
 #[test]
 fn failed_manual_intervention_is_blocked_with_the_recommended_action() {
     let fleet = fixture_fleet();

@@ -4,14 +4,14 @@
 use std::process::Command;
 use std::sync::Arc;
 
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Duration, SubsecRound as _, Utc};
 use metalform::clock::ManualClock;
 use metalform::lifecycle::{
     FailureClass, JobKind, JobState, MaasStatus, NodeState, Owner, Provider,
 };
 use metalform::store::{
     Actor, EventStatus, JobFailure, JobUpdate, MaasStateUpdate, NewNode, NewOnboarding,
-    NodeTransition, Observed, StageEvent, Store,
+    NodeTransition, Observed, RetryWait, StageEvent, Store,
 };
 use serde_json::json;
 
@@ -527,4 +527,117 @@ async fn status_shows_nodes_known_only_by_a_job_or_a_deleted_identity() {
         "{}",
         run.stderr
     );
+}
+
+/// A node whose onboarding failed retryably twice in a row and waits for its next try, 4m30s
+/// from the wall clock `status` reads (the process runs on the system clock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_waiting_for_its_next_try_says_when() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/state.db", dir.path().display());
+    let now = Utc::now();
+    let store = Store::open(&url, Arc::new(ManualClock::new(now)))
+        .await
+        .unwrap();
+    let exec = Actor::system("apply");
+    let mut ids = Vec::new();
+    for host in ["c07u46", "c07u47"] {
+        let node = store
+            .create_node(
+                &NewNode {
+                    site: "dc1".into(),
+                    hostname: host.into(),
+                    provider: Provider::Maas,
+                    status: NodeState::Enrolling,
+                    sku: None,
+                    gpus: None,
+                    ipmi_ip: None,
+                },
+                &exec,
+            )
+            .await
+            .unwrap();
+        ids.push((node.id.to_string(), format!("<{host}>")));
+    }
+    let node = store.find_node("dc1", "c07u46").await.unwrap().unwrap();
+    let job = store
+        .create_onboarding(&NewOnboarding {
+            node_id: Some(node.id),
+            site: "dc1".into(),
+            hostname: "c07u46".into(),
+            ..NewOnboarding::default()
+        })
+        .await
+        .unwrap();
+    ids.push((job.id.to_string(), "<job>".into()));
+    store
+        .advance_job(
+            JobKind::Onboarding,
+            job.id,
+            &JobUpdate::new(JobState::Running),
+        )
+        .await
+        .unwrap();
+    let mut fail = JobUpdate::new(JobState::FailedRetryable);
+    fail.failure = Some(JobFailure {
+        class: FailureClass::UpstreamTransient,
+        code: "maas_unavailable".into(),
+        message: "MAAS answered 503".into(),
+        details: json!({}),
+    });
+    fail.retry = Some(RetryWait {
+        failures: 2,
+        next_try_at: now + Duration::seconds(270),
+        spec: "sha256:spec".into(),
+    });
+    store
+        .advance_job(JobKind::Onboarding, job.id, &fail)
+        .await
+        .unwrap();
+    store.close().await;
+
+    let run = status(&["--state", &url]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    insta::assert_snapshot!(scrub(&run.stdout, &ids), @r"
+    SITE  HOSTNAME  STATE      FLAGS  NODE ID                               RETRY
+    dc1   c07u46    enrolling  -      <c07u46>  next try in 4m (attempt 3)
+    dc1   c07u47    enrolling  -      <c07u47>  -
+
+    2 nodes: 2 enrolling
+    ");
+
+    let run = status(&["--state", &url, "--format", "json"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let doc: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    let next = &doc["nodes"][0]["next_try"];
+    assert_eq!(next["text"], "next try in 4m (attempt 3)");
+    assert_eq!(
+        (next["failures"].as_i64(), next["attempt"].as_i64()),
+        (Some(2), Some(3))
+    );
+    assert_eq!(
+        next["at"]
+            .as_str()
+            .unwrap()
+            .parse::<DateTime<Utc>>()
+            .unwrap(),
+        (now + Duration::seconds(270)).trunc_subsecs(6)
+    );
+    assert_eq!(doc["nodes"][1]["next_try"], serde_json::Value::Null);
+
+    let run = status(&["--state", &url, "c07u46"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let text = scrub(&run.stdout, &ids);
+    let line = text.lines().find(|l| l.starts_with("retry ")).unwrap();
+    assert!(
+        line.contains(" next try in 4m (attempt 3) at ")
+            && line.ends_with(
+                ", after 2 failures in a row (`metalform jobs retry <job>` does not wait)"
+            ),
+        "{text}"
+    );
+    let run = status(&["--state", &url, "c07u46", "--format", "json"]);
+    let doc: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(doc["next_try"]["attempt"], 3);
+    assert_eq!(doc["job"]["retry_failures"], 2);
 }

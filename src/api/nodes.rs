@@ -186,6 +186,11 @@ async fn get(
             json!({"job": view.job, "timeline": steps})
         })
         .collect();
+    // When the reconciler next tries the node's failed job (`next try in 4m (attempt 3)`).
+    let next_try = detail
+        .jobs
+        .iter()
+        .find_map(|view| view.job.next_try(detail.taken_at));
     Ok(axum::Json(json!({
         "taken_at": detail.taken_at,
         "site": detail.site,
@@ -194,6 +199,7 @@ async fn get(
         "manifest": detail.manifest,
         "maas": detail.maas,
         "provision": detail.provision,
+        "next_try": next_try,
         "jobs": jobs,
         "audit": detail.audit,
     })))

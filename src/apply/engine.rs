@@ -44,8 +44,8 @@ use crate::stages::{
     StageOutcome,
 };
 use crate::store::{
-    EventStatus, Fence, Job, JobFailure, JobUpdate, LeaseTarget, NodeTransition, StageEvent, Store,
-    StoreError,
+    EventStatus, Fence, Job, JobFailure, JobUpdate, LeaseTarget, NodeTransition, RetryWait,
+    StageEvent, Store, StoreError,
 };
 
 /// Which recovery action is being compensated (000 §4.9).
@@ -118,6 +118,14 @@ pub trait Kind: Send + Sync + Sized + 'static {
 
     /// Whether `stage` is the first of `job` (an operator's rerun starts over from it).
     fn is_first(job: &Job, stage: Self::Stage) -> bool;
+
+    /// The node spec a `failed_retryable` end of the item's job happened under
+    /// ([`crate::plan::NodeTarget::spec_hash`]), for a kind whose failed jobs the reconciler
+    /// retries on its own: the job then backs off until its next try (or a change of that
+    /// spec). `None` (the default): the kind's failed jobs wait for an operator.
+    fn retry_spec(_item: &Self::Item) -> Option<String> {
+        None
+    }
 
     /// Automatic retries of a failure class at a stage (000 §4.6); `None`: until the stage's
     /// own timeout ends them.
@@ -500,7 +508,32 @@ impl<'a, K: Kind> Run<'a, K> {
         if update.maas_system_id.is_none() {
             update.maas_system_id = facts.system_id();
         }
+        if update.state == JobState::FailedRetryable
+            && update.retry.is_none()
+            && let Some(spec) = K::retry_spec(self.item)
+        {
+            update.retry = Some(self.retry_wait(job, spec));
+        }
         advance_retrying(self.store(), K::KIND, job.id, &update).await
+    }
+
+    /// When the reconciler may try a job failing retryably now again: after the failures in a
+    /// row under the same node spec (this one included), by the executor's failed-job backoff,
+    /// with jitter drawn from the node and the count (the same wait on every run).
+    fn retry_wait(&self, job: &Job, spec: String) -> RetryWait {
+        let failures = if job.retry_spec.as_deref() == Some(spec.as_str()) {
+            job.retry_failures.saturating_add(1).max(1)
+        } else {
+            1
+        };
+        let count = u32::try_from(failures).unwrap_or(u32::MAX);
+        let delay = self.shared.options.failed_retry_wait(&self.label, count);
+        let now = self.shared.env.clock.now();
+        RetryWait {
+            failures,
+            next_try_at: now + chrono::TimeDelta::from_std(delay).unwrap_or(chrono::TimeDelta::MAX),
+            spec,
+        }
     }
 
     /// Complete an interrupted compensation (the one the job's last recovery action asked

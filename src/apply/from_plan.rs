@@ -97,8 +97,9 @@ impl PlanWork {
 }
 
 /// The only difference between a plan file and the plan made now is how long the items that
-/// wait for a maintenance window still wait ("opens in 3h12m" read at another moment): the
-/// same items, actions and summaries, and every differing item waits for a window.
+/// wait for a maintenance window or a failed job's next try still wait ("opens in 3h12m",
+/// "next try in 4m" read at another moment): the same items, actions and summaries, and every
+/// differing item waits.
 fn only_window_clock_moved(file: &Plan, now: &Plan) -> bool {
     file.sites == now.sites
         && file.items.len() == now.items.len()
@@ -110,7 +111,8 @@ fn only_window_clock_moved(file: &Plan, now: &Plan) -> bool {
                     && matches!(
                         &f.action,
                         Action::Blocked {
-                            cause: plan::BlockCause::MaintenanceWindow { .. },
+                            cause: plan::BlockCause::MaintenanceWindow { .. }
+                                | plan::BlockCause::RetryBackoff { .. },
                         }
                     ))
         })

@@ -64,6 +64,10 @@ pub struct ExecutorOptions {
     /// First automatic retry delay; doubles per retry up to `retry_cap` (with jitter).
     pub retry_base: Duration,
     pub retry_cap: Duration,
+    /// The wait before the reconciler tries a job that ended `failed_retryable` again: from
+    /// its base after the first failure, doubling per failure in a row up to its cap, with
+    /// jitter (the next try is recorded with the failure).
+    pub failed_retry: crate::backoff::Backoff,
     /// Node lease lifetime; renewed every third of it. A killed executor's nodes are taken
     /// over this long after it died.
     pub lease_ttl: Duration,
@@ -90,6 +94,7 @@ impl Default for ExecutorOptions {
             poll_interval: Duration::from_secs(10),
             retry_base: Duration::from_secs(2),
             retry_cap: Duration::from_secs(60),
+            failed_retry: DEFAULT_FAILED_RETRY,
             lease_ttl: Duration::from_secs(60),
             holder: default_holder(),
             seed: rand::random(),
@@ -100,6 +105,21 @@ impl Default for ExecutorOptions {
         }
     }
 }
+
+impl ExecutorOptions {
+    /// How long the job of `node` (`site/hostname`) waits after its `failures`th failure in a
+    /// row before the reconciler tries it again: `failed_retry`'s backoff with jitter drawn
+    /// from (`seed`, node, count) — the same wait whichever run computes it.
+    pub fn failed_retry_wait(&self, node: &str, failures: u32) -> Duration {
+        let unit = backoff::failure_unit(self.seed, node, failures);
+        self.failed_retry.jittered(failures, unit)
+    }
+}
+
+/// A failed job's first next try is 30 s to a minute away; after six failures in a row it waits
+/// 30 to 60 minutes, and never longer.
+pub const DEFAULT_FAILED_RETRY: crate::backoff::Backoff =
+    crate::backoff::Backoff::new(Duration::from_secs(60), Duration::from_secs(3600));
 
 /// A one-way "stop taking work" flag shared by an executor's node tasks (SIGTERM in the
 /// daemon). Stopping between stages loses nothing: every stage boundary is journaled, and a

@@ -169,6 +169,11 @@ impl Kind for Onboarding {
         Some(profile_limit(&item.target))
     }
 
+    /// A failed onboarding is retried by the reconciler (resume or rerun) after its backoff.
+    fn retry_spec(item: &WorkItem) -> Option<String> {
+        Some(item.target.spec_hash())
+    }
+
     fn continue_job(asked: Continuing<'_>) -> Result<WorkItem, String> {
         let job_id = asked.job.id;
         let work = if asked.resume {

@@ -121,6 +121,12 @@ pub struct ExecArgs {
     pub lease_ttl: Duration,
     #[arg(long, hide = true, default_value = "2s", value_parser = parse_duration)]
     pub retry_base: Duration,
+    /// The backoff of a job that ends failed_retryable: its first wait, doubling per failure
+    /// in a row up to the cap.
+    #[arg(long, hide = true, default_value = "60s", value_parser = parse_duration)]
+    pub failed_retry_base: Duration,
+    #[arg(long, hide = true, default_value = "1h", value_parser = parse_duration)]
+    pub failed_retry_cap: Duration,
     #[arg(long, hide = true)]
     pub seed: Option<u64>,
 }
@@ -399,6 +405,10 @@ impl Runtime {
         let options = ExecutorOptions {
             poll_interval: exec.poll_interval,
             retry_base: exec.retry_base,
+            failed_retry: crate::backoff::Backoff::new(
+                exec.failed_retry_base,
+                exec.failed_retry_cap.max(exec.failed_retry_base),
+            ),
             lease_ttl: exec.lease_ttl,
             seed: exec.seed.unwrap_or(options.seed),
             ..options

@@ -278,6 +278,8 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
         poll_interval: Duration::from_millis(100),
         lease_ttl: Duration::from_secs(15),
         retry_base: Duration::from_millis(200),
+        failed_retry_base: crate::apply::DEFAULT_FAILED_RETRY.base,
+        failed_retry_cap: crate::apply::DEFAULT_FAILED_RETRY.cap,
         seed: Some(args.seed),
     };
     let mut fleet = load_fleet(&exec_for(Vec::new()).fleet)?;

@@ -1,7 +1,8 @@
 //! `metalform status [NODE] [--fleet DIR] [--site S] [--retired] [--format text|json]`
-//! (issue 4; seed 001 §9): the inventory view shows the coarse state per node; `status NODE`
-//! shows the lifecycle detail view (job state, stage, attempt, failure class, last observed MAAS
-//! state, recommended next action). Creates and migrates the store if needed.
+//! (issue 4; seed 001 §9): the inventory view shows the coarse state per node, and when the
+//! reconciler next tries a node whose job failed retryably; `status NODE` shows the lifecycle
+//! detail view (job state, stage, attempt, failure class, last observed MAAS state, next try,
+//! recommended next action). Creates and migrates the store if needed.
 
 use std::path::PathBuf;
 
@@ -10,8 +11,10 @@ use serde_json::json;
 use super::output::{ReportFormat, detail_view, table, time};
 use super::world::{find_node, store_error, with_store_read};
 use super::{CliError, Exit, GlobalArgs};
-use crate::lifecycle::{NodeState, ProvisionView};
-use crate::store::{Job, JobFilter, JobSpec, MaasState, Node, NodeFilter, StageEventRow, Store};
+use crate::lifecycle::{JobKind, JobState, NodeState, ProvisionView};
+use crate::store::{
+    Job, JobFilter, JobSpec, MaasState, NextTry, Node, NodeFilter, StageEventRow, Store,
+};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -73,6 +76,8 @@ async fn inventory(store: &Store, args: &Args) -> Result<Exit, CliError> {
     for node in &nodes {
         *counts.entry(node.status).or_default() += 1;
     }
+    let waits = next_tries(store, args.site.as_deref()).await?;
+    let wait_of = |n: &Node| waits.get(&(n.site.clone(), n.hostname.clone()));
     match args.format {
         ReportFormat::Json => {
             let summary: serde_json::Map<String, serde_json::Value> = counts
@@ -90,6 +95,7 @@ async fn inventory(store: &Store, args: &Args) -> Result<Exit, CliError> {
                     "retired_reason": n.retired_reason,
                     "protected": n.protected,
                     "paused": n.paused,
+                    "next_try": wait_of(n),
                     "updated_at": n.updated_at,
                 })).collect::<Vec<_>>(),
                 "summary": {"total": nodes.len(), "by_state": summary},
@@ -97,19 +103,29 @@ async fn inventory(store: &Store, args: &Args) -> Result<Exit, CliError> {
             println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
         }
         ReportFormat::Text => {
+            // The RETRY column only when a node waits for its next try.
+            let retrying = nodes.iter().any(|n| wait_of(n).is_some());
             let rows: Vec<Vec<String>> = nodes
                 .iter()
                 .map(|n| {
-                    vec![
+                    let mut row = vec![
                         n.site.clone(),
                         n.hostname.clone(),
                         n.status.to_string(),
                         flags(n),
                         n.id.to_string(),
-                    ]
+                    ];
+                    if retrying {
+                        row.push(wait_of(n).map_or_else(|| "-".into(), |w| w.text.clone()));
+                    }
+                    row
                 })
                 .collect();
-            let mut out = table(&["SITE", "HOSTNAME", "STATE", "FLAGS", "NODE ID"], &rows);
+            let mut headers = vec!["SITE", "HOSTNAME", "STATE", "FLAGS", "NODE ID"];
+            if retrying {
+                headers.push("RETRY");
+            }
+            let mut out = table(&headers, &rows);
             let by_state: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
             out.push_str(&format!(
                 "\n{} node{}{}\n",
@@ -125,6 +141,28 @@ async fn inventory(store: &Store, args: &Args) -> Result<Exit, CliError> {
         }
     }
     Ok(Exit::Success)
+}
+
+/// The next try of every node (site, hostname) whose job failed retryably and backs off.
+async fn next_tries(
+    store: &Store,
+    site: Option<&str>,
+) -> Result<std::collections::BTreeMap<(String, String), NextTry>, CliError> {
+    let now = store.clock().now();
+    let filter = JobFilter {
+        site: site.map(str::to_owned),
+        state: Some(JobState::FailedRetryable),
+        ..JobFilter::default()
+    };
+    let mut waits = std::collections::BTreeMap::new();
+    for kind in JobKind::ALL {
+        for job in store.list_jobs(*kind, &filter).await.map_err(store_error)? {
+            if let Some(wait) = job.next_try(now) {
+                waits.insert((job.site.clone(), job.hostname.clone()), wait);
+            }
+        }
+    }
+    Ok(waits)
 }
 
 async fn detail(store: &Store, args: &Args, wanted: &str) -> Result<Exit, CliError> {
@@ -171,6 +209,7 @@ async fn detail(store: &Store, args: &Args, wanted: &str) -> Result<Exit, CliErr
                 "provision_state": view.as_ref().map(|v| v.provision_state),
                 "target_provision_state": view.as_ref().and_then(|v| v.target_provision_state),
                 "job": job,
+                "next_try": job.as_ref().and_then(|j| j.next_try(store.clock().now())),
                 "events": events,
             });
             println!("{}", serde_json::to_string_pretty(&doc).expect("JSON"));
@@ -182,7 +221,8 @@ async fn detail(store: &Store, args: &Args, wanted: &str) -> Result<Exit, CliErr
                 maas.as_ref(),
                 job.as_ref(),
                 view.as_ref(),
-                &events
+                &events,
+                store.clock().now(),
             )
         ),
     }
@@ -244,6 +284,7 @@ fn render_detail(
     job: Option<&Job>,
     view: Option<&ProvisionView>,
     events: &[StageEventRow],
+    now: chrono::DateTime<chrono::Utc>,
 ) -> String {
     let mut lines: Vec<(String, String)> = Vec::new();
     let provision = view.map(|v| match v.target_provision_state {
@@ -265,7 +306,7 @@ fn render_detail(
         if let Some(provision) = provision {
             lines.push(("provision".into(), provision));
         }
-        job_lines(&mut lines, job);
+        job_lines(&mut lines, job, now);
         return detail_view(&lines, "recent events", events);
     };
     lines.extend([
@@ -326,12 +367,16 @@ fn render_detail(
             }
         },
     ));
-    job_lines(&mut lines, job);
+    job_lines(&mut lines, job, now);
     detail_view(&lines, "recent events", events)
 }
 
 /// The job part of the detail view.
-fn job_lines(lines: &mut Vec<(String, String)>, job: Option<&Job>) {
+fn job_lines(
+    lines: &mut Vec<(String, String)>,
+    job: Option<&Job>,
+    now: chrono::DateTime<chrono::Utc>,
+) {
     match job {
         None => lines.push(("job".into(), "none".into())),
         Some(job) => {
@@ -364,6 +409,19 @@ fn job_lines(lines: &mut Vec<(String, String)>, job: Option<&Job>) {
                     format!(
                         "{status} (power {})",
                         job.last_maas_power_state.as_deref().unwrap_or("unknown")
+                    ),
+                ));
+            }
+            if let Some(wait) = job.next_try(now) {
+                lines.push((
+                    "retry".into(),
+                    format!(
+                        "{} at {}, after {} failure{} in a row (`metalform jobs retry {}` does not wait)",
+                        wait.text,
+                        time(wait.at),
+                        wait.failures,
+                        if wait.failures == 1 { "" } else { "s" },
+                        job.id
                     ),
                 ));
             }

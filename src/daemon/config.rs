@@ -281,6 +281,8 @@ struct RawExecutor {
     poll_interval: ConfigDuration,
     lease_ttl: ConfigDuration,
     retry_base: ConfigDuration,
+    failed_retry_base: ConfigDuration,
+    failed_retry_cap: ConfigDuration,
     seed: Option<u64>,
 }
 
@@ -290,6 +292,8 @@ impl Default for RawExecutor {
             poll_interval: ConfigDuration(Duration::from_secs(10)),
             lease_ttl: ConfigDuration(Duration::from_secs(60)),
             retry_base: ConfigDuration(Duration::from_secs(2)),
+            failed_retry_base: ConfigDuration(crate::apply::DEFAULT_FAILED_RETRY.base),
+            failed_retry_cap: ConfigDuration(crate::apply::DEFAULT_FAILED_RETRY.cap),
             seed: None,
         }
     }
@@ -461,6 +465,8 @@ pub struct ExecutorPacing {
     pub poll_interval: Duration,
     pub lease_ttl: Duration,
     pub retry_base: Duration,
+    /// The backoff of jobs that ended `failed_retryable` before a reconcile pass retries them.
+    pub failed_retry: crate::backoff::Backoff,
     pub seed: Option<u64>,
 }
 
@@ -775,6 +781,13 @@ impl DaemonConfig {
                 poll_interval: raw.executor.poll_interval.0,
                 lease_ttl: raw.executor.lease_ttl.0,
                 retry_base: raw.executor.retry_base.0,
+                failed_retry: crate::backoff::Backoff::new(
+                    raw.executor.failed_retry_base.0,
+                    raw.executor
+                        .failed_retry_cap
+                        .0
+                        .max(raw.executor.failed_retry_base.0),
+                ),
                 seed: raw.executor.seed,
             },
             sim_control,
@@ -1111,8 +1124,12 @@ path = "events.jsonl"
         assert!(matches!(config.agent.tls, TlsChoice::Files { .. }));
         assert!(config.agent.binary.is_some());
         assert!(matches!(config.events.unwrap().sink, EventSink::Webhook(_)));
-        // The example spells out the drift policy's defaults.
+        // The example spells out the drift policy's and the failed-job backoff's defaults.
         assert_eq!(config.drift, crate::drift::DriftPolicy::default());
+        assert_eq!(
+            config.executor.failed_retry,
+            crate::apply::DEFAULT_FAILED_RETRY
+        );
     }
 
     #[test]

@@ -535,6 +535,7 @@ pub async fn start(
         ExecutorOptions {
             poll_interval: config.executor.poll_interval,
             retry_base: config.executor.retry_base,
+            failed_retry: config.executor.failed_retry,
             lease_ttl: config.executor.lease_ttl,
             holder: holder.clone(),
             seed: config.executor.seed.unwrap_or_else(rand::random),

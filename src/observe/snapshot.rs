@@ -219,6 +219,14 @@ pub struct ObservedJob {
     pub plan_id: Option<String>,
     pub requested_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// A `failed_retryable` job's backoff: its failures in a row, when it may be retried, and
+    /// the node spec it failed under (a changed spec is retried at once).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retry_failures: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_try_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_spec: Option<String>,
     /// Redfish provisioning jobs (seed 003): the server, the seed's status and what the job
     /// came to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -282,9 +290,16 @@ impl From<&crate::store::Job> for ObservedJob {
             plan_id: job.plan_id.clone(),
             requested_at: job.requested_at,
             updated_at: job.updated_at,
+            retry_failures: job.retry_failures,
+            next_try_at: job.next_try_at,
+            retry_spec: job.retry_spec.clone(),
             provisioning: ObservedProvisioning::of(job),
         }
     }
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 /// A snapshot file that cannot be used.
@@ -507,6 +522,12 @@ struct JobView<'a> {
     adopted: bool,
     failure_class: Option<FailureClass>,
     plan_id: Option<&'a str>,
+    /// A retry wait decides whether a failed job is retried now (left out when there is none,
+    /// so fingerprints of jobs without one read as before).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_try_at: Option<DateTime<Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_spec: Option<&'a str>,
 }
 
 impl<'a> JobView<'a> {
@@ -524,6 +545,8 @@ impl<'a> JobView<'a> {
             adopted: j.adopted,
             failure_class: j.failure_class,
             plan_id: j.plan_id.as_deref(),
+            next_try_at: j.next_try_at,
+            retry_spec: j.retry_spec.as_deref(),
         }
     }
 }

@@ -11,6 +11,7 @@
 //! | `exits` | the way out of an inventory state onboarding must not touch (reactivate, reimage) |
 //! | `prune` | nodes that left the manifests: left alone, or pruned under guards; policies to record |
 //! | `windows` | maintenance windows: disruptive items wait for one |
+//! | `retry` | retry backoff: a failed job is retried at its next try, or when its manifests change |
 //! | `fresh` | [`check_fresh`]: what moved since a plan was made |
 //! | `render` | text, JSON and markdown |
 //! | `document` | the plan's JSON document (sites and profiles written once) |
@@ -27,6 +28,7 @@ mod matching;
 mod planner;
 mod prune;
 pub mod render;
+mod retry;
 mod trust;
 mod types;
 mod windows;
@@ -38,5 +40,5 @@ pub use prune::{PolicyUpdate, policy_updates};
 pub use trust::{SIGNATURE_PREFIX, UntrustedPlan, differences, sign, verify};
 pub use types::{
     Action, BlockCause, Candidate, MatchKey, NodeTarget, PLAN_FORMAT, PauseSource, Plan, PlanItem,
-    PlanOptions, SitePlan, Summary,
+    PlanOptions, SitePlan, Summary, node_spec_hash,
 };

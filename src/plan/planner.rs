@@ -13,7 +13,8 @@
 //! ambiguity) and onboarded — destructively when the machine runs a workload metalform did not
 //! put there — or adopted when it is Deployed: a fleet that already runs is taken as it is
 //! (no redeploy, the agent enrollment follows) unless `reimage.generation` asks for one. Then, per node and site:
-//! `paused` holds back any change, `protected` any reimage, decommission or retirement, a
+//! `paused` holds back any change, a retry of a failed job waits for its next try unless the
+//! node's manifests changed since (`retry`), `protected` any reimage, decommission or retirement, a
 //! disabled site takes no new onboarding, and the mass-destruction guard turns destructive
 //! items into blocked ones. A node the Redfish provisioner installs (seed 003) needs no MAAS:
 //! its provisioning jobs decide (`redfish_decision`).
@@ -255,6 +256,7 @@ fn plan_site<'f>(
                 .unwrap_or_default(),
         };
         let decision = hold_back(&facts, decide(&facts));
+        let decision = super::retry::gate(fleet, node, facts.open, decision, clock);
         let decision = super::windows::gate(fleet.windows_of(node), decision, clock);
         items.push(item(fleet, node, decision));
     }

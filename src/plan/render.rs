@@ -17,8 +17,9 @@ pub struct TextOptions {
 
 /// The symbol of an item: `+` onboard, `-/+` destructive onboard, `~/+` reimage, `-`
 /// decommission, `x` retire, `^` reactivate, `--` prune, `>` resume, `~` rerun, `<=` adopt,
-/// `@` waits for a maintenance window, `!` blocked, `*` unchanged with a note (drift, not
-/// onboarded on purpose, not in the manifests), `=` unchanged and settled.
+/// `@` waits (for a maintenance window, or for a failed job's next try), `!` blocked, `*`
+/// unchanged with a note (drift, not onboarded on purpose, not in the manifests), `=`
+/// unchanged and settled.
 pub fn symbol(item: &PlanItem) -> &'static str {
     match &item.action {
         Action::Onboard if item.destructive => "-/+",
@@ -30,7 +31,7 @@ pub fn symbol(item: &PlanItem) -> &'static str {
         Action::Reactivate => "^",
         Action::Prune => "--",
         Action::Blocked {
-            cause: BlockCause::MaintenanceWindow { .. },
+            cause: BlockCause::MaintenanceWindow { .. } | BlockCause::RetryBackoff { .. },
         } => "@",
         Action::Resume { .. } | Action::ResumeDecommission { .. } => ">",
         Action::Rerun { .. } => "~",
@@ -67,7 +68,10 @@ const LEGEND: &[(&str, &str)] = &[
     (">", "resume a job where it stopped"),
     ("~", "rerun a failed job from the top"),
     ("<=", "adopt what MAAS and the agent report"),
-    ("@", "waits for a maintenance window"),
+    (
+        "@",
+        "waits for a maintenance window or a failed job's next try",
+    ),
     ("!", "blocked: needs an operator"),
     ("*", "no change, but see the note"),
     ("=", "no change"),

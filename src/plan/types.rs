@@ -365,6 +365,14 @@ pub enum BlockCause {
     /// The node left the manifests, but no release policy was recorded for it: pruning does
     /// not guess an erase mode.
     NoReleasePolicy,
+    /// The node's job failed retryably `failures` times in a row and backs off: it is tried
+    /// again (`would`) at `next_try_at`, or at once when the node's manifests change.
+    RetryBackoff {
+        job_id: Uuid,
+        failures: u32,
+        next_try_at: chrono::DateTime<chrono::Utc>,
+        would: String,
+    },
 }
 
 impl BlockCause {
@@ -388,7 +396,8 @@ impl BlockCause {
             | BlockCause::Protected { .. }
             | BlockCause::DecommissionInProgress { .. }
             | BlockCause::OnboardingInProgress { .. }
-            | BlockCause::MaintenanceWindow { .. } => false,
+            | BlockCause::MaintenanceWindow { .. }
+            | BlockCause::RetryBackoff { .. } => false,
         }
     }
 }
@@ -484,6 +493,19 @@ impl NodeTarget {
         })
     }
 
+    /// The node's spec as a retry backoff remembers it (`sha256:<hex>`): what the node is
+    /// planned from — its site, profile and node as resolved, and its power credentials'
+    /// reference — and not what was found for it (machine, inventory row, job). A failed job
+    /// whose spec changed since it failed is retried at once.
+    pub fn spec_hash(&self) -> String {
+        spec_hash(
+            &self.site,
+            &self.profile,
+            &self.node,
+            &self.power_credentials,
+        )
+    }
+
     /// `site/hostname`.
     pub fn label(&self) -> String {
         self.node.id.to_string()
@@ -496,6 +518,34 @@ impl NodeTarget {
     pub fn site_name(&self) -> &str {
         self.node.id.site.as_str()
     }
+}
+
+/// [`NodeTarget::spec_hash`] of a node of `fleet`; `None` when the fleet does not resolve it.
+pub fn node_spec_hash(fleet: &Fleet, node: &Node) -> Option<String> {
+    Some(spec_hash(
+        fleet.site_of(node)?,
+        fleet.profile_of(node)?,
+        node,
+        fleet.power_credentials_of(node)?,
+    ))
+}
+
+fn spec_hash(site: &Site, profile: &Profile, node: &Node, credentials: &SecretRef) -> String {
+    // Where in the manifests things were written (provenance) is not serialised: moving a
+    // document between files changes no spec.
+    #[derive(Serialize)]
+    struct Spec<'a> {
+        site: &'a Site,
+        profile: &'a Profile,
+        node: &'a Node,
+        power_credentials: &'a SecretRef,
+    }
+    crate::observe::hash_json(&Spec {
+        site,
+        profile,
+        node,
+        power_credentials: credentials,
+    })
 }
 
 /// What the planner is asked for.

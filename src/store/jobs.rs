@@ -116,10 +116,53 @@ pub struct Job {
     pub started_at: Option<DateTime<Utc>>,
     pub completed_at: Option<DateTime<Utc>>,
     pub updated_at: DateTime<Utc>,
+    /// `failed_retryable` outcomes in a row: since the job last succeeded or its node's spec
+    /// changed (an operator's retry does not reset it).
+    pub retry_failures: i64,
+    /// While the job is `failed_retryable`: the reconciler does not retry it before this
+    /// (`None`: it may at once). An operator's retry does not wait.
+    pub next_try_at: Option<DateTime<Utc>>,
+    /// The node spec the last failure happened under ([`RetryWait::spec`]).
+    pub retry_spec: Option<String>,
     pub spec: JobSpec,
 }
 
+/// A `failed_retryable` job's wait for its next try, as `status` and the API show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NextTry {
+    pub at: DateTime<Utc>,
+    /// The failures in a row so far; the next try is attempt `failures + 1`.
+    pub failures: i64,
+    pub attempt: i64,
+    /// `next try in 4m (attempt 3)`; once due, `next try due (attempt 3)`.
+    pub text: String,
+}
+
 impl Job {
+    /// The reconciler's next try of this job, read at `now`: `None` unless the job is
+    /// `failed_retryable` with a recorded wait (an operator's retry never waits).
+    pub fn next_try(&self, now: DateTime<Utc>) -> Option<NextTry> {
+        if self.state != JobState::FailedRetryable {
+            return None;
+        }
+        let at = self.next_try_at?;
+        let attempt = self.retry_failures.saturating_add(1);
+        let text = if at > now {
+            format!(
+                "next try in {} (attempt {attempt})",
+                crate::model::until(now, at)
+            )
+        } else {
+            format!("next try due (attempt {attempt})")
+        };
+        Some(NextTry {
+            at,
+            failures: self.retry_failures,
+            attempt,
+            text,
+        })
+    }
+
     pub fn mode(&self) -> Option<DecommissionMode> {
         match self.spec {
             JobSpec::Decommission { mode, .. } => Some(mode),
@@ -215,6 +258,17 @@ pub struct StageEventRow {
     pub occurred_at: DateTime<Utc>,
 }
 
+/// When a `failed_retryable` job may be tried again (written with the failure).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryWait {
+    /// `failed_retryable` outcomes in a row, this one included.
+    pub failures: i64,
+    pub next_try_at: DateTime<Utc>,
+    /// What the node's spec was (a hash of its resolved manifests): when it changes, the
+    /// reconciler retries at once and the count starts again.
+    pub spec: String,
+}
+
 /// One step of the journal. `JobUpdate::new(state)` and set what changes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobUpdate {
@@ -234,6 +288,9 @@ pub struct JobUpdate {
     pub stage_details: Option<Value>,
     /// Refuse unless this lease is still held (a stale executor's write is refused).
     pub fence: Option<Fence>,
+    /// With a move to `failed_retryable`: when it may be tried again. Any other move clears
+    /// the wait; a success also clears the count.
+    pub retry: Option<RetryWait>,
 }
 
 impl JobUpdate {
@@ -250,6 +307,7 @@ impl JobUpdate {
             observed: None,
             stage_details: None,
             fence: None,
+            retry: None,
         }
     }
 }
@@ -373,6 +431,9 @@ pub(super) fn job_from_row(kind: JobKind, row: &Row) -> Result<Job, StoreError> 
         started_at: parse_opt_time(row.opt_text("started_at")?)?,
         completed_at: parse_opt_time(row.opt_text("completed_at")?)?,
         updated_at: parse_time(&row.text("updated_at")?)?,
+        retry_failures: row.int("retry_failures")?,
+        next_try_at: parse_opt_time(row.opt_text("next_try_at")?)?,
+        retry_spec: row.opt_text("retry_spec")?,
         spec,
     })
 }
@@ -381,6 +442,42 @@ pub(super) async fn read_job(tx: &mut Tx, kind: JobKind, id: Uuid) -> Result<Job
     let t = tables(kind);
     let row = tx.fetch_by_id(t.jobs, t.label, id).await?;
     job_from_row(kind, &row)
+}
+
+/// The retry columns after `update`: a failure's wait is written as given; a success clears
+/// the count and the wait; any other move clears the wait and keeps the count (a resumed job
+/// that fails again has failed twice in a row).
+fn retry_columns(
+    job: &Job,
+    update: &JobUpdate,
+) -> Result<(i64, Option<String>, Option<String>), StoreError> {
+    match &update.retry {
+        Some(_) if update.state != JobState::FailedRetryable => Err(StoreError::Invalid(format!(
+            "{} {}: only a failed_retryable job waits for its next try, not a {} one",
+            tables(job.kind).label,
+            job.id,
+            update.state
+        ))),
+        Some(wait) if wait.failures < 1 => Err(StoreError::Invalid(format!(
+            "{} {}: a retry wait counts at least the failure it follows",
+            tables(job.kind).label,
+            job.id
+        ))),
+        Some(wait) => Ok((
+            wait.failures,
+            Some(format_time(wait.next_try_at)),
+            Some(wait.spec.clone()),
+        )),
+        None if matches!(update.state, JobState::Completed | JobState::Reconciled) => {
+            Ok((0, None, None))
+        }
+        None if update.state == job.state => Ok((
+            job.retry_failures,
+            job.next_try_at.map(format_time),
+            job.retry_spec.clone(),
+        )),
+        None => Ok((job.retry_failures, None, job.retry_spec.clone())),
+    }
 }
 
 /// Refuse a stage name outside the kind's catalog (and, for decommissions, the mode's list).
@@ -929,6 +1026,7 @@ impl Store {
             .map(format_time)
             .or_else(|| (update.state == JobState::Running).then(|| format_time(now)));
         let completed = update.state.is_terminal().then(|| format_time(now));
+        let (retry_failures, next_try_at, retry_spec) = retry_columns(job, update)?;
         let (status_obs, power_obs, ips_obs) = match &update.observed {
             Some(o) => (
                 o.status.clone(),
@@ -955,7 +1053,8 @@ impl Store {
                 failure_class = $4, error_code = $5, error_message = $6, error_details = $7,
                 recommended_action = $8, node_id = $9, maas_system_id = $10,
                 last_maas_status = $11, last_maas_power_state = $12, last_maas_ips = $13,
-                stage_details = $14, started_at = $15, completed_at = $16, updated_at = $17
+                stage_details = $14, started_at = $15, completed_at = $16, updated_at = $17,
+                retry_failures = $22, next_try_at = $23, retry_spec = $24
                 {seed_status}
              WHERE id = $18 AND {state} = $19 AND current_stage = $20 AND current_attempt = $21",
             jobs = t.jobs,
@@ -996,6 +1095,9 @@ impl Store {
                     job.state.as_str(),
                     job.stage.clone(),
                     job.attempt,
+                    retry_failures,
+                    next_try_at,
+                    retry_spec,
                 ],
             )
             .await?;

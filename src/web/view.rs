@@ -664,6 +664,9 @@ mod tests {
             started_at: None,
             completed_at: None,
             updated_at: Utc::now(),
+            retry_failures: 0,
+            next_try_at: None,
+            retry_spec: None,
             spec: crate::store::JobSpec::Onboarding {
                 batch_id: None,
                 ipmi_ip: None,

@@ -136,6 +136,9 @@ pub fn job(site: &str, hostname: &str, state: JobState, stage: &str) -> Observed
         plan_id: None,
         requested_at: at(-120),
         updated_at: at(-60),
+        retry_failures: 0,
+        next_try_at: None,
+        retry_spec: None,
         provisioning: None,
     }
 }

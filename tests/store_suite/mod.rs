@@ -14,7 +14,7 @@ use metalform::lifecycle::{
 use metalform::store::{
     Actor, EnsureOutcome, EventStatus, JobFailure, JobFilter, JobUpdate, MaasStateUpdate,
     NewDecommission, NewNode, NewOnboarding, NewPlan, NodeFilter, NodeTransition, Observed,
-    StageEvent, Store, StoreError, TaskOutcome, TaskStatus, TokenError,
+    RetryWait, StageEvent, Store, StoreError, TaskOutcome, TaskStatus, TokenError,
 };
 use serde_json::json;
 
@@ -1408,6 +1408,183 @@ pub async fn drift_is_recorded_and_resolved(url: String) {
     assert!(store.drifted().await.unwrap().is_empty());
 }
 
+/// A `failed_retryable` move that records its next try (what the executor writes).
+fn failed_waiting(failures: i64, wait_secs: i64, spec: &str) -> JobUpdate {
+    let mut failed = JobUpdate::new(JobState::FailedRetryable);
+    failed.failure = Some(JobFailure {
+        class: FailureClass::UpstreamTransient,
+        code: "maas_unavailable".into(),
+        message: "MAAS answered 503".into(),
+        details: json!({}),
+    });
+    failed.retry = Some(RetryWait {
+        failures,
+        next_try_at: t0() + Duration::seconds(wait_secs),
+        spec: spec.into(),
+    });
+    failed
+}
+
+pub async fn failed_jobs_record_their_next_try(url: String) {
+    let (store, clock) = open(&url).await;
+    let node = store
+        .create_node(&new_node("dc1", "c07u46"), &exec())
+        .await
+        .unwrap();
+    let job = store
+        .create_onboarding(&NewOnboarding {
+            node_id: Some(node.id),
+            site: "dc1".into(),
+            hostname: "c07u46".into(),
+            ..NewOnboarding::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!((job.retry_failures, job.next_try_at), (0, None));
+    let running = JobUpdate::new(JobState::Running);
+    store
+        .advance_job(JobKind::Onboarding, job.id, &running)
+        .await
+        .unwrap();
+
+    // A wait goes only with a move to failed_retryable: refused otherwise, nothing written.
+    let mut bogus = JobUpdate::new(JobState::Running);
+    bogus.retry = failed_waiting(1, 60, "sha256:a").retry;
+    let err = store
+        .advance_job(JobKind::Onboarding, job.id, &bogus)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "onboarding {}: only a failed_retryable job waits for its next try, not a running one",
+            job.id
+        )
+    );
+    assert_eq!(
+        store
+            .job(JobKind::Onboarding, job.id)
+            .await
+            .unwrap()
+            .next_try_at,
+        None
+    );
+
+    let failed = store
+        .advance_job(
+            JobKind::Onboarding,
+            job.id,
+            &failed_waiting(1, 60, "sha256:a"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(failed.state, JobState::FailedRetryable);
+    assert_eq!(failed.retry_failures, 1);
+    assert_eq!(failed.next_try_at, Some(t0() + Duration::seconds(60)));
+    assert_eq!(failed.retry_spec.as_deref(), Some("sha256:a"));
+    clock.advance(Duration::seconds(15));
+    let wait = failed.next_try(t0() + Duration::seconds(15)).unwrap();
+    assert_eq!(wait.text, "next try in under a minute (attempt 2)");
+    assert_eq!(
+        failed.next_try(t0() - Duration::minutes(4)).unwrap().text,
+        "next try in 5m (attempt 2)"
+    );
+    assert_eq!(
+        failed.next_try(t0() + Duration::seconds(60)).unwrap().text,
+        "next try due (attempt 2)"
+    );
+
+    // An operator's retry does not wait (audited): the wait is cleared, the count kept.
+    let retried = store
+        .recover_job(
+            JobKind::Onboarding,
+            job.id,
+            RecoveryAction::Resume,
+            &ops(),
+            Some("MAAS is back"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(retried.state, JobState::Running);
+    assert_eq!(
+        (
+            retried.retry_failures,
+            retried.next_try_at,
+            retried.next_try(t0())
+        ),
+        (1, None, None)
+    );
+    let audit = store
+        .audit_log("onboarding", &job.id.to_string())
+        .await
+        .unwrap();
+    assert_eq!(audit.last().unwrap().action, "onboarding.resume");
+
+    // Failing again: the executor counts on; a failure without a wait (a kind the reconciler
+    // does not retry on its own) records none.
+    let again = store
+        .advance_job(
+            JobKind::Onboarding,
+            job.id,
+            &failed_waiting(2, 180, "sha256:a"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (again.retry_failures, again.next_try_at),
+        (2, Some(t0() + Duration::seconds(180)))
+    );
+    store
+        .advance_job(JobKind::Onboarding, job.id, &running)
+        .await
+        .unwrap();
+    let mut plain = failed_waiting(1, 0, "");
+    plain.retry = None;
+    let plain = store
+        .advance_job(JobKind::Onboarding, job.id, &plain)
+        .await
+        .unwrap();
+    assert_eq!((plain.retry_failures, plain.next_try_at), (2, None));
+
+    // Success clears the count, the wait and the spec.
+    store
+        .advance_job(JobKind::Onboarding, job.id, &running)
+        .await
+        .unwrap();
+    let mut done = JobUpdate::new(JobState::Completed);
+    done.node_transition = Some(NodeTransition::new(
+        NodeState::Active,
+        Owner::OnboardingWorkflow,
+        exec(),
+    ));
+    let done = store
+        .advance_job(JobKind::Onboarding, job.id, &done)
+        .await
+        .unwrap();
+    assert_eq!(
+        (done.retry_failures, done.next_try_at, done.retry_spec),
+        (0, None, None)
+    );
+
+    // Every kind's journal has the columns.
+    let decommission = store
+        .create_decommission(&NewDecommission {
+            node_id: node.id,
+            mode: DecommissionMode::Reimage,
+            erase: None,
+            storage_cleanup: None,
+            reason: None,
+            requested_by: None,
+            plan_id: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        (decommission.retry_failures, decommission.next_try_at),
+        (0, None)
+    );
+}
+
 /// One `#[tokio::test]` per case, each on a fresh store from `$make_url`.
 #[macro_export]
 macro_rules! store_suite_tests {
@@ -1429,6 +1606,7 @@ macro_rules! store_suite_tests {
             paused_host_and_agent_contact_are_recorded,
             concurrent_writers_move_a_node_once,
             cancel_and_restart_clean_go_through_compensation,
+            failed_jobs_record_their_next_try,
         );
     };
     (@cases $make_url:path; $($case:ident),+ $(,)?) => {
