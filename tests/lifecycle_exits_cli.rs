@@ -498,6 +498,40 @@ async fn a_node_removed_from_git_is_pruned_only_when_pruning_is_on_and_the_guard
     }
     let (code, shown) = plan(&bed);
     assert_eq!(code, Some(0), "converged: {shown}");
+
+    // A partial read of MAAS — none of the machines metalform's jobs are bound to listed — holds
+    // the next prune too.
+    for host in hosts {
+        let system_id = bed.sim("dc1").with_world(|w| {
+            let m = w.machines.values().find(|m| m.hostname == host).unwrap();
+            m.system_id.clone()
+        });
+        drift_support::out_of_band(&bed, &system_id, "delete").await;
+    }
+    remove_node(&bed, "gpu00003");
+    let (code, shown) = plan(&bed);
+    assert_eq!(code, Some(3), "{shown}");
+    assert!(
+        line(&shown, "dc1/gpu00003").starts_with(&format!("! dc1/gpu00003 blocked {guard}")),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("MAAS listed none of the 4 machine(s) metalform's jobs are bound to in site dc1: treated as a partial read"),
+        "{shown}"
+    );
+    let serial = bed.store.serial().await.unwrap();
+    let writes = bed.maas_writes("dc1").len();
+    let out = apply(&bed, port, &["--allow-destructive"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(decommissions(&bed).await.len(), 1, "only the earlier prune");
+    assert_eq!(
+        bed.store.serial().await.unwrap(),
+        serial,
+        "the store changed"
+    );
+    assert_eq!(bed.maas_writes("dc1").len(), writes, "MAAS was written to");
+    let id = node_id(&bed, "gpu00003").await;
+    assert_eq!(bed.store.node(id).await.unwrap().status, NodeState::Active);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
