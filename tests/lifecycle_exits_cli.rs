@@ -146,13 +146,33 @@ async fn a_retired_node_is_listed_then_returns_to_service_from_its_manifest() {
     assert_eq!(empty.status.code(), Some(0), "{}", text(&empty));
 }
 
-/// A bed of `nodes` machines, each onboarded to active by the in-process executor (their
+/// A bed whose machines were each onboarded to active by the in-process executor (their
 /// agents keep talking to the bed's endpoint, which outlives every CLI process).
 async fn onboarded(setup: Setup) -> Bed {
     let bed = Bed::start(setup).await;
     let report = bed.executor().run(bed.onboard_all()).await;
     assert!(report.all_converged(), "{report:#?}");
     bed
+}
+
+/// Add fields to a node's entry in the NodeGroup (an operator's commit).
+fn set_fields(bed: &Bed, hostname: &str, fields: &str) {
+    bed.edit_fleet(
+        "nodes/dc1.yaml",
+        &format!("{{hostname: {hostname}, "),
+        &format!("{{hostname: {hostname}, {fields}, "),
+    );
+}
+
+fn system_id(bed: &Bed, hostname: &str) -> String {
+    bed.sim("dc1").with_world(|w| {
+        let m = w
+            .machines
+            .values()
+            .find(|m| m.hostname == hostname)
+            .unwrap();
+        m.system_id.clone()
+    })
 }
 
 async fn node_id(bed: &Bed, hostname: &str) -> uuid::Uuid {
@@ -222,37 +242,30 @@ async fn a_node_quarantined_by_drift_is_reimaged_or_released_from_its_manifest()
     // Quarantined, the manifest unchanged: the plan says how out, and needs an operator.
     let (code, shown) = plan(&bed);
     assert_eq!(code, Some(3), "{shown}");
+    let held = line(&shown, "dc1/gpu00001");
     assert!(
-        shown.contains("dc1/gpu00001  blocked  the inventory holds it quarantined; ")
-            && shown.contains("bump reimage.generation to reimage it, set lifecycle: retired or decommissioned to release it"),
+        held.starts_with("! dc1/gpu00001 blocked the inventory holds it quarantined; ")
+            && held.contains("bump reimage.generation to reimage it, set lifecycle: retired or decommissioned to release it"),
         "{shown}"
     );
 
     // The ways out, from the manifest: a reimage for one, a decommission for the other.
-    bed.edit_fleet(
-        "nodes/dc1.yaml",
-        "{hostname: gpu00001, ",
-        "{hostname: gpu00001, reimage: {generation: 1}, ",
-    );
-    bed.edit_fleet(
-        "nodes/dc1.yaml",
-        "{hostname: gpu00002, ",
-        "{hostname: gpu00002, lifecycle: decommissioned, ",
-    );
+    set_fields(&bed, "gpu00001", "reimage: {generation: 1}");
+    set_fields(&bed, "gpu00002", "lifecycle: decommissioned");
     let (code, shown) = plan(&bed);
     assert_eq!(code, Some(2), "{shown}");
-    assert!(
-        shown.contains(
-            "dc1/gpu00001  reimage       reimage.generation 0 → 1; the node is quarantined, "
+    for (node, starts) in [
+        (
+            "dc1/gpu00001",
+            "~/+ dc1/gpu00001 reimage reimage.generation 0 → 1; the node is quarantined, ",
         ),
-        "{shown}"
-    );
-    assert!(
-        shown.contains(
-            "dc1/gpu00002  decommission  lifecycle decommissioned; the node is quarantined, "
+        (
+            "dc1/gpu00002",
+            "- dc1/gpu00002 decommission lifecycle decommissioned; the node is quarantined, ",
         ),
-        "{shown}"
-    );
+    ] {
+        assert!(line(&shown, node).starts_with(starts), "{shown}");
+    }
     let out = apply(&bed, port, &["--allow-destructive"]);
     assert!(out.status.success(), "{}", text(&out));
 
@@ -487,10 +500,7 @@ async fn a_node_removed_from_git_is_pruned_only_when_pruning_is_on_and_the_guard
     assert_eq!(machine_status(&bed, "gpu00004"), "Ready");
     assert_eq!(power_state(&bed, "gpu00004"), "Off");
     for host in hosts {
-        let system_id = bed.sim("dc1").with_world(|w| {
-            let m = w.machines.values().find(|m| m.hostname == host).unwrap();
-            m.system_id.clone()
-        });
+        let system_id = system_id(&bed, host);
         let c = drift_support::counters(&bed, &system_id);
         let (releases, erases) = (c.release, c.erase);
         let expected = if host == "gpu00004" { (1, 1) } else { (0, 0) };
@@ -502,10 +512,7 @@ async fn a_node_removed_from_git_is_pruned_only_when_pruning_is_on_and_the_guard
     // A partial read of MAAS — none of the machines metalform's jobs are bound to listed — holds
     // the next prune too.
     for host in hosts {
-        let system_id = bed.sim("dc1").with_world(|w| {
-            let m = w.machines.values().find(|m| m.hostname == host).unwrap();
-            m.system_id.clone()
-        });
+        let system_id = system_id(&bed, host);
         drift_support::out_of_band(&bed, &system_id, "delete").await;
     }
     remove_node(&bed, "gpu00003");
@@ -553,11 +560,7 @@ async fn a_reimage_waits_for_its_maintenance_window_unless_it_is_open_or_overrid
         node_id(&bed, "gpu00001").await,
         node_id(&bed, "gpu00002").await,
     );
-    bed.edit_fleet(
-        "nodes/dc1.yaml",
-        "{hostname: gpu00001, ",
-        "{hostname: gpu00001, reimage: {generation: 1}, ",
-    );
+    set_fields(&bed, "gpu00001", "reimage: {generation: 1}");
 
     // Closed: the plan says what waits for which window; apply leaves it.
     let (code, shown) = plan(&bed);
@@ -624,11 +627,7 @@ async fn a_reimage_waits_for_its_maintenance_window_unless_it_is_open_or_overrid
 
     // Open: a reimage runs without an override. (Another node: the one just reimaged reaches
     // the agent channel of the apply that deployed it, which is gone with that process.)
-    bed.edit_fleet(
-        "nodes/dc1.yaml",
-        "{hostname: gpu00002, ",
-        "{hostname: gpu00002, reimage: {generation: 1}, ",
-    );
+    set_fields(&bed, "gpu00002", "reimage: {generation: 1}");
     bed.edit_fleet("sites/dc1.yaml", &closed, &open);
     let (code, shown) = plan(&bed);
     assert_eq!(code, Some(2), "{shown}");
