@@ -186,6 +186,54 @@ const FULL_DECOMMISSION: &[DecommissionStage] = {
 /// Where a full decommission retires the node.
 const RETIRED_AT: usize = 6;
 
+/// Release and redeploy, back in scheduling (000 §5.3 from the release on): the tail a reimage
+/// and a reactivation share.
+const REDEPLOY: [DecommissionStage; 11] = {
+    use DecommissionStage as D;
+    [
+        D::LoadSiteConfig,
+        D::ReleaseMaasNode,
+        D::ConfigureStorage,
+        D::ApplyRocePhase2,
+        D::EnsurePxeInterfaceAuto,
+        D::RenderCloudInit,
+        D::DeployViaMaas,
+        D::WaitForDeployed,
+        D::EnsureHardwareSyncConfigured,
+        D::WaitForHardwareSyncHealthy,
+        D::WaitForAgentEnrollment,
+    ]
+};
+
+/// A reimage (000 §5.3): out of scheduling, drained, storage cleaned, then redeployed.
+const REIMAGE: &[DecommissionStage] = &then_redeploy::<3, 15>([
+    DecommissionStage::DisableNode,
+    DecommissionStage::DrainNode,
+    DecommissionStage::CleanupStorage,
+]);
+
+/// A reimage of a node no agent runs on: out of retirement and scheduling, the machine cleaned
+/// (released with erase if it still runs an OS) and redeployed.
+const REACTIVATE: &[DecommissionStage] = &then_redeploy::<1, 13>([DecommissionStage::DisableNode]);
+
+/// `head`, then [`REDEPLOY`], then `enable_node`: `L` must be `N` + 12 (checked at compile time).
+const fn then_redeploy<const N: usize, const L: usize>(
+    head: [DecommissionStage; N],
+) -> [DecommissionStage; L] {
+    assert!(L == N + REDEPLOY.len() + 1);
+    let mut out = [DecommissionStage::EnableNode; L];
+    let mut i = 0;
+    while i < N {
+        out[i] = head[i];
+        i += 1;
+    }
+    while i < N + REDEPLOY.len() {
+        out[i] = REDEPLOY[i - N];
+        i += 1;
+    }
+    out
+}
+
 impl DecommissionMode {
     /// The stages of one mode, in order (000 §5.2 soft reset, §5.3 reimage, §5.4 full
     /// decommission, §5.5 storage-only cleanup).
@@ -200,44 +248,12 @@ impl DecommissionMode {
                 D::ValidateCleanNode,
                 D::EnableNode,
             ],
-            DecommissionMode::Reimage => &[
-                D::DisableNode,
-                D::DrainNode,
-                D::CleanupStorage,
-                D::LoadSiteConfig,
-                D::ReleaseMaasNode,
-                D::ConfigureStorage,
-                D::ApplyRocePhase2,
-                D::EnsurePxeInterfaceAuto,
-                D::RenderCloudInit,
-                D::DeployViaMaas,
-                D::WaitForDeployed,
-                D::EnsureHardwareSyncConfigured,
-                D::WaitForHardwareSyncHealthy,
-                D::WaitForAgentEnrollment,
-                D::EnableNode,
-            ],
+            DecommissionMode::Reimage => REIMAGE,
             DecommissionMode::FullDecommission => FULL_DECOMMISSION,
             DecommissionMode::StorageCleanup => &[D::CleanupStorage, D::ValidateCleanNode],
             // The first half of a full decommission, up to the retirement.
             DecommissionMode::Retire => &FULL_DECOMMISSION[..RETIRED_AT + 1],
-            // A reimage of a node no agent runs on: out of retirement and scheduling, the
-            // machine cleaned (released with erase if it still runs an OS) and redeployed.
-            DecommissionMode::Reactivate => &[
-                D::DisableNode,
-                D::LoadSiteConfig,
-                D::ReleaseMaasNode,
-                D::ConfigureStorage,
-                D::ApplyRocePhase2,
-                D::EnsurePxeInterfaceAuto,
-                D::RenderCloudInit,
-                D::DeployViaMaas,
-                D::WaitForDeployed,
-                D::EnsureHardwareSyncConfigured,
-                D::WaitForHardwareSyncHealthy,
-                D::WaitForAgentEnrollment,
-                D::EnableNode,
-            ],
+            DecommissionMode::Reactivate => REACTIVATE,
         }
     }
 
@@ -286,6 +302,34 @@ mod tests {
         );
         assert_eq!(OnboardingStage::WaitForAgentEnrollment.next(), None);
         assert!(!OnboardingStage::DeployViaMaas.reentry().safe_from_top);
+    }
+
+    #[test]
+    fn reimage_and_reactivate_share_the_redeploy_tail() {
+        let names = |mode: DecommissionMode| -> Vec<&str> {
+            mode.stages().iter().map(|s| s.as_str()).collect()
+        };
+        let redeploy = [
+            "load_site_config",
+            "release_maas_node",
+            "configure_storage",
+            "apply_roce_phase2",
+            "ensure_pxe_interface_auto",
+            "render_cloud_init",
+            "deploy_via_maas",
+            "wait_for_deployed",
+            "ensure_hardware_sync_configured",
+            "wait_for_hardware_sync_healthy",
+            "wait_for_agent_enrollment",
+            "enable_node",
+        ];
+        let reimage: Vec<&str> = ["disable_node", "drain_node", "cleanup_storage"]
+            .into_iter()
+            .chain(redeploy)
+            .collect();
+        let reactivate: Vec<&str> = ["disable_node"].into_iter().chain(redeploy).collect();
+        assert_eq!(names(DecommissionMode::Reimage), reimage);
+        assert_eq!(names(DecommissionMode::Reactivate), reactivate);
     }
 
     #[test]

@@ -52,7 +52,12 @@ async fn no_agent_there(ctx: &DecommissionCtx<'_>) -> Result<Option<String>, Sta
     if !ctx.mode().releases_machine() {
         return Ok(None);
     }
-    let state = node_state(ctx).await?;
+    // DisableNode moved an offline or quarantined node on (to draining or quarantined): what
+    // it was then says whether an agent runs there.
+    let state = match ctx.facts.decommission.disabled_from {
+        Some(from) => from,
+        None => node_state(ctx).await?,
+    };
     match state {
         NodeState::Offline => {
             return Ok(Some(
@@ -167,6 +172,7 @@ pub(super) async fn ensure_node_disabled(
         "unavailable for new allocations",
     )
     .await?;
+    ctx.facts.decommission.disabled_from = Some(state);
     Ok(StageOutcome::done(
         format!("node {state} -> {target}: no new allocations"),
         json!({"from": state, "to": target}),

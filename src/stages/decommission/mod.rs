@@ -96,6 +96,11 @@ pub struct DecommissionExtra {
     /// first stage and recorded on the node when it completes (the planner compares it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reimage_generation: Option<u64>,
+    /// The node's state when DisableNode took it out of scheduling (an offline or quarantined
+    /// node is `draining` or `quarantined` afterwards): whether an agent can take the tasks
+    /// that follow depends on it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disabled_from: Option<crate::lifecycle::NodeState>,
 }
 
 /// A decommission's journal facts.
