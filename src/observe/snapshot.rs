@@ -223,6 +223,10 @@ pub struct ObservedJob {
     /// came to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provisioning: Option<ObservedProvisioning>,
+    /// What the job's last first-boot payload was rendered from (no secret), when it rendered
+    /// one: `plan` shows how a render now would differ.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<crate::cloudinit::PayloadRecord>,
 }
 
 /// What the planner reads of a Redfish provisioning job.
@@ -283,6 +287,11 @@ impl From<&crate::store::Job> for ObservedJob {
             requested_at: job.requested_at,
             updated_at: job.updated_at,
             provisioning: ObservedProvisioning::of(job),
+            payload: job
+                .stage_details
+                .get("cloud_init")
+                .and_then(|facts| facts.get("payload"))
+                .and_then(|record| serde_json::from_value(record.clone()).ok()),
         }
     }
 }

@@ -137,6 +137,7 @@ pub fn job(site: &str, hostname: &str, state: JobState, stage: &str) -> Observed
         requested_at: at(-120),
         updated_at: at(-60),
         provisioning: None,
+        payload: None,
     }
 }
 
