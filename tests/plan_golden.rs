@@ -1320,8 +1320,8 @@ fn a_new_agent_release_shows_as_a_user_data_diff_of_the_nodes_it_reaches() {
         .node(applied(inventory("dc1", "n03", NodeState::Active), 0))
         .job(onboarded(&fleet, "dc1/n01", "aaa001", v1.clone()))
         .job(onboarded(&fleet, "dc1/n02", "aaa002", v1.clone()))
-        // Deployed with the new release already: nothing to show.
-        .job(onboarded(&fleet, "dc1/n03", "aaa003", v2.clone()))
+        // Deployed before the server had an agent to install: it only enrolled with curl.
+        .job(onboarded(&fleet, "dc1/n03", "aaa003", Default::default()))
         .done();
     let options = PlanOptions {
         sites: SiteFilter::from_names(["dc1", "dc2"]),
@@ -1365,7 +1365,25 @@ fn a_new_agent_release_shows_as_a_user_data_diff_of_the_nodes_it_reaches() {
             "b agent-bootstrap v2: enroll at {ENROLL}; agent https://mirror.example/metalform-agent-1.5.0 (sha256 bbbbbbbbbbbb), pinned CA"
         )]
     );
-    assert!(item(&plan, "dc1/n03").user_data.is_none());
+    // The first agent install: the pin in agent.env, the CA it trusts and the unit the
+    // bootstrap enables all arrive.
+    let diff = item(&plan, "dc1/n03")
+        .user_data
+        .as_ref()
+        .expect("n03")
+        .diff
+        .clone();
+    let added = |what: &str| diff.iter().any(|l| l.starts_with('+') && l.contains(what));
+    for what in [
+        "METALFORM_AGENT_URL=\"https://mirror.example/metalform-agent-1.5.0\"",
+        &format!("METALFORM_AGENT_SHA256=\"{}\"", "b".repeat(64)),
+        "path: /etc/metalform/ca.pem",
+        "-----BEGIN CERTIFICATE-----",
+        "path: /etc/systemd/system/metalform-agent.service",
+        "ExecStart=/usr/local/bin/metalform-agent run",
+    ] {
+        assert!(added(what), "{what} added in\n{}", diff.join("\n"));
+    }
 
     // A new onboarding shows the payload it deploys: the agent install, CA pin and unit.
     let m01 = item(&plan, "dc2/m01");
@@ -1391,7 +1409,7 @@ fn a_new_agent_release_shows_as_a_user_data_diff_of_the_nodes_it_reaches() {
     );
     let md = render::render_markdown(&plan, 60_000);
     assert!(
-        md.contains("<details><summary>User-data (secrets redacted) (4)</summary>"),
+        md.contains("<details><summary>User-data (secrets redacted) (5)</summary>"),
         "{md}"
     );
     assert!(md.contains("```diff\n"), "{md}");
