@@ -21,6 +21,11 @@ fn run(name: &str, fleet: &Fleet, snapshot: &Snapshot, sites: &[&str]) -> Plan {
         sites: SiteFilter::from_names(sites.iter().copied()),
         ..PlanOptions::default()
     };
+    run_with(name, fleet, snapshot, &options)
+}
+
+fn run_with(name: &str, fleet: &Fleet, snapshot: &Snapshot, options: &PlanOptions) -> Plan {
+    let options = options.clone();
     let plan = plan::plan(fleet, snapshot, &options);
     // Pure and deterministic: the same inputs give the same plan.
     assert_eq!(plan::plan(fleet, snapshot, &options), plan);
@@ -1374,4 +1379,235 @@ fn protection_blocks_every_destructive_item() {
         n01.reason
     );
     assert_eq!(plan.summary.destructive, 0);
+}
+
+// --- User-data in the plan (issue 12 "Install path") ---
+
+const CA_PEM: &str = "-----BEGIN CERTIFICATE-----\nMIIBdTCCARugAwIBAgIUQ2Fmb3JtIGRldiBDQSBmb3IgdGVzdHMwCgYIKoZIzj0E\n-----END CERTIFICATE-----\n";
+const ENROLL: &str = "https://10.176.46.5:8741/agent/v1/enroll";
+
+fn agent(version: &str, sha: char) -> metalform::cloudinit::AgentInstall {
+    metalform::cloudinit::AgentInstall {
+        binary: Some(metalform::cloudinit::AgentBinary {
+            url: format!("https://mirror.example/metalform-agent-{version}"),
+            sha256: sha.to_string().repeat(64),
+        }),
+        ca_bundle: Some(CA_PEM.into()),
+    }
+}
+
+/// What the onboarding of `node` recorded when it rendered the payload it deployed, with
+/// `install` as the agent install then.
+fn payload_record(
+    fleet: &Fleet,
+    node: &str,
+    system_id: &str,
+    install: metalform::cloudinit::AgentInstall,
+) -> metalform::cloudinit::PayloadRecord {
+    use metalform::cloudinit::{self, CloudInitInput, NodeRuntime};
+    let (site, host) = node.split_once('/').unwrap();
+    let node = &fleet.nodes[&NodeId::new(site, host)];
+    let profile = fleet.profile_of(node).unwrap();
+    let runtime = NodeRuntime::for_review(
+        profile,
+        system_id.into(),
+        ENROLL.into(),
+        Some("/dev/disk/by-id/ata-Dell_BOSS-N1_S1A2B3".into()),
+        install,
+    );
+    let input = CloudInitInput::for_node(fleet.site_of(node).unwrap(), profile, node, runtime);
+    let digest = cloudinit::render_review(&input).unwrap().digest;
+    input.record(&digest)
+}
+
+fn onboarded(
+    fleet: &Fleet,
+    node: &str,
+    system_id: &str,
+    install: metalform::cloudinit::AgentInstall,
+) -> metalform::observe::ObservedJob {
+    let (site, host) = node.split_once('/').unwrap();
+    let mut job = job(site, host, JobState::Completed, "completed");
+    job.node_id = Some(id(&format!("node/{node}")));
+    job.maas_system_id = Some(system_id.into());
+    job.payload = Some(payload_record(fleet, node, system_id, install));
+    job
+}
+
+/// No secret of a payload reaches any rendering: the token and password hash are redacted.
+fn no_secrets(plan: &Plan) {
+    for out in [
+        render::render_text(plan, TextOptions::default()),
+        render::render_json(plan),
+        render::render_markdown(plan, 60_000),
+    ] {
+        assert!(!out.contains("$6$"), "a password hash in\n{out}");
+        assert!(
+            !out.contains("<enrollment-token>"),
+            "the token stand-in in\n{out}"
+        );
+        assert!(!out.contains("not-read"), "the password stand-in in\n{out}");
+    }
+}
+
+#[test]
+fn a_new_agent_release_shows_as_a_user_data_diff_of_the_nodes_it_reaches() {
+    let mut fleet = fixture_fleet();
+    edit(&mut fleet, "dc1/n01", |n| n.reimage.generation = 2);
+    let (v1, v2) = (agent("1.4.0", 'a'), agent("1.5.0", 'b'));
+    let snapshot = World::new()
+        .machines("dc1", deployed("aaa", DC1))
+        .machines("dc2", vec![])
+        .node(applied(inventory("dc1", "n01", NodeState::Active), 1))
+        .node(applied(inventory("dc1", "n02", NodeState::Active), 0))
+        .node(applied(inventory("dc1", "n03", NodeState::Active), 0))
+        .job(onboarded(&fleet, "dc1/n01", "aaa001", v1.clone()))
+        .job(onboarded(&fleet, "dc1/n02", "aaa002", v1.clone()))
+        // Deployed before the server had an agent to install: it only enrolled with curl.
+        .job(onboarded(&fleet, "dc1/n03", "aaa003", Default::default()))
+        .done();
+    let options = PlanOptions {
+        sites: SiteFilter::from_names(["dc1", "dc2"]),
+        payload: Some(plan::PayloadSettings {
+            enroll_url: Some(ENROLL.into()),
+            agent: v2,
+        }),
+        ..PlanOptions::default()
+    };
+    let plan = run_with("user_data_agent_release", &fleet, &snapshot, &options);
+    no_secrets(&plan);
+
+    // The reimage deploys the new payload; the settled node gets it at its next reimage.
+    let n01 = item(&plan, "dc1/n01");
+    assert!(matches!(n01.action, Action::Reimage { .. }));
+    let change = n01.user_data.as_ref().expect("n01's user-data changes");
+    assert_eq!(change.applies, plan::UserDataApplies::ThisDeploy);
+    let n02 = item(&plan, "dc1/n02");
+    assert_eq!(n02.action, Action::Noop);
+    let change = n02.user_data.as_ref().expect("n02's user-data changes");
+    assert_eq!(change.applies, plan::UserDataApplies::NextDeploy);
+    assert_ne!(change.before.as_deref(), Some(change.after.as_str()));
+    // The agent section of the diff: its URL and pin change, the CA and unit stay.
+    let diff = change.diff.join("\n");
+    // (`-`/`+`, then the line of /etc/metalform/agent.env as the document indents it.)
+    for line in [
+        "-      METALFORM_AGENT_URL=\"https://mirror.example/metalform-agent-1.4.0\"",
+        "+      METALFORM_AGENT_URL=\"https://mirror.example/metalform-agent-1.5.0\"",
+        &format!("-      METALFORM_AGENT_SHA256=\"{}\"", "a".repeat(64)),
+        &format!("+      METALFORM_AGENT_SHA256=\"{}\"", "b".repeat(64)),
+    ] {
+        assert!(diff.lines().any(|l| l == line), "{line} in\n{diff}");
+    }
+    assert!(
+        !diff.contains("BEGIN CERTIFICATE"),
+        "the CA did not change:\n{diff}"
+    );
+    assert_eq!(
+        change.layers,
+        [format!(
+            "b agent-bootstrap v2: enroll at {ENROLL}; agent https://mirror.example/metalform-agent-1.5.0 (sha256 bbbbbbbbbbbb), pinned CA"
+        )]
+    );
+    // The first agent install: the pin in agent.env, the CA it trusts and the unit the
+    // bootstrap enables all arrive.
+    let diff = item(&plan, "dc1/n03")
+        .user_data
+        .as_ref()
+        .expect("n03")
+        .diff
+        .clone();
+    let added = |what: &str| diff.iter().any(|l| l.starts_with('+') && l.contains(what));
+    for what in [
+        "METALFORM_AGENT_URL=\"https://mirror.example/metalform-agent-1.5.0\"",
+        &format!("METALFORM_AGENT_SHA256=\"{}\"", "b".repeat(64)),
+        "path: /etc/metalform/ca.pem",
+        "-----BEGIN CERTIFICATE-----",
+        "path: /etc/systemd/system/metalform-agent.service",
+        "ExecStart=/usr/local/bin/metalform-agent run",
+    ] {
+        assert!(added(what), "{what} added in\n{}", diff.join("\n"));
+    }
+
+    // A new onboarding shows the payload it deploys: the agent install, CA pin and unit.
+    let m01 = item(&plan, "dc2/m01");
+    assert_eq!(m01.action, Action::Onboard);
+    let change = m01.user_data.as_ref().expect("a new payload");
+    assert_eq!(change.before, None);
+    assert!(change.diff.is_empty());
+    assert!(
+        change
+            .layers
+            .iter()
+            .any(|l| l.starts_with("b agent-bootstrap v2: enroll at")
+                && l.ends_with("(sha256 bbbbbbbbbbbb), pinned CA")),
+        "{:?}",
+        change.layers
+    );
+
+    let text = render::render_text(&plan, TextOptions::default());
+    assert!(text.contains("    * dc1/n02"), "{text}");
+    assert!(
+        text.contains("reaches the host at its next reimage"),
+        "{text}"
+    );
+    let md = render::render_markdown(&plan, 60_000);
+    assert!(
+        md.contains("<details><summary>User-data (secrets redacted) (5)</summary>"),
+        "{md}"
+    );
+    assert!(md.contains("```diff\n"), "{md}");
+}
+
+#[test]
+fn a_manifest_change_shows_as_a_user_data_diff_against_the_recorded_agent_install() {
+    let mut fleet = fixture_fleet();
+    let v1 = agent("1.4.0", 'a');
+    let snapshot = World::new()
+        .machines("dc1", deployed("aaa", DC1))
+        .node(applied(inventory("dc1", "n01", NodeState::Active), 0))
+        .node(applied(inventory("dc1", "n02", NodeState::Active), 0))
+        .node(applied(inventory("dc1", "n03", NodeState::Active), 0))
+        .job(onboarded(&fleet, "dc1/n01", "aaa001", v1.clone()))
+        .job(onboarded(&fleet, "dc1/n02", "aaa002", v1.clone()))
+        .job(onboarded(&fleet, "dc1/n03", "aaa003", v1))
+        .done();
+    // Nothing changed: nothing is shown, and the plan reads as before.
+    let same = plan::plan(
+        &fleet,
+        &snapshot,
+        &PlanOptions {
+            sites: SiteFilter::from_names(["dc1"]),
+            ..PlanOptions::default()
+        },
+    );
+    assert!(same.items.iter().all(|i| i.user_data.is_none()));
+    assert!(!render::render_json(&same).contains("user_data"));
+
+    // The site bundle moves to version 4: every node of the profile shows it, and the plan is
+    // told no agent install, so each keeps the one it was deployed with.
+    let profile = fleet
+        .profiles
+        .get_mut(&metalform::model::ProfileName::new("dc1-gpu"))
+        .unwrap();
+    profile.cloud_init.site_bundle.as_mut().unwrap().version = "4".into();
+    let plan = run("user_data_manifest_change", &fleet, &snapshot, &["dc1"]);
+    no_secrets(&plan);
+    for node in ["dc1/n01", "dc1/n02", "dc1/n03"] {
+        let change = item(&plan, node).user_data.as_ref().expect(node);
+        assert_eq!(
+            change.layers,
+            ["a site-bundle v4: bundles/dc1-base@4"],
+            "{node}"
+        );
+        let diff = change.diff.join("\n");
+        assert!(
+            diff.contains("+      METALFORM_SITE_BUNDLE_VERSION=\"4\""),
+            "{diff}"
+        );
+        assert!(!diff.contains("METALFORM_AGENT_URL"), "{diff}");
+    }
+    // The user-data is a preview: a plan that shows it and one that does not decide the same,
+    // so applying a plan file re-planned without it is not refused.
+    assert_ne!(plan.id, same.id);
+    assert_eq!(plan::differences(&plan, &same), Vec::<String>::new());
 }

@@ -1,20 +1,20 @@
 //! Polls without a read per poll (seed 000 §6.3 task long-poll and heartbeat).
 //!
-//! Waiting long-polls: instead of every waiting poll asking the store for its node's tasks
-//! every step (1,000 polls, four reads a second each), one query per step asks for all waiting
-//! nodes at once (`Store::nodes_with_claimable_tasks`) and wakes the polls of the nodes that
-//! have something to claim. A woken poll claims under its lease (`Store::claim_task`); another
-//! poll of the same node that loses the race waits on.
+//! One query per poll step answers, for every node at once, which nodes have a task to claim
+//! (`Store::claimable_nodes`: the queued and lease-expired tasks, found through their status
+//! index — a handful of rows, however many agents poll). Waiting long-polls of those nodes are
+//! woken and claim under their lease (`Store::claim_task`); another poll of the same node that
+//! loses the race waits on.
 //!
 //! Heartbeats: [`Known`] remembers the agent tokens checked (by hash) while the store serial
 //! stays the same — a revocation or an enrollment moves it, and it is read every step, so a
-//! revoked token stops working within a step — and which polling nodes have a task to claim,
-//! refreshed for all of them every `REFRESH_STEPS` steps. A heartbeat of a known agent whose
-//! node has nothing to claim is answered from memory.
+//! revoked token stops working within a step — and the nodes that had a task to claim at the
+//! last step. A heartbeat of a known agent whose node has nothing to claim is answered from
+//! memory.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::Notify;
 use uuid::Uuid;
@@ -66,15 +66,6 @@ impl Waiters {
         }
     }
 
-    fn waiting(&self) -> Vec<Uuid> {
-        self.slots
-            .lock()
-            .expect("waiters lock")
-            .keys()
-            .copied()
-            .collect()
-    }
-
     fn wake(&self, nodes: &BTreeSet<Uuid>) {
         let slots = self.slots.lock().expect("waiters lock");
         for node in nodes {
@@ -107,16 +98,9 @@ struct KnownState {
     serial: Option<i64>,
     /// Token hash → (node, enrollment) of agent tokens in use.
     tokens: HashMap<String, crate::store::AgentIdentity>,
-    /// Nodes whose agents polled lately, and when.
-    polling: HashMap<Uuid, Instant>,
-    /// Of those, the ones with a task to claim at the last refresh.
+    /// The nodes with a task to claim at the last step.
     claimable: HashSet<Uuid>,
 }
-
-/// A node whose agent has not polled for this long is no longer refreshed.
-const POLLING_WINDOW: Duration = Duration::from_secs(600);
-/// Every this many steps, every polling node's claimable state is refreshed.
-const REFRESH_STEPS: u64 = 4;
 
 impl Known {
     /// The identity of a token (by hash) checked under the current serial, and whether its
@@ -148,15 +132,6 @@ impl Known {
         }
     }
 
-    /// The node polled now.
-    pub(super) fn polled(&self, node: Uuid) {
-        self.state
-            .lock()
-            .expect("known lock")
-            .polling
-            .insert(node, Instant::now());
-    }
-
     /// The node's tokens changed (an enrollment through this channel): forget them at once.
     pub(super) fn forget_node(&self, node: Uuid) {
         let mut state = self.state.lock().expect("known lock");
@@ -170,13 +145,6 @@ impl Known {
             state.tokens.clear();
             state.serial = Some(serial);
         }
-    }
-
-    /// The nodes polling lately (the rest are dropped).
-    fn polling(&self) -> Vec<Uuid> {
-        let mut state = self.state.lock().expect("known lock");
-        state.polling.retain(|_, at| at.elapsed() < POLLING_WINDOW);
-        state.polling.keys().copied().collect()
     }
 
     fn refreshed(&self, claimable: BTreeSet<Uuid>) {
@@ -197,34 +165,20 @@ impl Known {
 pub(super) async fn run(channel: Weak<Channel>, step: Duration) {
     let mut tick = tokio::time::interval(step.max(Duration::from_millis(5)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut steps: u64 = 0;
     loop {
         tick.tick().await;
         let Some(channel) = channel.upgrade() else {
             return;
         };
-        steps += 1;
         match channel.store.serial_now().await {
             Ok(serial) => channel.known.serial(serial),
             Err(err) => tracing::debug!(error = %err, "agent poll dispatch: serial not read"),
         }
-        if steps.is_multiple_of(REFRESH_STEPS) {
-            let polling = channel.known.polling();
-            match channel.store.nodes_with_claimable_tasks(&polling).await {
-                Ok(ready) => {
-                    channel.waiters.wake(&ready);
-                    channel.known.refreshed(ready);
-                }
-                Err(err) => tracing::debug!(error = %err, "agent poll dispatch: store read failed"),
+        match channel.store.claimable_nodes().await {
+            Ok(ready) => {
+                channel.waiters.wake(&ready);
+                channel.known.refreshed(ready);
             }
-            continue;
-        }
-        let nodes = channel.waiters.waiting();
-        if nodes.is_empty() {
-            continue;
-        }
-        match channel.store.nodes_with_claimable_tasks(&nodes).await {
-            Ok(ready) => channel.waiters.wake(&ready),
             Err(err) => tracing::debug!(error = %err, "agent poll dispatch: store read failed"),
         }
     }

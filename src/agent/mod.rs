@@ -9,10 +9,10 @@
 //!
 //! Heartbeats cost the store nothing per call ([`dispatch`], [`contacts`]): a checked agent token
 //! is remembered until the store serial moves (a revocation or an enrollment moves it; the
-//! serial is read once per poll step), whether a node has a task to claim is refreshed for every
-//! polling node at once, and every authenticated call's contact is noted in memory and written
-//! in batches, one transaction per flush. Waiting long-polls are woken by one query per poll
-//! step for all of them together.
+//! serial is read once per poll step), which nodes have a task to claim is read once per poll
+//! step for all nodes together (through the tasks' status index: the cost follows the open
+//! tasks, not the agents), and every authenticated call's contact is noted in memory and written
+//! in batches, one transaction per flush. The same read wakes the waiting long-polls.
 //! The store does the leasing (`Store::claim_task`, `Store::renew_task`,
 //! `Store::complete_task`).
 

@@ -356,7 +356,6 @@ async fn authenticated(
         credential.identity.clone(),
         serial,
     );
-    known.polled(node);
     Ok((node, credential))
 }
 

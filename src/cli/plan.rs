@@ -51,6 +51,12 @@ pub struct Args {
     /// window it overrides, and applying the plan audits it.
     #[arg(long)]
     pub ignore_windows: bool,
+    /// The agent install deployed hosts get (as apply or the daemon deploy it): with it, new
+    /// onboardings show their user-data, and deployed nodes show how their user-data would
+    /// change with it. Without it, each node is compared with the agent install it was last
+    /// deployed with.
+    #[command(flatten)]
+    pub agent: super::render::AgentPayloadArgs,
 }
 
 pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
@@ -64,9 +70,18 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
         None => args.world.observe_now(global, &fleet).await?,
     };
     warn_unreadable(&snapshot);
+    let payload = if args.agent.given() {
+        Some(plan::PayloadSettings {
+            enroll_url: args.agent.enroll_url(),
+            agent: args.agent.install()?,
+        })
+    } else {
+        None
+    };
     let options = PlanOptions {
         sites,
         ignore_windows: args.ignore_windows,
+        payload,
         ..PlanOptions::default()
     };
     let plan = plan::plan(&fleet, &snapshot, &options);

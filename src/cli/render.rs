@@ -16,7 +16,7 @@ use url::Url;
 use super::output::ReportFormat;
 use super::{CliError, Exit, GlobalArgs};
 use crate::clock::SystemClock;
-use crate::cloudinit::{self, CloudInitInput, NodeRuntime};
+use crate::cloudinit::{self, CloudInitInput, NodeRuntime, TOKEN_PLACEHOLDER};
 use crate::model::{Fleet, Node};
 use crate::secrets::{self, Secret, SecretError, SecretStore};
 use crate::store::Store;
@@ -56,6 +56,19 @@ pub struct CloudInitArgs {
     /// The machine's MAAS system id (default: the one recorded in the state store, if any).
     #[arg(long, value_name = "ID")]
     pub system_id: Option<String>,
+    #[command(flatten)]
+    pub agent: AgentPayloadArgs,
+    /// The boot disk's /dev/disk/by-id path, which data-disk initialisation leaves alone.
+    #[arg(long, value_name = "PATH")]
+    pub boot_disk: Option<String>,
+    /// `text`: the document; `json`: {node, digest, secrets, layers, user_data}.
+    #[arg(long, value_enum, default_value_t)]
+    pub format: ReportFormat,
+}
+
+/// The parts of a payload that come from the server deploying it (`render cloud-init`, `plan`).
+#[derive(Debug, clap::Args)]
+pub struct AgentPayloadArgs {
     /// The base URL deployed hosts reach metalform's agent endpoint at (apply's --agent-url).
     #[arg(long, value_name = "URL")]
     pub agent_url: Option<Url>,
@@ -65,16 +78,36 @@ pub struct CloudInitArgs {
     /// development CA `ca.pem`, or the operator's).
     #[arg(long, value_name = "FILE")]
     pub agent_ca: Option<PathBuf>,
-    /// The boot disk's /dev/disk/by-id path, which data-disk initialisation leaves alone.
-    #[arg(long, value_name = "PATH")]
-    pub boot_disk: Option<String>,
-    /// `text`: the document; `json`: {node, digest, secrets, layers, user_data}.
-    #[arg(long, value_enum, default_value_t)]
-    pub format: ReportFormat,
+}
+
+impl AgentPayloadArgs {
+    /// Whether any was given.
+    pub fn given(&self) -> bool {
+        self.agent_url.is_some()
+            || self.agent_binary.agent_binary_url.is_some()
+            || self.agent_ca.is_some()
+    }
+
+    /// The enrollment URL of --agent-url.
+    pub fn enroll_url(&self) -> Option<String> {
+        self.agent_url.as_ref().map(crate::agent::enroll_url)
+    }
+
+    /// The agent install of --agent-binary-url/--agent-binary-sha256 and --agent-ca.
+    pub fn install(&self) -> Result<crate::cloudinit::AgentInstall, CliError> {
+        Ok(crate::cloudinit::AgentInstall {
+            binary: self.agent_binary.binary()?,
+            ca_bundle: match &self.agent_ca {
+                Some(path) => Some(std::fs::read_to_string(path).map_err(|e| {
+                    CliError::user(format!("cannot read --agent-ca {}: {e}", path.display()))
+                })?),
+                None => None,
+            },
+        })
+    }
 }
 
 /// Placeholders for values that do not exist outside an onboarding.
-const TOKEN_PLACEHOLDER: &str = "<enrollment-token>";
 const SYSTEM_ID_PLACEHOLDER: &str = "<system-id>";
 const ENROLL_URL_PLACEHOLDER: &str = "<enroll-url>";
 
@@ -130,22 +163,13 @@ async fn cloud_init(global: &GlobalArgs, args: CloudInitArgs) -> Result<Exit, Cl
     let runtime = NodeRuntime {
         system_id,
         enroll_url: args
-            .agent_url
-            .as_ref()
-            .map(crate::agent::enroll_url)
+            .agent
+            .enroll_url()
             .unwrap_or_else(|| ENROLL_URL_PLACEHOLDER.to_string()),
         enroll_token: Secret::new(TOKEN_PLACEHOLDER),
         deploy_password,
         boot_disk_hint: args.boot_disk.clone(),
-        agent_install: crate::cloudinit::AgentInstall {
-            binary: args.agent_binary.binary()?,
-            ca_bundle: match &args.agent_ca {
-                Some(path) => Some(std::fs::read_to_string(path).map_err(|e| {
-                    CliError::user(format!("cannot read --agent-ca {}: {e}", path.display()))
-                })?),
-                None => None,
-            },
-        },
+        agent_install: args.agent.install()?,
     };
     let input = CloudInitInput::for_node(site, profile, node, runtime);
     let rendered = cloudinit::render(&input).map_err(|e| {

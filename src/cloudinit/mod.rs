@@ -24,7 +24,7 @@ mod yaml;
 
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 pub use check::is_placeholder;
@@ -95,7 +95,7 @@ pub struct AgentInstall {
 
 /// The agent executable: where to fetch it and the SHA-256 it must have. The pin, not the
 /// transport, is what the host trusts, so any mirror will do.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AgentBinary {
     pub url: String,
     /// 64 lower-case hex digits.
@@ -139,6 +139,103 @@ pub struct NodeRuntime {
     pub agent_install: AgentInstall,
 }
 
+/// What a deployed payload was rendered from, secrets left out: kept in the job's journal when
+/// the payload is rendered, so `plan` can render it again and show what a new render would
+/// change (the enrollment token and the deploy password are never kept; rendered again they
+/// read `<redacted>`, as they did in the payload's digest).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PayloadRecord {
+    /// [`Rendered::digest`] of the payload as rendered then.
+    pub digest: String,
+    pub hostname: String,
+    pub system_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub site_bundle: Option<SiteBundle>,
+    pub enroll_url: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_binary: Option<AgentBinary>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_ca: Option<String>,
+    pub maas_url: String,
+    pub hw_sync_interval_seconds: u64,
+    pub data_disks: DataDisks,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_disk_hint: Option<String>,
+    #[serde(default)]
+    pub roce: Vec<RoceAssignment>,
+    pub deploy_user: String,
+    /// The deploy user had a password (its hash is redacted).
+    pub deploy_password: bool,
+    #[serde(default)]
+    pub ssh_keys: Vec<String>,
+    pub deploy_policy: DeployUserPolicy,
+}
+
+/// Stands for the enrollment token in payloads rendered for review: issued once, at deploy.
+pub const TOKEN_PLACEHOLDER: &str = "<enrollment-token>";
+/// Stands for a secret that a redacted render never reads.
+const NOT_READ: &str = "not-read";
+
+impl PayloadRecord {
+    /// The input it was made from, with placeholders for the secrets it does not keep.
+    pub fn input(&self) -> CloudInitInput {
+        CloudInitInput {
+            hostname: self.hostname.clone(),
+            system_id: self.system_id.clone(),
+            site_bundle: self.site_bundle.clone(),
+            agent: AgentBootstrap {
+                enroll_url: self.enroll_url.clone(),
+                enroll_token: Secret::new(TOKEN_PLACEHOLDER),
+                install: self.agent_install(),
+            },
+            hw_sync: HwSyncLayer {
+                maas_url: self.maas_url.clone(),
+                system_id: self.system_id.clone(),
+                interval: Duration::from_secs(self.hw_sync_interval_seconds),
+            },
+            data_disks: self.data_disks,
+            boot_disk_hint: self.boot_disk_hint.clone(),
+            roce: self.roce.clone(),
+            deploy_user: DeployUser {
+                name: self.deploy_user.clone(),
+                password: self.deploy_password.then(|| Secret::new(NOT_READ)),
+                ssh_keys: self.ssh_keys.clone(),
+                policy: self.deploy_policy,
+            },
+        }
+    }
+
+    /// The agent install it was rendered with.
+    pub fn agent_install(&self) -> AgentInstall {
+        AgentInstall {
+            binary: self.agent_binary.clone(),
+            ca_bundle: self.agent_ca.clone(),
+        }
+    }
+}
+
+impl NodeRuntime {
+    /// The runtime of a render for review (`plan`): the token a placeholder and the deploy
+    /// password, when the profile gives one, never read (a redacted render does not use it).
+    pub fn for_review(
+        profile: &Profile,
+        system_id: String,
+        enroll_url: String,
+        boot_disk_hint: Option<String>,
+        agent_install: AgentInstall,
+    ) -> NodeRuntime {
+        NodeRuntime {
+            system_id,
+            enroll_url,
+            enroll_token: Secret::new(TOKEN_PLACEHOLDER),
+            deploy_password: (profile.deploy_user.password != DeployPassword::None)
+                .then(|| Secret::new(NOT_READ)),
+            boot_disk_hint,
+            agent_install,
+        }
+    }
+}
+
 impl CloudInitInput {
     /// The input for `node` from the resolved model: the profile's site bundle, data-disk
     /// policy, RoCE switch and hardware-sync interval, the site's MAAS URL and deploy user.
@@ -170,6 +267,28 @@ impl CloudInitInput {
                 ssh_keys: site.deploy.ssh_keys.clone(),
                 policy: profile.deploy_user,
             },
+        }
+    }
+
+    /// What to keep of it in a journal (no secret), with the digest it rendered to.
+    pub fn record(&self, digest: &str) -> PayloadRecord {
+        PayloadRecord {
+            digest: digest.to_string(),
+            hostname: self.hostname.clone(),
+            system_id: self.system_id.clone(),
+            site_bundle: self.site_bundle.clone(),
+            enroll_url: self.agent.enroll_url.clone(),
+            agent_binary: self.agent.install.binary.clone(),
+            agent_ca: self.agent.install.ca_bundle.clone(),
+            maas_url: self.hw_sync.maas_url.clone(),
+            hw_sync_interval_seconds: self.hw_sync.interval.as_secs(),
+            data_disks: self.data_disks,
+            boot_disk_hint: self.boot_disk_hint.clone(),
+            roce: self.roce.clone(),
+            deploy_user: self.deploy_user.name.clone(),
+            deploy_password: self.deploy_user.password.is_some(),
+            ssh_keys: self.deploy_user.ssh_keys.clone(),
+            deploy_policy: self.deploy_user.policy,
         }
     }
 
@@ -328,6 +447,40 @@ pub fn render_redacted(input: &CloudInitInput) -> Result<String, CloudInitError>
     Ok(compose(input, Reveal::Redacted).0)
 }
 
+/// A payload rendered for review (`plan`): the redacted document only, so no secret is read
+/// or hashed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Review {
+    /// The document with the enrollment token and password hash as `<redacted>`.
+    pub document: String,
+    /// As [`Rendered::digest`]: the digest of this document.
+    pub digest: String,
+    pub layers: Vec<LayerSummary>,
+}
+
+/// Render `input` for review: checked as [`render`] does, composed redacted only.
+pub fn render_review(input: &CloudInitInput) -> Result<Review, CloudInitError> {
+    input.check()?;
+    let (document, layers) = compose(input, Reveal::Redacted);
+    Ok(Review {
+        digest: digest(&document),
+        document,
+        layers,
+    })
+}
+
+/// A unified diff of two redacted documents, two lines of context around each change, as
+/// lines (`@@ -a,b +c,d @@`, then ` `/`-`/`+` lines).
+pub fn review_diff(before: &str, after: &str) -> Vec<String> {
+    similar::TextDiff::from_lines(before, after)
+        .unified_diff()
+        .context_radius(2)
+        .to_string()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
 /// `sha256:<hex>` of a document.
 fn digest(document: &str) -> String {
     format!(
@@ -482,6 +635,34 @@ pub(crate) mod tests {
         assert!(!redacted.contains("$6$"));
         assert!(redacted.contains("METALFORM_ENROLL_TOKEN=\"<redacted>\""));
         assert_eq!(a.digest, digest(&redacted));
+    }
+
+    #[test]
+    fn a_record_keeps_no_secret_and_renders_back_to_the_same_redacted_payload() {
+        let input = input();
+        let rendered = render(&input).unwrap();
+        let record = input.record(&rendered.digest);
+        let json = serde_json::to_string(&record).unwrap();
+        assert!(!json.contains("tok_Abcdef"), "{json}");
+        assert!(!json.contains("correct horse"), "{json}");
+        assert!(!json.contains("$6$"), "{json}");
+        let back: PayloadRecord = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, record);
+        let review = render_review(&back.input()).unwrap();
+        assert_eq!(review.digest, rendered.digest);
+        assert_eq!(review.document, render_redacted(&input).unwrap());
+        assert_eq!(review.layers, rendered.layers);
+    }
+
+    #[test]
+    fn a_review_diff_shows_only_the_changed_lines_with_context() {
+        let before = "a\nb\nc\nd\ne\nf\ng\n";
+        let after = "a\nb\nc\nD\ne\nf\ng\n";
+        assert_eq!(
+            review_diff(before, after),
+            ["@@ -2,5 +2,5 @@", " b", " c", "-d", "+D", " e", " f"]
+        );
+        assert!(review_diff(before, before).is_empty());
     }
 
     #[test]

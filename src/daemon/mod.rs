@@ -1198,6 +1198,11 @@ async fn reconcile_site(
         prune: core.config.prune,
         ignore_windows: window_override.is_some(),
         now: None,
+        // The payload this daemon deploys: plans show each node's user-data change with it.
+        payload: Some(crate::plan::PayloadSettings {
+            enroll_url: Some(core.executor.env().enroll_url.clone()),
+            agent: core.executor.env().agent_install.clone(),
+        }),
     };
     let plan = crate::plan::plan(&fleet.fleet, &snapshot, &options);
     core.metrics.planned(site.as_str(), &plan);

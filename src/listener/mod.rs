@@ -712,7 +712,11 @@ async fn drive<IO>(
     let conn = builder.serve_connection(io, service);
     tokio::pin!(conn);
     let mut graceful = false;
-    let mut wake = now_ms() + 1;
+    // The watchdog's timer is set to the next deadline it knows, never to "now": a connection
+    // that asks and is answered in time (an agent's heartbeat) costs no timer wake-up at all.
+    let Some(mut wake) = watch(&state, shared, peer) else {
+        return;
+    };
     loop {
         tokio::select! {
             served = conn.as_mut() => {
@@ -726,23 +730,32 @@ async fn drive<IO>(
                 conn.as_mut().graceful_shutdown();
                 graceful = true;
             }
-            _ = state.head_notify.notified() => {
-                wake = now_ms();
-            }
-            _ = tokio::time::sleep_until(instant_of(wake)) => {
-                match state.verdict(&shared.limits, now_ms()) {
-                    Verdict::Fine(next) => wake = next,
-                    Verdict::SlowHead => {
-                        shared.stats.closed_slow.fetch_add(1, Ordering::Relaxed);
-                        tracing::debug!(listener = shared.name, peer = %peer, "closed: request head too slow");
-                        return;
-                    }
-                    Verdict::Idle => {
-                        shared.stats.closed_idle.fetch_add(1, Ordering::Relaxed);
-                        return;
-                    }
-                }
-            }
+            // A head started: its deadline now runs from its first byte.
+            _ = state.head_notify.notified() => match watch(&state, shared, peer) {
+                Some(next) => wake = next,
+                None => return,
+            },
+            _ = tokio::time::sleep_until(instant_of(wake)) => match watch(&state, shared, peer) {
+                Some(next) => wake = next,
+                None => return,
+            },
+        }
+    }
+}
+
+/// The watchdog's reading now: when to look again (ms), or `None` when the connection is to
+/// close (counted).
+fn watch(state: &ConnState, shared: &Shared, peer: SocketAddr) -> Option<u64> {
+    match state.verdict(&shared.limits, now_ms()) {
+        Verdict::Fine(next) => Some(next),
+        Verdict::SlowHead => {
+            shared.stats.closed_slow.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(listener = shared.name, peer = %peer, "closed: request head too slow");
+            None
+        }
+        Verdict::Idle => {
+            shared.stats.closed_idle.fetch_add(1, Ordering::Relaxed);
+            None
         }
     }
 }

@@ -231,6 +231,10 @@ pub struct ObservedJob {
     /// came to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provisioning: Option<ObservedProvisioning>,
+    /// What the job's last first-boot payload was rendered from (no secret), when it rendered
+    /// one: `plan` shows how a render now would differ.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<crate::cloudinit::PayloadRecord>,
 }
 
 /// What the planner reads of a Redfish provisioning job.
@@ -294,6 +298,11 @@ impl From<&crate::store::Job> for ObservedJob {
             next_try_at: job.next_try_at,
             retry_spec: job.retry_spec.clone(),
             provisioning: ObservedProvisioning::of(job),
+            payload: job
+                .stage_details
+                .get("cloud_init")
+                .and_then(|facts| facts.get("payload"))
+                .and_then(|record| serde_json::from_value(record.clone()).ok()),
         }
     }
 }

@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use crate::model::{Node, NodeId, Profile, ProfileName, SecretRef, Site, SiteName};
 
-use super::types::{Action, NodeTarget, Plan, PlanItem, SitePlan, Summary};
+use super::types::{Action, NodeTarget, Plan, PlanItem, SitePlan, Summary, UserDataChange};
 
 #[derive(Serialize)]
 struct DocumentRef<'a> {
@@ -47,6 +47,8 @@ struct ItemRef<'a> {
     drift: &'a Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     window_ignored: &'a Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    user_data: &'a Option<UserDataChange>,
     #[serde(skip_serializing_if = "Option::is_none")]
     target: Option<TargetRef<'a>>,
 }
@@ -93,6 +95,7 @@ fn document<'a>(plan: &'a Plan, id: &'a str, signature: Option<&'a str>) -> Docu
                 settled: item.settled,
                 drift: &item.drift,
                 window_ignored: &item.window_ignored,
+                user_data: &item.user_data,
                 target: item.target.as_ref().map(|t| {
                     resolved.sites.entry(&t.site.name).or_insert(&t.site);
                     resolved
@@ -167,6 +170,8 @@ struct ItemDocument {
     #[serde(default)]
     window_ignored: Option<String>,
     #[serde(default)]
+    user_data: Option<UserDataChange>,
+    #[serde(default)]
     target: Option<TargetDocument>,
 }
 
@@ -227,6 +232,7 @@ impl<'de> Deserialize<'de> for Plan {
                     settled: item.settled,
                     drift: item.drift,
                     window_ignored: item.window_ignored,
+                    user_data: item.user_data,
                     target,
                 })
             })

@@ -12,6 +12,7 @@
 //! | `prune` | nodes that left the manifests: left alone, or pruned under guards; policies to record |
 //! | `windows` | maintenance windows: disruptive items wait for one |
 //! | `retry` | retry backoff: a failed job is retried at its next try, or when its manifests change |
+//! | `payload` | each node's user-data as a deploy would render it now, against the last render |
 //! | `fresh` | [`check_fresh`]: what moved since a plan was made |
 //! | `render` | text, JSON and markdown |
 //! | `document` | the plan's JSON document (sites and profiles written once) |
@@ -25,6 +26,7 @@ mod file;
 mod fresh;
 mod guard;
 mod matching;
+mod payload;
 mod planner;
 mod prune;
 pub mod render;
@@ -39,6 +41,7 @@ pub use planner::plan;
 pub use prune::{PolicyUpdate, policy_updates};
 pub use trust::{SIGNATURE_PREFIX, UntrustedPlan, differences, sign, verify};
 pub use types::{
-    Action, BlockCause, Candidate, MatchKey, NodeTarget, PLAN_FORMAT, PauseSource, Plan, PlanItem,
-    PlanOptions, SitePlan, Summary, node_spec_hash,
+    Action, BlockCause, Candidate, MatchKey, NodeTarget, PLAN_FORMAT, PauseSource, PayloadSettings,
+    Plan, PlanItem, PlanOptions, SitePlan, Summary, UserDataApplies, UserDataChange,
+    node_spec_hash,
 };

@@ -57,6 +57,7 @@ pub fn plan(fleet: &Fleet, snapshot: &Snapshot, options: &PlanOptions) -> Plan {
         sites.push(site_plan);
         items.extend(site_items);
     }
+    super::payload::attach(fleet, snapshot, options, &mut items);
     let planned = SiteFilter::Only(sites.iter().map(|s: &SitePlan| s.site.clone()).collect());
     let parts = snapshot.fingerprint_parts_of(&planned);
     let mut plan = Plan {
@@ -1026,6 +1027,7 @@ fn item(fleet: &Fleet, node: &Node, decision: Decision) -> PlanItem {
         settled: decision.settled,
         drift: decision.drift,
         window_ignored: decision.window_ignored,
+        user_data: None,
         target,
     }
 }

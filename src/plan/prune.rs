@@ -258,6 +258,7 @@ fn item(node: NodeId, decision: Decision, target: Option<NodeTarget>) -> PlanIte
         settled: false,
         drift: None,
         window_ignored: decision.window_ignored,
+        user_data: None,
         target,
     }
 }

@@ -5,7 +5,9 @@
 use std::fmt::Write as _;
 
 use super::fresh::{describe_revision, short_id};
-use super::types::{Action, BlockCause, Plan, PlanItem, SitePlan, Summary};
+use super::types::{
+    Action, BlockCause, Plan, PlanItem, SitePlan, Summary, UserDataApplies, UserDataChange,
+};
 use crate::sanitize::{markdown, terminal};
 
 /// Text rendering options.
@@ -77,10 +79,26 @@ const LEGEND: &[(&str, &str)] = &[
     ("=", "no change"),
 ];
 
-/// Noop items worth a line: drift, a node not onboarded on purpose, or one the manifests no
-/// longer name.
+/// Noop items worth a line: drift, a node not onboarded on purpose, one the manifests no
+/// longer name, or one whose user-data would change.
 fn has_note(item: &PlanItem) -> bool {
-    !item.settled
+    !item.settled || item.user_data.is_some()
+}
+
+/// `user-data sha256:… -> sha256:… (…)`: which payload, and when it reaches the host.
+fn user_data_heading(change: &UserDataChange) -> String {
+    let when = match change.applies {
+        UserDataApplies::ThisDeploy => "deployed by this item",
+        UserDataApplies::NextDeploy => "reaches the host at its next reimage",
+    };
+    match &change.before {
+        Some(before) => format!(
+            "user-data {} -> {} ({when})",
+            short_id(before),
+            short_id(&change.after)
+        ),
+        None => format!("user-data {} (new, {when})", short_id(&change.after)),
+    }
 }
 
 fn shown_in_text(item: &PlanItem, options: TextOptions) -> bool {
@@ -233,6 +251,12 @@ fn text_unescaped(plan: &Plan, options: TextOptions) -> String {
                 item.action.name(),
                 line_reason(item)
             );
+            if let Some(change) = &item.user_data {
+                let _ = writeln!(out, "{:8}{}", "", user_data_heading(change));
+                for line in change.layers.iter().chain(&change.diff) {
+                    let _ = writeln!(out, "{:10}{line}", "");
+                }
+            }
         }
         if hidden > 0 {
             let _ = writeln!(
@@ -390,6 +414,28 @@ pub fn render_markdown(plan: &Plan, max_bytes: usize) -> String {
         .map(|i| row(&[code(&i.node), markdown::text(&line_reason(i))]))
         .collect();
 
+    let user_data: Vec<String> = plan
+        .items
+        .iter()
+        .filter_map(|i| i.user_data.as_ref().map(|change| (i, change)))
+        .map(|(i, change)| {
+            let mut entry = format!(
+                "{}: {}\n\n",
+                code(&i.node),
+                markdown::text(&user_data_heading(change))
+            );
+            for layer in &change.layers {
+                let _ = writeln!(entry, "- {}", markdown::text(layer));
+            }
+            entry.push('\n');
+            if !change.diff.is_empty() {
+                entry.push_str(&markdown::code_block("diff", &change.diff));
+                entry.push('\n');
+            }
+            entry
+        })
+        .collect();
+
     const NODE_ACTION_REASON: &str = "| node | action | reason |\n|---|---|---|\n";
     const NODE_REASON: &str = "| node | reason |\n|---|---|\n";
     const CHANGE: &str = "| | node | action | reason |\n|---|---|---|---|\n";
@@ -403,6 +449,7 @@ pub fn render_markdown(plan: &Plan, max_bytes: usize) -> String {
         ("⛔ Blocked: needs an operator", NODE_REASON, blocked, false),
         ("Changes", CHANGE, changes, false),
         ("Unchanged", NODE_REASON, unchanged, true),
+        ("User-data (secrets redacted)", "", user_data, true),
     ];
     for (label, header, rows, collapsed) in sections {
         let title = format!("{label} ({})", rows.len());

@@ -122,10 +122,26 @@ pub fn verify(plan: &Plan, key: &Secret) -> Result<(), UntrustedPlan> {
 /// The most differences a refusal lists.
 const SHOWN: usize = 8;
 
+/// The two plans decide the same and differ only in the user-data they show: a preview, which
+/// a plan made with the agent install known (the daemon, `plan --agent-…`) has and one made
+/// without it lacks; the executor renders its own payload when it deploys.
+fn same_but_user_data(file: &Plan, now: &Plan) -> bool {
+    let strip = |plan: &Plan| {
+        let mut plan = plan.clone();
+        for item in &mut plan.items {
+            item.user_data = None;
+        }
+        plan.id = super::document::content_id(&plan);
+        plan.signature = None;
+        plan
+    };
+    strip(file) == strip(now)
+}
+
 /// What differs between a plan from a file and the plan made now from the same world, in
 /// words; empty when they are the same plan.
 pub fn differences(file: &Plan, now: &Plan) -> Vec<String> {
-    if file.id == now.id {
+    if file.id == now.id || same_but_user_data(file, now) {
         return Vec::new();
     }
     let mut out = Vec::new();

@@ -194,9 +194,43 @@ pub struct PlanItem {
     /// overridden the windows (`--ignore-windows`); `apply` audits the override.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window_ignored: Option<String>,
+    /// The node's first-boot user-data as a deploy would render it now, where it differs from
+    /// the payload last rendered for the node (secrets redacted). A review aid: the executor
+    /// renders its own payload when it deploys.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_data: Option<UserDataChange>,
     /// Everything the executor needs; `None` for noop and blocked items.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<NodeTarget>,
+}
+
+/// A node's user-data: what it was last rendered as and what a render now gives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserDataChange {
+    /// Digest of the payload last rendered for the node; `None`: none was (a new onboarding).
+    pub before: Option<String>,
+    /// Digest of the payload a render now gives.
+    pub after: String,
+    /// When the new payload reaches the host: with this item's deploy, or with the node's next
+    /// deploy (a reimage) when this item deploys nothing.
+    pub applies: UserDataApplies,
+    /// The layers that differ, each as `<order> <name> v<version>: <what it does>` (all the
+    /// included layers of a new payload).
+    pub layers: Vec<String>,
+    /// A unified diff (two lines of context) of the redacted documents; empty for a new
+    /// payload, whose layers say what it holds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub diff: Vec<String>,
+}
+
+/// When a changed user-data reaches the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UserDataApplies {
+    /// The item deploys the node (onboard, rerun, reimage, reactivate).
+    ThisDeploy,
+    /// The node is deployed; its next reimage carries the new payload.
+    NextDeploy,
 }
 
 /// The action of an item. New actions (quarantine, update-host, release-retired) join this
@@ -562,4 +596,17 @@ pub struct PlanOptions {
     /// The clock maintenance windows are read against; `None`: the snapshot's `taken_at` (the
     /// moment the world was observed), so a plan stays a pure function of its inputs.
     pub now: Option<chrono::DateTime<chrono::Utc>>,
+    /// How deployed hosts reach the agent channel and install the agent (the daemon's
+    /// `[agent]`, `plan --agent-…`): with it, a new onboarding shows the user-data it deploys
+    /// and a node's recorded payload is compared with this agent install; without it, a
+    /// node's payload is rendered with the agent install it was last rendered with.
+    pub payload: Option<PayloadSettings>,
+}
+
+/// The parts of a payload that come from the server, not the manifests.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PayloadSettings {
+    /// What hosts POST their enrollment to (`None`: unknown here; a node keeps its recorded one).
+    pub enroll_url: Option<String>,
+    pub agent: crate::cloudinit::AgentInstall,
 }

@@ -46,9 +46,38 @@ pub fn code(value: &str) -> String {
     }
 }
 
+/// Lines as a fenced code block (`lang` names its highlighting): fenced with more backticks
+/// than any line holds, so no line can close it; control characters escaped.
+pub fn code_block(lang: &str, lines: &[String]) -> String {
+    let lines: Vec<String> = lines
+        .iter()
+        .map(|l| terminal::escape_line(l).into_owned())
+        .collect();
+    let longest = lines
+        .iter()
+        .flat_map(|l| l.split(|c| c != '`').map(str::len))
+        .max()
+        .unwrap_or(0);
+    let fence = "`".repeat((longest + 1).max(3));
+    let mut out = format!("{fence}{lang}\n");
+    for line in &lines {
+        out.push_str(line);
+        out.push('\n');
+    }
+    out.push_str(&fence);
+    out.push('\n');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_code_block_cannot_be_closed_by_its_lines() {
+        let block = code_block("diff", &["+a ``` b".into(), "-\u{1b}[2J".into()]);
+        assert_eq!(block, "````diff\n+a ``` b\n-\\x1b[2J\n````\n");
+    }
 
     #[test]
     fn prose_cannot_open_html_links_images_or_break_a_table() {

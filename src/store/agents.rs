@@ -559,36 +559,28 @@ impl Store {
         tx.commit().await
     }
 
-    /// Which of `nodes` have a task a poll could claim now (queued, or dispatched with an
-    /// expired lease: the condition of `Store::claim_task`), in one read per 500 nodes. The
-    /// agent channel asks this once per poll step for every waiting long-poll together (no
-    /// transaction: each statement is a consistent read on its own).
-    pub async fn nodes_with_claimable_tasks(
-        &self,
-        nodes: &[Uuid],
-    ) -> Result<std::collections::BTreeSet<Uuid>, StoreError> {
-        let now = format_time(self.now());
-        let mut found = std::collections::BTreeSet::new();
-        for chunk in nodes.chunks(500) {
-            let list: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 4)).collect();
-            let sql = format!(
-                "SELECT DISTINCT node_id FROM agent_tasks
-                 WHERE node_id IN ({})
-                   AND (status = $2 OR (status = $3 AND lease_expires_at <= $1))",
-                list.join(", ")
-            );
-            let mut bound = params![
-                now.clone(),
-                TaskStatus::Queued.as_str(),
-                TaskStatus::Dispatched.as_str()
-            ]
-            .to_vec();
-            bound.extend(chunk.iter().map(|n| super::db::Param::from(n.to_string())));
-            for row in self.pool.fetch_all_once(sql, &bound).await? {
-                found.insert(parse_uuid(&row.text("node_id")?)?);
-            }
-        }
-        Ok(found)
+    /// The nodes with a task a poll could claim now (queued, or dispatched with an expired
+    /// lease: the condition of `Store::claim_task`), in one read through the tasks' status
+    /// index: its cost follows the open tasks, not the agents polling or the tasks ever run.
+    /// The agent channel asks this once per poll step for every polling node together (no
+    /// transaction: the statement is a consistent read on its own).
+    pub async fn claimable_nodes(&self) -> Result<std::collections::BTreeSet<Uuid>, StoreError> {
+        let rows = self
+            .pool
+            .fetch_all_once(
+                "SELECT node_id FROM agent_tasks WHERE status = $2
+                 UNION
+                 SELECT node_id FROM agent_tasks WHERE status = $3 AND lease_expires_at <= $1",
+                &params![
+                    format_time(self.now()),
+                    TaskStatus::Queued.as_str(),
+                    TaskStatus::Dispatched.as_str()
+                ],
+            )
+            .await?;
+        rows.iter()
+            .map(|row| parse_uuid(&row.text("node_id")?))
+            .collect()
     }
 
     /// Revoke every live agent token of a node (decommission CleanupSecrets): its agent gets

@@ -54,10 +54,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "retry_backoff",
         sql: include_str!("migrations/0011_retry_backoff.sql"),
     },
+    Migration {
+        version: 14,
+        name: "agent_tasks_status",
+        sql: include_str!("migrations/0014_agent_tasks_status.sql"),
+    },
 ];
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 11;
+pub const SCHEMA_VERSION: i64 = 14;
 
 /// The versions of every migration this build knows, oldest first (what a migrated store
 /// records in `schema_migrations`; numbers may have gaps: each branch of work takes the

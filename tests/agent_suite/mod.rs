@@ -499,6 +499,76 @@ pub async fn concurrent_enrollments_with_one_token_enroll_once(url: String) {
     assert_eq!(enrollments.len(), 1);
 }
 
+/// What the agent channel asks every poll step: the nodes with a queued task or a dispatched
+/// one whose lease expired — never a leased, finished or other node's task.
+pub async fn claimable_nodes_are_the_queued_and_lease_expired_tasks(url: String) {
+    let (store, clock) = open(&url).await;
+    let mut nodes = Vec::new();
+    for (host, system) in [
+        ("a01", "s1"),
+        ("a02", "s2"),
+        ("a03", "s3"),
+        ("a04", "s4"),
+        ("a05", "s5"),
+    ] {
+        nodes.push(onboarding(&store, host, system).await.node);
+    }
+    // The last node has no task at all.
+    let [queued, expired, leased, finished, _] = nodes[..] else {
+        unreachable!()
+    };
+    assert!(store.claimable_nodes().await.unwrap().is_empty());
+    for node in [queued, expired, leased, finished] {
+        store
+            .ensure_task(node, "node.heartbeat_check", &json!({}), None)
+            .await
+            .unwrap();
+    }
+    let lease = Duration::seconds(120);
+    let short = Duration::seconds(10);
+    assert!(
+        store
+            .claim_task(expired, "agent:e", short)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        store
+            .claim_task(leased, "agent:l", lease)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    let done = store
+        .claim_task(finished, "agent:f", lease)
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .complete_task(
+            done.id,
+            "agent:f",
+            &metalform::store::TaskOutcome {
+                succeeded: true,
+                message: None,
+                details: json!({}),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store.claimable_nodes().await.unwrap(),
+        [queued].into_iter().collect()
+    );
+    // The short lease runs out: its task can be handed out again.
+    clock.advance(Duration::seconds(11));
+    assert_eq!(
+        store.claimable_nodes().await.unwrap(),
+        [queued, expired].into_iter().collect()
+    );
+}
+
 #[macro_export]
 macro_rules! agent_suite_tests {
     ($make_url:path) => {
@@ -512,6 +582,7 @@ macro_rules! agent_suite_tests {
             a_lost_answer_can_be_replayed_once_by_the_same_machine,
             a_reenrollment_revokes_the_previous_agent_identity,
             concurrent_enrollments_with_one_token_enroll_once,
+            claimable_nodes_are_the_queued_and_lease_expired_tasks,
         );
     };
     (@cases $make_url:path; $($case:ident),+ $(,)?) => {

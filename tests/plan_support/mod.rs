@@ -140,6 +140,7 @@ pub fn job(site: &str, hostname: &str, state: JobState, stage: &str) -> Observed
         next_try_at: None,
         retry_spec: None,
         provisioning: None,
+        payload: None,
     }
 }
 

@@ -84,6 +84,9 @@ pub struct CloudInitFacts {
     pub digest: String,
     pub rendered_at: DateTime<Utc>,
     pub token_expires_at: DateTime<Utc>,
+    /// What it was rendered from, without secrets (`plan` renders it again to show changes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<crate::cloudinit::PayloadRecord>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

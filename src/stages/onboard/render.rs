@@ -93,6 +93,7 @@ pub(super) async fn ensure_node_and_payload(
         digest: digest.clone(),
         rendered_at: ctx.now,
         token_expires_at: expires_at,
+        payload: Some(input.record(&digest)),
     });
     Ok(StageOutcome::done(
         format!(
