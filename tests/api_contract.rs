@@ -4,9 +4,9 @@
 //! nodes, a plan and audit rows exist — with every check and 10 examples per operation, and
 //! validates each answer (status code, content type, headers, body schema) against the
 //! document. The document's links let it follow a list to the items it names. The daemon runs
-//! the Redfish provisioner too (`[provisioner]`), with one server of the manifests on a
-//! simulated BMC provisioned to `complete` before the run, so the jobs API, the status webhook
-//! and the task ISO route are driven like every other operation: across the two runs, every
+//! the Redfish provisioner too (`[provisioner]`), with one server on a simulated BMC provisioned
+//! through the jobs API to `complete` before the run, so the jobs API, the status webhook and
+//! the task ISO route are driven like every other operation: across the two runs, every
 //! documented operation is tested.
 #![cfg(feature = "services")]
 
@@ -18,8 +18,9 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use daemon_support::{ADMIN_TOKEN, DaemonBed, call, commit, one_site, signal};
-use metalform::secrets::Secret;
+use daemon_support::{ADMIN_TOKEN, DaemonBed, call, one_site, signal};
+use metalform::secrets::{Secret, SecretRef};
+use metalform::store::Server;
 use metalform::sim::redfish::{self as rsim, RedfishSimConfig, RedfishSimHandle, WebhookTarget};
 use onboard_support::hostname_of;
 use provisioning_support::{MEDIA_KEY, WEBHOOK_SECRET, serve_maintenance_image};
@@ -48,8 +49,8 @@ async fn every_documented_operation_answers_as_the_document_says() {
     let hosts: Vec<String> = (0..2).map(|i| hostname_of(&config, i)).collect();
     bed.converged_hosts("dc1", &hosts, Duration::from_secs(120))
         .await;
-    // The Redfish server's job, run by the daemon's workers to the end: a job to read, and
-    // its task ISO on the admin listener.
+    // A Redfish server's job, run by the daemon's workers to the end: a job to read, and its
+    // task ISO on the admin listener.
     let job = provisioned(&base, &bmcs.bmcs[0].serial, &log).await;
     // A node list with ids to follow, a plan, and audit rows to query.
     let (status, nodes) = call(
@@ -60,8 +61,7 @@ async fn every_documented_operation_answers_as_the_document_says() {
     )
     .await;
     assert_eq!(status, 200, "{nodes}");
-    // The two MAAS nodes and the Redfish server.
-    assert_eq!(nodes["nodes"].as_array().unwrap().len(), 3, "{nodes}");
+    assert_eq!(nodes["nodes"].as_array().unwrap().len(), 2, "{nodes}");
     // A decommission (a soft reset between tenants), so its routes have a job to act on.
     let node = nodes["nodes"]
         .as_array()
@@ -129,6 +129,9 @@ async fn every_documented_operation_answers_as_the_document_says() {
 const PROVISIONER_PATHS: &str =
     "^/api/v1/jobs|^/api/v1/status-webhook/|^/media/tasks/|^/api/v1/admin/provisionings";
 
+/// The admin token's name in the daemon's configuration (its Basic auth user).
+const ADMIN_TOKEN_NAME: &str = "ops-alice";
+
 /// Where the BMC logins and the provisioner's secrets live in the dev secret file.
 const BMC_CREDENTIALS: &str = "kv/contract/redfish-bmc";
 const PROVISIONER_SECRETS: &str = "kv/contract/provisioner";
@@ -155,9 +158,8 @@ media_url_key = {{ vault = "{PROVISIONER_SECRETS}", key = "media_url_key" }}
     )
 }
 
-/// One simulated BMC whose maintenance OS reports to the daemon at `base`, its login and the
-/// provisioner's secrets in the secret file, and a node manifest choosing the Redfish
-/// provisioner for it, committed.
+/// One simulated BMC whose maintenance OS reports to the daemon at `base`, recorded as a
+/// server of the provisioner, its login and the provisioner's secrets in the secret file.
 async fn redfish_server(bed: &DaemonBed, base: &str) -> RedfishSimHandle {
     let mut config = RedfishSimConfig::generated(1, None);
     config.time_scale = 100.0;
@@ -175,36 +177,60 @@ async fn redfish_server(bed: &DaemonBed, base: &str) -> RedfishSimHandle {
         serde_json::json!({"webhook_secret": WEBHOOK_SECRET, "media_url_key": MEDIA_KEY}),
     );
     let bmc = &sims.bmcs[0];
-    std::fs::write(
-        bed.bed.fleet_dir.join("nodes/dc1-redfish.yaml"),
-        format!(
-            "apiVersion: metalform/v1
-kind: Node
-metadata: {{name: rf01}}
-spec:
-  site: dc1
-  sku: mi300x.192g.8gpu
-  gpus: 8
-  bmc: {{ipmiIp: 10.176.99.10}}
-  provisioner:
-    type: redfish
-    serial: {serial}
-    redfishUrl: {url}
-    vendor: {vendor}
-    credentials: {{vault: {BMC_CREDENTIALS}}}
-    recipe:
-      task_target: install-linux.target
-      target_disk: /dev/sda
-      oci_url: registry.contract.internal/os-images/ubuntu-rootfs:22.04
-",
-            serial = bmc.serial,
-            url = bmc.url,
-            vendor = bmc.vendor.as_str(),
-        ),
-    )
-    .unwrap();
-    commit(&bed.bed.fleet_dir, "fleet: a server the Redfish provisioner installs");
+    bed.bed
+        .store
+        .upsert_servers(&[Server {
+            serial: bmc.serial.clone(),
+            bmc_address: bmc.url.clone(),
+            credentials: SecretRef::new(BMC_CREDENTIALS, None),
+            vendor: Some(bmc.vendor.as_str().into()),
+            last_seen: None,
+            site: "dc1".into(),
+            hostname: "rf01".into(),
+        }])
+        .await
+        .unwrap();
     sims
+}
+
+/// Provision `serial` through the jobs API (Basic auth: the admin token's name and value) and
+/// wait until the daemon's workers have run the job to `complete`; its id.
+async fn provisioned(base: &str, serial: &str, log: &std::path::Path) -> String {
+    let recipe = serde_json::json!({
+        "task_target": "install-linux.target",
+        "target_disk": "/dev/sda",
+        "oci_url": "registry.contract.internal/os-images/ubuntu-rootfs:22.04",
+    });
+    let answer = reqwest::Client::new()
+        .post(format!("{base}/api/v1/jobs"))
+        .basic_auth(ADMIN_TOKEN_NAME, Some(ADMIN_TOKEN))
+        .json(&serde_json::json!({"server_serial": serial, "recipe": recipe}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 202);
+    let job: serde_json::Value = answer.json().await.unwrap();
+    assert_eq!(job["status"], "queued", "{job}");
+    let id = job["job_id"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (status, body) = call(
+            reqwest::Method::GET,
+            format!("{base}/api/v1/jobs/{id}"),
+            Some(ADMIN_TOKEN),
+            None,
+        )
+        .await;
+        if status == 200 && body["status"] == "complete" {
+            assert_eq!(body["failed_step"], serde_json::Value::Null, "{body}");
+            return id;
+        }
+        if Instant::now() > deadline {
+            let log = std::fs::read_to_string(log).unwrap_or_default();
+            panic!("job {id} is not complete: {status} {body}\n{}", tail(&log, 40));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Wait until the daemon answers on `base` (or fail with its log when it exited).
@@ -221,29 +247,6 @@ async fn serving(daemon: &mut std::process::Child, base: &str, log: &std::path::
         }
         assert!(Instant::now() < deadline, "the daemon does not answer on {base}");
         tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// Wait until the daemon's provisioning job of `serial` is complete; its id.
-async fn provisioned(base: &str, serial: &str, log: &std::path::Path) -> String {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let (status, body) = call(
-            reqwest::Method::GET,
-            format!("{base}/api/v1/jobs?server_serial={serial}"),
-            Some(ADMIN_TOKEN),
-            None,
-        )
-        .await;
-        if status == 200 && body["jobs"][0]["status"] == "complete" {
-            assert_eq!(body["jobs"][0]["failed_step"], serde_json::Value::Null, "{body}");
-            return body["jobs"][0]["job_id"].as_str().unwrap().to_owned();
-        }
-        if Instant::now() > deadline {
-            let log = std::fs::read_to_string(log).unwrap_or_default();
-            panic!("no complete provisioning job: {status} {body}\n{}", tail(&log, 40));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
