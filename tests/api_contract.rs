@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use daemon_support::{ADMIN_TOKEN, DaemonBed, call, one_site, signal};
 use metalform::secrets::{Secret, SecretRef};
-use metalform::store::Server;
 use metalform::sim::redfish::{self as rsim, RedfishSimConfig, RedfishSimHandle, WebhookTarget};
+use metalform::store::Server;
 use onboard_support::hostname_of;
 use provisioning_support::{MEDIA_KEY, WEBHOOK_SECRET, serve_maintenance_image};
 
@@ -94,7 +94,11 @@ async fn every_documented_operation_answers_as_the_document_says() {
     signal(&daemon, "TERM");
     let _ = daemon.wait();
     let daemon_log = tail(&std::fs::read_to_string(&log).unwrap_or_default(), 40);
-    assert_eq!((status, view["status"].as_str()), (200, Some("complete")), "{view}");
+    assert_eq!(
+        (status, view["status"].as_str()),
+        (200, Some("complete")),
+        "{view}"
+    );
     let documented = documented_operations();
     let agent_operations = operations_under("^/agent/");
     assert!(
@@ -227,7 +231,10 @@ async fn provisioned(base: &str, serial: &str, log: &std::path::Path) -> String 
         }
         if Instant::now() > deadline {
             let log = std::fs::read_to_string(log).unwrap_or_default();
-            panic!("job {id} is not complete: {status} {body}\n{}", tail(&log, 40));
+            panic!(
+                "job {id} is not complete: {status} {body}\n{}",
+                tail(&log, 40)
+            );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -245,7 +252,10 @@ async fn serving(daemon: &mut std::process::Child, base: &str, log: &std::path::
         if answer.is_ok_and(|a| a.status().is_success()) {
             return;
         }
-        assert!(Instant::now() < deadline, "the daemon does not answer on {base}");
+        assert!(
+            Instant::now() < deadline,
+            "the daemon does not answer on {base}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

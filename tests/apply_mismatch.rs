@@ -67,7 +67,11 @@ async fn a_node_adopted_without_hardware_sync_is_a_warning_and_not_converged() {
     let system_id = deployed_without_hardware_sync(&bed, "gpu00001").await;
 
     let plan = bed.cli_plan(&["plan"]).output().unwrap();
-    assert!(text(&plan).contains("dc1/gpu00001  adopt"), "{}", text(&plan));
+    assert!(
+        text(&plan).contains("dc1/gpu00001  adopt"),
+        "{}",
+        text(&plan)
+    );
 
     let port = free_port();
     let out = bed
@@ -121,6 +125,9 @@ async fn a_node_adopted_without_hardware_sync_is_a_warning_and_not_converged() {
     let adopted = jobs.iter().find(|j| j.hostname == "gpu00001").unwrap();
     assert!(adopted.adopted, "{adopted:#?}");
     assert_eq!(adopted.state, JobState::Reconciled, "{adopted:#?}");
-    assert_eq!(bed.deploys("dc1")["gpu00001"], 1, "only the operator's deploy");
-
+    assert_eq!(
+        bed.deploys("dc1")["gpu00001"],
+        1,
+        "only the operator's deploy"
+    );
 }

@@ -500,29 +500,25 @@ mod tests {
             secs(5),
             event(NODE, STAGE, ProgressStatus::Waiting, "MAAS says Deploying"),
         );
+        // (a transition reported first, if any; the tick's elapsed seconds)
+        const OTHER: &str = "dc1/gpu00002";
+        let steps = [
+            (None, 6),
+            (None, 7),
+            (None, 65),
+            (None, 125),
+            (Some((130, OTHER, ProgressStatus::Waiting)), 131),
+            (Some((140, NODE, ProgressStatus::Converged)), 150),
+            (Some((151, OTHER, ProgressStatus::Failed)), 152),
+        ];
         let mut shown = Vec::new();
-        for t in [6, 7, 65, 125] {
-            display.tick(secs(t));
+        for (transition, tick) in steps {
+            if let Some((at, node, status)) = transition {
+                display.report(secs(at), event(node, STAGE, status, "MAAS says so"));
+            }
+            display.tick(secs(tick));
             shown.push(bar.message());
         }
-        display.report(
-            secs(130),
-            event("dc1/gpu00002", STAGE, ProgressStatus::Waiting, "MAAS says Deploying"),
-        );
-        display.tick(secs(131));
-        shown.push(bar.message());
-        display.report(
-            secs(140),
-            event(NODE, STAGE, ProgressStatus::Converged, "active"),
-        );
-        display.tick(secs(150));
-        shown.push(bar.message());
-        display.report(
-            secs(151),
-            event("dc1/gpu00002", STAGE, ProgressStatus::Failed, "deploy failed"),
-        );
-        display.tick(secs(152));
-        shown.push(bar.message());
         assert_eq!(
             shown,
             [

@@ -995,9 +995,7 @@ mod tests {
         );
         let row = table.lines().find(|l| l.starts_with("dc1/b")).unwrap();
         assert!(row.contains("diverged"), "{table}");
-        assert!(
-            render_report(&report).ends_with("\nApply: 2 converged, 0 failed, 0 not run.\n")
-        );
+        assert!(render_report(&report).ends_with("\nApply: 2 converged, 0 failed, 0 not run.\n"));
         let json = report_json(&report, &findings, 7);
         let last: serde_json::Value = serde_json::from_str(json.lines().last().unwrap()).unwrap();
         assert_eq!(
