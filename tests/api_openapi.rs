@@ -105,3 +105,85 @@ fn every_served_route_is_documented_and_every_documented_route_is_served() {
         );
     }
 }
+
+/// A YAML value as JSON (numbers, strings, booleans, null, sequences, mappings).
+fn json_of(yaml: &Yaml) -> serde_json::Value {
+    use serde_json::Value;
+    if let Some(mapping) = yaml.as_mapping() {
+        return Value::Object(
+            mapping
+                .iter()
+                .map(|(k, v)| (k.as_str().expect("a string key").to_owned(), json_of(v)))
+                .collect(),
+        );
+    }
+    if let Some(items) = yaml.as_sequence() {
+        return Value::Array(items.iter().map(json_of).collect());
+    }
+    if let Some(b) = yaml.as_bool() {
+        return Value::Bool(b);
+    }
+    if let Some(i) = yaml.as_integer() {
+        return Value::from(i);
+    }
+    if let Some(f) = yaml.as_floating_point() {
+        return Value::from(f);
+    }
+    if yaml.is_null() {
+        return Value::Null;
+    }
+    Value::String(yaml.as_str().expect("a scalar").to_owned())
+}
+
+/// The jobs API's recipe in the document is the shipped recipe schemas (this version and the
+/// previous one), each naming its version in `$schema`: a client (and schemathesis) knows from
+/// the document alone which recipes the provisioner accepts.
+#[test]
+fn the_documented_recipe_is_the_shipped_recipe_schema() {
+    let docs = Yaml::load_from_str(metalform::api::OPENAPI_YAML).expect("openapi.yaml parses");
+    let schemas = docs[0]
+        .as_mapping_get("components")
+        .and_then(|c| c.as_mapping_get("schemas"))
+        .expect("components.schemas");
+    for (name, file, schema_required) in [
+        ("RecipeV2", "schema/recipe.schema.json", false),
+        ("RecipeV1", "schema/recipe.v1.schema.json", true),
+    ] {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+        let shipped: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        // The file, as the document writes it: its partitions a component of their own, its
+        // `$schema` the version's id, required where it tells the version apart.
+        let mut expected = shipped.clone();
+        let object = expected.as_object_mut().unwrap();
+        for key in ["$schema", "$id", "title", "$defs"] {
+            object.remove(key);
+        }
+        let text = expected.to_string().replace(
+            "\"#/$defs/partition\"",
+            &format!("\"#/components/schemas/{name}Partition\""),
+        );
+        let mut expected: serde_json::Value = serde_json::from_str(&text).unwrap();
+        expected["properties"]["$schema"] = serde_json::json!({
+            "description": shipped["properties"]["$schema"]["description"],
+            "const": shipped["$id"],
+        });
+        if schema_required {
+            expected["required"]
+                .as_array_mut()
+                .unwrap()
+                .push("$schema".into());
+        }
+        let documented = json_of(schemas.as_mapping_get(name).expect(name));
+        assert_eq!(
+            documented, expected,
+            "openapi.yaml's {name} is not {file}: update the document"
+        );
+        let partition = json_of(
+            schemas
+                .as_mapping_get(&format!("{name}Partition"))
+                .expect("the partition component"),
+        );
+        assert_eq!(partition, shipped["$defs"]["partition"], "{name}Partition");
+    }
+}

@@ -283,13 +283,14 @@ fn store_error(err: StoreError) -> Response {
     }
 }
 
-/// A text field of a request: present, a non-empty string of printable characters.
+/// A text field of a request: present, a non-empty string of printable characters, at most
+/// `max` characters (as openapi.yaml's `maxLength` counts them, not bytes).
 fn text_field(body: &Value, name: &str, max: usize) -> Result<Option<String>, ApiError> {
     match body.get(name) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(text))
             if !text.trim().is_empty()
-                && text.len() <= max
+                && text.chars().count() <= max
                 && !text.chars().any(char::is_control) =>
         {
             Ok(Some(text.clone()))

@@ -569,7 +569,7 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
     if args.json {
         print!("{}", report_json(&report, &findings, maas_requests));
     } else {
-        print!("{}", render_report(&report));
+        print!("{}", render_outcome(&report, &diverged(&findings)));
         print!("{}", render_findings(&findings));
         eprintln!("{maas_requests} MAAS request(s) made by this apply");
     }
@@ -742,11 +742,21 @@ fn display(path: &Path) -> String {
 
 /// The result table of an apply.
 pub(super) fn render_report(report: &ApplyReport) -> String {
+    render_outcome(report, &[])
+}
+
+/// The result table of an apply whose nodes `diverged` ended their jobs but are not what
+/// their manifests say: those are not counted converged.
+fn render_outcome(report: &ApplyReport, diverged: &[&str]) -> String {
     let rows: Vec<Vec<String>> = report
         .results
         .iter()
         .map(|r| {
             let (result, detail) = match &r.outcome {
+                NodeOutcome::Converged { .. } if diverged.contains(&r.node.as_str()) => (
+                    "diverged".into(),
+                    "not what its manifest says (see the warnings below)".into(),
+                ),
                 NodeOutcome::Converged { state } => (state.to_string(), String::new()),
                 NodeOutcome::Failed {
                     state,
@@ -774,9 +784,14 @@ pub(super) fn render_report(report: &ApplyReport) -> String {
         &["NODE", "RESULT", "JOB", "DETAIL"],
         &rows,
     )));
+    let differing = if diverged.is_empty() {
+        String::new()
+    } else {
+        format!(", {} not as declared", diverged.len())
+    };
     out.push_str(&format!(
-        "\nApply: {} converged, {} failed, {} not run.\n",
-        report.converged(),
+        "\nApply: {} converged{differing}, {} failed, {} not run.\n",
+        report.converged() - diverged.len(),
         report.failed(),
         report.not_run()
     ));
@@ -978,6 +993,15 @@ mod tests {
              hint: the warnings above say what differs and what brings the node in line"
         );
         assert!(not_as_declared(&findings[..1]).is_ok());
+        // The table does not count the differing node converged.
+        let table = render_outcome(&report, &diverged(&findings));
+        assert!(
+            table.ends_with("\nApply: 1 converged, 1 not as declared, 0 failed, 0 not run.\n"),
+            "{table}"
+        );
+        let row = table.lines().find(|l| l.starts_with("dc1/b")).unwrap();
+        assert!(row.contains("diverged"), "{table}");
+        assert!(render_report(&report).ends_with("\nApply: 2 converged, 0 failed, 0 not run.\n"));
         let json = report_json(&report, &findings, 7);
         let last: serde_json::Value = serde_json::from_str(json.lines().last().unwrap()).unwrap();
         assert_eq!(
