@@ -7,6 +7,7 @@
 
 mod daemon_support;
 mod onboard_support;
+mod provisioning_support;
 
 use std::process::Child;
 use std::time::{Duration, Instant};
@@ -21,26 +22,6 @@ use metalform::store::{Job, ProvisioningFilter};
 const SERIAL: &str = "RF-0001";
 const WEBHOOK_SECRET: &str = "webhook-secret-0123456789abcdef";
 const LIMIT: Duration = Duration::from_secs(60);
-
-/// The maintenance image BMCs download at insert time, served on its own port.
-async fn serve_maintenance_image() -> String {
-    let image = metalform::provider::redfish::iso9660::write_image(
-        [("README.TXT", &b"maintenance OS\n"[..])],
-        "MFMAINT",
-        "metalform",
-    );
-    let app = axum::Router::new().route(
-        "/maintenance.iso",
-        axum::routing::get(move || {
-            let image = image.clone();
-            async move { image }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    format!("http://{addr}/maintenance.iso")
-}
 
 async fn the_job(d: &DaemonBed) -> Option<Job> {
     let filter = ProvisioningFilter {
@@ -102,7 +83,7 @@ async fn wait_for(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_daemon_killed_while_a_server_installs_is_taken_over_without_a_second_mount_or_reset() {
-    let maintenance = serve_maintenance_image().await;
+    let maintenance = provisioning_support::serve_maintenance_image().await;
     let d = DaemonBed::start(
         one_site(71, vec![0]),
         &format!(
