@@ -97,11 +97,11 @@ async fn main() {
         }
     }
     tokio::time::sleep(warmup).await;
-    let (cpu0, at0, calls0) = (cpu_seconds(pid), Instant::now(), stats.calls());
+    let (cpu0, at0, calls0) = (support::cpu_seconds(pid), Instant::now(), stats.calls());
     tokio::time::sleep(window).await;
-    let (cpu1, at1, calls1) = (cpu_seconds(pid), Instant::now(), stats.calls());
+    let (cpu1, at1, calls1) = (support::cpu_seconds(pid), Instant::now(), stats.calls());
     let cpu = (cpu1 - cpu0) / (at1 - at0).as_secs_f64() * 100.0;
-    let (rss, peak) = rss_mib(pid);
+    let support::Memory { rss, peak } = support::memory_mib(pid);
     let rate = (calls1 - calls0) as f64 / (at1 - at0).as_secs_f64();
     println!(
         "load: {agents} agents ({} heartbeating every {} s, {long_polls} long-polls held open): \
@@ -405,32 +405,6 @@ fn tls_config(ca: &str) -> Arc<rustls::ClientConfig> {
     )
 }
 
-/// Seconds of CPU the process used (user + system).
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    // Fields after the command name (which may hold spaces): state is the 3rd field.
-    let after = &stat[stat.rfind(')').unwrap() + 2..];
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
-    // SAFETY: sysconf has no preconditions.
-    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
-}
-
-/// (VmRSS, VmHWM) in MiB.
-fn rss_mib(pid: u32) -> (f64, f64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-            / 1024.0
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
 #[derive(Default)]
 struct Load {
     calls: AtomicU64,
@@ -687,7 +661,7 @@ async fn idle_agent_rss(
         "{name} stopped: {}",
         std::fs::read_to_string(home.join("agent.log")).unwrap_or_default()
     );
-    let (rss, _) = rss_mib(child.id());
+    let rss = support::memory_mib(child.id()).rss;
     // SAFETY: kill(2) on our child.
     unsafe {
         libc::kill(child.id() as i32, libc::SIGTERM);

@@ -12,7 +12,13 @@
 //! - a reconcile pass: for every site at once, as the daemon does, observe the site with the
 //!   daemon's long-lived clients, plan it and run its drift pass on that observation; with the
 //!   MAAS requests per pass;
-//! - the store seeding itself.
+//! - the store seeding itself;
+//! - the same fleet through real processes: `metalform plan --detailed-exitcode` (wall time,
+//!   the process's own peak RSS (VmHWM) and CPU; exit 0 asserts "no changes"), then a `metalform daemon`
+//!   keeping it (reconcile interval 10 s), watched for `--daemon-seconds` (60) once every site
+//!   was reconciled once: its RSS sampled every second, its CPU, and from its /metrics the
+//!   reconcile duration per site and MAAS requests per site reconcile.
+//!   `METALFORM_BENCH_PLAN_WRAPPER="heaptrack -o /tmp/plan"` runs each `plan` under a profiler.
 //!
 //! `--history H` gives each node H older completed onboardings (a reimaged fleet's history).
 //! Behaviour is asserted (every node settled, nothing to act on, no drift); timings are
@@ -81,19 +87,6 @@ fn mib(bytes: usize) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
 
-/// The process's resident set (VmRSS), from /proc.
-fn rss_mib() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        })
-        .map(|kib| kib / 1024.0)
-        .unwrap_or(0.0)
-}
-
 /// The simulators' runtime: a MAAS is another server, sharing the machine's cores.
 static SIM_RUNTIME: std::sync::LazyLock<tokio::runtime::Runtime> = std::sync::LazyLock::new(|| {
     tokio::runtime::Builder::new_multi_thread()
@@ -108,6 +101,8 @@ struct Options {
     shape: large_fleet::Shape,
     runs: usize,
     history: usize,
+    /// How long the daemon process is watched once every site was reconciled once.
+    daemon_seconds: u64,
 }
 
 fn options() -> Options {
@@ -120,6 +115,7 @@ fn options() -> Options {
             },
             runs: 5,
             history: 2,
+            daemon_seconds: 60,
         }
     } else {
         Options {
@@ -130,6 +126,7 @@ fn options() -> Options {
             },
             runs: 2,
             history: 1,
+            daemon_seconds: 2,
         }
     };
     let mut args = std::env::args().skip(1);
@@ -144,6 +141,7 @@ fn options() -> Options {
             "--sites" => options.shape.sites = number("--sites"),
             "--runs" => options.runs = number("--runs").max(1),
             "--history" => options.history = number("--history"),
+            "--daemon-seconds" => options.daemon_seconds = number("--daemon-seconds") as u64,
             _ => {}
         }
     }
@@ -258,7 +256,10 @@ async fn run(options: Options) {
         seeding.elapsed().as_secs_f64(),
         options.history
     );
-    println!("process RSS after set-up: {:.0} MiB", rss_mib());
+    println!(
+        "process RSS after set-up: {:.0} MiB",
+        support::memory_mib(std::process::id()).rss
+    );
 
     // `plan`: fresh clients every time, every site at once.
     let (mut times, mut peaks) = (Vec::new(), Vec::new());
@@ -377,8 +378,265 @@ async fn run(options: Options) {
         Samples::from(passes).summary(),
         requests(&metrics)
     );
-    println!("process RSS at the end: {:.0} MiB", rss_mib());
+    println!(
+        "process RSS at the end: {:.0} MiB",
+        support::memory_mib(std::process::id()).rss
+    );
+
+    let state_url = format!("sqlite://{}", dir.path().join("state.db").display());
+    let bed = ProcessBed {
+        dir: dir.path(),
+        fleet: &dir.path().join("fleet"),
+        state_url: &state_url,
+        secrets: &secrets_path,
+    };
+    bed.point_sites_at(&regions);
+    bed.plan_processes(options.runs, nodes);
+    bed.daemon_process(&fleet, options.daemon_seconds).await;
     store.close().await;
+}
+
+/// The same fleet, store and secrets run by real `metalform` processes, each with its own
+/// resident set: what an operator's `plan` and a replica's daemon cost.
+struct ProcessBed<'a> {
+    dir: &'a std::path::Path,
+    fleet: &'a std::path::Path,
+    state_url: &'a str,
+    secrets: &'a std::path::Path,
+}
+
+impl ProcessBed<'_> {
+    /// The generated sites name documentation addresses; the processes talk to the simulators.
+    fn point_sites_at(&self, regions: &BTreeMap<SiteName, SimHandle>) {
+        for (name, region) in regions {
+            let path = self.fleet.join(format!("sites/{name}.yaml"));
+            let text = std::fs::read_to_string(&path).expect("the site manifest");
+            let start = text.find("url: \"").expect("the site's MAAS url") + "url: \"".len();
+            let end = start + text[start..].find('"').expect("a quoted url");
+            let text = format!(
+                "{}{}{}",
+                &text[..start],
+                region.maas_url.trim_end_matches('/'),
+                &text[end..]
+            );
+            std::fs::write(&path, text).expect("the site manifest is written");
+        }
+    }
+
+    /// `metalform ARGS`, run by `wrapper` if one is given (e.g. `heaptrack -o /tmp/plan`, to
+    /// profile; its figures are then what is measured).
+    fn metalform(&self, wrapper: Option<&str>, args: &[&str]) -> std::process::Command {
+        let mut words = wrapper.unwrap_or_default().split_whitespace();
+        let mut command = match words.next() {
+            Some(program) => {
+                let mut command = std::process::Command::new(program);
+                command.args(words).arg(env!("CARGO_BIN_EXE_metalform"));
+                command
+            }
+            None => std::process::Command::new(env!("CARGO_BIN_EXE_metalform")),
+        };
+        command
+            .args(args)
+            .env_remove("METALFORM_STATE")
+            .env_remove("METALFORM_SECRETS")
+            .env_remove("METALFORM_LOG")
+            .env("NO_COLOR", "1");
+        command
+    }
+
+    /// `metalform plan --detailed-exitcode` over the whole fleet: exit 0 is "no changes".
+    fn plan_processes(&self, runs: usize, nodes: usize) {
+        let secrets = format!("file://{}", self.secrets.display());
+        let (mut times, mut peaks) = (Vec::new(), Vec::new());
+        for run in 0..runs {
+            let log = self.dir.join(format!("plan-{run}.log"));
+            let wrapper = std::env::var("METALFORM_BENCH_PLAN_WRAPPER").ok();
+            let mut command = self.metalform(wrapper.as_deref(), &["plan", "--detailed-exitcode"]);
+            command.arg("--fleet").arg(self.fleet).args([
+                "--state",
+                self.state_url,
+                "--secrets",
+                &secrets,
+            ]);
+            let finished = support::run_measured(&mut command, &log);
+            assert!(
+                finished.success,
+                "`metalform plan` found changes or failed: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            println!(
+                "  `metalform plan` process {}: {:>7.1} ms, peak RSS {:.0} MiB, CPU {:.2} s",
+                run + 1,
+                ms(finished.wall),
+                finished.peak_rss_mib,
+                finished.cpu_seconds
+            );
+            times.push(finished.wall);
+            peaks.push(finished.peak_rss_mib);
+        }
+        peaks.sort_by(f64::total_cmp);
+        println!(
+            "`metalform plan` process ({nodes} nodes, no changes): {}; peak RSS median {:.0} MiB, max {:.0} MiB",
+            Samples::from(times).summary(),
+            peaks[peaks.len() / 2],
+            peaks[peaks.len() - 1]
+        );
+    }
+
+    /// A `metalform daemon` keeping the converged fleet: its resident set sampled every
+    /// second once every site was reconciled once, its reconcile durations and MAAS requests
+    /// from its own /metrics.
+    async fn daemon_process(&self, fleet: &Fleet, seconds: u64) {
+        git(self.fleet, &["init", "-q", "-b", "main"]);
+        git(self.fleet, &["add", "-A"]);
+        git(self.fleet, &["commit", "-q", "-m", "fleet"]);
+        let (admin, agent) = (free_port(), free_port());
+        let config = self.dir.join("daemon.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[source]\nrepository = \"{repo}\"\nbranch = \"main\"\npoll_interval = \"60s\"\n\n\
+                 [state]\nurl = \"{state}\"\ndata_dir = \"{data}\"\n\n\
+                 [secrets]\nurl = \"file://{secrets}\"\n\n\
+                 [reconcile]\ninterval = \"10s\"\n\n\
+                 [api]\nlisten = \"127.0.0.1:{admin}\"\nplain_http = true\n\n\
+                 [agent]\nlisten = \"127.0.0.1:{agent}\"\n",
+                repo = self.fleet.display(),
+                state = self.state_url,
+                data = self.dir.join("daemon").display(),
+                secrets = self.secrets.display(),
+            ),
+        )
+        .expect("the daemon configuration");
+        let log = std::fs::File::create(self.dir.join("daemon.log")).expect("the daemon log");
+        let mut daemon = self
+            .metalform(None, &["daemon", "--config"])
+            .arg(&config)
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("the daemon starts");
+        let pid = daemon.id();
+        let metrics_url = format!("http://127.0.0.1:{admin}/metrics");
+        let http = reqwest::Client::new();
+        let read = || async {
+            let text = http
+                .get(&metrics_url)
+                .send()
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()?;
+            Some(DaemonFigures::parse(&text))
+        };
+        let sites = fleet.sites.len() as f64;
+        let started = Instant::now();
+        // Warm-up: every site reconciled once (the first pass reads everything anew).
+        let warm = loop {
+            assert!(
+                daemon.try_wait().expect("the daemon's status").is_none(),
+                "the daemon exited: {}",
+                std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()
+            );
+            if let Some(figures) = read().await.filter(|f| f.passes >= sites) {
+                break figures;
+            }
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(600),
+                "the daemon reconciled no site in 10 minutes"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        };
+        println!(
+            "  daemon: every site reconciled once {:.1} s after start; RSS {:.0} MiB",
+            started.elapsed().as_secs_f64(),
+            support::memory_mib(pid).rss
+        );
+        let (cpu0, at0) = (support::cpu_seconds(pid), Instant::now());
+        let mut samples = Vec::new();
+        while at0.elapsed().as_secs() < seconds {
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            samples.push(support::memory_mib(pid).rss);
+        }
+        let cpu = (support::cpu_seconds(pid) - cpu0) / at0.elapsed().as_secs_f64();
+        let end = read().await.expect("the daemon's metrics");
+        let memory = support::memory_mib(pid);
+        let passes = end.passes - warm.passes;
+        samples.sort_by(f64::total_cmp);
+        println!(
+            "daemon, steady ({seconds} s after the warm-up): RSS median {:.0} MiB, max {:.0} MiB, peak since start {:.0} MiB; CPU {:.1}% of one core; {passes} site reconciles, {:.0} ms each on average; {:.1} MAAS requests per site reconcile",
+            samples
+                .get(samples.len() / 2)
+                .copied()
+                .unwrap_or(memory.rss),
+            samples.last().copied().unwrap_or(memory.rss),
+            memory.peak,
+            cpu * 100.0,
+            if passes > 0.0 {
+                (end.seconds - warm.seconds) / passes * 1000.0
+            } else {
+                f64::NAN
+            },
+            if passes > 0.0 {
+                (end.maas_requests - warm.maas_requests) / passes
+            } else {
+                f64::NAN
+            },
+        );
+        daemon.kill().expect("the daemon is stopped");
+        daemon.wait().expect("the daemon is reaped");
+    }
+}
+
+/// What the daemon's /metrics says about its reconciles, summed over sites.
+#[derive(Debug, Default)]
+struct DaemonFigures {
+    passes: f64,
+    seconds: f64,
+    maas_requests: f64,
+}
+
+impl DaemonFigures {
+    fn parse(text: &str) -> DaemonFigures {
+        let mut figures = DaemonFigures::default();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let Some((name, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let value: f64 = value.parse().unwrap_or(0.0);
+            let metric = name.split('{').next().unwrap_or(name);
+            match metric {
+                "metalform_reconcile_duration_seconds_count" => figures.passes += value,
+                "metalform_reconcile_duration_seconds_sum" => figures.seconds += value,
+                "metalform_maas_requests_total" => figures.maas_requests += value,
+                _ => {}
+            }
+        }
+        figures
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+fn git(dir: &std::path::Path, args: &[&str]) {
+    let status = std::process::Command::new("git")
+        .args([
+            "-c",
+            "user.name=Bench",
+            "-c",
+            "user.email=bench@example.invalid",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .status()
+        .expect("git runs");
+    assert!(status.success(), "git {args:?}");
 }
 
 fn main() {

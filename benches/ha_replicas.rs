@@ -25,24 +25,6 @@ use support::Args;
 
 const SITES: usize = 4;
 
-/// CPU seconds (user + system) a process used so far.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may hold spaces) start after the last ')'.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // utime and stime are fields 14 and 15 of stat; 12 and 13 after the state field's start.
-    (ticks(11) + ticks(12)) / 100.0
-}
-
 async fn fresh_state() -> Option<String> {
     let admin = std::env::var("METALFORM_TEST_POSTGRES_URL").ok()?;
     use sqlx::{AssertSqlSafe, Connection};
@@ -141,7 +123,10 @@ async fn pass(machines: usize, replicas: usize) -> Pass {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let wall = started.elapsed();
-    let cpu = children.iter().map(|c| cpu_seconds(c.id())).collect();
+    let cpu = children
+        .iter()
+        .map(|c| support::cpu_seconds(c.id()))
+        .collect();
     for child in &children {
         signal(child, "TERM");
     }

@@ -199,20 +199,6 @@ async fn run(
     }
 }
 
-/// This process's peak and current resident set, in MiB (Linux).
-fn rss() -> (f64, f64) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
-            .map(|kib| kib / 1024.0)
-            .unwrap_or(f64::NAN)
-    };
-    (field("VmHWM:"), field("VmRSS:"))
-}
-
 async fn bench(args: &Args) {
     let jobs = args.machines;
     let xorriso = std::env::var("METALFORM_XORRISO").ok();
@@ -220,7 +206,7 @@ async fn bench(args: &Args) {
     println!("{jobs} jobs at once, WORKER_CONCURRENCY={jobs}, 64 KiB recipes, task ISOs by {tool}");
     // The baseline with the BMCs in their own process: this process is the controller alone.
     let baseline = run(jobs, None, xorriso.as_deref(), true).await;
-    let (controller_peak, _) = rss();
+    let controller_peak = support::memory_mib(std::process::id()).peak;
     println!(
         "baseline (every BMC answers at once): all complete in {:.2} s; each job picked → complete {}",
         baseline.all_done.as_secs_f64(),
@@ -254,7 +240,7 @@ async fn bench(args: &Args) {
     println!(
         "controller RSS (the baseline; BMCs in a `metalform sim` process): peak {controller_peak:.1} MiB"
     );
-    let (peak, now) = rss();
+    let support::Memory { peak, rss: now } = support::memory_mib(std::process::id());
     println!(
         "process RSS after the second run (controller + {jobs} simulated BMCs in this process): \
          peak {peak:.1} MiB, now {now:.1} MiB"

@@ -142,3 +142,94 @@ pub fn recipe_of(size: usize, seed: u64) -> serde_json::Value {
     recipe["user_data"] = serde_json::json!(STANDARD.encode(raw));
     recipe
 }
+
+/// CPU seconds (user + system) process `pid` used so far, from /proc (0 once it is gone).
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start after the last ')';
+    // utime and stime are the 12th and 13th of them.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // SAFETY: sysconf has no preconditions.
+    (ticks(11) + ticks(12)) / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+/// Resident set of process `pid` now and at its peak, in MiB (VmRSS, VmHWM from /proc).
+pub fn memory_mib(pid: u32) -> Memory {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+            .map(|kib| kib / 1024.0)
+            .unwrap_or(f64::NAN)
+    };
+    Memory {
+        rss: field("VmRSS:"),
+        peak: field("VmHWM:"),
+    }
+}
+
+/// A process's resident set, MiB.
+#[derive(Debug, Clone, Copy)]
+pub struct Memory {
+    pub rss: f64,
+    pub peak: f64,
+}
+
+/// How a child process ran: wall time, peak resident set and CPU.
+#[derive(Debug)]
+pub struct Finished {
+    pub success: bool,
+    pub wall: Duration,
+    pub peak_rss_mib: f64,
+    pub cpu_seconds: f64,
+}
+
+/// Runs `command` to its end (stdout and stderr to `log`) and reports how it ran. The peak
+/// resident set is the child's own VmHWM, read every few milliseconds while it runs: the
+/// `ru_maxrss` that `wait4` reports would count the benchmark's own pages, which the child
+/// had until it called exec.
+pub fn run_measured(command: &mut std::process::Command, log: &std::path::Path) -> Finished {
+    let out = std::fs::File::create(log).expect("the log file");
+    let started = Instant::now();
+    let child = command
+        .stdout(out.try_clone().expect("the log file"))
+        .stderr(out)
+        .spawn()
+        .expect("the command starts");
+    let pid = child.id() as i32;
+    let mut peak = 0.0f64;
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value for wait4 to fill in.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        let hwm = memory_mib(child.id()).peak;
+        if hwm.is_finite() {
+            peak = peak.max(hwm);
+        }
+        // SAFETY: the pid is our own child, not yet reaped; both pointers are valid.
+        let waited = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        if waited == pid {
+            break;
+        }
+        assert_eq!(waited, 0, "wait4 on the child");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Finished {
+        success: libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        wall: started.elapsed(),
+        peak_rss_mib: peak,
+        cpu_seconds: seconds(usage.ru_utime) + seconds(usage.ru_stime),
+    }
+}

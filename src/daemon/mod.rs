@@ -158,6 +158,8 @@ struct Core {
     in_flight: Mutex<BTreeSet<String>>,
     /// This replica's share of the sites; maxParallel slots are counted in the store.
     sharing: Arc<sharing::Sharing>,
+    /// Per (site, profile) group: the nodes of this replica waiting for one of its slots.
+    slot_gates: Mutex<BTreeMap<String, Arc<SlotGate>>>,
     /// Node runs and recovery executions.
     tasks: Mutex<JoinSet<()>>,
     commands: mpsc::UnboundedSender<Command>,
@@ -575,6 +577,7 @@ pub async fn start(
         fleet,
         in_flight: Mutex::new(BTreeSet::new()),
         sharing,
+        slot_gates: Mutex::new(BTreeMap::new()),
         tasks: Mutex::new(JoinSet::new()),
         commands,
         source_problem: Mutex::new(None),
@@ -1471,9 +1474,16 @@ fn spawn_node(core: &Arc<Core>, run: NodeRun) -> bool {
         .profile()
         .map_or(1, |p| p.concurrency.max_parallel.max(1));
     let task_core = core.clone();
+    let gate = core
+        .slot_gates
+        .lock()
+        .expect("lock")
+        .entry(group.clone())
+        .or_default()
+        .clone();
     core.tasks.lock().expect("lock").spawn(async move {
         let slot = tokio::select! {
-            slot = take_slot(&task_core, &group, parallel, &label) => slot,
+            slot = take_slot(&task_core, &gate, &group, parallel, &label) => slot,
             _ = task_core.stop.stopped() => None,
         };
         if let Some(slot) = slot {
@@ -1483,16 +1493,33 @@ fn spawn_node(core: &Arc<Core>, run: NodeRun) -> bool {
             };
             task_core.metrics.applied(&report);
             slot.release().await;
+            gate.freed.notify_one();
         }
         task_core.in_flight.lock().expect("lock").remove(&label);
     });
     true
 }
 
+/// The nodes of one (site, profile) group waiting for a slot on this replica. They queue for
+/// their turn in order and only the first asks the store, so a wave of thousands of waiting
+/// nodes costs one store query per poll step, not one per node; a slot this replica frees
+/// wakes the first at once.
+#[derive(Default)]
+struct SlotGate {
+    turn: tokio::sync::Mutex<()>,
+    freed: tokio::sync::Notify,
+}
+
 /// Wait for a free slot of `group`; `None` when the node is no longer this replica's to run:
 /// its site went to another replica (rebalanced while the node waited), or another replica
 /// holds the node's lease.
-async fn take_slot(core: &Arc<Core>, group: &str, parallel: u32, label: &str) -> Option<NodeLease> {
+async fn take_slot(
+    core: &Arc<Core>,
+    gate: &SlotGate,
+    group: &str,
+    parallel: u32,
+    label: &str,
+) -> Option<NodeLease> {
     let ttl = core.config.executor.lease_ttl;
     let replica = core.sharing.replica();
     let (site, hostname) = label.split_once('/')?;
@@ -1508,6 +1535,7 @@ async fn take_slot(core: &Arc<Core>, group: &str, parallel: u32, label: &str) ->
         .executor
         .poll_interval
         .clamp(Duration::from_millis(100), Duration::from_secs(1));
+    let _turn = gate.turn.lock().await;
     loop {
         if elsewhere().await {
             return None;
@@ -1531,7 +1559,11 @@ async fn take_slot(core: &Arc<Core>, group: &str, parallel: u32, label: &str) ->
                 tracing::warn!(group, error = %err, "cannot take a concurrency slot; retrying")
             }
         }
-        tokio::time::sleep(pause).await;
+        // Another replica's slots free without telling this one: look again after a pause.
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = gate.freed.notified() => {}
+        }
     }
 }
 

@@ -176,10 +176,15 @@ impl StoreError {
     pub fn is_transient(&self) -> bool {
         match self {
             StoreError::Unreachable { .. } => true,
-            StoreError::Database { source, .. } => matches!(
-                source,
-                sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed
-            ),
+            StoreError::Database { source, .. } => match source {
+                sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => true,
+                // PostgreSQL rolled the transaction back (deadlock_detected,
+                // serialization_failure): nothing of it was written, so it can run again.
+                sqlx::Error::Database(db) => {
+                    matches!(db.code().as_deref(), Some("40P01" | "40001"))
+                }
+                _ => false,
+            },
             StoreError::StaleGeneration { .. } | StoreError::Concurrent { .. } => true,
             _ => false,
         }
@@ -415,8 +420,10 @@ impl Store {
     }
 }
 
-/// Bump the store serial inside a writing transaction.
+/// Bump the store serial inside a writing transaction (after taking the write turn the outbox
+/// writers take, in that order: see [`records::take_write_turn`]).
 pub(crate) async fn bump_serial(tx: &mut Tx) -> Result<(), StoreError> {
+    records::take_write_turn(tx).await?;
     tx.execute(
         "UPDATE store_serial SET value = value + 1 WHERE id = 1",
         &[],

@@ -331,23 +331,33 @@ pub struct OutboxEvent {
     pub attempts: i64,
 }
 
-/// Arbitrary constant naming the outbox's ordering lock among other advisory locks.
-const OUTBOX_ORDER_LOCK: i64 = 0x6d66_6f75_7462_6f78; // "mfoutbox"
+/// Arbitrary constant naming the write-order lock among other advisory locks.
+const WRITE_ORDER_LOCK: i64 = 0x6d66_6f75_7462_6f78; // "mfoutbox"
+
+/// Take this transaction's turn among the writers of the outbox and of the store serial
+/// (PostgreSQL; SQLite has one writer anyway), held until it commits. Outbox ids must become
+/// visible in id order, or a sink's cursor could pass an event whose transaction commits after
+/// a later one, so event writers take turns. Serial writers take the same turn before they
+/// touch the serial's row: were the two taken in either order, a transaction holding the row
+/// and waiting for the turn and one holding the turn and waiting for the row would deadlock.
+pub(crate) async fn take_write_turn(tx: &mut Tx) -> Result<(), StoreError> {
+    if tx.backend() == super::db::Backend::Postgres {
+        // Re-entrant: a transaction that holds its turn takes it again at once.
+        tx.execute(
+            "SELECT pg_advisory_xact_lock($1)",
+            &params![WRITE_ORDER_LOCK],
+        )
+        .await?;
+    }
+    Ok(())
+}
 
 pub(crate) async fn write_outbox(
     tx: &mut Tx,
     at: DateTime<Utc>,
     event: &DomainEvent,
 ) -> Result<(), StoreError> {
-    if tx.backend() == super::db::Backend::Postgres {
-        // Ids must become visible in id order, or a sink's cursor could pass an event whose
-        // transaction commits after a later one: event writers take turns until they commit.
-        tx.execute(
-            "SELECT pg_advisory_xact_lock($1)",
-            &params![OUTBOX_ORDER_LOCK],
-        )
-        .await?;
-    }
+    take_write_turn(tx).await?;
     tx.execute(
         "INSERT INTO outbox (event_type, subject_id, payload, created_at) VALUES ($1, $2, $3, $4)",
         &params![
@@ -619,4 +629,65 @@ fn outbox_from_row(row: &super::db::Row) -> Result<OutboxEvent, StoreError> {
         created_at: parse_time(&row.text("created_at")?)?,
         attempts: row.int("attempts")?,
     })
+}
+
+#[cfg(all(test, feature = "services"))]
+mod write_turn_tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use sqlx::{AssertSqlSafe, Connection};
+
+    use super::*;
+
+    async fn fresh_store() -> Store {
+        let admin = std::env::var("METALFORM_TEST_POSTGRES_URL")
+            .expect("METALFORM_TEST_POSTGRES_URL: run scripts/test-all, which starts PostgreSQL");
+        let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap();
+        let name = format!("mf_{}", Uuid::new_v4().simple());
+        sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let mut url = url::Url::parse(&admin).unwrap();
+        url.set_path(&name);
+        Store::open(url.as_str(), Arc::new(crate::clock::SystemClock))
+            .await
+            .unwrap()
+    }
+
+    fn event(n: u32) -> DomainEvent {
+        DomainEvent {
+            event_type: "node.onboarding.completed".into(),
+            subject_id: format!("job-{n}"),
+            payload: json!({ "n": n }),
+        }
+    }
+
+    /// One transaction bumps the serial and then writes an event, another writes an event and
+    /// then bumps the serial, interleaved: both commit (taken in opposite orders, the serial's
+    /// row and the outbox's turn deadlocked and PostgreSQL aborted one of them).
+    #[tokio::test]
+    async fn serial_and_outbox_writers_in_either_order_do_not_deadlock() {
+        let store = fresh_store().await;
+        let before = store.serial().await.unwrap();
+        let mut first = store.pool.write().await.unwrap();
+        super::super::bump_serial(&mut first).await.unwrap();
+        let other = store.clone();
+        let second = tokio::spawn(async move {
+            let mut tx = other.pool.write().await?;
+            write_outbox(&mut tx, other.now(), &event(2)).await?;
+            super::super::bump_serial(&mut tx).await?;
+            tx.commit().await?;
+            Ok::<(), StoreError>(())
+        });
+        // The second transaction is under way (and waits for its turn) before the first goes on.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        write_outbox(&mut first, store.now(), &event(1))
+            .await
+            .unwrap();
+        first.commit().await.unwrap();
+        second.await.unwrap().expect("the second writer commits");
+        assert_eq!(store.serial().await.unwrap(), before + 2);
+    }
 }
