@@ -18,7 +18,8 @@
 //!   keeping it (reconcile interval 10 s), watched for `--daemon-seconds` (60) once every site
 //!   was reconciled once: its RSS sampled every second, its CPU, and from its /metrics the
 //!   reconcile duration per site and MAAS requests per site reconcile.
-//!   `METALFORM_BENCH_PLAN_WRAPPER="heaptrack -o /tmp/plan"` runs each `plan` under a profiler.
+//!   `METALFORM_BENCH_PLAN_WRAPPER="heaptrack -o /tmp/plan"` runs each `plan` under a profiler,
+//!   `METALFORM_BENCH_DAEMON_WRAPPER` the daemon (their figures are then the profiler's).
 //!
 //! `--history H` gives each node H older completed onboardings (a reimaged fleet's history).
 //! Behaviour is asserted (every node settled, nothing to act on, no drift); timings are
@@ -33,6 +34,7 @@ mod support;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
+use std::os::unix::process::CommandExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
@@ -510,10 +512,17 @@ impl ProcessBed<'_> {
         .expect("the daemon configuration");
         let log = std::fs::File::create(self.dir.join("daemon.log")).expect("the daemon log");
         let mut daemon = self
-            .metalform(None, &["daemon", "--config"])
+            .metalform(
+                std::env::var("METALFORM_BENCH_DAEMON_WRAPPER")
+                    .ok()
+                    .as_deref(),
+                &["daemon", "--config"],
+            )
             .arg(&config)
             .stdout(std::process::Stdio::null())
             .stderr(log)
+            // Its own process group: a wrapper's children are stopped with it.
+            .process_group(0)
             .spawn()
             .expect("the daemon starts");
         let pid = daemon.id();
@@ -584,7 +593,8 @@ impl ProcessBed<'_> {
                 f64::NAN
             },
         );
-        daemon.kill().expect("the daemon is stopped");
+        // SAFETY: kill has no memory preconditions; the group is the daemon's own.
+        unsafe { libc::kill(-(pid as i32), libc::SIGTERM) };
         daemon.wait().expect("the daemon is reaped");
     }
 }

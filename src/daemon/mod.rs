@@ -1207,22 +1207,24 @@ async fn reconcile_site(
             agent: core.executor.env().agent_install.clone(),
         }),
     };
-    let plan = crate::plan::plan(&fleet.fleet, &snapshot, &options);
-    core.metrics.planned(site.as_str(), &plan);
-    core.plans.lock().expect("lock").insert(
-        site.clone(),
-        Arc::new(crate::web::LatestPlan {
-            plan: plan.clone(),
-            observed_at: snapshot.taken_at,
-        }),
-    );
-    if let Err(err) = record_before_dispatch(core, fleet, &snapshot, &plan, window_override).await {
+    // Kept for the status pages as it is: the pass reads the same plan, not a copy of it.
+    let latest = Arc::new(crate::web::LatestPlan {
+        plan: crate::plan::plan(&fleet.fleet, &snapshot, &options),
+        observed_at: snapshot.taken_at,
+    });
+    let plan = &latest.plan;
+    core.metrics.planned(site.as_str(), plan);
+    core.plans
+        .lock()
+        .expect("lock")
+        .insert(site.clone(), latest.clone());
+    if let Err(err) = record_before_dispatch(core, fleet, &snapshot, plan, window_override).await {
         tracing::error!(site = %site, error = %err, "reconcile: cannot record release policies or window overrides");
         summary.error = Some(err.to_string());
         return summary;
     }
     summary.plan = plan.sites.first().map(|s| s.summary);
-    let dispatch = work::dispatch(&plan, &core.config.self_heal);
+    let dispatch = work::dispatch(plan, &core.config.self_heal);
     for (node, why) in &dispatch.held {
         tracing::warn!(node = %node, why = %why, "plan item held by the self-heal policy");
     }
