@@ -1,8 +1,10 @@
 //! Benchmark of daemon replicas sharing a fleet (issue 17: "two replicas: onboarding wall time
 //! no worse than one, CPU per replica about half"). One onboarding wave of N machines over four
 //! simulated sites is run twice, each time on a fresh store: by one `metalform daemon` process,
-//! then by two sharing the store. Printed per pass: the wall time from the first daemon's start
-//! until every node is active, and each replica's CPU time (user + system, from /proc).
+//! then by two sharing the store. The replicas start on a fleet of sites without nodes and
+//! share the sites; the wave is the commit that adds the nodes. Printed per pass: the wall time
+//! from that commit until every node is active, and each replica's CPU time over the same span
+//! (user + system, from /proc).
 //!
 //! `METALFORM_TEST_POSTGRES_URL=… cargo bench --bench ha_replicas [-- --machines N]` (PostgreSQL,
 //! as scripts/services/10-postgres.sh starts it); without that variable the replicas share a
@@ -41,6 +43,39 @@ async fn fresh_state() -> Option<String> {
     Some(url.to_string())
 }
 
+/// Wait until every site is held and each of the `replicas` holds some (the sites are shared),
+/// failing at once if a replica exits.
+async fn wait_for_shares(d: &DaemonBed, children: &mut [std::process::Child], replicas: usize) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        exited(d, children);
+        let leases = d.bed.store.live_leases("site:").await.unwrap();
+        let holders: std::collections::BTreeSet<&str> =
+            leases.iter().map(|l| l.holder.as_str()).collect();
+        if leases.len() == SITES && holders.len() == replicas {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the sites were not shared in 2 minutes: {leases:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A replica that exited (a refused configuration) ends the pass, not a 20-minute wait.
+fn exited(d: &DaemonBed, children: &mut [std::process::Child]) {
+    for (n, child) in children.iter_mut().enumerate() {
+        if let Some(status) = child.try_wait().unwrap() {
+            let log = d.bed.dir.path().join(format!("r{n}.log"));
+            panic!(
+                "replica {n} exited ({status}):\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+    }
+}
+
 struct Pass {
     replicas: usize,
     wall: Duration,
@@ -65,6 +100,11 @@ async fn pass(machines: usize, replicas: usize) -> Pass {
         max_parallel: 8,
     };
     let d = DaemonBed::start_with_state(setup, "", fresh_state().await).await;
+    // The replicas start on the sites alone and share them; the wave is the commit that adds
+    // the nodes, as it reaches replicas that are up already.
+    let fleet = &d.bed.fleet_dir;
+    daemon_support::git(fleet, &["rm", "-q", "-r", "nodes"]);
+    daemon_support::commit(fleet, "fleet: the sites, no nodes yet");
     let port = onboard_support::free_port();
     // The agent channel in plain HTTP: each replica would otherwise make its own development
     // CA, and hosts pin one.
@@ -75,7 +115,6 @@ async fn pass(machines: usize, replicas: usize) -> Pass {
         ),
     );
     let mut children = Vec::new();
-    let started = Instant::now();
     for n in 0..replicas {
         // The first replica's agent channel is at the public URL (the agents enroll there).
         let agent = if n == 0 {
@@ -99,6 +138,14 @@ async fn pass(machines: usize, replicas: usize) -> Pass {
             &d.bed.dir.path().join(format!("r{n}.log")),
         ));
     }
+    wait_for_shares(&d, &mut children, replicas).await;
+    daemon_support::git(fleet, &["checkout", "-q", "HEAD~1", "--", "nodes"]);
+    let idle: Vec<f64> = children
+        .iter()
+        .map(|c| support::cpu_seconds(c.id()))
+        .collect();
+    daemon_support::commit(fleet, "fleet: the nodes of the wave");
+    let started = Instant::now();
     let pairs: Vec<(&str, &str)> = hosts
         .iter()
         .map(|(s, h)| (s.as_str(), h.as_str()))
@@ -109,23 +156,15 @@ async fn pass(machines: usize, replicas: usize) -> Pass {
         if missing.is_empty() {
             break;
         }
-        // A replica that exited (a refused configuration) ends the pass, not a 20-minute wait.
-        for (n, child) in children.iter_mut().enumerate() {
-            if let Some(status) = child.try_wait().unwrap() {
-                let log = d.bed.dir.path().join(format!("r{n}.log"));
-                panic!(
-                    "replica {n} exited ({status}):\n{}",
-                    std::fs::read_to_string(log).unwrap_or_default()
-                );
-            }
-        }
+        exited(&d, &mut children);
         assert!(Instant::now() < deadline, "not converged: {missing:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let wall = started.elapsed();
     let cpu = children
         .iter()
-        .map(|c| support::cpu_seconds(c.id()))
+        .zip(&idle)
+        .map(|(c, idle)| support::cpu_seconds(c.id()) - idle)
         .collect();
     for child in &children {
         signal(child, "TERM");
