@@ -21,27 +21,9 @@ use std::time::{Duration, Instant};
 
 use daemon_support::{DaemonBed, signal};
 use onboard_support::{Setup, SiteSetup};
-use support::Args;
+use support::{Args, cpu_seconds};
 
 const SITES: usize = 4;
-
-/// CPU seconds (user + system) a process used so far.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may hold spaces) start after the last ')'.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // utime and stime are fields 14 and 15 of stat; 12 and 13 after the state field's start.
-    (ticks(11) + ticks(12)) / 100.0
-}
 
 async fn fresh_state() -> Option<String> {
     let admin = std::env::var("METALFORM_TEST_POSTGRES_URL").ok()?;
