@@ -178,14 +178,34 @@ pub struct Continuing<'a> {
     pub resume: bool,
 }
 
+/// Stage passes (and job take-ups) running at once across an executor's nodes. A wave of
+/// thousands of nodes (`maxParallel` 500 per site over 20 sites) puts every node in flight at
+/// once; without this bound each one's requests and journal writes ran at the same time: ten
+/// thousand MAAS connections open (gigabytes of buffers in both processes) and the store's
+/// pool so contended that lease renewals timed out. A node that waits (a poll, a retry back-off)
+/// holds no pass, so this bounds work on the CPU, never how many nodes are in flight.
+const ACTIVE_PASSES: usize = 64;
+
 /// What every node's run shares.
 pub(super) struct Shared {
     pub env: StageEnv,
     pub options: ExecutorOptions,
     pub progress: Arc<dyn Progress>,
+    /// Permits of the [`ACTIVE_PASSES`] running at once.
+    passes: Arc<tokio::sync::Semaphore>,
 }
 
 impl Shared {
+    /// One of the [`ACTIVE_PASSES`] for a pass of a `kind` job (never closed, so always granted
+    /// in turn). Provisioning jobs are not bounded: their passes wait on BMCs inside, and one
+    /// server's latency must never hold up another's job (seed 003).
+    async fn pass(&self, kind: JobKind) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        if kind == JobKind::Provisioning {
+            return None;
+        }
+        self.passes.clone().acquire_owned().await.ok()
+    }
+
     fn report(&self, node: &str, stage: &str, status: ProgressStatus, message: &str) {
         progress::report(self.progress.as_ref(), node, stage, status, message);
     }
@@ -222,6 +242,7 @@ impl<K: Kind> Engine<K> {
                 env,
                 options,
                 progress,
+                passes: Arc::new(tokio::sync::Semaphore::new(ACTIVE_PASSES)),
             }),
             kind: PhantomData,
         }
@@ -404,7 +425,11 @@ async fn run_item<K: Kind>(shared: &Shared, item: K::Item) -> NodeResult {
         }
     };
     let mut run = Run::<K>::new(shared, &item, &lease);
-    let (job_id, outcome) = match K::take_up(&mut run).await {
+    let taken = {
+        let _pass = shared.pass(K::KIND).await;
+        K::take_up(&mut run).await
+    };
+    let (job_id, outcome) = match taken {
         Ok(job) => {
             let id = job.id;
             match run.run_stages(id).await {
@@ -583,6 +608,7 @@ impl<'a, K: Kind> Run<'a, K> {
         let mut waiting_reported: Option<(String, i64)> = None;
         let mut deploy_grace = true;
         loop {
+            let permit = self.shared.pass(K::KIND).await;
             let job = self.store().job(K::KIND, id).await?;
             // A rendered payload lives in memory only: stopping before it is deployed would
             // make the next executor render again (a new token), so one more stage pass
@@ -660,6 +686,7 @@ impl<'a, K: Kind> Run<'a, K> {
                         self.write(&job, JobUpdate::new(JobState::Running), &facts)
                             .await?;
                     }
+                    drop(permit);
                     stop.sleep(poll_in.unwrap_or(poll)).await;
                 }
                 Passed::Done(done, next) => {
@@ -735,6 +762,7 @@ impl<'a, K: Kind> Run<'a, K> {
                     });
                     self.write(&job, update, &facts).await?;
                     self.report(stage.name(), ProgressStatus::Retrying, &message);
+                    drop(permit);
                     stop.sleep(delay).await;
                 }
             }

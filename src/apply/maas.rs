@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
+use super::watch::SiteWatch;
 use crate::model::Site;
 use crate::observe::{ClientError, MaasClients};
-use super::watch::SiteWatch;
 use crate::provider::maas::{MaasClient, MaasMetrics, Machine};
 use crate::secrets::SecretStore;
 use crate::stages::StageFailure;

@@ -52,7 +52,11 @@ enum Step {
     Seen(Instant, Machine),
     Missing,
     Wait(tokio::sync::watch::Receiver<()>),
-    Lead(Instant, Arc<BTreeSet<String>>, tokio::sync::watch::Sender<()>),
+    Lead(
+        Instant,
+        Arc<BTreeSet<String>>,
+        tokio::sync::watch::Sender<()>,
+    ),
 }
 
 impl SiteWatch {

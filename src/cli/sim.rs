@@ -141,11 +141,10 @@ pub fn config(args: &Args) -> Result<SimConfig, CliError> {
         config.api_key = key.clone();
     }
     if !(0.0..=0.9).contains(&args.jitter) {
-        return Err(CliError::argument(format!(
-            "--jitter {} is out of range",
-            args.jitter
-        ))
-        .hint("use a fraction from 0 (none) to 0.9"));
+        return Err(
+            CliError::argument(format!("--jitter {} is out of range", args.jitter))
+                .hint("use a fraction from 0 (none) to 0.9"),
+        );
     }
     config.time_scale = args.time_scale;
     config.timings.jitter = args.jitter;

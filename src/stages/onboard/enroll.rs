@@ -155,9 +155,9 @@ async fn still_waiting(ctx: &mut StageCtx<'_>) -> Result<Option<StageOutcome>, S
         return Ok(None);
     }
     Ok(match ctx.watched_machine().await {
-        Some(machine) if machine.status == MaasStatus::Deployed => Some(StageOutcome::wait(
-            "waiting for the node agent to enroll",
-        )),
+        Some(machine) if machine.status == MaasStatus::Deployed => {
+            Some(StageOutcome::wait("waiting for the node agent to enroll"))
+        }
         _ => None,
     })
 }
