@@ -178,3 +178,72 @@ async fn a_take_over_permission_releases_only_the_machine_it_names() {
         JobState::Completed
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_nodes_share_one_listing_of_their_machines_per_poll_step() {
+    let bed = Bed::start(Setup::one_site(SiteSetup::generated("dc1", 43, 3, 0))).await;
+    let env = bed.env();
+    let site = bed.fleet.sites.values().next().unwrap();
+    let sim = bed.sim("dc1");
+    let ids: Vec<String> =
+        sim.with_world(|w| w.machines.values().map(|m| m.system_id.clone()).collect());
+    let listings = || {
+        sim.ops()
+            .iter()
+            .filter(|op| {
+                op.method == "GET" && op.path.ends_with("/machines/") && op.system_id.is_none()
+            })
+            .count()
+    };
+    let ask = |after: Vec<Option<std::time::Instant>>| {
+        let (env, ids) = (&env, &ids);
+        async move {
+            futures::future::join_all(ids.iter().zip(after).map(|(id, after)| async move {
+                let (at, machine) = env
+                    .maas
+                    .watched_machine(site, id, after)
+                    .await
+                    .expect("the listing shows the machine");
+                assert_eq!(&machine.system_id, id);
+                at
+            }))
+            .await
+        }
+    };
+    // Three nodes start waiting at once: each needs a listing made after it asked.
+    let first = ask(vec![None; 3]).await;
+    let made = listings();
+    assert!((1..=2).contains(&made), "{made} listings for 3 nodes");
+    // Their next pass: one listing newer than what each saw answers all three.
+    let second = ask(first.iter().copied().map(Some).collect()).await;
+    assert_eq!(listings(), made + 1, "one listing per step");
+    assert!(
+        second.iter().zip(&first).all(|(s, f)| s > f),
+        "never older news"
+    );
+    // A machine that changed shows its new state in the next listing (one newer than every
+    // listing made so far).
+    let bmc = sim.with_world(|w| {
+        let machine = w.machine(&ids[0]).unwrap();
+        assert_eq!(
+            machine.power_state.as_str(),
+            "off",
+            "a Ready machine is off"
+        );
+        machine.bmc_ip().unwrap().to_owned()
+    });
+    let powered = reqwest::Client::new()
+        .post(format!("{}/sim/v1/bmc/{bmc}/power", sim.base_url()))
+        .json(&serde_json::json!({"action": "on", "boot": "disk"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(powered.status().is_success());
+    let (_, machine) = env
+        .maas
+        .watched_machine(site, &ids[0], second.iter().max().copied())
+        .await
+        .unwrap();
+    assert_eq!(machine.power_state.as_str(), "on");
+    assert_eq!(listings(), made + 2);
+}
