@@ -240,25 +240,18 @@ async fn main() {
 
     // What the simulator saw: requests answered, deploys per machine.
     let http = reqwest::Client::new();
+    let sim_state = async |region: &Region, what: &str| -> serde_json::Value {
+        let url = format!("{}/sim/v1/{what}", region.control);
+        http.get(url).send().await.unwrap().json().await.unwrap()
+    };
     let mut requests = 0;
     for (name, region) in names.iter().zip(&regions) {
-        let ops: Vec<serde_json::Value> = http
-            .get(format!("{}/sim/v1/ops", region.control))
-            .send()
+        requests += sim_state(region, "ops")
             .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        requests += ops.len();
-        let counters: serde_json::Map<String, serde_json::Value> = http
-            .get(format!("{}/sim/v1/counters", region.control))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+            .as_array()
+            .map_or(0, Vec::len);
+        let counters = sim_state(region, "counters").await;
+        let counters = counters.as_object().cloned().unwrap_or_default();
         let deployed: Vec<u64> = counters
             .values()
             .map(|c| c["deploy"].as_u64().unwrap_or(0))

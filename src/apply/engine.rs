@@ -186,6 +186,11 @@ pub struct Continuing<'a> {
 /// holds no pass, so this bounds work on the CPU, never how many nodes are in flight.
 const ACTIVE_PASSES: usize = 64;
 
+/// How long a waiting node goes on from the job as it last read it before reading it again:
+/// an operator's move (a cancel, a retry) is seen within this, or at the next poll when polls
+/// are slower (the default poll interval is 10 s).
+const JOB_REREAD: Duration = Duration::from_secs(2);
+
 /// What every node's run shares.
 pub(super) struct Shared {
     pub env: StageEnv,
@@ -607,9 +612,19 @@ impl<'a, K: Kind> Run<'a, K> {
         let stop: StopSignal = self.shared.options.stop.clone();
         let mut waiting_reported: Option<(String, i64)> = None;
         let mut deploy_grace = true;
+        // The job as a wait pass left it, and when it was read from the store: the next pass
+        // reuses it for up to JOB_REREAD (nothing of this run changed it), so thousands of
+        // nodes polling fast do not each read their job every step. Any other pass reads it.
+        let mut waited: Option<(Job, std::time::Instant)> = None;
         loop {
             let permit = self.shared.pass(K::KIND).await;
-            let job = self.store().job(K::KIND, id).await?;
+            let (job, read_at) = match waited.take() {
+                Some((job, read_at)) if read_at.elapsed() < JOB_REREAD => (job, read_at),
+                _ => (
+                    self.store().job(K::KIND, id).await?,
+                    std::time::Instant::now(),
+                ),
+            };
             // A rendered payload lives in memory only: stopping before it is deployed would
             // make the next executor render again (a new token), so one more stage pass
             // deploys it first.
@@ -682,10 +697,14 @@ impl<'a, K: Kind> Run<'a, K> {
                     }
                     self.memory.last_wait = Some(reason);
                     // A wait may have learnt something worth keeping (a release confirmed).
-                    if facts.to_details() != job.stage_details {
-                        self.write(&job, JobUpdate::new(JobState::Running), &facts)
+                    waited = if facts.to_details() != job.stage_details {
+                        let written = self
+                            .write(&job, JobUpdate::new(JobState::Running), &facts)
                             .await?;
-                    }
+                        Some((written, std::time::Instant::now()))
+                    } else {
+                        Some((job, read_at))
+                    };
                     drop(permit);
                     stop.sleep(poll_in.unwrap_or(poll)).await;
                 }

@@ -6,19 +6,17 @@
 //!
 //! A waiting node asks for its machine as a listing made after the one it saw last: it never
 //! gets older news than its previous pass had, and a listing is made only when some node needs
-//! a newer one — about one per poll step however many nodes wait. A listing names every
-//! machine asked for within the last [`FORGET_AFTER`]; a node that stopped waiting drops out of
+//! a newer one — about one per poll step however many nodes wait. A listing names the
+//! machines asked for since the previous one started; a node that stopped waiting drops out of
 //! it by itself. Only waits read through here: a stage that acts on MAAS reads its machine
 //! itself, just before acting (000 §4.13).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::provider::maas::{MaasClient, MaasError, Machine, MachineFilter};
 
-/// A machine not asked for within this long is left out of the next listing.
-const FORGET_AFTER: Duration = Duration::from_secs(120);
 /// System ids per listing request (they travel in the query string).
 const IDS_PER_REQUEST: usize = 100;
 
@@ -123,9 +121,12 @@ impl SiteWatch {
                 return Step::Wait(done.clone());
             }
         }
-        inner
-            .asked
-            .retain(|_, asked| now.duration_since(*asked) < FORGET_AFTER);
+        // Machines asked for since the previous listing started: the nodes still waiting ask
+        // once a step; one that stopped waiting drops out (a machine object is tens of
+        // kilobytes: a listing must carry only what someone still waits on).
+        if let Some(since) = inner.latest.as_ref().map(|l| l.at) {
+            inner.asked.retain(|_, asked| *asked >= since);
+        }
         let ids: Arc<BTreeSet<String>> = Arc::new(inner.asked.keys().cloned().collect());
         let (sender, receiver) = tokio::sync::watch::channel(());
         inner.in_flight = Some(receiver);
