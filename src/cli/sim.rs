@@ -140,6 +140,10 @@ pub fn config(args: &Args) -> Result<SimConfig, CliError> {
     if let Some(key) = &args.api_key {
         config.api_key = key.clone();
     }
+    if args.regions == 0 {
+        return Err(CliError::argument("--regions must be at least 1")
+            .hint("pass the number of simulated sites to serve, e.g. --regions 4"));
+    }
     if !(0.0..=0.9).contains(&args.jitter) {
         return Err(
             CliError::argument(format!("--jitter {} is out of range", args.jitter))
@@ -178,7 +182,7 @@ pub async fn run(args: Args) -> Result<Exit, CliError> {
     let config = config(&args)?;
     let redfish = redfish_config(&args)?;
     let mut handles = Vec::new();
-    for index in 0..args.regions.max(1) {
+    for index in 0..args.regions {
         let mut config = config.clone();
         if index > 0 {
             // Each region its own machines: another seed draws other system ids and MACs.
@@ -320,6 +324,25 @@ mod tests {
             redfish_config(&bad_vendor.args).unwrap_err().message,
             "unknown --redfish-vendor `acme`"
         );
+        let exact = Wrapper::parse_from(["sim", "--jitter", "0", "--regions", "3"]);
+        assert_eq!(config(&exact.args).unwrap().timings.jitter, 0.0);
+        let wild = Wrapper::parse_from(["sim", "--jitter", "1.5"]);
+        let err = config(&wild.args).unwrap_err();
+        assert_eq!(err.message, "--jitter 1.5 is out of range");
+        assert_eq!(err.class.exit_code(), 2);
+        let none = Wrapper::parse_from(["sim", "--regions", "0"]);
+        assert_eq!(
+            config(&none.args).unwrap_err().message,
+            "--regions must be at least 1"
+        );
+        let listen: SocketAddr = "127.0.0.1:65535".parse().unwrap();
+        assert_eq!(region_listen(listen, 0).unwrap(), listen);
+        assert_eq!(
+            region_listen(listen, 1).unwrap_err().message,
+            "--regions 2 runs past port 65535"
+        );
+        let free: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        assert_eq!(region_listen(free, 5).unwrap(), free);
         let bad = Wrapper::parse_from(["sim", "--machine-state", "sleepy"]);
         let err = config(&bad.args).unwrap_err();
         assert_eq!(err.message, "unknown --machine-state `sleepy`");
