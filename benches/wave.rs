@@ -203,6 +203,10 @@ async fn main() {
 
     let apply_log = dir.path().join("apply.log");
     let started = Instant::now();
+    #[expect(
+        clippy::zombie_processes,
+        reason = "reaped by wait4 in wait_for, which also returns its resource usage"
+    )]
     let apply = metalform()
         .args(["apply", "--auto-approve", "--fleet"])
         .arg(&fleet_dir)

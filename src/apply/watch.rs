@@ -47,7 +47,7 @@ struct Listing {
 
 /// What a caller does next.
 enum Step {
-    Seen(Instant, Machine),
+    Seen(Instant, Box<Machine>),
     Missing,
     Wait(tokio::sync::watch::Receiver<()>),
     Lead(
@@ -70,7 +70,7 @@ impl SiteWatch {
         let after = after.unwrap_or_else(Instant::now);
         loop {
             match self.step(system_id, after) {
-                Step::Seen(at, machine) => return Ok(Some((at, machine))),
+                Step::Seen(at, machine) => return Ok(Some((at, *machine))),
                 Step::Missing => return Ok(None),
                 Step::Wait(mut done) => {
                     // Err: the sender is gone, i.e. the listing ended; look again.
@@ -103,7 +103,7 @@ impl SiteWatch {
         inner.asked.insert(system_id.to_owned(), now);
         if let Some(latest) = inner.latest.as_ref().filter(|l| l.at > after) {
             if let Some(machine) = latest.machines.get(system_id) {
-                return Step::Seen(latest.at, machine.clone());
+                return Step::Seen(latest.at, Box::new(machine.clone()));
             }
             // Named in that listing and not shown: gone. Not named: list again.
             if latest.ids.contains(system_id) {
