@@ -8,10 +8,9 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
-use super::watch::SiteWatch;
 use crate::model::Site;
 use crate::observe::{ClientError, MaasClients};
-use crate::provider::maas::{MaasClient, MaasMetrics, Machine};
+use crate::provider::maas::{MaasClient, MaasMetrics};
 use crate::secrets::SecretStore;
 use crate::stages::StageFailure;
 use crate::stages::onboard::{MaasAccess, SitePreflight};
@@ -22,8 +21,6 @@ pub struct SiteMaas {
     maker: MaasClients,
     clients: tokio::sync::Mutex<BTreeMap<String, MaasClient>>,
     preflights: tokio::sync::Mutex<BTreeMap<String, SitePreflight>>,
-    /// Per site, the shared listing of the machines nodes wait on.
-    watches: std::sync::Mutex<BTreeMap<String, Arc<SiteWatch>>>,
 }
 
 impl SiteMaas {
@@ -34,7 +31,6 @@ impl SiteMaas {
             maker,
             clients: tokio::sync::Mutex::new(BTreeMap::new()),
             preflights: tokio::sync::Mutex::new(BTreeMap::new()),
-            watches: std::sync::Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -83,33 +79,6 @@ impl MaasAccess for SiteMaas {
             };
             preflights.insert(site.name.to_string(), preflight.clone());
             Ok(preflight)
-        })
-    }
-
-    fn watched_machine<'a>(
-        &'a self,
-        site: &'a Site,
-        system_id: &'a str,
-        after: Option<std::time::Instant>,
-    ) -> BoxFuture<'a, Option<(std::time::Instant, Machine)>> {
-        Box::pin(async move {
-            let client = self.client(site).await.ok()?;
-            let watch = self
-                .watches
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .entry(site.name.to_string())
-                .or_default()
-                .clone();
-            // A failed listing is no answer: the node reads its machine itself, and that read
-            // fails or succeeds the way every read does.
-            match watch.machine(&client, system_id, after).await {
-                Ok(seen) => seen,
-                Err(err) => {
-                    tracing::debug!(target: "metalform::apply", site = %site.name, "shared machine listing failed: {err}");
-                    None
-                }
-            }
         })
     }
 }

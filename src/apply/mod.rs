@@ -34,7 +34,6 @@ pub mod provision;
 pub mod provisioning;
 pub mod records;
 pub mod recovery;
-mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -17,7 +17,7 @@ use crate::clock::Clock;
 use crate::model::Site;
 use crate::provider::bmc::BmcPower;
 use crate::provider::host::HostAccess;
-use crate::provider::maas::{MaasClient, Machine};
+use crate::provider::maas::MaasClient;
 use crate::secrets::{PowerCredentials, Secret, SecretStore};
 use crate::store::{Actor, Observed, Store, StoreError};
 
@@ -39,19 +39,6 @@ pub trait MaasAccess: Send + Sync + std::fmt::Debug {
         &'a self,
         site: &'a Site,
     ) -> BoxFuture<'a, Result<SitePreflight, StageFailure>>;
-
-    /// Machine `system_id` as a listing of the site's waited-on machines made after `after`
-    /// shows it, with that listing's time: nodes waiting on MAAS share one listing per poll
-    /// step instead of reading a machine each. `None`: read the machine directly (no such
-    /// listing here, the listing failed, or it does not show the machine).
-    fn watched_machine<'a>(
-        &'a self,
-        _site: &'a Site,
-        _system_id: &'a str,
-        _after: Option<std::time::Instant>,
-    ) -> BoxFuture<'a, Option<(std::time::Instant, Machine)>> {
-        Box::pin(async { None })
-    }
 }
 
 /// Persist the journal facts in the middle of a stage (a deploy, release or power-off intent,
@@ -125,9 +112,6 @@ pub struct NodeMemory {
     pub observed: Option<Observed>,
     /// Why the current stage last waited (a timeout reports it).
     pub last_wait: Option<String>,
-    /// When the site listing this node last saw its machine in was made (its next wait pass
-    /// needs a newer one).
-    pub watched_at: Option<std::time::Instant>,
 }
 
 /// The stage attempt the journal is in.

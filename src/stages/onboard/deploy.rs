@@ -170,17 +170,6 @@ pub(super) fn deploy_address(ctx: &StageCtx<'_>, machine: &Machine) -> Option<St
 
 pub(super) async fn ensure_deployed(ctx: &mut StageCtx<'_>) -> Result<StageOutcome, StageFailure> {
     use MaasStatus as S;
-    // Still Deploying as the site's shared listing shows it, with time left: wait on. Anything
-    // else is read anew and decided below.
-    if let Some(machine) = ctx.watched_machine().await
-        && machine.status.known() == Some(S::Deploying)
-        && ctx.timed_out(PolicyTimeout::Deploy).is_none()
-    {
-        return Ok(StageOutcome::wait(format!(
-            "{} is Deploying",
-            machine.system_id
-        )));
-    }
     let machine = ctx.machine().await?;
     let sid = machine.system_id.clone();
     match machine.status.known() {

@@ -37,9 +37,6 @@ const AGENT_UNIT: &str = "metalform-agent.service";
 pub(super) async fn ensure_agent_enrolled(
     ctx: &mut StageCtx<'_>,
 ) -> Result<StageOutcome, StageFailure> {
-    if let Some(waiting) = still_waiting(ctx).await? {
-        return Ok(waiting);
-    }
     let machine = ctx.machine().await?;
     if machine.status != MaasStatus::Deployed {
         return Err(StageFailure::ambiguity(
@@ -130,36 +127,6 @@ pub(super) async fn ensure_agent_enrolled(
         })));
     }
     Ok(StageOutcome::wait("waiting for the node agent to enroll"))
-}
-
-/// A pass with nothing new to act on: no agent of this node has enrolled yet, the machine is
-/// Deployed as the site's shared listing shows it, and there is time left. `None`: decide on a
-/// machine read anew.
-async fn still_waiting(ctx: &mut StageCtx<'_>) -> Result<Option<StageOutcome>, StageFailure> {
-    let Some(node_id) = ctx.job.node_id.or(ctx.facts.node_id) else {
-        return Ok(None);
-    };
-    if ctx.memory.last_wait.is_none()
-        || adopted_as_is(ctx)
-        || ctx.timed_out(PolicyTimeout::Enrollment).is_some()
-    {
-        return Ok(None);
-    }
-    let enrolled = ctx
-        .env
-        .store
-        .agent_enrollment(node_id)
-        .await
-        .map_err(|e| StageFailure::store(&e))?;
-    if enrolled.is_some() {
-        return Ok(None);
-    }
-    Ok(match ctx.watched_machine().await {
-        Some(machine) if machine.status == MaasStatus::Deployed => {
-            Some(StageOutcome::wait("waiting for the node agent to enroll"))
-        }
-        _ => None,
-    })
 }
 
 /// The health check of hardware sync once the agent is there (000 §9.1): `None` when the node

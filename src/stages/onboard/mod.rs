@@ -134,23 +134,6 @@ impl StageCtx<'_> {
         }
     }
 
-    /// While the stage waits (its previous pass waited too), its machine as the site's shared
-    /// listing of waited-on machines shows it, never older than what the previous pass saw.
-    /// `None`: read it with [`StageCtx::machine`] (first pass, or no listing shows it). For
-    /// deciding to go on waiting only: a stage acts on a machine it read itself (000 §4.13).
-    pub async fn watched_machine(&mut self) -> Option<Machine> {
-        self.memory.last_wait.as_ref()?;
-        let system_id = self.facts.system_id.clone()?;
-        let (at, machine) = self
-            .env
-            .maas
-            .watched_machine(&self.target.site, &system_id, self.memory.watched_at)
-            .await?;
-        self.memory.watched_at = Some(at);
-        self.observe(&machine);
-        Some(machine)
-    }
-
     /// The deploy of the current round reached MAAS, or the job adopted a deployed machine:
     /// a Deploying/Deployed machine is then this job's own.
     pub fn owns_deployment(&self) -> bool {
