@@ -212,3 +212,66 @@ async fn agent_of_a_released_host_stops() {
         "host gone (released, redeployed or powered off)"
     );
 }
+
+/// A tasks endpoint that holds every poll open and records when the agent drops one: the
+/// number of polls seen and of polls whose connection the agent closed.
+async fn holding_tasks_endpoint() -> (String, Arc<Mutex<(u32, u32)>>) {
+    use tokio::io::AsyncReadExt;
+    let seen = Arc::new(Mutex::new((0, 0)));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/tasks", listener.local_addr().unwrap());
+    let counts = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let counts = counts.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let mut head = Vec::new();
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                counts.lock().unwrap().0 += 1;
+                // Never answered: the poll ends only when the agent closes it.
+                while !matches!(socket.read(&mut buf).await, Ok(0) | Err(_)) {}
+                counts.lock().unwrap().1 += 1;
+            });
+        }
+    });
+    (url, seen)
+}
+
+#[tokio::test]
+async fn an_enrolled_agent_long_polls_and_stops_at_once_when_its_host_is_released() {
+    let (tasks_url, polls) = holding_tasks_endpoint().await;
+    let app =
+        Router::new().route(
+            "/enroll",
+            post(move |Json(_): Json<Value>| {
+                let tasks_url = tasks_url.clone();
+                async move {
+                    Json(json!({"node_id": "n-1", "agent_token": "at-1", "tasks_url": tasks_url}))
+                }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/enroll", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let sim = Sim::start(fast(1, &[metalform::sim::AgentBehaviour::OnTime])).await;
+    let sid = deploy_all(&sim, &url).await.remove(0);
+    // Enrolled, it holds one long poll (30 s, as the real agent's).
+    wait_for(|| (*polls.lock().unwrap() == (1, 0)).then_some(())).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(*polls.lock().unwrap(), (1, 0), "one poll, held");
+    sim.op(&format!("machines/{sid}/"), "release", &[])
+        .await
+        .expect(200);
+    // The release wakes the agent: it drops its poll long before the poll would end, and
+    // polls no more.
+    wait_for(|| (polls.lock().unwrap().1 == 1).then_some(())).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(*polls.lock().unwrap(), (1, 1), "no poll after the release");
+}

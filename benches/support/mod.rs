@@ -55,6 +55,41 @@ impl Args {
     }
 }
 
+/// The value after `--name` on the command line, for a benchmark's own options.
+pub fn option(name: &str) -> Option<String> {
+    let mut args = std::env::args().skip_while(|arg| arg != name);
+    args.next()?;
+    args.next()
+}
+
+/// [`option`] as a number, or `default`.
+pub fn number_option<T: std::str::FromStr>(name: &str, default: T) -> T {
+    match option(name) {
+        Some(text) => text
+            .parse()
+            .unwrap_or_else(|_| panic!("{name} needs a number, not {text:?}")),
+        None => default,
+    }
+}
+
+/// CPU seconds (user + system) a live process used so far, from /proc/PID/stat.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of stat; 12 and 13 after the state field's start.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 /// Durations of repeated runs of one measurement.
 #[derive(Debug, Default, Clone)]
 pub struct Samples(Vec<Duration>);

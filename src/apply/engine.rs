@@ -178,14 +178,39 @@ pub struct Continuing<'a> {
     pub resume: bool,
 }
 
+/// Stage passes (and job take-ups) running at once across an executor's nodes. A wave of
+/// thousands of nodes (`maxParallel` 500 per site over 20 sites) puts every node in flight at
+/// once; without this bound each one's requests and journal writes ran at the same time: ten
+/// thousand MAAS connections open (gigabytes of buffers in both processes) and the store's
+/// pool so contended that lease renewals timed out. A node that waits (a poll, a retry back-off)
+/// holds no pass, so this bounds work on the CPU, never how many nodes are in flight.
+const ACTIVE_PASSES: usize = 64;
+
+/// How long a waiting node goes on from the job as it last read it before reading it again:
+/// an operator's move (a cancel, a retry) is seen within this, or at the next poll when polls
+/// are slower (the default poll interval is 10 s).
+const JOB_REREAD: Duration = Duration::from_secs(2);
+
 /// What every node's run shares.
 pub(super) struct Shared {
     pub env: StageEnv,
     pub options: ExecutorOptions,
     pub progress: Arc<dyn Progress>,
+    /// Permits of the [`ACTIVE_PASSES`] running at once.
+    passes: Arc<tokio::sync::Semaphore>,
 }
 
 impl Shared {
+    /// One of the [`ACTIVE_PASSES`] for a pass of a `kind` job (never closed, so always granted
+    /// in turn). Provisioning jobs are not bounded: their passes wait on BMCs inside, and one
+    /// server's latency must never hold up another's job (seed 003).
+    async fn pass(&self, kind: JobKind) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        if kind == JobKind::Provisioning {
+            return None;
+        }
+        self.passes.clone().acquire_owned().await.ok()
+    }
+
     fn report(&self, node: &str, stage: &str, status: ProgressStatus, message: &str) {
         progress::report(self.progress.as_ref(), node, stage, status, message);
     }
@@ -222,6 +247,7 @@ impl<K: Kind> Engine<K> {
                 env,
                 options,
                 progress,
+                passes: Arc::new(tokio::sync::Semaphore::new(ACTIVE_PASSES)),
             }),
             kind: PhantomData,
         }
@@ -404,7 +430,11 @@ async fn run_item<K: Kind>(shared: &Shared, item: K::Item) -> NodeResult {
         }
     };
     let mut run = Run::<K>::new(shared, &item, &lease);
-    let (job_id, outcome) = match K::take_up(&mut run).await {
+    let taken = {
+        let _pass = shared.pass(K::KIND).await;
+        K::take_up(&mut run).await
+    };
+    let (job_id, outcome) = match taken {
         Ok(job) => {
             let id = job.id;
             match run.run_stages(id).await {
@@ -582,8 +612,19 @@ impl<'a, K: Kind> Run<'a, K> {
         let stop: StopSignal = self.shared.options.stop.clone();
         let mut waiting_reported: Option<(String, i64)> = None;
         let mut deploy_grace = true;
+        // The job as a wait pass left it, and when it was read from the store: the next pass
+        // reuses it for up to JOB_REREAD (nothing of this run changed it), so thousands of
+        // nodes polling fast do not each read their job every step. Any other pass reads it.
+        let mut waited: Option<(Job, std::time::Instant)> = None;
         loop {
-            let job = self.store().job(K::KIND, id).await?;
+            let permit = self.shared.pass(K::KIND).await;
+            let (job, read_at) = match waited.take() {
+                Some((job, read_at)) if read_at.elapsed() < JOB_REREAD => (job, read_at),
+                _ => (
+                    self.store().job(K::KIND, id).await?,
+                    std::time::Instant::now(),
+                ),
+            };
             // A rendered payload lives in memory only: stopping before it is deployed would
             // make the next executor render again (a new token), so one more stage pass
             // deploys it first.
@@ -656,10 +697,15 @@ impl<'a, K: Kind> Run<'a, K> {
                     }
                     self.memory.last_wait = Some(reason);
                     // A wait may have learnt something worth keeping (a release confirmed).
-                    if facts.to_details() != job.stage_details {
-                        self.write(&job, JobUpdate::new(JobState::Running), &facts)
+                    waited = if facts.to_details() != job.stage_details {
+                        let written = self
+                            .write(&job, JobUpdate::new(JobState::Running), &facts)
                             .await?;
-                    }
+                        Some((written, std::time::Instant::now()))
+                    } else {
+                        Some((job, read_at))
+                    };
+                    drop(permit);
                     stop.sleep(poll_in.unwrap_or(poll)).await;
                 }
                 Passed::Done(done, next) => {
@@ -735,6 +781,7 @@ impl<'a, K: Kind> Run<'a, K> {
                     });
                     self.write(&job, update, &facts).await?;
                     self.report(stage.name(), ProgressStatus::Retrying, &message);
+                    drop(permit);
                     stop.sleep(delay).await;
                 }
             }

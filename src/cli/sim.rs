@@ -39,6 +39,14 @@ pub struct Args {
     /// Simulated seconds per real second (MAAS durations are divided by it).
     #[arg(long, default_value_t = 1.0, value_name = "X")]
     pub time_scale: f64,
+    /// Spread of MAAS's durations: each is drawn within ±X of its nominal value (0 to 0.9;
+    /// 0 makes every deployment take exactly as long).
+    #[arg(long, default_value_t = 0.2, value_name = "X")]
+    pub jitter: f64,
+    /// Serve N separate regions (sites), each with its own machines (`--machines` each, seed
+    /// `--seed` + i) on consecutive ports from `--listen` (each on a free port when it is 0).
+    #[arg(long, value_name = "N", default_value_t = 1, conflicts_with = "from")]
+    pub regions: usize,
     /// Fault spec (docs/simulator.md "Faults"), e.g. `deploy:status=503,retry_after=5,rate=0.2`.
     #[arg(long, default_value = "", value_name = "SPEC")]
     pub faults: String,
@@ -127,45 +135,91 @@ pub fn config(args: &Args) -> Result<SimConfig, CliError> {
             }
             config
         }
-        None => SimConfig::generated(
-            args.seed,
-            &FleetOptions {
-                machines: args.machines,
-                initial,
-                no_boss_every: args.no_boss_every,
-                unknown: args.unknown,
-            },
-        ),
+        None => SimConfig::generated(args.seed, &fleet_options(args, initial)),
     };
     if let Some(key) = &args.api_key {
         config.api_key = key.clone();
     }
+    if args.regions == 0 {
+        return Err(CliError::argument("--regions must be at least 1")
+            .hint("pass the number of simulated sites to serve, e.g. --regions 4"));
+    }
+    if !(0.0..=0.9).contains(&args.jitter) {
+        return Err(
+            CliError::argument(format!("--jitter {} is out of range", args.jitter))
+                .hint("use a fraction from 0 (none) to 0.9"),
+        );
+    }
     config.time_scale = args.time_scale;
+    config.timings.jitter = args.jitter;
     config.faults = args.faults.clone();
     Ok(config)
+}
+
+/// The generated machines the flags ask for.
+fn fleet_options(args: &Args, initial: InitialState) -> FleetOptions {
+    FleetOptions {
+        machines: args.machines,
+        initial,
+        no_boss_every: args.no_boss_every,
+        unknown: args.unknown,
+    }
+}
+
+/// The address region `index` of `--regions` listens on.
+fn region_listen(listen: SocketAddr, index: usize) -> Result<SocketAddr, CliError> {
+    if listen.port() == 0 {
+        return Ok(listen);
+    }
+    let port = u16::try_from(usize::from(listen.port()) + index).map_err(|_| {
+        CliError::argument(format!("--regions {} runs past port 65535", index + 1))
+            .hint("choose a lower --listen port")
+    })?;
+    Ok(SocketAddr::new(listen.ip(), port))
 }
 
 pub async fn run(args: Args) -> Result<Exit, CliError> {
     let config = config(&args)?;
     let redfish = redfish_config(&args)?;
-    let handle = sim::start_with_clock(
-        config,
-        std::sync::Arc::new(crate::clock::SystemClock),
-        args.listen,
-    )
-    .await
-    .map_err(|e| {
-        let hint = match &e {
-            sim::SimError::Listen { .. } => "choose a free address with --listen 127.0.0.1:PORT",
-            sim::SimError::Config(_) => "see docs/simulator.md for the fault grammar and options",
-            sim::SimError::Http(_) => "this is a bug; please report it",
-        };
-        CliError::user(e.to_string()).hint(hint)
-    })?;
-    // The key is printed on purpose: it is the simulator's own development credential.
-    println!("MAAS URL: {}", handle.maas_url);
-    println!("API key:  {}", handle.api_key().expose());
-    println!("control:  {}/sim/v1/", handle.base_url());
+    let mut handles = Vec::new();
+    for index in 0..args.regions {
+        let mut config = config.clone();
+        if index > 0 {
+            // Each region its own machines: another seed draws other system ids and MACs.
+            let seed = args.seed.wrapping_add(index as u64);
+            // Parsed (and refused when unknown) by `config` above.
+            let initial = InitialState::parse(&args.machine_state).unwrap_or(InitialState::Ready);
+            let options = fleet_options(&args, initial);
+            config.machines = SimConfig::generated(seed, &options).machines;
+            config.seed = seed;
+        }
+        let handle = sim::start_with_clock(
+            config,
+            std::sync::Arc::new(crate::clock::SystemClock),
+            region_listen(args.listen, index)?,
+        )
+        .await
+        .map_err(|e| {
+            let hint = match &e {
+                sim::SimError::Listen { .. } => {
+                    "choose a free address with --listen 127.0.0.1:PORT"
+                }
+                sim::SimError::Config(_) => {
+                    "see docs/simulator.md for the fault grammar and options"
+                }
+                sim::SimError::Http(_) => "this is a bug; please report it",
+            };
+            CliError::user(e.to_string()).hint(hint)
+        })?;
+        if args.regions > 1 {
+            println!("region {}:", index + 1);
+        }
+        // The key is printed on purpose: it is the simulator's own development credential.
+        println!("MAAS URL: {}", handle.maas_url);
+        println!("API key:  {}", handle.api_key().expose());
+        println!("control:  {}/sim/v1/", handle.base_url());
+        handles.push(handle);
+    }
     let bmcs = sim::redfish::start(redfish).await.map_err(|e| {
         CliError::user(e.to_string()).hint("choose a free address with --listen 127.0.0.1:PORT")
     })?;
@@ -183,7 +237,9 @@ pub async fn run(args: Args) -> Result<Exit, CliError> {
     tokio::signal::ctrl_c()
         .await
         .map_err(|e| CliError::unexpected(format!("cannot wait for Ctrl-C: {e}")))?;
-    handle.shutdown();
+    for handle in handles {
+        handle.shutdown();
+    }
     bmcs.shutdown();
     Ok(Exit::Success)
 }
@@ -268,6 +324,25 @@ mod tests {
             redfish_config(&bad_vendor.args).unwrap_err().message,
             "unknown --redfish-vendor `acme`"
         );
+        let exact = Wrapper::parse_from(["sim", "--jitter", "0", "--regions", "3"]);
+        assert_eq!(config(&exact.args).unwrap().timings.jitter, 0.0);
+        let wild = Wrapper::parse_from(["sim", "--jitter", "1.5"]);
+        let err = config(&wild.args).unwrap_err();
+        assert_eq!(err.message, "--jitter 1.5 is out of range");
+        assert_eq!(err.class.exit_code(), 2);
+        let none = Wrapper::parse_from(["sim", "--regions", "0"]);
+        assert_eq!(
+            config(&none.args).unwrap_err().message,
+            "--regions must be at least 1"
+        );
+        let listen: SocketAddr = "127.0.0.1:65535".parse().unwrap();
+        assert_eq!(region_listen(listen, 0).unwrap(), listen);
+        assert_eq!(
+            region_listen(listen, 1).unwrap_err().message,
+            "--regions 2 runs past port 65535"
+        );
+        let free: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        assert_eq!(region_listen(free, 5).unwrap(), free);
         let bad = Wrapper::parse_from(["sim", "--machine-state", "sleepy"]);
         let err = config(&bad.args).unwrap_err();
         assert_eq!(err.message, "unknown --machine-state `sleepy`");

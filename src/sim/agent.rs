@@ -9,9 +9,12 @@
 //! or its token is refused. Every task it runs is logged in `World::agent_task_log`.
 //!
 //! Like the real agent it pins the CA its payload carried (`/etc/metalform/ca.pem`) when the
-//! channel speaks TLS.
+//! channel speaks TLS, and long-polls as long as the real agent does by default. Its host going
+//! away (released, redeployed, powered off, agent stopped) wakes it at once: it does not wait
+//! for its poll to end.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use super::config::{TaskFault, TaskFaultMode};
@@ -25,8 +28,8 @@ pub const AGENT_VERSION: &str = "metalform-sim-agent/0.1";
 pub const MAX_ATTEMPTS: u32 = 8;
 /// Cap of the real-time back-off between attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
-/// The long-poll the agent asks for, in seconds: short, so a host that went away stops soon.
-const POLL_WAIT_SECONDS: u64 = 2;
+/// The long-poll the agent asks for, in seconds: the real agent's default (`poll_wait`).
+const POLL_WAIT_SECONDS: u64 = 30;
 /// Consecutive failed polls (connection errors, 5xx) before the task loop gives up.
 const MAX_POLL_FAILURES: u32 = 30;
 
@@ -52,21 +55,41 @@ pub fn spawn(shared: Arc<Shared>, boot: AgentBoot) {
     tokio::spawn(async move { run(shared, boot).await });
 }
 
-/// The agent's HTTP client: pinned to the CA of its payload, if it carried one.
+/// The agent's HTTP client: pinned to the CA of its payload, if it carried one. Agents
+/// pinning the same CA share one client (a client per agent costs a TLS configuration and a
+/// connection pool each: hundreds of megabytes at 10,000 hosts).
 fn client_for(shared: &Shared, boot: &AgentBoot) -> reqwest::Client {
+    static PINNED: OnceLock<Mutex<HashMap<String, reqwest::Client>>> = OnceLock::new();
     let ca = shared.with_world(|w| {
         w.machine(&boot.system_id)
             .and_then(|m| m.host_files.get(crate::cloudinit::AGENT_CA_PATH).cloned())
     });
-    let pinned = ca.and_then(|pem| {
-        let certs = reqwest::Certificate::from_pem_bundle(pem.as_bytes()).ok()?;
-        reqwest::Client::builder()
-            .tls_certs_only(certs)
-            .timeout(Duration::from_secs(120))
-            .build()
-            .ok()
-    });
-    pinned.unwrap_or_else(|| shared.http.clone())
+    let Some(pem) = ca else {
+        return shared.http.clone();
+    };
+    let mut clients = PINNED
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(client) = clients.get(&pem) {
+        return client.clone();
+    }
+    let pinned = reqwest::Certificate::from_pem_bundle(pem.as_bytes())
+        .ok()
+        .and_then(|certs| {
+            reqwest::Client::builder()
+                .tls_certs_only(certs)
+                .timeout(Duration::from_secs(120))
+                .build()
+                .ok()
+        });
+    match pinned {
+        Some(client) => {
+            clients.insert(pem, client.clone());
+            client
+        }
+        None => shared.http.clone(),
+    }
 }
 
 async fn run(shared: Arc<Shared>, boot: AgentBoot) {
@@ -158,13 +181,29 @@ async fn task_loop(
     let wait_url = format!("{base}/wait?wait={POLL_WAIT_SECONDS}");
     let mut failures = 0;
     let mut backoff = boot.retry_base.max(Duration::from_millis(10));
-    while shared.with_world(|w| w.agent_alive(&boot.system_id, boot.boot)) {
-        let polled = http
+    let waker = shared.with_world(|w| w.agent_waker(&boot.system_id));
+    let alive = || shared.with_world(|w| w.agent_alive(&boot.system_id, boot.boot));
+    while alive() {
+        let poll = http
             .get(&wait_url)
             .bearer_auth(&enrollment.agent_token)
-            .timeout(Duration::from_secs(POLL_WAIT_SECONDS + 10))
-            .send()
-            .await;
+            .timeout(Duration::from_secs(POLL_WAIT_SECONDS + 20))
+            .send();
+        tokio::pin!(poll);
+        // The poll runs until it answers, or until the host goes away (the agent dies with it).
+        let polled = loop {
+            tokio::select! {
+                polled = &mut poll => break Some(polled),
+                _ = waker.notified() => {
+                    if !alive() {
+                        break None;
+                    }
+                }
+            }
+        };
+        let Some(polled) = polled else {
+            return;
+        };
         let task = match polled {
             Ok(response) if response.status().as_u16() == 200 => {
                 match response.json::<Poll>().await {

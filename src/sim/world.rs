@@ -9,6 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
 use rand::{RngExt, SeedableRng};
@@ -112,6 +113,10 @@ pub struct World {
     /// (system id, boot) of hosts whose agent process was stopped out of band: the host stays
     /// up, the agent neither enrolls nor polls until the machine boots again.
     stopped_agents: BTreeSet<(String, u64)>,
+    /// Per machine id, what wakes its running agent when its host may have gone (a status or
+    /// power change, its agent stopped): the agent long-polls for minutes and must not learn
+    /// of it only when its poll ends.
+    agent_wakers: HashMap<u64, Arc<tokio::sync::Notify>>,
     pub(super) timeline: BTreeSet<(DateTime<Utc>, u64, Timer)>,
     timer_seq: u64,
     next_id: u64,
@@ -253,6 +258,7 @@ impl World {
                 .collect(),
             agent_task_log: Vec::new(),
             stopped_agents: BTreeSet::new(),
+            agent_wakers: HashMap::new(),
             timeline: BTreeSet::new(),
             timer_seq: 0,
             next_id: 1,
@@ -540,6 +546,9 @@ impl World {
         if from != to {
             m.previous_status = from;
             m.status = to;
+            if let Some(waker) = self.agent_wakers.get(&id) {
+                waker.notify_one();
+            }
             if matches!(to, Status::New | Status::Ready) {
                 set_owner(m, None);
             }
@@ -562,6 +571,9 @@ impl World {
         };
         if m.power_state != state {
             m.power_state = state;
+            if let Some(waker) = self.agent_wakers.get(&id) {
+                waker.notify_one();
+            }
             let kind = if state == PowerState::On {
                 "Node powered on"
             } else {
@@ -748,10 +760,23 @@ impl World {
     // ----- background work ---------------------------------------------------------------------
 
     /// Whether the agent of `boot` still runs (the machine is Deployed, powered, same boot).
-    /// The agent of this boot of the machine stops (out of band): it stops polling after its
-    /// current request.
+    /// The agent of this boot of the machine stops (out of band): woken, it drops its poll
+    /// and polls no more.
     pub fn stop_agent(&mut self, system_id: String, boot: u64) {
+        if let Some(waker) = self
+            .machine_id(&system_id)
+            .and_then(|id| self.agent_wakers.get(&id))
+        {
+            waker.notify_one();
+        }
         self.stopped_agents.insert((system_id, boot));
+    }
+
+    /// What wakes the agent of `system_id` when its host may have gone (then it checks
+    /// [`World::agent_alive`]); a wake-up that came while it was busy is kept for its next wait.
+    pub fn agent_waker(&mut self, system_id: &str) -> Arc<tokio::sync::Notify> {
+        let id = self.machine_id(system_id).unwrap_or(u64::MAX);
+        self.agent_wakers.entry(id).or_default().clone()
     }
 
     pub fn agent_alive(&self, system_id: &str, boot: u64) -> bool {
@@ -913,6 +938,9 @@ impl World {
     pub(super) fn remove_machine(&mut self, id: u64) -> Option<Machine> {
         let m = self.machines.remove(&id)?;
         self.by_system_id.remove(&m.system_id);
+        if let Some(waker) = self.agent_wakers.remove(&id) {
+            waker.notify_one();
+        }
         Some(m)
     }
 

@@ -133,10 +133,20 @@ spec:
 }
 
 pub fn write_fleet(dir: &Path, setup: &Setup, sims: &[(String, SimHandle)]) {
+    let urls: Vec<(String, String)> = sims
+        .iter()
+        .map(|(name, sim)| (name.clone(), sim.maas_url.clone()))
+        .collect();
+    write_fleet_at(dir, setup, &urls);
+}
+
+/// The fleet of `setup` for MAAS regions at `urls` (site name, MAAS URL), e.g. regions of a
+/// `metalform sim` process.
+pub fn write_fleet_at(dir: &Path, setup: &Setup, urls: &[(String, String)]) {
     for sub in ["sites", "profiles", "nodes"] {
         std::fs::create_dir_all(dir.join(sub)).unwrap();
     }
-    for (site, (name, sim)) in setup.sites.iter().zip(sims) {
+    for (site, (name, maas_url)) in setup.sites.iter().zip(urls) {
         assert_eq!(&site.name, name);
         std::fs::write(
             dir.join(format!("sites/{name}.yaml")),
@@ -157,7 +167,7 @@ spec:
     nodePasswords: {{vault: kv/{name}/deploy-nodes}}
   defaultProfile: {name}-gpu
 {extra}",
-                url = sim.maas_url.trim_end_matches('/'),
+                url = maas_url.trim_end_matches('/'),
                 extra = setup.site_spec,
             ),
         )
@@ -201,11 +211,20 @@ spec:
 }
 
 pub fn write_secrets(path: &Path, sims: &[(String, SimHandle)]) {
+    let keys: Vec<(String, String)> = sims
+        .iter()
+        .map(|(name, sim)| (name.clone(), sim.api_key().expose().to_owned()))
+        .collect();
+    write_secrets_for(path, &keys);
+}
+
+/// The dev secrets of sites whose MAAS API keys are `keys` (site name, key).
+pub fn write_secrets_for(path: &Path, keys: &[(String, String)]) {
     let mut doc = serde_json::Map::new();
-    for (name, sim) in sims {
+    for (name, key) in keys {
         doc.insert(
             format!("kv/{name}/api-token"),
-            serde_json::json!({"token": sim.api_key().expose()}),
+            serde_json::json!({"token": key}),
         );
         doc.insert(
             format!("kv/{name}/power/default"),
