@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use daemon_support::{DaemonBed, signal};
 use onboard_support::{Setup, SiteSetup};
-use support::{Args, cpu_seconds};
+use support::Args;
 
 const SITES: usize = 4;
 

@@ -6,7 +6,7 @@
 //! one `metalform apply --auto-approve` over a generated fleet of those machines (SQLite
 //! store, dev secrets, its own agent channel over TLS with the development CA that the
 //! simulated agents pin). Printed: wall time of the apply (plan included), the simulated
-//! minimum and the ratio, the apply's peak RSS (VmHWM: the high-water mark `wait4` returns)
+//! minimum and the ratio, the apply's peak RSS (its own VmHWM, read while it runs)
 //! and CPU (user + system), the simulator's CPU, the MAAS requests it answered, and nodes
 //! converged. Asserted (behaviour only, never times): every node active, every machine
 //! deployed exactly once.
@@ -103,31 +103,6 @@ fn start_sim(args: &[String], regions: usize, log: &Path) -> (Child, Vec<Region>
     (child, found)
 }
 
-/// What `wait4` tells of a finished process.
-struct Finished {
-    success: bool,
-    cpu: f64,
-    peak_rss_kib: i64,
-}
-
-/// Reap `child` with `wait4`: its exit, CPU (user + system) and peak RSS.
-fn wait_for(child: &Child) -> Finished {
-    let pid = child.id() as libc::pid_t;
-    let mut status = 0;
-    // SAFETY: a zeroed rusage is a valid value for wait4 to fill in.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `pid` is our own child, not reaped yet (std's Child is never waited on here);
-    // the pointers are to live locals.
-    let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    assert_eq!(reaped, pid, "wait4: {}", std::io::Error::last_os_error());
-    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    Finished {
-        success: libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        cpu: seconds(usage.ru_utime) + seconds(usage.ru_stime),
-        peak_rss_kib: usage.ru_maxrss,
-    }
-}
-
 /// The simulated minimum of the wave (see the module doc), in real seconds.
 fn simulated_minimum(per_site: usize, parallel: usize, time_scale: f64) -> f64 {
     let timings = Timings::default();
@@ -203,11 +178,8 @@ async fn main() {
 
     let apply_log = dir.path().join("apply.log");
     let started = Instant::now();
-    #[expect(
-        clippy::zombie_processes,
-        reason = "reaped by wait4 in wait_for, which also returns its resource usage"
-    )]
-    let apply = metalform()
+    let mut apply = metalform();
+    apply
         .args(["apply", "--auto-approve", "--fleet"])
         .arg(&fleet_dir)
         .args(["--state", &state, "--secrets"])
@@ -220,17 +192,14 @@ async fn main() {
         .args(["--poll-interval", &format!("{poll_ms}ms")])
         .env_remove("METALFORM_STATE")
         .env_remove("METALFORM_SECRETS")
-        .env("NO_COLOR", "1")
-        .stdout(std::fs::File::create(dir.path().join("apply.out")).unwrap())
-        .stderr(std::fs::File::create(&apply_log).unwrap())
-        .spawn()
-        .expect("metalform apply starts");
-    let finished = tokio::task::spawn_blocking(move || wait_for(&apply))
+        .env("NO_COLOR", "1");
+    let log = apply_log.clone();
+    let finished = tokio::task::spawn_blocking(move || support::run_measured(&mut apply, &log))
         .await
         .unwrap();
     let wall = started.elapsed().as_secs_f64();
     let sim_cpu = cpu_seconds(sim.id()) - sim_cpu_before;
-    let stdout = std::fs::read_to_string(dir.path().join("apply.out")).unwrap_or_default();
+    let stdout = std::fs::read_to_string(&apply_log).unwrap_or_default();
     let summary = stdout
         .lines()
         .find(|l| l.starts_with("Apply:"))
@@ -294,8 +263,7 @@ async fn main() {
     );
     println!(
         "  apply: peak RSS {:.1} MiB, CPU {:.2} s (user + system); simulator CPU {sim_cpu:.2} s",
-        finished.peak_rss_kib as f64 / 1024.0,
-        finished.cpu
+        finished.peak_rss_mib, finished.cpu_seconds
     );
     println!(
         "  MAAS requests {requests} ({:.1} per node); nodes converged {active}/{machines}",

@@ -72,24 +72,6 @@ pub fn number_option<T: std::str::FromStr>(name: &str, default: T) -> T {
     }
 }
 
-/// CPU seconds (user + system) a live process used so far, from /proc/PID/stat.
-pub fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may hold spaces) start after the last ')'.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // utime and stime are fields 14 and 15 of stat; 12 and 13 after the state field's start.
-    (ticks(11) + ticks(12)) / 100.0
-}
-
 /// Durations of repeated runs of one measurement.
 #[derive(Debug, Default, Clone)]
 pub struct Samples(Vec<Duration>);
@@ -237,6 +219,10 @@ pub struct Finished {
 pub fn run_measured(command: &mut std::process::Command, log: &std::path::Path) -> Finished {
     let out = std::fs::File::create(log).expect("the log file");
     let started = Instant::now();
+    #[expect(
+        clippy::zombie_processes,
+        reason = "reaped below with wait4, which std's Child does not know of"
+    )]
     let child = command
         .stdout(out.try_clone().expect("the log file"))
         .stderr(out)
