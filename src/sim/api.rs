@@ -176,9 +176,12 @@ fn machine_json(world: &World, id: u64) -> Value {
     serde_json::to_value(world.machines[&id].view(world, gateway)).unwrap_or(Value::Null)
 }
 
-fn machine_reply(world: &World, id: u64) -> Reply {
-    let gateway = world.pxe_gateway();
-    Reply::json(&world.machines[&id].view(world, gateway))
+/// The machine object, from its kept rendering (a wave reads each machine dozens of times).
+fn machine_reply(world: &mut World, id: u64) -> Result<Reply, MaasError> {
+    world
+        .machine_document(id)
+        .map(Reply::Rendered)
+        .ok_or_else(MaasError::no_machine)
 }
 
 /// `GET version/`: `json.dumps`, compact with Python's separators (not piston-indented).
@@ -227,7 +230,7 @@ pub fn execute(world: &mut World, call: &Call) -> Result<Reply, MaasError> {
         ("machines" | "nodes", "read") => list_machines(world, caller, p),
         ("machines", "create") => {
             let id = world.create_machine(caller, p, now)?;
-            Ok(machine_reply(world, id))
+            machine_reply(world, id)
         }
         ("machines", "accept") => {
             let ids: Vec<String> = p.all("machines").into_iter().map(String::from).collect();
@@ -273,14 +276,12 @@ pub fn execute(world: &mut World, call: &Call) -> Result<Reply, MaasError> {
         ("machines", "is_action_in_progress") => Ok(Reply::json(&false)),
         ("machine" | "node", "read") => {
             let id = world.node_for(caller, call.sid(), Perm::View)?;
-            Ok(machine_reply(world, id))
+            machine_reply(world, id)
         }
         ("machine", "update") => {
             world.update_machine(caller, call.sid(), p)?;
-            Ok(machine_reply(
-                world,
-                world.node_for(caller, call.sid(), Perm::View)?,
-            ))
+            let id = world.node_for(caller, call.sid(), Perm::View)?;
+            machine_reply(world, id)
         }
         ("machine" | "node", "delete") => {
             world.delete_machine(caller, call.sid())?;
@@ -332,7 +333,7 @@ pub fn execute(world: &mut World, call: &Call) -> Result<Reply, MaasError> {
             if world.machines[&id].power_type == "manual" {
                 return Ok(Reply::json(&Value::Null));
             }
-            Ok(machine_reply(world, id))
+            machine_reply(world, id)
         }
         ("machine" | "node", "query_power_state") => {
             let id = world.node_for(caller, call.sid(), Perm::View)?;
@@ -368,7 +369,7 @@ pub fn execute(world: &mut World, call: &Call) -> Result<Reply, MaasError> {
                 ));
             }
             m.locked = lock;
-            Ok(machine_reply(world, id))
+            machine_reply(world, id)
         }
         ("machine", "set_workload_annotations" | "set_owner_data") => {
             let id = world.node_for(caller, call.sid(), Perm::Edit)?;
@@ -388,7 +389,7 @@ pub fn execute(world: &mut World, call: &Call) -> Result<Reply, MaasError> {
                     m.workload_annotations.insert(k.to_string(), v.to_string());
                 }
             }
-            Ok(machine_reply(world, id))
+            machine_reply(world, id)
         }
         ("interfaces", "read") => {
             let id = world.node_for(caller, call.sid(), Perm::View)?;
@@ -608,11 +609,11 @@ fn placement_reply(world: &World, which: Placements, id: u64) -> Reply {
 }
 
 /// The machine after an operation (visible to the caller by construction).
-fn after(world: &World, call: &Call) -> Result<Reply, MaasError> {
+fn after(world: &mut World, call: &Call) -> Result<Reply, MaasError> {
     let id = world
         .machine_id(call.sid())
         .ok_or_else(MaasError::no_machine)?;
-    Ok(machine_reply(world, id))
+    machine_reply(world, id)
 }
 
 fn user_json(name: &str, admin: bool) -> Value {

@@ -480,6 +480,19 @@ impl World {
         self.machines.list_body(ids, net)
     }
 
+    /// Machine `id`'s object as MAAS answers it on its own (`GET machines/{id}/`, an
+    /// operation's answer), from its kept rendering (see [`Machines::document`]).
+    pub fn machine_document(&mut self, id: u64) -> Option<bytes::Bytes> {
+        let net = NetworkRef {
+            vlans: &self.vlans,
+            subnets: &self.subnets,
+            pxe_subnet: self.pxe_subnet,
+            zones: &self.zones,
+            pools: &self.pools,
+        };
+        self.machines.document(id, net)
+    }
+
     pub fn counter(&mut self, system_id: &str, which: Counter) {
         let c = self.counters.entry(system_id.to_string()).or_default();
         match which {
