@@ -46,6 +46,9 @@ const IN_FLIGHT: usize = 50;
 const TIME_SCALE: f64 = 600.0;
 /// The test bed executor's poll interval of waiting stages.
 const POLL: Duration = Duration::from_millis(40);
+/// Reads of the machine while it deploys: what an apply pass of the test bed makes (about 33
+/// reads per machine in all).
+const DEPLOY_POLLS: usize = 24;
 
 /// CPU time (user + system) so far: the whole process, and its threads by name prefix.
 #[derive(Debug, Clone, Copy, Default)]
@@ -255,12 +258,16 @@ impl Wave<'_> {
         self.counted(&mut mix, "deploy");
         assert_eq!(deploying.status.known(), Some(MaasStatus::Deploying));
 
-        // wait_for_deployed: polled every POLL until MAAS says Deployed (~1 s here).
-        loop {
+        // wait_for_deployed: a fixed number of polls POLL apart (a deployment takes ~1 s at
+        // this time scale), then more only if MAAS does not say Deployed yet: the same mix
+        // however fast the machine runs the wave.
+        for poll in 0.. {
             let machine = self.read(&mut mix, &sid).await;
             match machine.status.known() {
-                Some(MaasStatus::Deployed) => break,
-                Some(MaasStatus::Deploying) => tokio::time::sleep(POLL).await,
+                Some(MaasStatus::Deployed) if poll + 1 >= DEPLOY_POLLS => break,
+                Some(MaasStatus::Deployed | MaasStatus::Deploying) => {
+                    tokio::time::sleep(POLL).await
+                }
                 _ => panic!("{sid} is {} while deploying", machine.status_label()),
             }
         }

@@ -678,44 +678,81 @@ fn list_machines(world: &mut World, caller: &Caller, p: &Params) -> Result<Reply
             ));
         }
     }
-    let any = |name: &str, value: &str| {
-        let wanted = p.all(name);
-        wanted.is_empty() || wanted.contains(&value)
+    // Each filter's values once, not once per machine.
+    let [
+        ids,
+        system_ids,
+        not_ids,
+        hostnames,
+        not_hostnames,
+        simple_status,
+        not_simple_status,
+        zones,
+        not_in_zones,
+        pools,
+        not_in_pools,
+        arches,
+        power_states,
+        not_power_states,
+        owners,
+        not_owners,
+        domains,
+    ] = [
+        "id",
+        "system_id",
+        "not_id",
+        "hostname",
+        "not_hostname",
+        "simple_status",
+        "not_simple_status",
+        "zone",
+        "not_in_zone",
+        "pool",
+        "not_in_pool",
+        "arch",
+        "power_state",
+        "not_power_state",
+        "owner",
+        "not_owner",
+        "domain",
+    ]
+    .map(|name| p.all(name));
+    let any = |wanted: &[&str], value: &str| wanted.is_empty() || wanted.contains(&value);
+    let none = |unwanted: &[&str], value: &str| !unwanted.contains(&value);
+    // `hostname` matches the name or the FQDN (every machine is in domain `maas`).
+    let named = |m: &super::machine::Machine| {
+        any(&hostnames, &m.hostname)
+            || hostnames
+                .iter()
+                .any(|h| h.strip_suffix(".maas") == Some(m.hostname.as_str()))
     };
-    let none = |name: &str, value: &str| !p.all(name).contains(&value);
-    let ids = p.all("id");
-    let system_ids = p.all("system_id");
+    let in_domain = any(&domains, "maas");
     let listed: Vec<u64> = world
         .machines
         .values()
-        .filter(|m| world.can_view(caller, m.id))
-        .filter(|m| ids.is_empty() || ids.contains(&m.system_id.as_str()))
-        .filter(|m| system_ids.is_empty() || system_ids.contains(&m.system_id.as_str()))
-        .filter(|m| none("not_id", &m.system_id))
-        .filter(|m| {
-            any("hostname", &m.hostname) || any("hostname", &format!("{}.maas", m.hostname))
-        })
-        .filter(|m| none("not_hostname", &m.hostname))
+        .filter(|m| in_domain && super::world::visible_to(m, caller))
+        .filter(|m| any(&ids, &m.system_id) && any(&system_ids, &m.system_id))
+        .filter(|m| none(&not_ids, &m.system_id))
+        .filter(|m| named(m) && none(&not_hostnames, &m.hostname))
         .filter(|m| macs.is_empty() || m.interfaces.iter().any(|i| macs.contains(&i.mac)))
         .filter(|m| status.is_empty() || status.contains(&m.status))
         .filter(|m| !not_status.contains(&m.status))
-        .filter(|m| any("simple_status", m.status.simple()))
-        .filter(|m| none("not_simple_status", m.status.simple()))
-        .filter(|m| any("zone", &m.zone) && none("not_in_zone", &m.zone))
-        .filter(|m| any("pool", &m.pool) && none("not_in_pool", &m.pool))
+        .filter(|m| any(&simple_status, m.status.simple()))
+        .filter(|m| none(&not_simple_status, m.status.simple()))
+        .filter(|m| any(&zones, &m.zone) && none(&not_in_zones, &m.zone))
+        .filter(|m| any(&pools, &m.pool) && none(&not_in_pools, &m.pool))
         .filter(|m| {
-            any("arch", &m.architecture)
-                || any("arch", m.architecture.split('/').next().unwrap_or(""))
+            any(&arches, &m.architecture)
+                || any(&arches, m.architecture.split('/').next().unwrap_or(""))
         })
         .filter(|m| {
-            any("power_state", m.power_state.as_str())
-                && none("not_power_state", m.power_state.as_str())
+            any(&power_states, m.power_state.as_str())
+                && none(&not_power_states, m.power_state.as_str())
         })
         .filter(|m| {
             let owner = m.owner.as_deref().unwrap_or("");
-            any("owner", owner) && none("not_owner", owner)
+            any(&owners, owner) && none(&not_owners, owner)
         })
-        .filter(|_| any("domain", "maas"))
         .map(|m| m.id)
         .collect();
     Ok(Reply::JsonParts(world.machines_list_body(&listed)))
@@ -827,20 +864,24 @@ fn query_events(world: &World, caller: &Caller, p: &Params) -> Result<Reply, Maa
             && (owners.is_empty() || owners.contains(&e.username.as_str()))
             && (macs.is_empty() || m.interfaces.iter().any(|i| macs.contains(&i.mac)))
     };
+    // With system ids given, only their events can match: walk those, not every event.
+    let indexed = (!ids.is_empty()).then(|| world.events_of(&ids));
+    let candidates = || -> Box<dyn DoubleEndedIterator<Item = &super::events::Event> + '_> {
+        match &indexed {
+            Some(events) => Box::new(events.iter().copied()),
+            None => Box::new(world.events.iter()),
+        }
+    };
     let mut events: Vec<&super::events::Event> = match after {
         Some(after) => {
-            let mut oldest: Vec<_> = world
-                .events
-                .iter()
+            let mut oldest: Vec<_> = candidates()
                 .filter(|e| e.id > after && selected(e))
                 .take(limit)
                 .collect();
             oldest.reverse();
             oldest
         }
-        None => world
-            .events
-            .iter()
+        None => candidates()
             .rev()
             .filter(|e| before.is_none_or(|b| e.id < b) && selected(e))
             .take(limit)
@@ -862,7 +903,7 @@ fn query_events(world: &World, caller: &Caller, p: &Params) -> Result<Reply, Maa
     let base = format!("/MAAS/api/2.0/events/?{}", carried.join("&"));
     let newest = events.first().map(|e| e.id).or(after).unwrap_or(0);
     let oldest = events.last().map(|e| e.id);
-    let older_exists = oldest.is_some_and(|o| world.events.iter().any(|e| e.id < o && selected(e)));
+    let older_exists = oldest.is_some_and(|o| candidates().any(|e| e.id < o && selected(e)));
     let views: Vec<_> = events.iter().map(|e| e.view()).collect();
     Ok(Reply::json(&json!({
         "count": views.len(),

@@ -102,6 +102,8 @@ pub struct World {
     pub pools: BTreeMap<u64, Placement>,
     pub pxe_subnet: u64,
     pub events: Vec<Event>,
+    /// Positions in `events` by system id: a query for some machines' events reads theirs.
+    events_by_node: HashMap<String, Vec<usize>>,
     pub counters: BTreeMap<String, Counters>,
     pub ops: Vec<OpRecord>,
     pub agent_log: Vec<AgentRecord>,
@@ -120,7 +122,7 @@ pub struct World {
     /// Agents to start (drained by the server).
     pub outbox: Vec<AgentBoot>,
     /// Nonces seen, with their timestamps (OAuth replay check).
-    pub nonces: HashMap<(String, String, String), i64>,
+    pub nonces: super::auth::Nonces,
     /// User name → (api key parts, admin).
     pub users: Vec<(String, [String; 3], bool)>,
 }
@@ -243,6 +245,7 @@ impl World {
             subnets: BTreeMap::new(),
             pxe_subnet: 1,
             events: Vec::new(),
+            events_by_node: HashMap::new(),
             counters: BTreeMap::new(),
             ops: Vec::new(),
             agent_log: Vec::new(),
@@ -259,7 +262,7 @@ impl World {
             faults,
             fault_state: FaultState::default(),
             outbox: Vec::new(),
-            nonces: HashMap::new(),
+            nonces: super::auth::Nonces::default(),
             users,
             config: config.clone(),
         };
@@ -426,9 +429,9 @@ impl World {
         }
     }
     pub fn can_view(&self, caller: &Caller, id: u64) -> bool {
-        self.machines.get(&id).is_some_and(|m| {
-            caller.is_admin() || m.owner.is_none() || m.owner.as_deref() == Some(caller.name())
-        })
+        self.machines
+            .get(&id)
+            .is_some_and(|m| visible_to(m, caller))
     }
 
     pub fn machine_id(&self, system_id: &str) -> Option<u64> {
@@ -535,7 +538,22 @@ impl World {
         if level != Level::Audit && level >= Level::Info {
             m.status_message = Some(event.status_message());
         }
+        self.events_by_node
+            .entry(event.system_id.clone())
+            .or_default()
+            .push(self.events.len());
         self.events.push(event);
+    }
+
+    /// The events of the machines `system_ids`, oldest first.
+    pub fn events_of(&self, system_ids: &[&str]) -> Vec<&Event> {
+        let mut positions: Vec<usize> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for system_id in system_ids.iter().filter(|s| seen.insert(**s)) {
+            positions.extend(self.events_by_node.get(*system_id).into_iter().flatten());
+        }
+        positions.sort_unstable();
+        positions.into_iter().map(|at| &self.events[at]).collect()
     }
 
     /// `Node.update_status` with MAAS's guard and side effects (entering New/Ready clears the
@@ -786,21 +804,28 @@ impl World {
     }
 
     pub(super) fn free_ip(&self, subnet: &Subnet) -> Option<Ipv4Addr> {
-        let used: BTreeSet<Ipv4Addr> = self
+        // The addresses in use, in order, walked alongside the hosts (also in order).
+        let mut used: Vec<u32> = self
             .machines
             .values()
             .flat_map(|m| m.interfaces.iter())
             .flat_map(|i| i.links.iter())
             .filter(|l| l.subnet_id == Some(subnet.id))
-            .filter_map(|l| l.ip)
+            .filter_map(|l| l.ip.map(u32::from))
             .collect();
+        used.sort_unstable();
+        let mut used = used.into_iter().peekable();
         subnet
             .cidr
             .hosts()
             .filter(|ip| Some(*ip) != subnet.gateway_ip)
             // Leave the low addresses to routers and the rack controller.
             .skip(if subnet.cidr.prefix >= 31 { 0 } else { 9 })
-            .find(|ip| !used.contains(ip))
+            .find(|ip| {
+                let ip = u32::from(*ip);
+                while used.next_if(|u| *u < ip).is_some() {}
+                used.peek() != Some(&ip)
+            })
     }
 
     /// Deployment claims AUTO addresses (503 on exhaustion, as MAAS).
@@ -883,6 +908,11 @@ impl World {
 }
 
 /// `secs` of simulated time as real time under `time_scale`.
+/// Whether `caller` sees machine `m` (an admin sees all, a user the unowned and their own).
+pub fn visible_to(m: &Machine, caller: &Caller) -> bool {
+    caller.is_admin() || m.owner.is_none() || m.owner.as_deref() == Some(caller.name())
+}
+
 pub fn scaled(secs: f64, time_scale: f64) -> Duration {
     let real = (secs / time_scale).max(0.0);
     Duration::microseconds((real * 1e6).round() as i64)
