@@ -255,13 +255,13 @@ pub fn execute(world: &mut World, call: &Call) -> Result<Reply, MaasError> {
                 return Err(MaasError::Forbidden(String::new()));
             }
             let wanted = p.all("id");
-            let map: serde_json::Map<String, Value> = world
+            let entries: Vec<_> = world
                 .machines
                 .values()
                 .filter(|m| wanted.is_empty() || wanted.contains(&m.system_id.as_str()))
-                .map(|m| (m.system_id.clone(), json!(m.power_parameters)))
+                .map(|m| (&m.system_id, &m.power_parameters))
                 .collect();
-            Ok(Reply::json(&map))
+            Ok(Reply::json(&Entries(entries)))
         }
         ("machines" | "nodes", "is_registered") => {
             let mac = p.get("mac_address").unwrap_or("");
@@ -443,14 +443,11 @@ pub fn execute(world: &mut World, call: &Call) -> Result<Reply, MaasError> {
             world.set_boot_disk(caller, call.sid(), call.route.arg("id"))?;
             Ok(Reply::AllOk)
         }
-        ("subnets", "read") => {
-            let list: Vec<_> = world
-                .subnets
-                .values()
-                .filter_map(|s| Some(s.view(world.vlans.get(&s.vlan_id)?)))
-                .collect();
-            Ok(Reply::json(&list))
-        }
+        ("subnets", "read") => Ok(Reply::JsonParts(
+            world
+                .rendered_subnets
+                .list_body(&world.subnets, &world.vlans),
+        )),
         ("subnets", "create") => {
             let id = world.create_subnet(caller, p)?;
             let s = &world.subnets[&id];
@@ -800,6 +797,16 @@ fn allocate(
     Ok(Reply::json(&value))
 }
 
+/// A JSON object of these entries, in this order (without building a `Value` of a big
+/// region's answer first: discovery asks for every machine's power parameters once per node).
+struct Entries<K, V>(Vec<(K, V)>);
+
+impl<K: serde::Serialize, V: serde::Serialize> serde::Serialize for Entries<K, V> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+    }
+}
+
 /// formencode `Int`'s message, as `get_optional_param` reports it (api/utils.py).
 const NOT_AN_INTEGER: &str = "Please enter an integer value";
 
@@ -935,6 +942,28 @@ mod tests {
         assert!(
             route("machines/x/interfaces/").is_none(),
             "only nodes/…/interfaces/ is routed"
+        );
+    }
+
+    #[test]
+    fn power_parameters_are_the_object_of_every_machine_in_machine_order() {
+        let first = std::collections::BTreeMap::from([
+            ("power_user".to_string(), "root".to_string()),
+            ("power_address".to_string(), "10.0.0.1".to_string()),
+        ]);
+        let second = std::collections::BTreeMap::new();
+        let entries = vec![("zz9", &first), ("aa1", &second)];
+        let as_value: serde_json::Map<String, Value> = entries
+            .iter()
+            .map(|(id, p)| (id.to_string(), json!(p)))
+            .collect();
+        assert_eq!(
+            String::from_utf8(super::super::reply::to_piston_json(&Entries(entries))).unwrap(),
+            String::from_utf8(super::super::reply::to_piston_json(&as_value)).unwrap()
+        );
+        assert_eq!(
+            super::super::reply::to_piston_json(&Entries(Vec::<(&str, u8)>::new())),
+            b"{}"
         );
     }
 }

@@ -240,6 +240,57 @@ const BETWEEN: Bytes = Bytes::from_static(b",\n    ");
 const CLOSE: Bytes = Bytes::from_static(b"\n]");
 const EMPTY: Bytes = Bytes::from_static(b"[]");
 
+/// A piston list of `elements` (each rendered one container deep), in pieces.
+fn list_of(elements: impl IntoIterator<Item = Bytes>) -> Vec<Bytes> {
+    let mut parts = Vec::new();
+    for element in elements {
+        parts.push(if parts.is_empty() { OPEN } else { BETWEEN });
+        parts.push(element);
+    }
+    if parts.is_empty() {
+        return vec![EMPTY];
+    }
+    parts.push(CLOSE);
+    parts
+}
+
+/// Each subnet's rendering as an element of `GET subnets/` (which a wave of RoCE onboardings
+/// reads once per node while adding a /31 per node), kept with the subnet and VLAN it shows.
+#[derive(Debug, Default)]
+pub struct SubnetRenderings {
+    kept: BTreeMap<u64, (Subnet, Vlan, Bytes)>,
+}
+
+impl SubnetRenderings {
+    /// `GET subnets/`'s body: every subnet whose VLAN exists, by id, byte for byte what
+    /// rendering their list at once gives.
+    pub fn list_body(
+        &mut self,
+        subnets: &BTreeMap<u64, Subnet>,
+        vlans: &BTreeMap<u64, Vlan>,
+    ) -> Vec<Bytes> {
+        self.kept.retain(|id, _| subnets.contains_key(id));
+        let mut elements = Vec::with_capacity(subnets.len());
+        for (id, subnet) in subnets {
+            let Some(vlan) = vlans.get(&subnet.vlan_id) else {
+                continue;
+            };
+            let holds = self
+                .kept
+                .get(id)
+                .is_some_and(|(s, v, _)| s == subnet && v == vlan);
+            if !holds {
+                let mut out = Vec::with_capacity(512);
+                write_piston_json(&mut out, &subnet.view(vlan), 1);
+                self.kept
+                    .insert(*id, (subnet.clone(), vlan.clone(), Bytes::from(out)));
+            }
+            elements.push(self.kept[id].2.clone());
+        }
+        list_of(elements)
+    }
+}
+
 impl Machines {
     /// The machine, to change: its rendering is dropped.
     pub fn get_mut(&mut self, id: &u64) -> Option<&mut Machine> {
@@ -294,19 +345,13 @@ impl Machines {
     /// byte what rendering the list of their objects at once gives. Renderings missing (new,
     /// changed, or made with another network) are made now and kept.
     pub fn list_body(&mut self, ids: &[u64], net: NetworkRef) -> Vec<Bytes> {
-        let mut parts = Vec::with_capacity(2 * ids.len() + 1);
+        let mut elements = Vec::with_capacity(ids.len());
         for id in ids {
-            let Some(rendering) = self.rendering(*id, net, 1) else {
-                continue;
-            };
-            parts.push(if parts.is_empty() { OPEN } else { BETWEEN });
-            parts.push(rendering.element());
+            if let Some(rendering) = self.rendering(*id, net, 1) {
+                elements.push(rendering.element());
+            }
         }
-        if parts.is_empty() {
-            return vec![EMPTY];
-        }
-        parts.push(CLOSE);
-        parts
+        list_of(elements)
     }
 }
 
@@ -534,5 +579,48 @@ mod tests {
         for id in &ids {
             assert_eq!(read(&mut world, *id), document_at_once(&world, *id));
         }
+    }
+
+    #[test]
+    fn a_subnet_list_is_byte_for_byte_the_list_rendered_at_once() {
+        let at_once = |world: &World| {
+            let views: Vec<_> = world
+                .subnets
+                .values()
+                .filter_map(|s| Some(s.view(world.vlans.get(&s.vlan_id)?)))
+                .collect();
+            String::from_utf8(to_piston_json(&views)).unwrap()
+        };
+        let mut world = world(InitialState::Deployed);
+        let listed = |world: &mut World| {
+            let parts = world
+                .rendered_subnets
+                .list_body(&world.subnets, &world.vlans);
+            String::from_utf8(parts.concat()).unwrap()
+        };
+        let first = listed(&mut world);
+        assert!(first.starts_with("[\n    {\n        \"name\": "), "{first}");
+        assert_eq!(first, at_once(&world));
+        assert_eq!(listed(&mut world), first, "from kept renderings");
+        // A new subnet, a changed one, a changed VLAN, a removed subnet.
+        let mut roce = world.subnets[&world.pxe_subnet].clone();
+        roce.id = 9_001;
+        roce.cidr = crate::sim::network::Cidr::parse("172.30.0.0/31").unwrap();
+        world.subnets.insert(roce.id, roce);
+        assert_eq!(listed(&mut world), at_once(&world));
+        let pxe = world.pxe_subnet;
+        world.subnets.get_mut(&pxe).unwrap().description = "changed".to_string();
+        assert_eq!(listed(&mut world), at_once(&world));
+        for vlan in world.vlans.values_mut() {
+            vlan.mtu = 9000;
+        }
+        let after = listed(&mut world);
+        assert!(after.contains("\"mtu\": 9000"));
+        assert_eq!(after, at_once(&world));
+        world.subnets.remove(&9_001);
+        assert_eq!(listed(&mut world), at_once(&world));
+        world.subnets.clear();
+        assert_eq!(listed(&mut world), "[]");
+        assert_eq!(at_once(&world), "[]");
     }
 }

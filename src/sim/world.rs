@@ -96,6 +96,7 @@ pub struct World {
     pub fabrics: BTreeMap<u64, Fabric>,
     pub vlans: BTreeMap<u64, Vlan>,
     pub subnets: BTreeMap<u64, Subnet>,
+    pub(super) rendered_subnets: super::listing::SubnetRenderings,
     pub tags: BTreeMap<String, Tag>,
     /// Zones and resource pools by id; `default` (zone 1, pool 0) always exists.
     pub zones: BTreeMap<u64, Placement>,
@@ -243,6 +244,7 @@ impl World {
                 },
             )]),
             subnets: BTreeMap::new(),
+            rendered_subnets: Default::default(),
             pxe_subnet: 1,
             events: Vec::new(),
             events_by_node: HashMap::new(),
