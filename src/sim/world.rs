@@ -473,8 +473,8 @@ impl World {
         }
     }
 
-    /// `GET machines/`'s body for the machines `ids`, in pieces (see [`Machines::list_body`]).
-    pub fn machines_list_body(&mut self, ids: &[u64]) -> Vec<bytes::Bytes> {
+    /// The machine table, to render from, and the network its renderings embed.
+    fn machines_and_network(&mut self) -> (&mut Machines, NetworkRef<'_>) {
         let net = NetworkRef {
             vlans: &self.vlans,
             subnets: &self.subnets,
@@ -482,20 +482,20 @@ impl World {
             zones: &self.zones,
             pools: &self.pools,
         };
-        self.machines.list_body(ids, net)
+        (&mut self.machines, net)
+    }
+
+    /// `GET machines/`'s body for the machines `ids`, in pieces (see [`Machines::list_body`]).
+    pub fn machines_list_body(&mut self, ids: &[u64]) -> Vec<bytes::Bytes> {
+        let (machines, net) = self.machines_and_network();
+        machines.list_body(ids, net)
     }
 
     /// Machine `id`'s object as MAAS answers it on its own (`GET machines/{id}/`, an
     /// operation's answer), from its kept rendering (see [`Machines::document`]).
     pub fn machine_document(&mut self, id: u64) -> Option<bytes::Bytes> {
-        let net = NetworkRef {
-            vlans: &self.vlans,
-            subnets: &self.subnets,
-            pxe_subnet: self.pxe_subnet,
-            zones: &self.zones,
-            pools: &self.pools,
-        };
-        self.machines.document(id, net)
+        let (machines, net) = self.machines_and_network();
+        machines.document(id, net)
     }
 
     pub fn counter(&mut self, system_id: &str, which: Counter) {
