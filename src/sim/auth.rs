@@ -5,7 +5,7 @@
 //! `&<token secret>` (percent-encoded `%26<secret>` on the wire). Error texts are piston's;
 //! the bad-signature text never echoes the expected secret.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 
@@ -160,45 +160,10 @@ pub fn authenticate(
             p["oauth_nonce"]
         )));
     }
-    world.nonces.insert(nonce_key, timestamp, now_secs);
+    world
+        .nonces
+        .insert(nonce_key, timestamp, now_secs, TIMESTAMP_THRESHOLD);
     Ok(caller)
-}
-
-/// (consumer key, token, nonce).
-type NonceKey = (String, String, String);
-
-/// Nonces seen, with their timestamps (the replay check). Past [`Nonces::KEPT`] of them, the
-/// ones whose timestamp is too old to be accepted again are forgotten, oldest first: a busy
-/// region (a wave makes hundreds of requests a second) never walks them all per request.
-#[derive(Debug, Default)]
-pub struct Nonces {
-    seen: HashMap<NonceKey, i64>,
-    by_timestamp: BTreeMap<i64, Vec<NonceKey>>,
-}
-
-impl Nonces {
-    /// How many nonces are kept before expired ones are forgotten.
-    const KEPT: usize = 50_000;
-
-    pub fn seen(&self, key: &NonceKey) -> bool {
-        self.seen.contains_key(key)
-    }
-
-    fn insert(&mut self, key: NonceKey, timestamp: i64, now: i64) {
-        if self.seen.len() > Self::KEPT {
-            while let Some(entry) = self.by_timestamp.first_entry() {
-                if now - *entry.key() <= TIMESTAMP_THRESHOLD {
-                    break;
-                }
-                for expired in entry.remove() {
-                    self.seen.remove(&expired);
-                }
-            }
-        }
-        if self.seen.insert(key.clone(), timestamp).is_none() {
-            self.by_timestamp.entry(timestamp).or_default().push(key);
-        }
-    }
 }
 
 /// piston's `escape`: Python's `urllib.parse.quote(s, safe="~")`, i.e. every byte but
@@ -255,19 +220,19 @@ mod tests {
 
     #[test]
     fn nonces_are_forgotten_only_past_the_limit_and_only_once_too_old_to_replay() {
+        const KEPT: usize = super::super::world::Nonces::KEPT;
         let key = |n: usize| ("ck".to_string(), "tk".to_string(), format!("n{n}"));
-        let mut nonces = Nonces::default();
-        for n in 0..Nonces::KEPT {
-            nonces.insert(key(n), 1_000, 1_000);
+        let mut nonces = super::super::world::Nonces::default();
+        for n in 0..KEPT {
+            nonces.insert(key(n), 1_000, 1_000, TIMESTAMP_THRESHOLD);
         }
         // At the limit nothing is forgotten, even what is too old to be replayed.
-        nonces.insert(key(Nonces::KEPT), 1_200, 1_350);
-        assert!(nonces.seen(&key(0)) && nonces.seen(&key(Nonces::KEPT)));
+        nonces.insert(key(KEPT), 1_200, 1_350, TIMESTAMP_THRESHOLD);
+        assert!(nonces.seen(&key(0)) && nonces.seen(&key(KEPT)));
         // Past it, the nonces too old to be accepted again are forgotten, and only those.
-        nonces.insert(key(usize::MAX), 1_250, 1_400);
-        assert!(!nonces.seen(&key(0)) && !nonces.seen(&key(Nonces::KEPT - 1)));
-        assert!(nonces.seen(&key(Nonces::KEPT)) && nonces.seen(&key(usize::MAX)));
-        assert_eq!(nonces.seen.len(), 2);
-        assert_eq!(nonces.by_timestamp.len(), 2);
+        nonces.insert(key(usize::MAX), 1_250, 1_400, TIMESTAMP_THRESHOLD);
+        assert!(!nonces.seen(&key(0)) && !nonces.seen(&key(KEPT - 1)));
+        assert!(nonces.seen(&key(KEPT)) && nonces.seen(&key(usize::MAX)));
+        assert_eq!(nonces.len(), 2);
     }
 }

@@ -123,7 +123,7 @@ pub struct World {
     /// Agents to start (drained by the server).
     pub outbox: Vec<AgentBoot>,
     /// Nonces seen, with their timestamps (OAuth replay check).
-    pub nonces: super::auth::Nonces,
+    pub nonces: Nonces,
     /// User name → (api key parts, admin).
     pub users: Vec<(String, [String; 3], bool)>,
 }
@@ -264,7 +264,7 @@ impl World {
             faults,
             fault_state: FaultState::default(),
             outbox: Vec::new(),
-            nonces: super::auth::Nonces::default(),
+            nonces: Nonces::default(),
             users,
             config: config.clone(),
         };
@@ -1020,6 +1020,53 @@ impl World {
             let bmc = m.bmc_ip().unwrap_or("").to_string();
             let ids = [m.system_id.as_str(), m.hostname.as_str(), bmc.as_str()];
             m.scenarios = self.faults.scenarios_for(seed, &ids);
+        }
+    }
+}
+
+/// (consumer key, token, nonce).
+type NonceKey = (String, String, String);
+
+/// Nonces seen, with their timestamps (the replay check). Past [`Nonces::KEPT`] of them, the
+/// ones whose timestamp is too old to be accepted again are forgotten, oldest first: a busy
+/// region (a wave makes hundreds of requests a second) never walks them all per request.
+#[derive(Debug, Default)]
+pub struct Nonces {
+    seen: HashMap<NonceKey, i64>,
+    by_timestamp: BTreeMap<i64, Vec<NonceKey>>,
+}
+
+impl Nonces {
+    /// How many nonces are kept before expired ones are forgotten.
+    pub const KEPT: usize = 50_000;
+
+    pub fn len(&self) -> usize {
+        self.seen.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.seen.is_empty()
+    }
+
+    pub fn seen(&self, key: &NonceKey) -> bool {
+        self.seen.contains_key(key)
+    }
+
+    /// Notes `key`; nonces whose timestamp is more than `keep_for` seconds before `now` may
+    /// be forgotten.
+    pub fn insert(&mut self, key: NonceKey, timestamp: i64, now: i64, keep_for: i64) {
+        if self.seen.len() > Self::KEPT {
+            while let Some(entry) = self.by_timestamp.first_entry() {
+                if now - *entry.key() <= keep_for {
+                    break;
+                }
+                for expired in entry.remove() {
+                    self.seen.remove(&expired);
+                }
+            }
+        }
+        if self.seen.insert(key.clone(), timestamp).is_none() {
+            self.by_timestamp.entry(timestamp).or_default().push(key);
         }
     }
 }
