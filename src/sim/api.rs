@@ -176,9 +176,12 @@ fn machine_json(world: &World, id: u64) -> Value {
     serde_json::to_value(world.machines[&id].view(world, gateway)).unwrap_or(Value::Null)
 }
 
-fn machine_reply(world: &World, id: u64) -> Reply {
-    let gateway = world.pxe_gateway();
-    Reply::json(&world.machines[&id].view(world, gateway))
+/// The machine object, from its kept rendering (a wave reads each machine dozens of times).
+fn machine_reply(world: &mut World, id: u64) -> Result<Reply, MaasError> {
+    world
+        .machine_document(id)
+        .map(Reply::Rendered)
+        .ok_or_else(MaasError::no_machine)
 }
 
 /// `GET version/`: `json.dumps`, compact with Python's separators (not piston-indented).
@@ -227,7 +230,7 @@ pub fn execute(world: &mut World, call: &Call) -> Result<Reply, MaasError> {
         ("machines" | "nodes", "read") => list_machines(world, caller, p),
         ("machines", "create") => {
             let id = world.create_machine(caller, p, now)?;
-            Ok(machine_reply(world, id))
+            machine_reply(world, id)
         }
         ("machines", "accept") => {
             let ids: Vec<String> = p.all("machines").into_iter().map(String::from).collect();
@@ -252,13 +255,13 @@ pub fn execute(world: &mut World, call: &Call) -> Result<Reply, MaasError> {
                 return Err(MaasError::Forbidden(String::new()));
             }
             let wanted = p.all("id");
-            let map: serde_json::Map<String, Value> = world
+            let entries: Vec<_> = world
                 .machines
                 .values()
                 .filter(|m| wanted.is_empty() || wanted.contains(&m.system_id.as_str()))
-                .map(|m| (m.system_id.clone(), json!(m.power_parameters)))
+                .map(|m| (&m.system_id, &m.power_parameters))
                 .collect();
-            Ok(Reply::json(&map))
+            Ok(Reply::json(&Entries(entries)))
         }
         ("machines" | "nodes", "is_registered") => {
             let mac = p.get("mac_address").unwrap_or("");
@@ -273,14 +276,12 @@ pub fn execute(world: &mut World, call: &Call) -> Result<Reply, MaasError> {
         ("machines", "is_action_in_progress") => Ok(Reply::json(&false)),
         ("machine" | "node", "read") => {
             let id = world.node_for(caller, call.sid(), Perm::View)?;
-            Ok(machine_reply(world, id))
+            machine_reply(world, id)
         }
         ("machine", "update") => {
             world.update_machine(caller, call.sid(), p)?;
-            Ok(machine_reply(
-                world,
-                world.node_for(caller, call.sid(), Perm::View)?,
-            ))
+            let id = world.node_for(caller, call.sid(), Perm::View)?;
+            machine_reply(world, id)
         }
         ("machine" | "node", "delete") => {
             world.delete_machine(caller, call.sid())?;
@@ -332,7 +333,7 @@ pub fn execute(world: &mut World, call: &Call) -> Result<Reply, MaasError> {
             if world.machines[&id].power_type == "manual" {
                 return Ok(Reply::json(&Value::Null));
             }
-            Ok(machine_reply(world, id))
+            machine_reply(world, id)
         }
         ("machine" | "node", "query_power_state") => {
             let id = world.node_for(caller, call.sid(), Perm::View)?;
@@ -368,7 +369,7 @@ pub fn execute(world: &mut World, call: &Call) -> Result<Reply, MaasError> {
                 ));
             }
             m.locked = lock;
-            Ok(machine_reply(world, id))
+            machine_reply(world, id)
         }
         ("machine", "set_workload_annotations" | "set_owner_data") => {
             let id = world.node_for(caller, call.sid(), Perm::Edit)?;
@@ -388,7 +389,7 @@ pub fn execute(world: &mut World, call: &Call) -> Result<Reply, MaasError> {
                     m.workload_annotations.insert(k.to_string(), v.to_string());
                 }
             }
-            Ok(machine_reply(world, id))
+            machine_reply(world, id)
         }
         ("interfaces", "read") => {
             let id = world.node_for(caller, call.sid(), Perm::View)?;
@@ -442,14 +443,11 @@ pub fn execute(world: &mut World, call: &Call) -> Result<Reply, MaasError> {
             world.set_boot_disk(caller, call.sid(), call.route.arg("id"))?;
             Ok(Reply::AllOk)
         }
-        ("subnets", "read") => {
-            let list: Vec<_> = world
-                .subnets
-                .values()
-                .filter_map(|s| Some(s.view(world.vlans.get(&s.vlan_id)?)))
-                .collect();
-            Ok(Reply::json(&list))
-        }
+        ("subnets", "read") => Ok(Reply::JsonParts(
+            world
+                .rendered_subnets
+                .list_body(&world.subnets, &world.vlans),
+        )),
         ("subnets", "create") => {
             let id = world.create_subnet(caller, p)?;
             let s = &world.subnets[&id];
@@ -608,11 +606,11 @@ fn placement_reply(world: &World, which: Placements, id: u64) -> Reply {
 }
 
 /// The machine after an operation (visible to the caller by construction).
-fn after(world: &World, call: &Call) -> Result<Reply, MaasError> {
+fn after(world: &mut World, call: &Call) -> Result<Reply, MaasError> {
     let id = world
         .machine_id(call.sid())
         .ok_or_else(MaasError::no_machine)?;
-    Ok(machine_reply(world, id))
+    machine_reply(world, id)
 }
 
 fn user_json(name: &str, admin: bool) -> Value {
@@ -677,44 +675,81 @@ fn list_machines(world: &mut World, caller: &Caller, p: &Params) -> Result<Reply
             ));
         }
     }
-    let any = |name: &str, value: &str| {
-        let wanted = p.all(name);
-        wanted.is_empty() || wanted.contains(&value)
+    // Each filter's values once, not once per machine.
+    let [
+        ids,
+        system_ids,
+        not_ids,
+        hostnames,
+        not_hostnames,
+        simple_status,
+        not_simple_status,
+        zones,
+        not_in_zones,
+        pools,
+        not_in_pools,
+        arches,
+        power_states,
+        not_power_states,
+        owners,
+        not_owners,
+        domains,
+    ] = [
+        "id",
+        "system_id",
+        "not_id",
+        "hostname",
+        "not_hostname",
+        "simple_status",
+        "not_simple_status",
+        "zone",
+        "not_in_zone",
+        "pool",
+        "not_in_pool",
+        "arch",
+        "power_state",
+        "not_power_state",
+        "owner",
+        "not_owner",
+        "domain",
+    ]
+    .map(|name| p.all(name));
+    let any = |wanted: &[&str], value: &str| wanted.is_empty() || wanted.contains(&value);
+    let none = |unwanted: &[&str], value: &str| !unwanted.contains(&value);
+    // `hostname` matches the name or the FQDN (every machine is in domain `maas`).
+    let named = |m: &super::machine::Machine| {
+        any(&hostnames, &m.hostname)
+            || hostnames
+                .iter()
+                .any(|h| h.strip_suffix(".maas") == Some(m.hostname.as_str()))
     };
-    let none = |name: &str, value: &str| !p.all(name).contains(&value);
-    let ids = p.all("id");
-    let system_ids = p.all("system_id");
+    let in_domain = any(&domains, "maas");
     let listed: Vec<u64> = world
         .machines
         .values()
-        .filter(|m| world.can_view(caller, m.id))
-        .filter(|m| ids.is_empty() || ids.contains(&m.system_id.as_str()))
-        .filter(|m| system_ids.is_empty() || system_ids.contains(&m.system_id.as_str()))
-        .filter(|m| none("not_id", &m.system_id))
-        .filter(|m| {
-            any("hostname", &m.hostname) || any("hostname", &format!("{}.maas", m.hostname))
-        })
-        .filter(|m| none("not_hostname", &m.hostname))
+        .filter(|m| in_domain && super::world::visible_to(m, caller))
+        .filter(|m| any(&ids, &m.system_id) && any(&system_ids, &m.system_id))
+        .filter(|m| none(&not_ids, &m.system_id))
+        .filter(|m| named(m) && none(&not_hostnames, &m.hostname))
         .filter(|m| macs.is_empty() || m.interfaces.iter().any(|i| macs.contains(&i.mac)))
         .filter(|m| status.is_empty() || status.contains(&m.status))
         .filter(|m| !not_status.contains(&m.status))
-        .filter(|m| any("simple_status", m.status.simple()))
-        .filter(|m| none("not_simple_status", m.status.simple()))
-        .filter(|m| any("zone", &m.zone) && none("not_in_zone", &m.zone))
-        .filter(|m| any("pool", &m.pool) && none("not_in_pool", &m.pool))
+        .filter(|m| any(&simple_status, m.status.simple()))
+        .filter(|m| none(&not_simple_status, m.status.simple()))
+        .filter(|m| any(&zones, &m.zone) && none(&not_in_zones, &m.zone))
+        .filter(|m| any(&pools, &m.pool) && none(&not_in_pools, &m.pool))
         .filter(|m| {
-            any("arch", &m.architecture)
-                || any("arch", m.architecture.split('/').next().unwrap_or(""))
+            any(&arches, &m.architecture)
+                || any(&arches, m.architecture.split('/').next().unwrap_or(""))
         })
         .filter(|m| {
-            any("power_state", m.power_state.as_str())
-                && none("not_power_state", m.power_state.as_str())
+            any(&power_states, m.power_state.as_str())
+                && none(&not_power_states, m.power_state.as_str())
         })
         .filter(|m| {
             let owner = m.owner.as_deref().unwrap_or("");
-            any("owner", owner) && none("not_owner", owner)
+            any(&owners, owner) && none(&not_owners, owner)
         })
-        .filter(|_| any("domain", "maas"))
         .map(|m| m.id)
         .collect();
     Ok(Reply::JsonParts(world.machines_list_body(&listed)))
@@ -760,6 +795,16 @@ fn allocate(
         map.insert("constraints_by_type".to_string(), json!({}));
     }
     Ok(Reply::json(&value))
+}
+
+/// A JSON object of these entries, in this order (without building a `Value` of a big
+/// region's answer first: discovery asks for every machine's power parameters once per node).
+struct Entries<K, V>(Vec<(K, V)>);
+
+impl<K: serde::Serialize, V: serde::Serialize> serde::Serialize for Entries<K, V> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+    }
 }
 
 /// formencode `Int`'s message, as `get_optional_param` reports it (api/utils.py).
@@ -826,20 +871,24 @@ fn query_events(world: &World, caller: &Caller, p: &Params) -> Result<Reply, Maa
             && (owners.is_empty() || owners.contains(&e.username.as_str()))
             && (macs.is_empty() || m.interfaces.iter().any(|i| macs.contains(&i.mac)))
     };
+    // With system ids given, only their events can match: walk those, not every event.
+    let indexed = (!ids.is_empty()).then(|| world.events_of(&ids));
+    let candidates = || -> Box<dyn DoubleEndedIterator<Item = &super::events::Event> + '_> {
+        match &indexed {
+            Some(events) => Box::new(events.iter().copied()),
+            None => Box::new(world.events.iter()),
+        }
+    };
     let mut events: Vec<&super::events::Event> = match after {
         Some(after) => {
-            let mut oldest: Vec<_> = world
-                .events
-                .iter()
+            let mut oldest: Vec<_> = candidates()
                 .filter(|e| e.id > after && selected(e))
                 .take(limit)
                 .collect();
             oldest.reverse();
             oldest
         }
-        None => world
-            .events
-            .iter()
+        None => candidates()
             .rev()
             .filter(|e| before.is_none_or(|b| e.id < b) && selected(e))
             .take(limit)
@@ -861,7 +910,7 @@ fn query_events(world: &World, caller: &Caller, p: &Params) -> Result<Reply, Maa
     let base = format!("/MAAS/api/2.0/events/?{}", carried.join("&"));
     let newest = events.first().map(|e| e.id).or(after).unwrap_or(0);
     let oldest = events.last().map(|e| e.id);
-    let older_exists = oldest.is_some_and(|o| world.events.iter().any(|e| e.id < o && selected(e)));
+    let older_exists = oldest.is_some_and(|o| candidates().any(|e| e.id < o && selected(e)));
     let views: Vec<_> = events.iter().map(|e| e.view()).collect();
     Ok(Reply::json(&json!({
         "count": views.len(),
@@ -893,6 +942,28 @@ mod tests {
         assert!(
             route("machines/x/interfaces/").is_none(),
             "only nodes/…/interfaces/ is routed"
+        );
+    }
+
+    #[test]
+    fn power_parameters_are_the_object_of_every_machine_in_machine_order() {
+        let first = std::collections::BTreeMap::from([
+            ("power_user".to_string(), "root".to_string()),
+            ("power_address".to_string(), "10.0.0.1".to_string()),
+        ]);
+        let second = std::collections::BTreeMap::new();
+        let entries = vec![("zz9", &first), ("aa1", &second)];
+        let as_value: serde_json::Map<String, Value> = entries
+            .iter()
+            .map(|(id, p)| (id.to_string(), json!(p)))
+            .collect();
+        assert_eq!(
+            String::from_utf8(super::super::reply::to_piston_json(&Entries(entries))).unwrap(),
+            String::from_utf8(super::super::reply::to_piston_json(&as_value)).unwrap()
+        );
+        assert_eq!(
+            super::super::reply::to_piston_json(&Entries(Vec::<(&str, u8)>::new())),
+            b"{}"
         );
     }
 }

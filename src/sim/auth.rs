@@ -100,19 +100,22 @@ pub fn authenticate(
                 key[2].clone(),
             )
         });
-    let node = world.machines.values().find_map(|m| {
-        let t = m.token.as_ref()?;
-        (&t.consumer_key == consumer).then(|| {
-            (
-                Caller::Node {
-                    system_id: m.system_id.clone(),
-                },
-                t.token_key.clone(),
-                t.token_secret.clone(),
-            )
+    // A user's key first; only then the machines' tokens (a walk over every machine).
+    let node = || {
+        world.machines.values().find_map(|m| {
+            let t = m.token.as_ref()?;
+            (&t.consumer_key == consumer).then(|| {
+                (
+                    Caller::Node {
+                        system_id: m.system_id.clone(),
+                    },
+                    t.token_key.clone(),
+                    t.token_secret.clone(),
+                )
+            })
         })
-    });
-    let Some((caller, token_key, secret)) = user.or(node) else {
+    };
+    let Some((caller, token_key, secret)) = user.or_else(node) else {
         return Err(MaasError::Unauthorized(
             "Authorization Error: Invalid API key.".to_string(),
         ));
@@ -151,18 +154,15 @@ pub fn authenticate(
         return Err(unauthorized("Invalid signature."));
     }
     let nonce_key = (consumer.clone(), token.clone(), p["oauth_nonce"].clone());
-    if world.nonces.contains_key(&nonce_key) {
+    if world.nonces.seen(&nonce_key) {
         return Err(unauthorized(&format!(
             "Nonce already used: {}",
             p["oauth_nonce"]
         )));
     }
-    if world.nonces.len() > 50_000 {
-        world
-            .nonces
-            .retain(|_, ts| now_secs - *ts <= TIMESTAMP_THRESHOLD);
-    }
-    world.nonces.insert(nonce_key, timestamp);
+    world
+        .nonces
+        .insert(nonce_key, timestamp, now_secs, TIMESTAMP_THRESHOLD);
     Ok(caller)
 }
 
@@ -216,5 +216,23 @@ mod tests {
         );
         let p = oauth_params(Some(&header), &Params::default(), &Params::default()).unwrap();
         assert_eq!(p["oauth_signature"], "&s%2Bc%2Fr%3Dt~");
+    }
+
+    #[test]
+    fn nonces_are_forgotten_only_past_the_limit_and_only_once_too_old_to_replay() {
+        const KEPT: usize = super::super::world::Nonces::KEPT;
+        let key = |n: usize| ("ck".to_string(), "tk".to_string(), format!("n{n}"));
+        let mut nonces = super::super::world::Nonces::default();
+        for n in 0..KEPT {
+            nonces.insert(key(n), 1_000, 1_000, TIMESTAMP_THRESHOLD);
+        }
+        // At the limit nothing is forgotten, even what is too old to be replayed.
+        nonces.insert(key(KEPT), 1_200, 1_350, TIMESTAMP_THRESHOLD);
+        assert!(nonces.seen(&key(0)) && nonces.seen(&key(KEPT)));
+        // Past it, the nonces too old to be accepted again are forgotten, and only those.
+        nonces.insert(key(usize::MAX), 1_250, 1_400, TIMESTAMP_THRESHOLD);
+        assert!(!nonces.seen(&key(0)) && !nonces.seen(&key(KEPT - 1)));
+        assert!(nonces.seen(&key(KEPT)) && nonces.seen(&key(usize::MAX)));
+        assert_eq!(nonces.len(), 2);
     }
 }

@@ -19,6 +19,8 @@ pub enum Reply {
     /// (a machines list is its machines' cached renderings), with their total length as
     /// `Content-Length`.
     JsonParts(Vec<Bytes>),
+    /// The same, already rendered (a machine's kept rendering).
+    Rendered(Bytes),
     /// `200 OK` text/plain (`rc.ALL_OK`, e.g. set_boot_disk).
     AllOk,
     /// `204` empty (`rc.DELETED`).
@@ -235,9 +237,9 @@ impl MaasError {
 const TEXT: &str = "text/plain; charset=utf-8";
 const JSON: &str = "application/json; charset=utf-8";
 
-fn with_type(status: u16, content_type: &str, body: Vec<u8>) -> Response {
+fn with_type(status: u16, content_type: &str, body: impl Into<Body>) -> Response {
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut response = (status, body).into_response();
+    let mut response = (status, body.into()).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_str(content_type).unwrap_or(HeaderValue::from_static(TEXT)),
@@ -249,6 +251,7 @@ impl Reply {
     pub fn into_response(self) -> Response {
         match self {
             Reply::Json(body) => with_type(200, JSON, body),
+            Reply::Rendered(body) => with_type(200, JSON, body),
             Reply::JsonParts(parts) => {
                 let length: usize = parts.iter().map(Bytes::len).sum();
                 let body = Body::from_stream(futures::stream::iter(

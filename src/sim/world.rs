@@ -97,12 +97,15 @@ pub struct World {
     pub fabrics: BTreeMap<u64, Fabric>,
     pub vlans: BTreeMap<u64, Vlan>,
     pub subnets: BTreeMap<u64, Subnet>,
+    pub(super) rendered_subnets: super::listing::SubnetRenderings,
     pub tags: BTreeMap<String, Tag>,
     /// Zones and resource pools by id; `default` (zone 1, pool 0) always exists.
     pub zones: BTreeMap<u64, Placement>,
     pub pools: BTreeMap<u64, Placement>,
     pub pxe_subnet: u64,
     pub events: Vec<Event>,
+    /// Positions in `events` by system id: a query for some machines' events reads theirs.
+    events_by_node: HashMap<String, Vec<usize>>,
     pub counters: BTreeMap<String, Counters>,
     pub ops: Vec<OpRecord>,
     pub agent_log: Vec<AgentRecord>,
@@ -125,7 +128,7 @@ pub struct World {
     /// Agents to start (drained by the server).
     pub outbox: Vec<AgentBoot>,
     /// Nonces seen, with their timestamps (OAuth replay check).
-    pub nonces: HashMap<(String, String, String), i64>,
+    pub nonces: Nonces,
     /// User name → (api key parts, admin).
     pub users: Vec<(String, [String; 3], bool)>,
 }
@@ -246,8 +249,10 @@ impl World {
                 },
             )]),
             subnets: BTreeMap::new(),
+            rendered_subnets: Default::default(),
             pxe_subnet: 1,
             events: Vec::new(),
+            events_by_node: HashMap::new(),
             counters: BTreeMap::new(),
             ops: Vec::new(),
             agent_log: Vec::new(),
@@ -265,7 +270,7 @@ impl World {
             faults,
             fault_state: FaultState::default(),
             outbox: Vec::new(),
-            nonces: HashMap::new(),
+            nonces: Nonces::default(),
             users,
             config: config.clone(),
         };
@@ -432,9 +437,9 @@ impl World {
         }
     }
     pub fn can_view(&self, caller: &Caller, id: u64) -> bool {
-        self.machines.get(&id).is_some_and(|m| {
-            caller.is_admin() || m.owner.is_none() || m.owner.as_deref() == Some(caller.name())
-        })
+        self.machines
+            .get(&id)
+            .is_some_and(|m| visible_to(m, caller))
     }
 
     pub fn machine_id(&self, system_id: &str) -> Option<u64> {
@@ -474,8 +479,8 @@ impl World {
         }
     }
 
-    /// `GET machines/`'s body for the machines `ids`, in pieces (see [`Machines::list_body`]).
-    pub fn machines_list_body(&mut self, ids: &[u64]) -> Vec<bytes::Bytes> {
+    /// The machine table, to render from, and the network its renderings embed.
+    fn machines_and_network(&mut self) -> (&mut Machines, NetworkRef<'_>) {
         let net = NetworkRef {
             vlans: &self.vlans,
             subnets: &self.subnets,
@@ -483,7 +488,20 @@ impl World {
             zones: &self.zones,
             pools: &self.pools,
         };
-        self.machines.list_body(ids, net)
+        (&mut self.machines, net)
+    }
+
+    /// `GET machines/`'s body for the machines `ids`, in pieces (see [`Machines::list_body`]).
+    pub fn machines_list_body(&mut self, ids: &[u64]) -> Vec<bytes::Bytes> {
+        let (machines, net) = self.machines_and_network();
+        machines.list_body(ids, net)
+    }
+
+    /// Machine `id`'s object as MAAS answers it on its own (`GET machines/{id}/`, an
+    /// operation's answer), from its kept rendering (see [`Machines::document`]).
+    pub fn machine_document(&mut self, id: u64) -> Option<bytes::Bytes> {
+        let (machines, net) = self.machines_and_network();
+        machines.document(id, net)
     }
 
     pub fn counter(&mut self, system_id: &str, which: Counter) {
@@ -528,7 +546,22 @@ impl World {
         if level != Level::Audit && level >= Level::Info {
             m.status_message = Some(event.status_message());
         }
+        self.events_by_node
+            .entry(event.system_id.clone())
+            .or_default()
+            .push(self.events.len());
         self.events.push(event);
+    }
+
+    /// The events of the machines `system_ids`, oldest first.
+    pub fn events_of(&self, system_ids: &[&str]) -> Vec<&Event> {
+        let mut positions: Vec<usize> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for system_id in system_ids.iter().filter(|s| seen.insert(**s)) {
+            positions.extend(self.events_by_node.get(*system_id).into_iter().flatten());
+        }
+        positions.sort_unstable();
+        positions.into_iter().map(|at| &self.events[at]).collect()
     }
 
     /// `Node.update_status` with MAAS's guard and side effects (entering New/Ready clears the
@@ -798,21 +831,28 @@ impl World {
     }
 
     pub(super) fn free_ip(&self, subnet: &Subnet) -> Option<Ipv4Addr> {
-        let used: BTreeSet<Ipv4Addr> = self
+        // The addresses in use, in order, walked alongside the hosts (also in order).
+        let mut used: Vec<u32> = self
             .machines
             .values()
             .flat_map(|m| m.interfaces.iter())
             .flat_map(|i| i.links.iter())
             .filter(|l| l.subnet_id == Some(subnet.id))
-            .filter_map(|l| l.ip)
+            .filter_map(|l| l.ip.map(u32::from))
             .collect();
+        used.sort_unstable();
+        let mut used = used.into_iter().peekable();
         subnet
             .cidr
             .hosts()
             .filter(|ip| Some(*ip) != subnet.gateway_ip)
             // Leave the low addresses to routers and the rack controller.
             .skip(if subnet.cidr.prefix >= 31 { 0 } else { 9 })
-            .find(|ip| !used.contains(ip))
+            .find(|ip| {
+                let ip = u32::from(*ip);
+                while used.next_if(|u| *u < ip).is_some() {}
+                used.peek() != Some(&ip)
+            })
     }
 
     /// Deployment claims AUTO addresses (503 on exhaustion, as MAAS).
@@ -895,6 +935,11 @@ impl World {
 }
 
 /// `secs` of simulated time as real time under `time_scale`.
+/// Whether `caller` sees machine `m` (an admin sees all, a user the unowned and their own).
+pub fn visible_to(m: &Machine, caller: &Caller) -> bool {
+    caller.is_admin() || m.owner.is_none() || m.owner.as_deref() == Some(caller.name())
+}
+
 pub fn scaled(secs: f64, time_scale: f64) -> Duration {
     let real = (secs / time_scale).max(0.0);
     Duration::microseconds((real * 1e6).round() as i64)
@@ -1003,6 +1048,53 @@ impl World {
             let bmc = m.bmc_ip().unwrap_or("").to_string();
             let ids = [m.system_id.as_str(), m.hostname.as_str(), bmc.as_str()];
             m.scenarios = self.faults.scenarios_for(seed, &ids);
+        }
+    }
+}
+
+/// (consumer key, token, nonce).
+type NonceKey = (String, String, String);
+
+/// Nonces seen, with their timestamps (the replay check). Past [`Nonces::KEPT`] of them, the
+/// ones whose timestamp is too old to be accepted again are forgotten, oldest first: a busy
+/// region (a wave makes hundreds of requests a second) never walks them all per request.
+#[derive(Debug, Default)]
+pub struct Nonces {
+    seen: HashMap<NonceKey, i64>,
+    by_timestamp: BTreeMap<i64, Vec<NonceKey>>,
+}
+
+impl Nonces {
+    /// How many nonces are kept before expired ones are forgotten.
+    pub const KEPT: usize = 50_000;
+
+    pub fn len(&self) -> usize {
+        self.seen.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.seen.is_empty()
+    }
+
+    pub fn seen(&self, key: &NonceKey) -> bool {
+        self.seen.contains_key(key)
+    }
+
+    /// Notes `key`; nonces whose timestamp is more than `keep_for` seconds before `now` may
+    /// be forgotten.
+    pub fn insert(&mut self, key: NonceKey, timestamp: i64, now: i64, keep_for: i64) {
+        if self.seen.len() > Self::KEPT {
+            while let Some(entry) = self.by_timestamp.first_entry() {
+                if now - *entry.key() <= keep_for {
+                    break;
+                }
+                for expired in entry.remove() {
+                    self.seen.remove(&expired);
+                }
+            }
+        }
+        if self.seen.insert(key.clone(), timestamp).is_none() {
+            self.by_timestamp.entry(timestamp).or_default().push(key);
         }
     }
 }
