@@ -17,6 +17,9 @@ mod onboard_support;
 #[path = "../tests/daemon_support/mod.rs"]
 mod daemon_support;
 
+#[path = "../tests/postgres_support/mod.rs"]
+mod postgres_support;
+
 mod support;
 
 use std::time::{Duration, Instant};
@@ -27,20 +30,10 @@ use support::Args;
 
 const SITES: usize = 4;
 
+/// A fresh PostgreSQL database when the test server is there, else `None` (SQLite).
 async fn fresh_state() -> Option<String> {
-    let admin = std::env::var("METALFORM_TEST_POSTGRES_URL").ok()?;
-    use sqlx::{AssertSqlSafe, Connection};
-    let mut conn = sqlx::PgConnection::connect(&admin)
-        .await
-        .expect("PostgreSQL answers");
-    let name = format!("mf_bench_{}", uuid::Uuid::new_v4().simple());
-    sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    let mut url = url::Url::parse(&admin).unwrap();
-    url.set_path(&name);
-    Some(url.to_string())
+    std::env::var_os("METALFORM_TEST_POSTGRES_URL")?;
+    Some(postgres_support::fresh_database().await)
 }
 
 /// Wait until every site is held and each of the `replicas` holds some (the sites are shared),

@@ -234,6 +234,34 @@ impl Tx {
         .map_err(db_err("running a query"))
     }
 
+    /// The rows of a query, each turned into a `T` as it arrives: a large read holds its
+    /// results, never all of its rows at once as well.
+    pub async fn fetch_map<T>(
+        &mut self,
+        sql: impl Into<Sql>,
+        params: &[Param],
+        mut each: impl FnMut(&Row) -> Result<T, StoreError>,
+    ) -> Result<Vec<T>, StoreError> {
+        use futures::TryStreamExt;
+        let sql = AssertSqlSafe(sql.into());
+        let mut out = Vec::new();
+        match self {
+            Tx::Sqlite(tx) => {
+                let mut rows = bind_all!(sqlx::query::<Sqlite>(sql), params).fetch(&mut **tx);
+                while let Some(row) = rows.try_next().await.map_err(db_err("running a query"))? {
+                    out.push(each(&Row::Sqlite(row))?);
+                }
+            }
+            Tx::Postgres(tx) => {
+                let mut rows = bind_all!(sqlx::query::<Postgres>(sql), params).fetch(&mut **tx);
+                while let Some(row) = rows.try_next().await.map_err(db_err("running a query"))? {
+                    out.push(each(&Row::Postgres(row))?);
+                }
+            }
+        }
+        Ok(out)
+    }
+
     pub async fn fetch_optional(
         &mut self,
         sql: impl Into<Sql>,

@@ -835,11 +835,9 @@ impl Store {
         }
         sql.push_str(&format!(" ORDER BY j.{requested} DESC, j.id"));
         let mut tx = self.pool.read().await?;
-        tx.fetch_all(sql, &values)
-            .await?
-            .iter()
-            .map(|row| job_from_row(kind, row))
-            .collect()
+        // One job per node of the fleet: each row becomes its job as it arrives.
+        tx.fetch_map(sql, &values, |row| job_from_row(kind, row))
+            .await
     }
 
     /// How many jobs of one kind (of one site) are in each state: one counting query.
