@@ -204,9 +204,12 @@ impl Sharing {
                 self.stand_down(reason);
             }
             Err(Fault::Store(error)) => {
+                // Lost after a TTL without the store, or as soon as a site's lease lapsed by
+                // this replica's clock: it holds nothing then, and says why at once.
                 let lost = {
                     let state = self.state.lock().expect("lock");
                     state.reached.is_none_or(|at| at.elapsed() >= self.ttl)
+                        || state.held.values().any(|held| held.until <= Instant::now())
                 };
                 if lost {
                     self.stand_down(StandDown::StoreLost {
