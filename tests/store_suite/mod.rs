@@ -12,8 +12,8 @@ use metalform::lifecycle::{
     Owner, Provider, RecoveryAction, Verb,
 };
 use metalform::store::{
-    Actor, EnsureOutcome, EventStatus, JobFailure, JobFilter, JobUpdate, MaasStateUpdate,
-    NewDecommission, NewNode, NewOnboarding, NewPlan, NodeFilter, NodeTransition, Observed,
+    Actor, EnsureOutcome, EventStatus, Job, JobFailure, JobFilter, JobUpdate, MaasStateUpdate,
+    NewDecommission, NewNode, NewOnboarding, NewPlan, Node, NodeFilter, NodeTransition, Observed,
     RetryWait, StageEvent, Store, StoreError, TaskOutcome, TaskStatus, TokenError,
 };
 use serde_json::json;
@@ -68,7 +68,8 @@ async fn observe(store: &Store, node: uuid::Uuid, status: MaasStatus) {
 }
 
 /// Drive a node to active through a completed onboarding (the executor's path).
-pub async fn onboard_to_active(store: &Store, hostname: &str) -> uuid::Uuid {
+/// A node of site dc1 and its first onboarding, pending.
+async fn node_and_onboarding(store: &Store, hostname: &str) -> (Node, Job) {
     let node = store
         .create_node(&new_node("dc1", hostname), &exec())
         .await
@@ -82,6 +83,11 @@ pub async fn onboard_to_active(store: &Store, hostname: &str) -> uuid::Uuid {
         })
         .await
         .unwrap();
+    (node, job)
+}
+
+pub async fn onboard_to_active(store: &Store, hostname: &str) -> uuid::Uuid {
+    let (node, job) = node_and_onboarding(store, hostname).await;
     store
         .advance_job(
             JobKind::Onboarding,
@@ -681,19 +687,7 @@ pub async fn onboarding_journal_records_failures_and_recovery(url: String) {
 /// a job ends it `reconciled`.
 pub async fn an_adopted_job_rerun_ends_completed(url: String) {
     let (store, _) = open(&url).await;
-    let node = store
-        .create_node(&new_node("dc1", "c07u50"), &exec())
-        .await
-        .unwrap();
-    let job = store
-        .create_onboarding(&NewOnboarding {
-            node_id: Some(node.id),
-            site: "dc1".into(),
-            hostname: "c07u50".into(),
-            ..NewOnboarding::default()
-        })
-        .await
-        .unwrap();
+    let (_, job) = node_and_onboarding(&store, "c07u50").await;
     let fail = |code: &str| {
         let mut update = JobUpdate::new(JobState::FailedManualIntervention);
         update.failure = Some(JobFailure {
@@ -1427,19 +1421,7 @@ fn failed_waiting(failures: i64, wait_secs: i64, spec: &str) -> JobUpdate {
 
 pub async fn failed_jobs_record_their_next_try(url: String) {
     let (store, clock) = open(&url).await;
-    let node = store
-        .create_node(&new_node("dc1", "c07u46"), &exec())
-        .await
-        .unwrap();
-    let job = store
-        .create_onboarding(&NewOnboarding {
-            node_id: Some(node.id),
-            site: "dc1".into(),
-            hostname: "c07u46".into(),
-            ..NewOnboarding::default()
-        })
-        .await
-        .unwrap();
+    let (node, job) = node_and_onboarding(&store, "c07u46").await;
     assert_eq!((job.retry_failures, job.next_try_at), (0, None));
     let running = JobUpdate::new(JobState::Running);
     store
