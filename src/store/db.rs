@@ -6,6 +6,7 @@
 //! text, JSON is text. Only the migrations' id columns differ between the backends.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
@@ -25,7 +26,7 @@ pub enum Backend {
 
 #[derive(Debug, Clone)]
 pub(crate) enum Pool {
-    Sqlite(sqlx::SqlitePool),
+    Sqlite(SqlitePool),
     Postgres(sqlx::PgPool),
 }
 
@@ -167,9 +168,25 @@ impl Row {
     }
 }
 
-/// A transaction on either backend.
+/// A SQLite pool and the turn its writers take, in this process, before `BEGIN IMMEDIATE`.
+///
+/// SQLite has one writer at a time. Writers that find the lock taken wait in SQLite's busy
+/// handler, which sleeps 1, 2, 5 … 100 ms between tries: a wave of a hundred nodes writing
+/// their journals through the pool's connections spent most of its wall time asleep there.
+/// Queueing on a fair async mutex first hands the lock over the moment it is free. Another
+/// process (a CLI beside the daemon) still waits on the busy timeout.
+#[derive(Debug, Clone)]
+pub(crate) struct SqlitePool {
+    pool: sqlx::SqlitePool,
+    writers: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// A transaction on either backend; a SQLite writer holds its turn until it ends.
 pub(crate) enum Tx {
-    Sqlite(Transaction<'static, Sqlite>),
+    Sqlite(
+        Transaction<'static, Sqlite>,
+        Option<tokio::sync::OwnedMutexGuard<()>>,
+    ),
     Postgres(Transaction<'static, Postgres>),
 }
 
@@ -203,7 +220,7 @@ impl Tx {
     ) -> Result<u64, StoreError> {
         let sql = AssertSqlSafe(sql.into());
         match self {
-            Tx::Sqlite(tx) => bind_all!(sqlx::query::<Sqlite>(sql), params)
+            Tx::Sqlite(tx, _) => bind_all!(sqlx::query::<Sqlite>(sql), params)
                 .execute(&mut **tx)
                 .await
                 .map(|r| r.rows_affected()),
@@ -222,7 +239,7 @@ impl Tx {
     ) -> Result<Vec<Row>, StoreError> {
         let sql = AssertSqlSafe(sql.into());
         match self {
-            Tx::Sqlite(tx) => bind_all!(sqlx::query::<Sqlite>(sql), params)
+            Tx::Sqlite(tx, _) => bind_all!(sqlx::query::<Sqlite>(sql), params)
                 .fetch_all(&mut **tx)
                 .await
                 .map(|rows| rows.into_iter().map(Row::Sqlite).collect()),
@@ -246,7 +263,7 @@ impl Tx {
         let sql = AssertSqlSafe(sql.into());
         let mut out = Vec::new();
         match self {
-            Tx::Sqlite(tx) => {
+            Tx::Sqlite(tx, _) => {
                 let mut rows = bind_all!(sqlx::query::<Sqlite>(sql), params).fetch(&mut **tx);
                 while let Some(row) = rows.try_next().await.map_err(db_err("running a query"))? {
                     out.push(each(&Row::Sqlite(row))?);
@@ -300,7 +317,7 @@ impl Tx {
     pub async fn execute_script(&mut self, sql: String) -> Result<(), StoreError> {
         let sql = AssertSqlSafe(sql);
         match self {
-            Tx::Sqlite(tx) => sqlx::raw_sql(sql).execute(&mut **tx).await.map(|_| ()),
+            Tx::Sqlite(tx, _) => sqlx::raw_sql(sql).execute(&mut **tx).await.map(|_| ()),
             Tx::Postgres(tx) => sqlx::raw_sql(sql).execute(&mut **tx).await.map(|_| ()),
         }
         .map_err(db_err("running a migration"))
@@ -308,7 +325,12 @@ impl Tx {
 
     pub async fn commit(self) -> Result<(), StoreError> {
         match self {
-            Tx::Sqlite(tx) => tx.commit().await,
+            Tx::Sqlite(tx, turn) => {
+                let committed = tx.commit().await;
+                // The next writer's turn starts once this one's lock is released.
+                drop(turn);
+                committed
+            }
             Tx::Postgres(tx) => tx.commit().await,
         }
         .map_err(db_err("committing"))
@@ -316,7 +338,7 @@ impl Tx {
 
     pub fn backend(&self) -> Backend {
         match self {
-            Tx::Sqlite(_) => Backend::Sqlite,
+            Tx::Sqlite(..) => Backend::Sqlite,
             Tx::Postgres(_) => Backend::Postgres,
         }
     }
@@ -343,7 +365,12 @@ impl Pool {
                 .connect_with(options.clone())
                 .await
             {
-                Ok(pool) => return Ok(Pool::Sqlite(pool)),
+                Ok(pool) => {
+                    return Ok(Pool::Sqlite(SqlitePool {
+                        pool,
+                        writers: Arc::default(),
+                    }));
+                }
                 Err(sqlx::Error::Database(e))
                     if e.code().as_deref() == Some("5") && attempt < 100 =>
                 {
@@ -368,7 +395,13 @@ impl Pool {
     /// IMMEDIATE), so two writers queue on the busy timeout instead of failing on upgrade.
     pub async fn write(&self) -> Result<Tx, StoreError> {
         match self {
-            Pool::Sqlite(p) => p.begin_with("BEGIN IMMEDIATE").await.map(Tx::Sqlite),
+            Pool::Sqlite(p) => {
+                let turn = p.writers.clone().lock_owned().await;
+                p.pool
+                    .begin_with("BEGIN IMMEDIATE")
+                    .await
+                    .map(|tx| Tx::Sqlite(tx, Some(turn)))
+            }
             Pool::Postgres(p) => p.begin().await.map(Tx::Postgres),
         }
         .map_err(db_err("starting a transaction"))
@@ -377,7 +410,7 @@ impl Pool {
     /// A transaction that only reads (a consistent snapshot).
     pub async fn read(&self) -> Result<Tx, StoreError> {
         match self {
-            Pool::Sqlite(p) => p.begin().await.map(Tx::Sqlite),
+            Pool::Sqlite(p) => p.pool.begin().await.map(|tx| Tx::Sqlite(tx, None)),
             Pool::Postgres(p) => p.begin().await.map(Tx::Postgres),
         }
         .map_err(db_err("starting a transaction"))
@@ -393,7 +426,7 @@ impl Pool {
         let sql = AssertSqlSafe(sql.into());
         match self {
             Pool::Sqlite(p) => bind_all!(sqlx::query::<Sqlite>(sql), params)
-                .fetch_all(p)
+                .fetch_all(&p.pool)
                 .await
                 .map(|rows| rows.into_iter().map(Row::Sqlite).collect()),
             Pool::Postgres(p) => bind_all!(sqlx::query::<Postgres>(sql), params)
@@ -422,7 +455,7 @@ impl Pool {
 
     pub async fn close(&self) {
         match self {
-            Pool::Sqlite(p) => p.close().await,
+            Pool::Sqlite(p) => p.pool.close().await,
             Pool::Postgres(p) => p.close().await,
         }
     }

@@ -20,7 +20,7 @@ use crate::lifecycle::{
     recommend, status_for,
 };
 
-use super::db::{Param, Row, Select, Tx, params};
+use super::db::{Backend, Param, Row, Select, Tx, params};
 use super::leases::{Fence, check_fence};
 use super::nodes::{NodeTransition, lock_node, open_jobs, read_node, transition_in};
 use super::records::{Actor, AuditEntry, DomainEvent, write_audit, write_outbox};
@@ -436,6 +436,30 @@ pub(super) fn job_from_row(kind: JobKind, row: &Row) -> Result<Job, StoreError> 
         retry_spec: row.opt_text("retry_spec")?,
         spec,
     })
+}
+
+/// The job a write transaction is about to move. On PostgreSQL its node's row is locked first
+/// (with `node`, the node the write gives the job, when it has none yet) and the job read again
+/// under the lock, since another transaction may have moved it meanwhile. A SQLite writer holds
+/// the whole database from `BEGIN IMMEDIATE` on, so its one read stands to the end: the lock
+/// and the second read would be two more round trips to the database thread per job write.
+async fn read_job_for_write(
+    tx: &mut Tx,
+    kind: JobKind,
+    id: Uuid,
+    node: Option<Uuid>,
+) -> Result<Job, StoreError> {
+    let job = read_job(tx, kind, id).await?;
+    if tx.backend() == Backend::Sqlite {
+        return Ok(job);
+    }
+    match job.node_id.or(node) {
+        Some(node) => {
+            lock_node(tx, node).await?;
+            read_job(tx, kind, id).await
+        }
+        None => Ok(job),
+    }
 }
 
 pub(super) async fn read_job(tx: &mut Tx, kind: JobKind, id: Uuid) -> Result<Job, StoreError> {
@@ -931,12 +955,7 @@ impl Store {
     ) -> Result<Job, StoreError> {
         let now = self.now();
         let mut tx = self.pool.write().await?;
-        let job = read_job(&mut tx, kind, id).await?;
-        if let Some(node) = job.node_id.or(update.node_id) {
-            lock_node(&mut tx, node).await?;
-        }
-        // Re-read under the node lock: the job may have moved meanwhile.
-        let job = read_job(&mut tx, kind, id).await?;
+        let job = read_job_for_write(&mut tx, kind, id, update.node_id).await?;
         if let Some(fence) = &update.fence {
             check_fence(&mut tx, fence).await?;
         }
@@ -984,9 +1003,9 @@ impl Store {
             let node = read_node(&mut tx, node).await?;
             check_job_node_state(kind, job.mode(), update.state, node.status).map_err(job_err)?;
         }
-        self.write_job_row(&mut tx, kind, &job, update, node_id, now)
+        let updated = self
+            .write_job_row(&mut tx, kind, &job, update, node_id, now)
             .await?;
-        let updated = read_job(&mut tx, kind, id).await?;
         if update.state != job.state
             && let Some(event) = domain_event(kind, &updated)
         {
@@ -1005,7 +1024,7 @@ impl Store {
         update: &JobUpdate,
         node_id: Option<Uuid>,
         now: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Job, StoreError> {
         let t = tables(kind);
         let stage = update.stage.clone().unwrap_or_else(|| job.stage.clone());
         let attempt = update.attempt.unwrap_or(job.attempt);
@@ -1054,12 +1073,14 @@ impl Store {
                 stage_details = $14, started_at = $15, completed_at = $16, updated_at = $17,
                 retry_failures = $22, next_try_at = $23, retry_spec = $24
                 {seed_status}
-             WHERE id = $18 AND {state} = $19 AND current_stage = $20 AND current_attempt = $21",
+             WHERE id = $18 AND {state} = $19 AND current_stage = $20 AND current_attempt = $21
+             RETURNING *",
             jobs = t.jobs,
             state = t.state,
         );
-        let changed = tx
-            .execute(
+        // The row as written comes back with the write: one round trip fewer per job write.
+        let written = tx
+            .fetch_optional(
                 sql,
                 &params![
                     update.state.as_str(),
@@ -1099,17 +1120,17 @@ impl Store {
                 ],
             )
             .await?;
-        if changed != 1 {
+        let Some(written) = written else {
             return Err(StoreError::Concurrent {
                 kind: t.label,
                 id: job.id.to_string(),
             });
-        }
+        };
         if let Some(event) = &update.event {
             check_stage(kind, job.mode(), &event.stage)?;
             insert_event(tx, kind, job.id, event, now).await?;
         }
-        Ok(())
+        job_from_row(kind, &written)
     }
 
     /// Apply an operator recovery action (000 §4.9) and audit it (actor, role, reason, prior
@@ -1125,12 +1146,7 @@ impl Store {
         let now = self.now();
         let label = tables(kind).label;
         let mut tx = self.pool.write().await?;
-        let job = read_job(&mut tx, kind, id).await?;
-        if let Some(node) = job.node_id {
-            lock_node(&mut tx, node).await?;
-        }
-        // Re-read under the node lock: the job may have moved meanwhile.
-        let job = read_job(&mut tx, kind, id).await?;
+        let job = read_job_for_write(&mut tx, kind, id, None).await?;
         let target = action
             .target(job.state)
             .map_err(|source| StoreError::Recovery {
