@@ -402,15 +402,15 @@ impl Store {
         &self,
         node: Uuid,
     ) -> Result<Option<AgentEnrollment>, StoreError> {
-        let mut tx = self.pool.read().await?;
-        tx.fetch_optional(
-            "SELECT * FROM agent_enrollments WHERE node_id = $1 ORDER BY id DESC LIMIT 1",
-            &params![node.to_string()],
-        )
-        .await?
-        .as_ref()
-        .map(enrollment_from_row)
-        .transpose()
+        self.pool
+            .fetch_optional_once(
+                "SELECT * FROM agent_enrollments WHERE node_id = $1 ORDER BY id DESC LIMIT 1",
+                &params![node.to_string()],
+            )
+            .await?
+            .as_ref()
+            .map(enrollment_from_row)
+            .transpose()
     }
 
     /// The latest enrollment of every node (of one site), ordered by node id: one query, for

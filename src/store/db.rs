@@ -446,6 +446,22 @@ impl Pool {
         Ok(self.fetch_all_once(sql, params).await?.into_iter().next())
     }
 
+    /// [`Tx::fetch_by_id`] as one query on its own.
+    pub async fn fetch_by_id_once(
+        &self,
+        table: &str,
+        kind: &'static str,
+        id: impl ToString,
+    ) -> Result<Row, StoreError> {
+        let id = id.to_string();
+        self.fetch_optional_once(
+            format!("SELECT * FROM {table} WHERE id = $1"),
+            &[Param::from(id.as_str())],
+        )
+        .await?
+        .ok_or(StoreError::NotFound { kind, id })
+    }
+
     pub fn backend(&self) -> Backend {
         match self {
             Pool::Sqlite(_) => Backend::Sqlite,

@@ -780,8 +780,12 @@ impl Store {
     }
 
     pub async fn job(&self, kind: JobKind, id: Uuid) -> Result<Job, StoreError> {
-        let mut tx = self.pool.read().await?;
-        read_job(&mut tx, kind, id).await
+        // One statement needs no transaction around it: every stage pass reads its job.
+        let t = tables(kind);
+        job_from_row(
+            kind,
+            &self.pool.fetch_by_id_once(t.jobs, t.label, id).await?,
+        )
     }
 
     /// Jobs of one kind, newest request first.
