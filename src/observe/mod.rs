@@ -312,8 +312,11 @@ pub async fn observe_site(
         memory.version = Some((version.clone(), now));
     }
     let mut machines: Vec<ObservedMachine> = machines
-        .iter()
-        .map(|m| observed_machine(m, memory.power.get(&m.system_id).cloned().flatten()))
+        .into_iter()
+        .map(|m| {
+            let power_address = memory.power.get(&m.system_id).cloned().flatten();
+            observed_machine(m, power_address)
+        })
         .collect();
     maas.remember(&site.name, memory);
     machines.sort_by(|a, b| {
@@ -329,24 +332,35 @@ fn api_url(client: &MaasClient) -> String {
     client.api_root().to_string()
 }
 
-fn observed_machine(m: &MachineSummary, power_address: Option<String>) -> ObservedMachine {
-    let mut macs: Vec<String> = m.mac_addresses().map(str::to_ascii_lowercase).collect();
+/// The observed form of a listed machine, its strings moved rather than copied (a site lists
+/// thousands).
+fn observed_machine(m: MachineSummary, power_address: Option<String>) -> ObservedMachine {
+    let status = ObservedStatus {
+        code: m.status.code(),
+        name: m.status_label(),
+    };
+    let mut macs: Vec<String> = m
+        .interface_set
+        .into_iter()
+        .filter_map(|interface| interface.mac_address)
+        .map(|mut mac| {
+            mac.make_ascii_lowercase();
+            mac
+        })
+        .collect();
     macs.sort();
     macs.dedup();
-    let mut ip_addresses = m.ip_addresses.clone();
+    let mut ip_addresses = m.ip_addresses;
     ip_addresses.sort();
     ObservedMachine {
-        system_id: m.system_id.clone(),
-        hostname: m.hostname.clone(),
-        status: ObservedStatus {
-            code: m.status.code(),
-            name: m.status_label(),
-        },
+        system_id: m.system_id,
+        hostname: m.hostname,
+        status,
         power_state: m.power_state.to_string(),
         power_address,
         macs,
         ip_addresses,
-        owner: m.owner.clone().filter(|o| !o.is_empty()),
+        owner: m.owner.filter(|o| !o.is_empty()),
         enable_hw_sync: m.enable_hw_sync,
         last_sync: m.last_sync,
         next_sync: m.next_sync,

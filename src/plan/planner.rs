@@ -47,19 +47,29 @@ pub fn plan(fleet: &Fleet, snapshot: &Snapshot, options: &PlanOptions) -> Plan {
         now: options.now.unwrap_or(snapshot.taken_at),
         ignore_windows: options.ignore_windows,
     };
-    let mut sites = Vec::new();
-    let mut items = Vec::new();
-    for site in fleet.sites.values() {
-        if !options.sites.contains(&site.name) {
-            continue;
+    let selected: Vec<&Site> = fleet
+        .sites
+        .values()
+        .filter(|site| options.sites.contains(&site.name))
+        .collect();
+    let planned = SiteFilter::Only(selected.iter().map(|site| site.name.clone()).collect());
+    // The fingerprint reads only the snapshot: it is hashed on a second thread while the sites
+    // are planned on this one (on a large fleet, each is about half of the planning time).
+    let (sites, mut items, parts) = std::thread::scope(|scope| {
+        let parts = scope.spawn(|| snapshot.fingerprint_parts_of(&planned));
+        let mut sites = Vec::new();
+        let mut items = Vec::new();
+        for site in selected {
+            let (site_plan, site_items) = plan_site(fleet, site, snapshot, &view, options, &clock);
+            sites.push(site_plan);
+            items.extend(site_items);
         }
-        let (site_plan, site_items) = plan_site(fleet, site, snapshot, &view, options, &clock);
-        sites.push(site_plan);
-        items.extend(site_items);
-    }
+        let parts = parts
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (sites, items, parts)
+    });
     super::payload::attach(fleet, snapshot, options, &mut items);
-    let planned = SiteFilter::Only(sites.iter().map(|s: &SitePlan| s.site.clone()).collect());
-    let parts = snapshot.fingerprint_parts_of(&planned);
     let mut plan = Plan {
         format: PLAN_FORMAT,
         id: String::new(),

@@ -6,7 +6,7 @@
 //! resource family (machines, power, storage, interfaces, subnets, events, hwsync, version).
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use url::Url;
@@ -76,23 +76,18 @@ impl MaasClient {
     ) -> Result<Self, MaasError> {
         let api_root = api_root(base_url)?;
         let key = ApiKey::parse(&api_key)?;
-        // reqwest is built without a default TLS provider; the CLI installs ring at start, and
-        // library users (tests, the daemon) get the same one here. Installing twice is a no-op.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let mut builder = reqwest::Client::builder();
-        if let Some(path) = &options.ca_file {
-            let config = |why: String| MaasError::Config {
-                message: format!("the MAAS CA bundle {}: {why}", path.display()),
-            };
-            let pem = std::fs::read(path).map_err(|e| config(e.to_string()))?;
-            let certs =
-                reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| config(e.to_string()))?;
-            if certs.is_empty() {
-                return Err(config("holds no PEM certificate".into()));
-            }
-            builder = builder.tls_certs_merge(certs);
-        }
-        let http = builder
+        let ca_pem = match &options.ca_file {
+            Some(path) => Some(std::fs::read(path).map_err(|e| ca_error(path, e.to_string()))?),
+            None => None,
+        };
+        let tls = shared_tls_config(ca_pem.as_deref()).map_err(|why| match &options.ca_file {
+            Some(path) => ca_error(path, why),
+            None => MaasError::Config {
+                message: format!("cannot build the HTTP client: {why}"),
+            },
+        })?;
+        let http = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
             .connect_timeout(options.connect_timeout)
             .user_agent(concat!("metalform/", env!("CARGO_PKG_VERSION")))
             // MAAS answers API clients directly; a redirect would be a misconfigured URL and
@@ -139,6 +134,57 @@ impl fmt::Debug for MaasClient {
             .field("key", &self.transport.key)
             .finish_non_exhaustive()
     }
+}
+
+fn ca_error(path: &std::path::Path, why: String) -> MaasError {
+    MaasError::Config {
+        message: format!("the MAAS CA bundle {}: {why}", path.display()),
+    }
+}
+
+/// The TLS settings of every MAAS client of this process with the same CA bundle (`None`: the
+/// system's roots only). Loading the system's roots reads and parses every certificate under
+/// /etc/ssl: a fleet of 20 sites paid it 20 times per `plan`. They are loaded once per process
+/// and bundle instead (a changed system store is seen by the next process, a changed bundle
+/// by the next client). What reqwest would build itself: the platform verifier, TLS 1.2 and
+/// 1.3, and h2 or http/1.1 by ALPN.
+fn shared_tls_config(ca_pem: Option<&[u8]>) -> Result<rustls::ClientConfig, String> {
+    static CONFIGS: Mutex<Vec<(Option<Vec<u8>>, rustls::ClientConfig)>> = Mutex::new(Vec::new());
+    let mut configs = CONFIGS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some((_, config)) = configs.iter().find(|(pem, _)| pem.as_deref() == ca_pem) {
+        return Ok(config.clone());
+    }
+    // reqwest is built without a default TLS provider; the CLI installs ring at start, and
+    // library users (tests, the daemon) get the same one here. Installing twice is a no-op.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let provider = rustls::crypto::CryptoProvider::get_default()
+        .cloned()
+        .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
+    let verifier = match ca_pem {
+        None => rustls_platform_verifier::Verifier::new(provider.clone()),
+        Some(pem) => {
+            use rustls::pki_types::{CertificateDer, pem::PemObject as _};
+            let certs = CertificateDer::pem_slice_iter(pem)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| e.to_string())?;
+            if certs.is_empty() {
+                return Err("holds no PEM certificate".into());
+            }
+            rustls_platform_verifier::Verifier::new_with_extra_roots(certs, provider.clone())
+        }
+    }
+    .map_err(|e| e.to_string())?;
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier))
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    configs.push((ca_pem.map(<[u8]>::to_vec), config.clone()));
+    Ok(config)
 }
 
 /// `http://host:5240/MAAS` → `http://host:5240/MAAS/api/2.0/`.

@@ -52,6 +52,8 @@ pub(crate) struct ArrayDecoder<T> {
     /// incomplete, so a huge element costs a bounded number of attempts.
     wait_for: usize,
     batch: usize,
+    /// Bytes of the largest element decoded so far.
+    largest: usize,
     state: State,
     items: Vec<T>,
     head: Vec<u8>,
@@ -72,6 +74,7 @@ impl<T: DeserializeOwned> ArrayDecoder<T> {
             offset: 0,
             wait_for: batch,
             batch,
+            largest: 0,
             state: State::Open,
             items: Vec::new(),
             head: Vec::new(),
@@ -154,10 +157,17 @@ impl<T: DeserializeOwned> ArrayDecoder<T> {
                     self.state = State::Closed;
                 }
                 (State::First | State::Element, _) => {
+                    // A list's elements are alike in size: fewer bytes than the largest so far
+                    // are most likely an element cut short, and decoding it would be wasted
+                    // (a batch at most: one huge element does not hold back the rest).
+                    if !at_end && self.pending.len() - self.start < self.largest.min(self.batch) {
+                        break;
+                    }
                     let text = &self.pending[self.start..];
                     let mut stream = serde_json::Deserializer::from_slice(text).into_iter::<T>();
                     match stream.next() {
                         Some(Ok(item)) if at_end || stream.byte_offset() < text.len() => {
+                            self.largest = self.largest.max(stream.byte_offset());
                             self.start += stream.byte_offset();
                             self.items.push(item);
                             self.state = State::Next;
