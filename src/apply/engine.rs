@@ -612,13 +612,13 @@ impl<'a, K: Kind> Run<'a, K> {
         let stop: StopSignal = self.shared.options.stop.clone();
         let mut waiting_reported: Option<(String, i64)> = None;
         let mut deploy_grace = true;
-        // The job as a wait pass left it, and when it was read from the store: the next pass
-        // reuses it for up to JOB_REREAD (nothing of this run changed it), so thousands of
-        // nodes polling fast do not each read their job every step. Any other pass reads it.
-        let mut waited: Option<(Job, std::time::Instant)> = None;
+        // The job as this run last read or wrote it, and when: the next pass reuses it for up
+        // to JOB_REREAD (nothing of this run changed it since), so thousands of nodes polling
+        // fast do not each read their job every step, and a stage boundary costs one write.
+        let mut known: Option<(Job, std::time::Instant)> = None;
         loop {
             let permit = self.shared.pass(K::KIND).await;
-            let (job, read_at) = match waited.take() {
+            let (job, read_at) = match known.take() {
                 Some((job, read_at)) if read_at.elapsed() < JOB_REREAD => (job, read_at),
                 _ => (
                     self.store().job(K::KIND, id).await?,
@@ -697,7 +697,7 @@ impl<'a, K: Kind> Run<'a, K> {
                     }
                     self.memory.last_wait = Some(reason);
                     // A wait may have learnt something worth keeping (a release confirmed).
-                    waited = if facts.to_details() != job.stage_details {
+                    known = if facts.to_details() != job.stage_details {
                         let written = self
                             .write(&job, JobUpdate::new(JobState::Running), &facts)
                             .await?;
@@ -720,7 +720,23 @@ impl<'a, K: Kind> Run<'a, K> {
                             update.stage = Some(next.name().into());
                             update.attempt = Some(0);
                             update.event = Some(event);
-                            self.write(&job, update, &facts).await?;
+                            // The next stage's first attempt opens in the same write (its
+                            // `started` record is durable before it runs, as when written on
+                            // its own); a stopping executor leaves it unopened.
+                            let opening = !stop.is_stopped();
+                            if opening {
+                                K::prepare(self, &mut facts);
+                                let now = self.shared.env.clock.now();
+                                let started =
+                                    open_attempt::<K>(next.name(), 1, now, None, &mut facts);
+                                update.attempt = Some(1);
+                                update.opened = Some(started);
+                            }
+                            let written = self.write(&job, update, &facts).await?;
+                            if opening {
+                                self.report(next.name(), ProgressStatus::Started, "");
+                            }
+                            known = Some((written, std::time::Instant::now()));
                         }
                         None => return self.complete(&job, event, &facts).await,
                     }
@@ -779,7 +795,8 @@ impl<'a, K: Kind> Run<'a, K> {
                             "retry_in_secs": delay.as_secs_f64(),
                         }),
                     });
-                    self.write(&job, update, &facts).await?;
+                    let written = self.write(&job, update, &facts).await?;
+                    known = Some((written, std::time::Instant::now()));
                     self.report(stage.name(), ProgressStatus::Retrying, &message);
                     drop(permit);
                     stop.sleep(delay).await;
@@ -811,21 +828,12 @@ impl<'a, K: Kind> Run<'a, K> {
         if moved {
             facts.operator_moved(K::is_first(job, stage));
         }
-        *facts.clock() = Some(StageClock {
-            stage: job.stage.clone(),
-            attempt,
-            started_at,
-            open: true,
-        });
+        let message = moved.then(|| "after an operator's recovery action".to_owned());
         let mut update = JobUpdate::new(JobState::Running);
         update.attempt = Some(attempt);
-        update.event = Some(StageEvent {
-            stage: job.stage.clone(),
-            attempt,
-            status: EventStatus::Started,
-            message: moved.then(|| "after an operator's recovery action".to_owned()),
-            details: json!({}),
-        });
+        update.event = Some(open_attempt::<K>(
+            &job.stage, attempt, started_at, message, facts,
+        ));
         let updated = self.write(job, update, facts).await?;
         let note = if attempt > 1 {
             format!("attempt {attempt}")
@@ -856,6 +864,31 @@ impl<'a, K: Kind> Run<'a, K> {
         let done = self.write(job, update, facts).await?;
         K::completed(self, &done, facts).await;
         Ok(NodeOutcome::Converged { state })
+    }
+}
+
+/// Open attempt `attempt` of `stage` in the facts' clock, started at `started_at` (now, or the
+/// stage's first attempt's start when it keeps its deadline): the journal's `started` event to
+/// write with them.
+fn open_attempt<K: Kind>(
+    stage: &str,
+    attempt: i64,
+    started_at: DateTime<Utc>,
+    message: Option<String>,
+    facts: &mut K::Facts,
+) -> StageEvent {
+    *facts.clock() = Some(StageClock {
+        stage: stage.to_owned(),
+        attempt,
+        started_at,
+        open: true,
+    });
+    StageEvent {
+        stage: stage.to_owned(),
+        attempt,
+        status: EventStatus::Started,
+        message,
+        details: json!({}),
     }
 }
 

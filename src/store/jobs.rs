@@ -20,7 +20,7 @@ use crate::lifecycle::{
     recommend, status_for,
 };
 
-use super::db::{Param, Row, Select, Tx, params};
+use super::db::{Backend, Param, Row, Select, Tx, params};
 use super::leases::{Fence, check_fence};
 use super::nodes::{NodeTransition, lock_node, open_jobs, read_node, transition_in};
 use super::records::{Actor, AuditEntry, DomainEvent, write_audit, write_outbox};
@@ -279,6 +279,9 @@ pub struct JobUpdate {
     /// Required when `state` is a failed state; cleared on any other state.
     pub failure: Option<JobFailure>,
     pub event: Option<StageEvent>,
+    /// The next stage's `started` event, written after `event` in the same transaction: a
+    /// finished stage and the opening of the next one's first attempt in one write.
+    pub opened: Option<StageEvent>,
     /// Bind the job to its node (once; an onboarding learns its node at render_cloud_init).
     pub node_id: Option<Uuid>,
     /// Move the node's coarse state in the same transaction.
@@ -301,6 +304,7 @@ impl JobUpdate {
             attempt: None,
             failure: None,
             event: None,
+            opened: None,
             node_id: None,
             node_transition: None,
             maas_system_id: None,
@@ -931,12 +935,16 @@ impl Store {
     ) -> Result<Job, StoreError> {
         let now = self.now();
         let mut tx = self.pool.write().await?;
-        let job = read_job(&mut tx, kind, id).await?;
-        if let Some(node) = job.node_id.or(update.node_id) {
+        let mut job = read_job(&mut tx, kind, id).await?;
+        // On PostgreSQL, lock the node and re-read under the lock: the job may have moved
+        // meanwhile. A SQLite write transaction holds the database's only write lock from its
+        // start (BEGIN IMMEDIATE): nothing moved.
+        if tx.backend() == Backend::Postgres
+            && let Some(node) = job.node_id.or(update.node_id)
+        {
             lock_node(&mut tx, node).await?;
+            job = read_job(&mut tx, kind, id).await?;
         }
-        // Re-read under the node lock: the job may have moved meanwhile.
-        let job = read_job(&mut tx, kind, id).await?;
         if let Some(fence) = &update.fence {
             check_fence(&mut tx, fence).await?;
         }
@@ -963,7 +971,10 @@ impl Store {
             }
             (a, b) => a.or(b),
         };
-        if let Some(node) = update.node_id {
+        if let Some(node) = update.node_id
+            && update.node_transition.is_some()
+        {
+            // The node must exist before it moves (without a move, it is read below).
             read_node(&mut tx, node).await?;
         }
         if let Some(transition) = &update.node_transition {
@@ -1105,7 +1116,7 @@ impl Store {
                 id: job.id.to_string(),
             });
         }
-        if let Some(event) = &update.event {
+        for event in update.event.iter().chain(&update.opened) {
             check_stage(kind, job.mode(), &event.stage)?;
             insert_event(tx, kind, job.id, event, now).await?;
         }
