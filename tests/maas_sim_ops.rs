@@ -1440,7 +1440,7 @@ async fn a_subnet_is_found_by_its_cidr_specifier() {
     let listed = sim.handle.with_world(|w| {
         w.ops
             .iter()
-            .filter(|op| op.path.ends_with("/subnets/"))
+            .filter(|op| op.method == "GET" && op.path.ends_with("/subnets/"))
             .count()
     });
     assert_eq!(listed, 1);
