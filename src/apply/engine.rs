@@ -34,7 +34,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::backoff;
-use super::lease::NodeLease;
+use super::lease::{LeaseKeeper, NodeLease};
 use super::outcome::{ApplyReport, NodeOutcome, NodeResult};
 use super::progress::{self, Progress, ProgressStatus};
 use super::{ExecutorOptions, StopSignal};
@@ -198,6 +198,8 @@ pub(super) struct Shared {
     pub progress: Arc<dyn Progress>,
     /// Permits of the [`ACTIVE_PASSES`] running at once.
     passes: Arc<tokio::sync::Semaphore>,
+    /// The node leases held, renewed together.
+    leases: LeaseKeeper,
 }
 
 impl Shared {
@@ -244,6 +246,7 @@ impl<K: Kind> Engine<K> {
     pub fn new(env: StageEnv, options: ExecutorOptions, progress: Arc<dyn Progress>) -> Self {
         Self {
             shared: Arc::new(Shared {
+                leases: LeaseKeeper::new(&env.store, options.lease_ttl),
                 env,
                 options,
                 progress,
@@ -392,14 +395,10 @@ async fn acquire<K: Kind>(
     item: &K::Item,
 ) -> Result<NodeLease, super::lease::LeaseRefusal> {
     let ttl = shared.options.lease_ttl;
-    NodeLease::acquire(
-        &shared.env.store,
-        &K::lease(item),
-        &shared.options.holder,
-        ttl,
-        K::lease_wait(ttl),
-    )
-    .await
+    shared
+        .leases
+        .acquire(&K::lease(item), &shared.options.holder, K::lease_wait(ttl))
+        .await
 }
 
 /// An item a stopping executor did not take up.
