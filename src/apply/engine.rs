@@ -611,18 +611,20 @@ impl<'a, K: Kind> Run<'a, K> {
         let stop: StopSignal = self.shared.options.stop.clone();
         let mut waiting_reported: Option<(String, i64)> = None;
         let mut deploy_grace = true;
-        // The job as this run last read or wrote it, and when: the next pass reuses it for up
-        // to JOB_REREAD (nothing of this run changed it since), so thousands of nodes polling
-        // fast do not each read their job every step, and a stage boundary costs one write.
-        let mut known: Option<(Job, std::time::Instant)> = None;
+        // The job as this run last read or wrote it, when, and the facts its journal holds:
+        // the next pass reuses them for up to JOB_REREAD (nothing of this run changed them
+        // since), so thousands of nodes polling fast neither read their job nor parse its
+        // facts every step, and a stage boundary costs one write.
+        let mut known: Option<(Job, std::time::Instant, K::Facts)> = None;
         loop {
             let permit = self.shared.pass(K::KIND).await;
-            let (job, read_at) = match known.take() {
-                Some((job, read_at)) if read_at.elapsed() < JOB_REREAD => (job, read_at),
-                _ => (
-                    self.store().job(K::KIND, id).await?,
-                    std::time::Instant::now(),
-                ),
+            let (job, read_at, stored) = match known.take() {
+                Some(known) if known.1.elapsed() < JOB_REREAD => known,
+                _ => {
+                    let job = self.store().job(K::KIND, id).await?;
+                    let facts = K::Facts::from_details(&job.stage_details);
+                    (job, std::time::Instant::now(), facts)
+                }
             };
             // A rendered payload lives in memory only: stopping before it is deployed would
             // make the next executor render again (a new token), so one more stage pass
@@ -656,9 +658,12 @@ impl<'a, K: Kind> Run<'a, K> {
                     reason: format!("journal of {id}: {e}"),
                 })
             })?;
-            let mut facts = K::Facts::from_details(&job.stage_details);
+            let mut facts = stored.clone();
             K::prepare(self, &mut facts);
-            let job = self.begin_attempt(&job, stage, &mut facts).await?;
+            let (job, stored) = match self.begin_attempt(&job, stage, &mut facts).await? {
+                Some(opened) => (opened, facts.clone()),
+                None => (job, stored),
+            };
             let outcome = {
                 let journal = JournalCheckpoint::<K> {
                     store: self.store().clone(),
@@ -696,13 +701,13 @@ impl<'a, K: Kind> Run<'a, K> {
                     }
                     self.memory.last_wait = Some(reason);
                     // A wait may have learnt something worth keeping (a release confirmed).
-                    known = if facts.to_details() != job.stage_details {
+                    known = if facts != stored {
                         let written = self
                             .write(&job, JobUpdate::new(JobState::Running), &facts)
                             .await?;
-                        Some((written, std::time::Instant::now()))
+                        Some((written, std::time::Instant::now(), facts))
                     } else {
-                        Some((job, read_at))
+                        Some((job, read_at, stored))
                     };
                     drop(permit);
                     stop.sleep(poll_in.unwrap_or(poll)).await;
@@ -735,7 +740,7 @@ impl<'a, K: Kind> Run<'a, K> {
                             if opening {
                                 self.report(next.name(), ProgressStatus::Started, "");
                             }
-                            known = Some((written, std::time::Instant::now()));
+                            known = Some((written, std::time::Instant::now(), facts));
                         }
                         None => return self.complete(&job, event, &facts).await,
                     }
@@ -795,7 +800,7 @@ impl<'a, K: Kind> Run<'a, K> {
                         }),
                     });
                     let written = self.write(&job, update, &facts).await?;
-                    known = Some((written, std::time::Instant::now()));
+                    known = Some((written, std::time::Instant::now(), facts));
                     self.report(stage.name(), ProgressStatus::Retrying, &message);
                     drop(permit);
                     stop.sleep(delay).await;
@@ -805,19 +810,20 @@ impl<'a, K: Kind> Run<'a, K> {
     }
 
     /// Open a stage attempt in the journal, unless one is open already (a restarted executor
-    /// continues it, and its deadline). An attempt or stage an operator moved starts a new
-    /// clock with fresh budgets; else the next attempt keeps the stage's deadline.
+    /// continues it, and its deadline): the job as written, `None` when it was open. An
+    /// attempt or stage an operator moved starts a new clock with fresh budgets; else the next
+    /// attempt keeps the stage's deadline.
     async fn begin_attempt(
         &mut self,
         job: &Job,
         stage: K::Stage,
         facts: &mut K::Facts,
-    ) -> Result<Job, Stop> {
+    ) -> Result<Option<Job>, Stop> {
         let now = self.shared.env.clock.now();
         let (attempt, started_at, moved) = match facts.clock() {
             Some(clock) if clock.stage == job.stage && clock.attempt == job.attempt => {
                 if clock.open {
-                    return Ok(job.clone());
+                    return Ok(None);
                 }
                 (job.attempt + 1, clock.started_at, false)
             }
@@ -840,7 +846,7 @@ impl<'a, K: Kind> Run<'a, K> {
             String::new()
         };
         self.report(stage.name(), ProgressStatus::Started, &note);
-        Ok(updated)
+        Ok(Some(updated))
     }
 
     /// The last stage is done: the job completes (or is reconciled, when an adopt finishes it) and
