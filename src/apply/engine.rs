@@ -799,8 +799,8 @@ impl<'a, K: Kind> Run<'a, K> {
                             "retry_in_secs": delay.as_secs_f64(),
                         }),
                     });
-                    let written = self.write(&job, update, &facts).await?;
-                    known = Some((written, std::time::Instant::now(), facts));
+                    // Read again after the back-off: an operator may act on a retrying job.
+                    self.write(&job, update, &facts).await?;
                     self.report(stage.name(), ProgressStatus::Retrying, &message);
                     drop(permit);
                     stop.sleep(delay).await;
