@@ -1384,3 +1384,64 @@ async fn rescue_mode_enter_and_exit_from_ready_and_deployed() {
     assert_eq!(m.power_state.as_str(), "on");
     assert_eq!(m.owner.as_deref(), Some("admin"));
 }
+
+#[tokio::test]
+async fn power_parameters_of_given_machines_answer_only_those() {
+    let sim = Sim::start(site(3)).await;
+    let maas = admin(&sim);
+    let machines = maas.list_machines(&MachineFilter::all()).await.unwrap();
+    let all = maas.power_parameters(&[]).await.unwrap();
+    assert_eq!(all.len(), 3);
+    let asked = vec![machines[2].system_id.clone(), "absent".to_owned()];
+    let some = maas.power_parameters(&asked).await.unwrap();
+    // MAAS filters on `system_id IN ids`: an unknown id is left out, not an error.
+    assert_eq!(
+        some.keys().collect::<Vec<_>>(),
+        [&machines[2].system_id],
+        "only the machine asked for"
+    );
+    assert_eq!(some[&machines[2].system_id], all[&machines[2].system_id]);
+    assert!(some[&machines[2].system_id].power_address.is_some());
+    let err = user(&sim).power_parameters(&asked).await.unwrap_err();
+    assert!(matches!(err, MaasError::Forbidden { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn a_subnet_is_found_by_its_cidr_specifier() {
+    let sim = Sim::start(site(1)).await;
+    let maas = admin(&sim);
+    assert_eq!(
+        maas.find_subnet_by_cidr("172.30.9.60/31").await.unwrap(),
+        None
+    );
+    let created = maas
+        .create_subnet(&CreateSubnetParams::new("172.30.9.60/31"))
+        .await
+        .unwrap();
+    let found = maas.find_subnet_by_cidr("172.30.9.60/31").await.unwrap();
+    assert_eq!(found.as_ref(), Some(&created));
+    let pxe = maas.find_subnet_by_cidr("10.176.46.0/24").await.unwrap();
+    assert_eq!(pxe.unwrap().gateway_ip.as_deref(), Some("10.176.46.1"));
+    // `GET subnets/cidr:…/` went over the wire, its `:` percent-encoded as clients send it.
+    let reads: Vec<String> = sim.handle.with_world(|w| {
+        w.ops
+            .iter()
+            .filter(|op| op.path.contains("subnets/cidr"))
+            .map(|op| op.path.clone())
+            .collect()
+    });
+    assert_eq!(reads.len(), 3, "{reads:?}");
+    assert!(
+        reads[0].ends_with("/subnets/cidr%3A172.30.9.60/31/"),
+        "{reads:?}"
+    );
+    // A one-digit prefix length routes nowhere in MAAS: it is looked for in the list.
+    assert_eq!(maas.find_subnet_by_cidr("10.0.0.0/8").await.unwrap(), None);
+    let listed = sim.handle.with_world(|w| {
+        w.ops
+            .iter()
+            .filter(|op| op.method == "GET" && op.path.ends_with("/subnets/"))
+            .count()
+    });
+    assert_eq!(listed, 1);
+}

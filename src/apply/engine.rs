@@ -34,7 +34,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::backoff;
-use super::lease::NodeLease;
+use super::lease::{LeaseKeeper, NodeLease};
 use super::outcome::{ApplyReport, NodeOutcome, NodeResult};
 use super::progress::{self, Progress, ProgressStatus};
 use super::{ExecutorOptions, StopSignal};
@@ -198,6 +198,8 @@ pub(super) struct Shared {
     pub progress: Arc<dyn Progress>,
     /// Permits of the [`ACTIVE_PASSES`] running at once.
     passes: Arc<tokio::sync::Semaphore>,
+    /// The node leases held, renewed together.
+    leases: LeaseKeeper,
 }
 
 impl Shared {
@@ -244,6 +246,7 @@ impl<K: Kind> Engine<K> {
     pub fn new(env: StageEnv, options: ExecutorOptions, progress: Arc<dyn Progress>) -> Self {
         Self {
             shared: Arc::new(Shared {
+                leases: LeaseKeeper::new(&env.store, options.lease_ttl),
                 env,
                 options,
                 progress,
@@ -392,14 +395,10 @@ async fn acquire<K: Kind>(
     item: &K::Item,
 ) -> Result<NodeLease, super::lease::LeaseRefusal> {
     let ttl = shared.options.lease_ttl;
-    NodeLease::acquire(
-        &shared.env.store,
-        &K::lease(item),
-        &shared.options.holder,
-        ttl,
-        K::lease_wait(ttl),
-    )
-    .await
+    shared
+        .leases
+        .acquire(&K::lease(item), &shared.options.holder, K::lease_wait(ttl))
+        .await
 }
 
 /// An item a stopping executor did not take up.
@@ -612,18 +611,20 @@ impl<'a, K: Kind> Run<'a, K> {
         let stop: StopSignal = self.shared.options.stop.clone();
         let mut waiting_reported: Option<(String, i64)> = None;
         let mut deploy_grace = true;
-        // The job as a wait pass left it, and when it was read from the store: the next pass
-        // reuses it for up to JOB_REREAD (nothing of this run changed it), so thousands of
-        // nodes polling fast do not each read their job every step. Any other pass reads it.
-        let mut waited: Option<(Job, std::time::Instant)> = None;
+        // The job as this run last read or wrote it, when, and the facts its journal holds:
+        // the next pass reuses them for up to JOB_REREAD (nothing of this run changed them
+        // since), so thousands of nodes polling fast neither read their job nor parse its
+        // facts every step, and a stage boundary costs one write.
+        let mut known: Option<(Job, std::time::Instant, K::Facts)> = None;
         loop {
             let permit = self.shared.pass(K::KIND).await;
-            let (job, read_at) = match waited.take() {
-                Some((job, read_at)) if read_at.elapsed() < JOB_REREAD => (job, read_at),
-                _ => (
-                    self.store().job(K::KIND, id).await?,
-                    std::time::Instant::now(),
-                ),
+            let (job, read_at, stored) = match known.take() {
+                Some(known) if known.1.elapsed() < JOB_REREAD => known,
+                _ => {
+                    let job = self.store().job(K::KIND, id).await?;
+                    let facts = K::Facts::from_details(&job.stage_details);
+                    (job, std::time::Instant::now(), facts)
+                }
             };
             // A rendered payload lives in memory only: stopping before it is deployed would
             // make the next executor render again (a new token), so one more stage pass
@@ -657,9 +658,12 @@ impl<'a, K: Kind> Run<'a, K> {
                     reason: format!("journal of {id}: {e}"),
                 })
             })?;
-            let mut facts = K::Facts::from_details(&job.stage_details);
+            let mut facts = stored.clone();
             K::prepare(self, &mut facts);
-            let job = self.begin_attempt(&job, stage, &mut facts).await?;
+            let (job, stored) = match self.begin_attempt(&job, stage, &mut facts).await? {
+                Some(opened) => (opened, facts.clone()),
+                None => (job, stored),
+            };
             let outcome = {
                 let journal = JournalCheckpoint::<K> {
                     store: self.store().clone(),
@@ -697,13 +701,13 @@ impl<'a, K: Kind> Run<'a, K> {
                     }
                     self.memory.last_wait = Some(reason);
                     // A wait may have learnt something worth keeping (a release confirmed).
-                    waited = if facts.to_details() != job.stage_details {
+                    known = if facts != stored {
                         let written = self
                             .write(&job, JobUpdate::new(JobState::Running), &facts)
                             .await?;
-                        Some((written, std::time::Instant::now()))
+                        Some((written, std::time::Instant::now(), facts))
                     } else {
-                        Some((job, read_at))
+                        Some((job, read_at, stored))
                     };
                     drop(permit);
                     stop.sleep(poll_in.unwrap_or(poll)).await;
@@ -720,7 +724,23 @@ impl<'a, K: Kind> Run<'a, K> {
                             update.stage = Some(next.name().into());
                             update.attempt = Some(0);
                             update.event = Some(event);
-                            self.write(&job, update, &facts).await?;
+                            // The next stage's first attempt opens in the same write (its
+                            // `started` record is durable before it runs, as when written on
+                            // its own); a stopping executor leaves it unopened.
+                            let opening = !stop.is_stopped();
+                            if opening {
+                                K::prepare(self, &mut facts);
+                                let now = self.shared.env.clock.now();
+                                let started =
+                                    open_attempt::<K>(next.name(), 1, now, None, &mut facts);
+                                update.attempt = Some(1);
+                                update.opened = Some(started);
+                            }
+                            let written = self.write(&job, update, &facts).await?;
+                            if opening {
+                                self.report(next.name(), ProgressStatus::Started, "");
+                            }
+                            known = Some((written, std::time::Instant::now(), facts));
                         }
                         None => return self.complete(&job, event, &facts).await,
                     }
@@ -779,6 +799,7 @@ impl<'a, K: Kind> Run<'a, K> {
                             "retry_in_secs": delay.as_secs_f64(),
                         }),
                     });
+                    // Read again after the back-off: an operator may act on a retrying job.
                     self.write(&job, update, &facts).await?;
                     self.report(stage.name(), ProgressStatus::Retrying, &message);
                     drop(permit);
@@ -789,19 +810,20 @@ impl<'a, K: Kind> Run<'a, K> {
     }
 
     /// Open a stage attempt in the journal, unless one is open already (a restarted executor
-    /// continues it, and its deadline). An attempt or stage an operator moved starts a new
-    /// clock with fresh budgets; else the next attempt keeps the stage's deadline.
+    /// continues it, and its deadline): the job as written, `None` when it was open. An
+    /// attempt or stage an operator moved starts a new clock with fresh budgets; else the next
+    /// attempt keeps the stage's deadline.
     async fn begin_attempt(
         &mut self,
         job: &Job,
         stage: K::Stage,
         facts: &mut K::Facts,
-    ) -> Result<Job, Stop> {
+    ) -> Result<Option<Job>, Stop> {
         let now = self.shared.env.clock.now();
         let (attempt, started_at, moved) = match facts.clock() {
             Some(clock) if clock.stage == job.stage && clock.attempt == job.attempt => {
                 if clock.open {
-                    return Ok(job.clone());
+                    return Ok(None);
                 }
                 (job.attempt + 1, clock.started_at, false)
             }
@@ -811,21 +833,12 @@ impl<'a, K: Kind> Run<'a, K> {
         if moved {
             facts.operator_moved(K::is_first(job, stage));
         }
-        *facts.clock() = Some(StageClock {
-            stage: job.stage.clone(),
-            attempt,
-            started_at,
-            open: true,
-        });
+        let message = moved.then(|| "after an operator's recovery action".to_owned());
         let mut update = JobUpdate::new(JobState::Running);
         update.attempt = Some(attempt);
-        update.event = Some(StageEvent {
-            stage: job.stage.clone(),
-            attempt,
-            status: EventStatus::Started,
-            message: moved.then(|| "after an operator's recovery action".to_owned()),
-            details: json!({}),
-        });
+        update.event = Some(open_attempt::<K>(
+            &job.stage, attempt, started_at, message, facts,
+        ));
         let updated = self.write(job, update, facts).await?;
         let note = if attempt > 1 {
             format!("attempt {attempt}")
@@ -833,7 +846,7 @@ impl<'a, K: Kind> Run<'a, K> {
             String::new()
         };
         self.report(stage.name(), ProgressStatus::Started, &note);
-        Ok(updated)
+        Ok(Some(updated))
     }
 
     /// The last stage is done: the job completes (or is reconciled, when an adopt finishes it) and
@@ -856,6 +869,31 @@ impl<'a, K: Kind> Run<'a, K> {
         let done = self.write(job, update, facts).await?;
         K::completed(self, &done, facts).await;
         Ok(NodeOutcome::Converged { state })
+    }
+}
+
+/// Open attempt `attempt` of `stage` in the facts' clock, started at `started_at` (now, or the
+/// stage's first attempt's start when it keeps its deadline): the journal's `started` event to
+/// write with them.
+fn open_attempt<K: Kind>(
+    stage: &str,
+    attempt: i64,
+    started_at: DateTime<Utc>,
+    message: Option<String>,
+    facts: &mut K::Facts,
+) -> StageEvent {
+    *facts.clock() = Some(StageClock {
+        stage: stage.to_owned(),
+        attempt,
+        started_at,
+        open: true,
+    });
+    StageEvent {
+        stage: stage.to_owned(),
+        attempt,
+        status: EventStatus::Started,
+        message,
+        details: json!({}),
     }
 }
 

@@ -42,7 +42,7 @@ pub use engine::{Compensation, Continuing, Engine, Kind, Pass, Run, Stop};
 pub use from_plan::{
     FreshnessError, PlanRefused, PlanWork, destroys, plan_now, verify_plan_file, work_items,
 };
-pub use lease::{NodeLease, onboarding_lease_name};
+pub use lease::{LeaseKeeper, NodeLease, onboarding_lease_name};
 pub use maas::SiteMaas;
 pub use progress::{
     JsonProgress, MemoryProgress, NoProgress, Progress, ProgressEvent, ProgressStatus,

@@ -47,7 +47,12 @@ fn match_template(template: &str, path: &str) -> Option<Vec<String>> {
     // Subnet specifiers may hold a CIDR: `subnets/cidr:10.0.0.0/24/`.
     if template == "subnets/{id}/" && p.len() >= 3 && p[0] == "subnets" && p.last() == Some(&"") {
         let id = p[1..p.len() - 1].join("/");
-        let cidr_like = p.len() == 3 || (p.len() == 4 && p[2].chars().all(|c| c.is_ascii_digit()));
+        // MAAS's route: `subnets/(?P<id>[.: \w-]+(?:/\d\d\d?)?)/` (a prefix length of two or
+        // three digits; `…/8/` routes nowhere).
+        let cidr_like = p.len() == 3
+            || (p.len() == 4
+                && (2..=3).contains(&p[2].len())
+                && p[2].chars().all(|c| c.is_ascii_digit()));
         return (!id.is_empty() && cidr_like).then(|| vec![id]);
     }
     if t.len() != p.len() {
@@ -936,6 +941,10 @@ mod tests {
         assert_eq!(r.handler.name, "MachinesHandler");
         let r = route("subnets/cidr:10.0.0.0/24/").unwrap();
         assert_eq!(r.args, vec!["cidr:10.0.0.0/24"]);
+        let r = route("subnets/cidr:172.30.9.60/31/").unwrap();
+        assert_eq!(r.args, vec!["cidr:172.30.9.60/31"]);
+        assert!(route("subnets/cidr:10.0.0.0/8/").is_none());
+        assert!(route("subnets/cidr:10.0.0.0/1234/").is_none());
         let r = route("nodes/x/interfaces/7/").unwrap();
         assert_eq!(r.handler.name, "InterfaceHandler");
         assert_eq!(r.arg("id"), "7");

@@ -241,11 +241,45 @@ async fn maas_entry(
     let Some(rest) = path.strip_prefix("/MAAS/api/2.0/") else {
         return text(StatusCode::NOT_FOUND, &format!("Not found: {path}"));
     };
-    let mut response = maas_api(&shared, &method, &uri, &headers, body, rest).await;
+    // MAAS's WSGI server hands Django the path decoded (`subnets/cidr%3A10.0.0.0/24/` is
+    // `subnets/cidr:10.0.0.0/24/`); routes are matched on that.
+    let rest = percent_decoded(rest);
+    let mut response = maas_api(&shared, &method, &uri, &headers, body, &rest).await;
     if let Ok(value) = HeaderValue::from_str(&shared.api_hash) {
         response.headers_mut().insert("X-MAAS-API-Hash", value);
     }
     response
+}
+
+/// `text` with its `%XX` escapes decoded (bytes that are not UTF-8 become U+FFFD).
+fn percent_decoded(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains('%') {
+        return text.into();
+    }
+    let bytes = text.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = match bytes.get(i + 1..i + 3) {
+            Some(hex) if bytes[i] == b'%' && hex.iter().all(u8::is_ascii_hexdigit) => {
+                std::str::from_utf8(hex)
+                    .ok()
+                    .and_then(|hex| u8::from_str_radix(hex, 16).ok())
+            }
+            _ => None,
+        };
+        match escaped {
+            Some(byte) => {
+                decoded.push(byte);
+                i += 3;
+            }
+            None => {
+                decoded.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&decoded).into_owned().into()
 }
 
 struct Outcome {

@@ -146,7 +146,7 @@ pub async fn checkpoint<F: Sync>(
 
 /// The facts a job kind keeps in its journal (the job's `stage_details`), as the executor sees
 /// them: the stage attempt's clock and retry count, and the node and machine they learnt.
-pub trait JournalFacts: Default + Send + Sync + 'static {
+pub trait JournalFacts: Default + Clone + PartialEq + Send + Sync + 'static {
     /// Read from a job's `stage_details`; an empty or foreign document starts afresh.
     fn from_details(details: &serde_json::Value) -> Self;
     fn to_details(&self) -> serde_json::Value;

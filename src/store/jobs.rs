@@ -279,6 +279,9 @@ pub struct JobUpdate {
     /// Required when `state` is a failed state; cleared on any other state.
     pub failure: Option<JobFailure>,
     pub event: Option<StageEvent>,
+    /// The next stage's `started` event, written after `event` in the same transaction: a
+    /// finished stage and the opening of the next one's first attempt in one write.
+    pub opened: Option<StageEvent>,
     /// Bind the job to its node (once; an onboarding learns its node at render_cloud_init).
     pub node_id: Option<Uuid>,
     /// Move the node's coarse state in the same transaction.
@@ -301,6 +304,7 @@ impl JobUpdate {
             attempt: None,
             failure: None,
             event: None,
+            opened: None,
             node_id: None,
             node_transition: None,
             maas_system_id: None,
@@ -986,7 +990,10 @@ impl Store {
             }
             (a, b) => a.or(b),
         };
-        if let Some(node) = update.node_id {
+        if let Some(node) = update.node_id
+            && update.node_transition.is_some()
+        {
+            // The node must exist before it moves (without a move, it is read below).
             read_node(&mut tx, node).await?;
         }
         if let Some(transition) = &update.node_transition {
@@ -1130,7 +1137,7 @@ impl Store {
                 id: job.id.to_string(),
             });
         };
-        if let Some(event) = &update.event {
+        for event in update.event.iter().chain(&update.opened) {
             check_stage(kind, job.mode(), &event.stage)?;
             insert_event(tx, kind, job.id, event, now).await?;
         }

@@ -370,21 +370,45 @@ impl Store {
     /// condition), a lease that expired without being taken over is extended: the fencing
     /// generation proves nobody else acted under it.
     pub async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<Lease, StoreError> {
+        self.renew_leases(std::slice::from_ref(lease), ttl)
+            .await?
+            .pop()
+            .expect("one answer per lease")
+    }
+
+    /// Extend many held leases in one transaction (an executor's heartbeat round), as
+    /// [`Store::renew_lease`] extends one: each comes back renewed, or as
+    /// [`StoreError::LeaseLost`] when it was taken over or released. An error of the store
+    /// itself fails the whole round (nothing renewed).
+    pub async fn renew_leases(
+        &self,
+        leases: &[Lease],
+        ttl: Duration,
+    ) -> Result<Vec<Result<Lease, StoreError>>, StoreError> {
         let now = self.now();
+        // What the rows hold once renewed (stored at microseconds).
+        let expires_at = parse_time(&format_time(now + ttl))?;
         let mut tx = self.pool.write().await?;
-        let columns = lease.sort.columns();
-        let mut write = LeaseWrite::row(columns, lease.name.clone())
-            .set(columns.expires, format_time(now + ttl))
-            .held_by(&lease.holder, Some(lease.fencing));
-        if lease.sort == LeaseSort::Named {
-            write = write.set("renewed_at", format_time(now));
+        let mut renewed = Vec::with_capacity(leases.len());
+        for lease in leases {
+            let columns = lease.sort.columns();
+            let mut write = LeaseWrite::row(columns, lease.name.clone())
+                .set(columns.expires, format_time(expires_at))
+                .held_by(&lease.holder, Some(lease.fencing));
+            if lease.sort == LeaseSort::Named {
+                write = write.set("renewed_at", format_time(now));
+            }
+            renewed.push(if write.execute(&mut tx).await? == 0 {
+                Err(lease.fence().lost())
+            } else {
+                Ok(Lease {
+                    expires_at,
+                    ..lease.clone()
+                })
+            });
         }
-        if write.execute(&mut tx).await? == 0 {
-            return Err(lease.fence().lost());
-        }
-        let lease = read_lease_of(&mut tx, lease.sort, &lease.name).await?;
         tx.commit().await?;
-        Ok(lease)
+        Ok(renewed)
     }
 
     /// Give a lease up so the next acquirer need not wait for expiry. Releasing a lease that

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
-use metalform::clock::ManualClock;
+use metalform::clock::{Clock, ManualClock};
 use metalform::lifecycle::{
     DecommissionMode, FailureClass, JobKind, JobState, MaasStatus, NodeState, OnboardingStage,
     Owner, Provider, RecoveryAction, Verb,
@@ -1567,6 +1567,46 @@ pub async fn failed_jobs_record_their_next_try(url: String) {
     );
 }
 
+pub async fn lease_renewal_rounds_renew_every_lease_and_report_the_lost(url: String) {
+    let (store, clock) = open(&url).await;
+    let ttl = Duration::seconds(30);
+    let mut held = Vec::new();
+    for name in ["onboarding:dc1/a", "onboarding:dc1/b", "onboarding:dc1/c"] {
+        held.push(store.acquire_lease(name, "exec-a", ttl).await.unwrap());
+    }
+    // b lapses and is taken over; c is released by its holder.
+    clock.advance(Duration::seconds(31));
+    let b = store
+        .acquire_lease("onboarding:dc1/b", "exec-b", ttl)
+        .await
+        .unwrap();
+    assert!(store.release_lease(&held[2]).await.unwrap());
+    clock.advance(Duration::seconds(1));
+    let renewed = store.renew_leases(&held, ttl).await.unwrap();
+    assert_eq!(renewed.len(), 3);
+    // a expired without a takeover: renewed at its generation, until now + ttl, as stored.
+    let a = renewed[0].as_ref().unwrap();
+    assert_eq!((a.fencing, a.holder.as_str()), (1, "exec-a"));
+    assert_eq!(a.expires_at, clock.now() + ttl);
+    assert_eq!(
+        store.lease("onboarding:dc1/a").await.unwrap().as_ref(),
+        Some(a)
+    );
+    for (lost, name) in [
+        (&renewed[1], "onboarding:dc1/b"),
+        (&renewed[2], "onboarding:dc1/c"),
+    ] {
+        assert!(
+            matches!(lost, Err(StoreError::LeaseLost { name: n, .. }) if n == name),
+            "{lost:?}"
+        );
+    }
+    // The round wrote nothing under the lost leases: b is still exec-b's, c nobody's.
+    assert_eq!(store.lease("onboarding:dc1/b").await.unwrap(), Some(b));
+    assert_eq!(store.lease("onboarding:dc1/c").await.unwrap(), None);
+    assert!(store.renew_leases(&[], ttl).await.unwrap().is_empty());
+}
+
 /// One `#[tokio::test]` per case, each on a fresh store from `$make_url`.
 #[macro_export]
 macro_rules! store_suite_tests {
@@ -1580,6 +1620,7 @@ macro_rules! store_suite_tests {
             protection_blocks_destructive_decommission,
             an_adopted_job_rerun_ends_completed,
             leases_fence_stale_holders,
+            lease_renewal_rounds_renew_every_lease_and_report_the_lost,
             concurrent_acquirers_get_one_lease,
             agent_tasks_are_never_duplicated,
             enrollment_tokens_are_single_use_with_ttl,

@@ -126,6 +126,28 @@ impl MaasClient {
             .await
     }
 
+    /// The subnet of `cidr`, if MAAS has one: `GET subnets/cidr:{cidr}/` (a subnet
+    /// specifier, API_REFERENCE §5.20), `None` on its 404. MAAS routes a specifier's prefix
+    /// length only when it has two or three digits (`/\d\d\d?`), so a shorter one (`/8`) is
+    /// looked for in `GET subnets/`.
+    pub async fn find_subnet_by_cidr(&self, cidr: &str) -> Result<Option<Subnet>, MaasError> {
+        let (network, prefix) = cidr.split_once('/').unwrap_or((cidr, ""));
+        if !(2..=3).contains(&prefix.len()) || !prefix.bytes().all(|b| b.is_ascii_digit()) {
+            let subnets = self.list_subnets().await?;
+            return Ok(subnets.into_iter().find(|s| s.cidr == cidr));
+        }
+        let specifier = format!("cidr:{network}");
+        match self
+            .transport()
+            .json(Call::get("read_subnet", &["subnets", &specifier, prefix]))
+            .await
+        {
+            Ok(subnet) => Ok(Some(subnet)),
+            Err(MaasError::NotFound { .. }) => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
+
     /// `POST subnets/` (admin). A duplicate CIDR is a 400 with form errors.
     pub async fn create_subnet(&self, params: &CreateSubnetParams) -> Result<Subnet, MaasError> {
         self.transport()

@@ -170,6 +170,17 @@ pub(super) fn deploy_address(ctx: &StageCtx<'_>, machine: &Machine) -> Option<St
 
 pub(super) async fn ensure_deployed(ctx: &mut StageCtx<'_>) -> Result<StageOutcome, StageFailure> {
     use MaasStatus as S;
+    // A deployment takes minutes and is polled all along: while it is Deploying only the status
+    // matters, so a poll parses the machine's summary (a machine object is ~28 KB, most of it
+    // interfaces and disks); any other status is read again in full to act on.
+    let polled = ctx.machine_summary().await?;
+    if polled.status.known() == Some(S::Deploying) && ctx.timed_out(PolicyTimeout::Deploy).is_none()
+    {
+        return Ok(StageOutcome::wait(format!(
+            "{} is Deploying",
+            polled.system_id
+        )));
+    }
     let machine = ctx.machine().await?;
     let sid = machine.system_id.clone();
     match machine.status.known() {

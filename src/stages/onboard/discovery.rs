@@ -43,22 +43,20 @@ pub(super) async fn ensure_machine_in_maas(
     let maas = ctx.maas().await?;
     let hostname = ctx.target.hostname().to_owned();
     let bmc = ctx.target.node.bmc.ipmi_ip.to_string();
-    let addresses = maas
-        .power_addresses()
-        .await
-        .map_err(|e| StageFailure::maas(&e))?;
-    let with_bmc: Vec<&String> = addresses
-        .iter()
-        .filter(|(_, address)| address.as_deref() == Some(bmc.as_str()))
-        .map(|(system_id, _)| system_id)
-        .collect();
-
     let by_hostname = maas
         .list_machines(&MachineFilter::all().hostname(&hostname))
         .await
         .map_err(|e| StageFailure::maas(&e))?;
     if let [machine] = by_hostname.as_slice() {
-        if let Some(Some(other)) = addresses.get(&machine.system_id)
+        // Only this machine's BMC address matters: ask for its power parameters alone (every
+        // machine's grow with the site, and a wave reads them once per node).
+        let power = maas
+            .power_parameters(std::slice::from_ref(&machine.system_id))
+            .await
+            .map_err(|e| StageFailure::maas(&e))?;
+        if let Some(other) = power
+            .get(&machine.system_id)
+            .and_then(|p| p.power_address.as_ref())
             && other != &bmc
         {
             return Err(StageFailure::ambiguity(
@@ -74,6 +72,15 @@ pub(super) async fn ensure_machine_in_maas(
         }
         return Ok(bind(ctx, machine, "hostname"));
     }
+    let addresses = maas
+        .power_addresses()
+        .await
+        .map_err(|e| StageFailure::maas(&e))?;
+    let with_bmc: Vec<&String> = addresses
+        .iter()
+        .filter(|(_, address)| address.as_deref() == Some(bmc.as_str()))
+        .map(|(system_id, _)| system_id)
+        .collect();
     match with_bmc.as_slice() {
         [system_id] => {
             let machine = read(&maas, system_id).await?;

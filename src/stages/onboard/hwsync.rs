@@ -27,7 +27,11 @@ pub const SYNC_UNITS: &[&str] = crate::cloudinit::HW_SYNC_UNITS;
 
 /// The machine, which must still be Deployed (released or deleted out of band is ambiguity).
 async fn deployed_machine(ctx: &mut StageCtx<'_>) -> Result<Machine, StageFailure> {
-    let machine = ctx.machine().await?;
+    still_deployed(ctx.machine().await?)
+}
+
+/// `machine` as read, when it is still Deployed.
+fn still_deployed(machine: Machine) -> Result<Machine, StageFailure> {
     if machine.status != MaasStatus::Deployed {
         return Err(StageFailure::ambiguity(
             "machine_left_deployed",
@@ -137,7 +141,7 @@ pub(super) async fn ensure_hardware_sync_configured(
                 json!({}),
             ));
         }
-        _ => deployed_machine(ctx).await?,
+        m => still_deployed(m)?,
     };
     let sync = machine.hardware_sync();
     if adopted_as_is(ctx) {

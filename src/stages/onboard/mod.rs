@@ -32,7 +32,7 @@ use serde_json::json;
 use super::{Checkpoint, StageFailure, StageOutcome};
 use crate::lifecycle::{OnboardingStage, PolicyTimeout};
 use crate::plan::NodeTarget;
-use crate::provider::maas::{MaasClient, MaasError, Machine};
+use crate::provider::maas::{MaasClient, MaasError, Machine, MachineSummary};
 use crate::secrets::PowerCredentials;
 use crate::store::{Job, Observed};
 // The stages' shared environment, under the paths it has always had.
@@ -110,11 +110,33 @@ impl StageCtx<'_> {
     pub async fn machine(&mut self) -> Result<Machine, StageFailure> {
         let maas = self.maas().await?;
         let system_id = self.system_id()?.to_owned();
-        match maas.read_machine(&system_id).await {
-            Ok(machine) => {
-                self.observe(&machine);
-                Ok(machine)
-            }
+        let machine = self.bound_read(&system_id, maas.read_machine(&system_id).await)?;
+        self.observe(&machine);
+        Ok(machine)
+    }
+
+    /// Re-read this job's machine for its status only (a poll): the same read as
+    /// [`StageCtx::machine`], its interfaces, disks and the rest skipped while parsing.
+    pub async fn machine_summary(&mut self) -> Result<MachineSummary, StageFailure> {
+        let maas = self.maas().await?;
+        let system_id = self.system_id()?.to_owned();
+        let machine = self.bound_read(&system_id, maas.read_machine_summary(&system_id).await)?;
+        self.memory.observed = Some(Observed {
+            status: Some(machine.status_label()),
+            power_state: Some(machine.power_state.as_str().to_owned()),
+            ips: machine.ip_addresses.clone(),
+        });
+        Ok(machine)
+    }
+
+    /// A read of the bound machine, classified: gone is the failure of §4.11.
+    fn bound_read<T>(
+        &mut self,
+        system_id: &str,
+        read: Result<T, MaasError>,
+    ) -> Result<T, StageFailure> {
+        match read {
+            Ok(machine) => Ok(machine),
             Err(MaasError::NotFound { .. }) => {
                 self.memory.observed = Some(Observed {
                     status: Some("absent".into()),

@@ -196,10 +196,6 @@ pub(super) async fn ensure_roce_phase2_applied(
             Err(jump) => return Ok(jump),
         };
     let sid = machine.system_id.clone();
-    let mut subnets = maas
-        .list_subnets()
-        .await
-        .map_err(|e| StageFailure::maas(&e))?;
     let mut applied = Vec::new();
     let mut already = 0u32;
     let mut moved = Vec::new();
@@ -229,18 +225,20 @@ pub(super) async fn ensure_roce_phase2_applied(
         }
         let cidr = assignment.address.network().to_string();
         let vlan = interface.vlan.as_ref().map(|v| v.id);
-        let subnet = match subnets.iter().find(|s| s.cidr == cidr) {
-            Some(subnet) => subnet.clone(),
+        // The one subnet asked for, not the list (it grows by one per node of a wave).
+        let found = maas
+            .find_subnet_by_cidr(&cidr)
+            .await
+            .map_err(|e| StageFailure::maas(&e))?;
+        let subnet = match found {
+            Some(subnet) => subnet,
             None => {
                 // On the port's VLAN: MAAS offers link_subnet only the subnets of it.
                 let mut create = CreateSubnetParams::new(cidr.clone());
                 create.vlan = vlan;
-                let subnet = maas
-                    .create_subnet(&create)
+                maas.create_subnet(&create)
                     .await
-                    .map_err(|e| refused(&format!("creating subnet {cidr}"), &e))?;
-                subnets.push(subnet.clone());
-                subnet
+                    .map_err(|e| refused(&format!("creating subnet {cidr}"), &e))?
             }
         };
         let subnet_vlan = subnet.vlan.as_ref().map(|v| v.id);
