@@ -136,11 +136,15 @@ async fn roce_on_the_ports_own_fabric_sync_from_metalforms_payload_nothing_refus
     let deploys = bed.deploys("dc1");
     assert!(deploys.values().all(|d| *d == 1), "{deploys:?}");
 
-    // 5: the strict simulator refused nothing metalform sent.
+    // 5: the strict simulator refused nothing metalform sent. A lookup of the node's /31 by
+    // its `cidr:` specifier answers 404 before the stage creates it: a miss, not a refusal.
     let refused: Vec<String> = sim
         .ops()
         .into_iter()
         .filter(|op| op.status >= 400)
+        .filter(|op| {
+            !(op.method == "GET" && op.status == 404 && op.path.contains("/subnets/cidr%3A"))
+        })
         .map(|op| format!("{} {} {:?} → {}", op.method, op.path, op.op, op.status))
         .collect();
     assert!(refused.is_empty(), "{refused:#?}");

@@ -171,10 +171,10 @@ impl Row {
 /// A SQLite pool and the turn its writers take, in this process, before `BEGIN IMMEDIATE`.
 ///
 /// SQLite has one writer at a time. Writers that find the lock taken wait in SQLite's busy
-/// handler, which sleeps 1, 2, 5 … 100 ms between tries: a wave of a hundred nodes writing
-/// their journals through the pool's connections spent most of its wall time asleep there.
-/// Queueing on a fair async mutex first hands the lock over the moment it is free. Another
-/// process (a CLI beside the daemon) still waits on the busy timeout.
+/// handler, which sleeps 1, 2, 5 … 100 ms between tries, so the lock can sit free while every
+/// waiting writer sleeps. Queueing on a fair async mutex first hands the lock over the moment
+/// the last writer commits. Another process (a CLI beside the daemon) still waits on the busy
+/// timeout.
 #[derive(Debug, Clone)]
 pub(crate) struct SqlitePool {
     pool: sqlx::SqlitePool,
