@@ -255,6 +255,17 @@ pub fn raise_fd_limit() -> u64 {
 /// Descriptors kept out of every listener's budget: the store, secrets, files, clients.
 const RESERVED_FDS: u64 = 256;
 
+/// The connections one listener may hold with `fd_limit` descriptors. Two listeners share
+/// what the reserve leaves: each keeps room for the other's maximum, which is the admin API's
+/// (1,024) unless half the descriptors is less. Halving them instead left a daemon with a
+/// 20,000-descriptor limit 9,872 agent connections: ten thousand enrolled agents, each
+/// holding its long poll, filled them, and the last agents of a wave could not enroll.
+fn connection_budget(fd_limit: u64) -> usize {
+    let usable = fd_limit.saturating_sub(RESERVED_FDS);
+    let kept_for_the_other = (usable / 2).min(Limits::admin().max_connections as u64);
+    (usable - kept_for_the_other).max(16) as usize
+}
+
 /// A listener bound to its address, not serving yet.
 pub struct Bound {
     name: &'static str,
@@ -273,8 +284,7 @@ pub async fn bind(
     mut limits: Limits,
 ) -> Result<Bound, ListenerError> {
     let tls = ServerTls::load(tls)?;
-    // Two listeners share the process's descriptors; each may use half of what is left.
-    let budget = (raise_fd_limit().saturating_sub(RESERVED_FDS) / 2).max(16) as usize;
+    let budget = connection_budget(raise_fd_limit());
     if limits.max_connections > budget {
         tracing::warn!(
             listener = name,
@@ -798,4 +808,21 @@ async fn handle(
     };
     drop(flight);
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::connection_budget;
+
+    #[test]
+    fn a_listener_keeps_room_for_the_other_and_the_reserve() {
+        // 1,024 descriptors: 768 after the reserve, half each (the admin maximum is more).
+        assert_eq!(connection_budget(1_024), 384);
+        // 20,000: the agent channel holds ten thousand agents' long polls and more, with the
+        // admin API's 1,024 and the reserve left over.
+        assert_eq!(connection_budget(20_000), 18_720);
+        assert!(connection_budget(20_000) + 1_024 + 256 <= 20_000);
+        // Nothing to spare still leaves a listener that answers.
+        assert_eq!(connection_budget(100), 16);
+    }
 }
