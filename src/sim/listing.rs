@@ -394,17 +394,21 @@ mod tests {
         String::from_utf8(parts.concat()).unwrap()
     }
 
+    /// Each initial state renders differently (links, status, owner): every byte-for-byte
+    /// check runs over all of them.
+    const EVERY_INITIAL_STATE: [InitialState; 3] = [
+        InitialState::Ready,
+        InitialState::Deployed,
+        InitialState::New,
+    ];
+
     fn all_ids(world: &World) -> Vec<u64> {
         world.machines.keys().copied().collect()
     }
 
     #[test]
     fn a_list_is_byte_for_byte_the_list_rendered_at_once() {
-        for initial in [
-            InitialState::Ready,
-            InitialState::Deployed,
-            InitialState::New,
-        ] {
+        for initial in EVERY_INITIAL_STATE {
             let mut world = world(initial);
             let ids = all_ids(&world);
             let expected = rendered_at_once(&world, &ids);
@@ -498,11 +502,7 @@ mod tests {
 
     #[test]
     fn a_read_is_byte_for_byte_the_machine_rendered_alone_whichever_form_came_first() {
-        for initial in [
-            InitialState::Ready,
-            InitialState::Deployed,
-            InitialState::New,
-        ] {
+        for initial in EVERY_INITIAL_STATE {
             // Read first, then listed (the list element made from the document) …
             let mut world = world(initial);
             let ids = all_ids(&world);

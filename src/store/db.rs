@@ -181,6 +181,11 @@ pub(crate) struct SqlitePool {
     writers: Arc<tokio::sync::Mutex<()>>,
 }
 
+/// The row of `table` whose `id` is `$1`.
+fn by_id(table: &str) -> String {
+    format!("SELECT * FROM {table} WHERE id = $1")
+}
+
 /// A transaction on either backend; a SQLite writer holds its turn until it ends.
 pub(crate) enum Tx {
     Sqlite(
@@ -305,12 +310,10 @@ impl Tx {
         id: impl ToString,
     ) -> Result<Row, StoreError> {
         let id = id.to_string();
-        self.fetch_optional(
-            format!("SELECT * FROM {table} WHERE id = $1"),
-            &[Param::from(id.as_str())],
-        )
-        .await?
-        .ok_or(StoreError::NotFound { kind, id })
+        let found = self
+            .fetch_optional(by_id(table), &[Param::from(id.as_str())])
+            .await?;
+        found.ok_or(StoreError::NotFound { kind, id })
     }
 
     /// Run a script of several statements (migrations), no parameters.
@@ -454,12 +457,10 @@ impl Pool {
         id: impl ToString,
     ) -> Result<Row, StoreError> {
         let id = id.to_string();
-        self.fetch_optional_once(
-            format!("SELECT * FROM {table} WHERE id = $1"),
-            &[Param::from(id.as_str())],
-        )
-        .await?
-        .ok_or(StoreError::NotFound { kind, id })
+        let found = self
+            .fetch_optional_once(by_id(table), &[Param::from(id.as_str())])
+            .await?;
+        found.ok_or(StoreError::NotFound { kind, id })
     }
 
     pub fn backend(&self) -> Backend {
