@@ -11,7 +11,9 @@
 //!   observation and the plan hold, the simulators included as they answer);
 //! - a reconcile pass: for every site at once, as the daemon does, observe the site with the
 //!   daemon's long-lived clients, plan it and run its drift pass on that observation; with the
-//!   MAAS requests per pass;
+//!   MAAS requests per pass. Passes alternate between the drift pass deciding on the store rows
+//!   the observation read (as the daemon's does when it dispatched nothing) and reading them
+//!   again itself (the baseline);
 //! - the store seeding itself;
 //! - the same fleet through real processes: `metalform plan --detailed-exitcode` (wall time,
 //!   the process's own peak RSS (VmHWM) and CPU; exit 0 asserts "no changes"), then a `metalform daemon`
@@ -37,7 +39,7 @@ use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use metalform::clock::SystemClock;
 use metalform::drift::{DriftEnv, DriftPolicy};
@@ -311,75 +313,97 @@ async fn run(options: Options) {
         daemon_clients.clone(),
         DriftPolicy::default(),
     );
-    let mut passes = Vec::new();
+    // Alternately: the drift pass deciding on the observation's store rows (as the daemon's
+    // does when the reconcile dispatched nothing), and reading them again itself (as every
+    // pass did before): the same run's baseline for that change.
+    let mut passes: BTreeMap<bool, Vec<Duration>> = BTreeMap::new();
     for run in 0..options.runs + 1 {
-        let before = metrics.total();
-        let start = Instant::now();
-        let reports = futures::future::join_all(fleet.sites.values().map(|site| {
-            let (fleet, store, secrets, clients, env) =
-                (&fleet, &store, &secrets, &daemon_clients, &env);
-            async move {
-                let filter = SiteFilter::Only([site.name.clone()].into());
-                let mut snapshot =
-                    observe::observe(fleet, &filter, store, secrets.as_ref(), clients)
-                        .await
-                        .expect("observed");
-                let plan = plan::plan(
-                    fleet,
-                    &snapshot,
-                    &PlanOptions {
-                        sites: filter,
-                        ..PlanOptions::default()
-                    },
-                );
-                let observation = snapshot.sites.remove(&site.name);
-                assert!(matches!(
-                    observation,
-                    Some(SiteObservation::Readable { .. })
-                ));
-                let report = metalform::drift::reconcile_site(env, site, observation)
+        for shared in [true, false] {
+            let before = metrics.total();
+            let start = Instant::now();
+            let reports = futures::future::join_all(fleet.sites.values().map(|site| {
+                let (fleet, store, secrets, clients, env) =
+                    (&fleet, &store, &secrets, &daemon_clients, &env);
+                async move {
+                    let filter = SiteFilter::Only([site.name.clone()].into());
+                    let (mut snapshot, rows) = observe::observe_keeping_rows(
+                        fleet,
+                        &filter,
+                        store,
+                        secrets.as_ref(),
+                        clients,
+                        &observe::Patience::default(),
+                    )
                     .await
-                    .expect("drift pass");
-                (plan, report)
+                    .expect("observed");
+                    let plan = plan::plan(
+                        fleet,
+                        &snapshot,
+                        &PlanOptions {
+                            sites: filter,
+                            ..PlanOptions::default()
+                        },
+                    );
+                    let observation = snapshot.sites.remove(&site.name).expect("observed");
+                    assert!(matches!(observation, SiteObservation::Readable { .. }));
+                    let rows = shared.then_some(rows);
+                    let report =
+                        metalform::drift::reconcile_observed_site(env, site, observation, rows)
+                            .await
+                            .expect("drift pass");
+                    (plan, report)
+                }
+            }))
+            .await;
+            let took = start.elapsed();
+            let mut settled = 0;
+            for (plan, report) in &reports {
+                settled += plan.items.len();
+                assert!(report.errors.is_empty(), "{:?}", report.errors);
+                assert_eq!(report.taken().count(), 0, "nothing to act on");
+                assert_eq!(
+                    report.by_rule.get("deployed_active").copied().unwrap_or(0),
+                    report.findings.len(),
+                    "{:?}",
+                    report.by_rule
+                );
             }
-        }))
-        .await;
-        let took = start.elapsed();
-        let mut settled = 0;
-        for (plan, report) in &reports {
-            settled += plan.items.len();
-            assert!(report.errors.is_empty(), "{:?}", report.errors);
-            assert_eq!(report.taken().count(), 0, "nothing to act on");
-            assert_eq!(
-                report.by_rule.get("deployed_active").copied().unwrap_or(0),
-                report.findings.len(),
-                "{:?}",
-                report.by_rule
+            assert_eq!(settled, nodes);
+            let made = metrics.total() - before;
+            println!(
+                "  reconcile pass {}{} ({}): {:>7.1} ms; {made} MAAS requests ({:.1} per site)",
+                run + 1,
+                if run == 0 {
+                    " (first: clients new)"
+                } else {
+                    ""
+                },
+                if shared {
+                    "store rows shared"
+                } else {
+                    "drift pass reads the store again"
+                },
+                ms(took),
+                made as f64 / fleet.sites.len() as f64
             );
-        }
-        assert_eq!(settled, nodes);
-        let made = metrics.total() - before;
-        println!(
-            "  reconcile pass {}{}: {:>7.1} ms; {made} MAAS requests ({:.1} per site)",
-            run + 1,
-            if run == 0 {
-                " (first: clients new)"
-            } else {
-                ""
-            },
-            ms(took),
-            made as f64 / fleet.sites.len() as f64
-        );
-        if run > 0 {
-            passes.push(took);
+            if run > 0 {
+                passes.entry(shared).or_default().push(took);
+            }
         }
     }
-    println!(
-        "reconcile pass ({nodes} nodes, {} sites, after the first): {}; requests in all: {}",
-        fleet.sites.len(),
-        Samples::from(passes).summary(),
-        requests(&metrics)
-    );
+    for (shared, times) in passes.into_iter().rev() {
+        println!(
+            "reconcile pass ({nodes} nodes, {} sites, after the first; {}): {}",
+            fleet.sites.len(),
+            if shared {
+                "store rows shared, as the daemon"
+            } else {
+                "drift pass reads the store again"
+            },
+            Samples::from(times).summary(),
+        );
+    }
+    println!("requests in all: {}", requests(&metrics));
     println!(
         "process RSS at the end: {:.0} MiB",
         support::memory_mib(std::process::id()).rss

@@ -1174,16 +1174,17 @@ async fn reconcile_site(
         return summary;
     }
     let filter = SiteFilter::Only([site.clone()].into());
-    let mut snapshot = match crate::observe::observe(
+    let (mut snapshot, rows) = match crate::observe::observe_keeping_rows(
         &fleet.fleet,
         &filter,
         &core.store,
         core.secrets.as_ref(),
         &core.clients,
+        &crate::observe::Patience::default(),
     )
     .await
     {
-        Ok(snapshot) => snapshot,
+        Ok(observed) => observed,
         Err(err) => {
             tracing::error!(site = %site, error = %err, "reconcile: cannot observe");
             core.metrics
@@ -1218,11 +1219,22 @@ async fn reconcile_site(
         .lock()
         .expect("lock")
         .insert(site.clone(), latest.clone());
-    if let Err(err) = record_before_dispatch(core, fleet, &snapshot, plan, window_override).await {
-        tracing::error!(site = %site, error = %err, "reconcile: cannot record release policies or window overrides");
-        summary.error = Some(err.to_string());
-        return summary;
-    }
+    let policies_written = match record_before_dispatch(
+        core,
+        fleet,
+        &snapshot,
+        plan,
+        window_override,
+    )
+    .await
+    {
+        Ok(written) => written,
+        Err(err) => {
+            tracing::error!(site = %site, error = %err, "reconcile: cannot record release policies or window overrides");
+            summary.error = Some(err.to_string());
+            return summary;
+        }
+    };
     summary.plan = plan.sites.first().map(|s| s.summary);
     let dispatch = work::dispatch(plan, &core.config.self_heal);
     for (node, why) in &dispatch.held {
@@ -1250,9 +1262,18 @@ async fn reconcile_site(
     let mut drift_failed = false;
     if core.stop.is_stopped() {
         tracing::info!(site = %site, "drift pass skipped: shutting down");
-    } else if let Some(site_config) = fleet.fleet.sites.get(site) {
-        let observation = snapshot.sites.remove(site);
-        match crate::drift::reconcile_site(&core.drift, site_config, observation).await {
+    } else if let Some((site_config, observation)) =
+        fleet.fleet.sites.get(site).zip(snapshot.sites.remove(site))
+    {
+        // A reconcile that wrote no node and started nothing opened no job since the
+        // observation: its rows are still what the drift pass decides on. One that did leaves
+        // the pass to read them anew, so that the nodes just dispatched are seen with their
+        // open jobs.
+        let unchanged = policies_written == 0 && summary.started == 0;
+        let rows = unchanged.then_some(rows);
+        match crate::drift::reconcile_observed_site(&core.drift, site_config, observation, rows)
+            .await
+        {
             Ok(report) => {
                 core.metrics.drift(&report);
                 log_drift(&report);
@@ -1324,15 +1345,16 @@ async fn queue_provisions(
 
 /// What a reconcile writes before it dispatches work: the release policies the manifests give
 /// the site's nodes now, and the audit of each item run outside its maintenance window.
+/// Returns how many nodes' release policies changed.
 async fn record_before_dispatch(
     core: &Arc<Core>,
     fleet: &Arc<FleetRevision>,
     snapshot: &crate::observe::Snapshot,
     plan: &crate::plan::Plan,
     window_override: Option<WindowOverride>,
-) -> Result<(), crate::store::StoreError> {
+) -> Result<usize, crate::store::StoreError> {
     let actor = Actor::system("metalform-daemon");
-    crate::apply::records::sync_release_policies(
+    let written = crate::apply::records::sync_release_policies(
         &core.store,
         &fleet.fleet,
         &snapshot.inventory,
@@ -1343,7 +1365,7 @@ async fn record_before_dispatch(
         crate::apply::records::audit_window_overrides(&core.store, plan, &actor, Some(&reason))
             .await?;
     }
-    Ok(())
+    Ok(written)
 }
 
 /// One JSON log line per drift finding that is new (at its severity), per action carried

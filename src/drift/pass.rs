@@ -20,13 +20,13 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::lifecycle::{JobKind, NodeState, Owner};
+use crate::lifecycle::{NodeState, Owner};
 use crate::model::Site;
 use crate::observe::{InventoryNode, MaasClients, SiteObservation, observe_site};
 use crate::provider::maas::{MaasClient, MaasError, ReleaseParams, StopMode};
 use crate::secrets::SecretStore;
 use crate::store::{
-    Actor, AuditEntry, DriftMark, DriftRecord, Lease, MaasObservation, Node, NodeFilter, Store,
+    Actor, AuditEntry, DriftMark, DriftRecord, Lease, MaasObservation, Node, SiteRows, Store,
     StoreError, node_lease_name,
 };
 
@@ -195,13 +195,18 @@ struct Inputs {
     job_machines: BTreeSet<String>,
 }
 
-async fn load_inputs(store: &Store, site: &str) -> Result<Inputs, StoreError> {
-    let nodes = store
-        .list_nodes(&NodeFilter {
-            site: Some(site.to_owned()),
-            ..NodeFilter::default()
-        })
-        .await?;
+/// `rows`: the site's inventory and current jobs as the same reconcile's observation read them;
+/// read here when not given.
+async fn load_inputs(
+    store: &Store,
+    site: &str,
+    rows: Option<SiteRows>,
+) -> Result<Inputs, StoreError> {
+    let rows = match rows {
+        Some(rows) => rows,
+        None => store.site_rows(Some(site)).await?,
+    };
+    let nodes = rows.nodes;
     let contacts = store.agent_contacts(Some(site)).await?;
     let mut priors: HashMap<Uuid, crate::store::MaasState> = store
         .maas_states(Some(site))
@@ -212,9 +217,9 @@ async fn load_inputs(store: &Store, site: &str) -> Result<Inputs, StoreError> {
     let mut open: HashMap<Uuid, OpenJob> = HashMap::new();
     let mut job_machines = BTreeSet::new();
     let mut latest_machine: HashMap<Uuid, String> = HashMap::new();
-    for kind in JobKind::ALL {
+    for (_, current) in rows.jobs {
         // Newest request first: the first job of a node with a machine names its latest one.
-        for job in store.current_jobs(*kind, Some(site)).await? {
+        for job in current {
             if job.state.is_open() {
                 job_machines.extend(job.maas_system_id.clone());
                 if let Some(node) = job.node_id {
@@ -264,11 +269,23 @@ pub async fn reconcile_site(
     site: &Site,
     observation: Option<SiteObservation>,
 ) -> Result<DriftReport, DriftError> {
-    let name = site.name.to_string();
     let observation = match observation {
         Some(o) => o,
         None => observe_site(site, env.secrets.as_ref(), &env.maas).await,
     };
+    reconcile_observed_site(env, site, observation, None).await
+}
+
+/// [`reconcile_site`] on an observation made already, and the store rows it was made with when
+/// nothing can have opened a job since (the daemon's reconcile that dispatched nothing): those
+/// are not read again.
+pub async fn reconcile_observed_site(
+    env: &DriftEnv,
+    site: &Site,
+    observation: SiteObservation,
+    rows: Option<SiteRows>,
+) -> Result<DriftReport, DriftError> {
+    let name = site.name.to_string();
     let store_error = |source| DriftError::Store {
         site: name.clone(),
         source,
@@ -277,7 +294,9 @@ pub async fn reconcile_site(
         nodes,
         inputs,
         job_machines,
-    } = load_inputs(&env.store, &name).await.map_err(store_error)?;
+    } = load_inputs(&env.store, &name, rows)
+        .await
+        .map_err(store_error)?;
     let now = env.store.clock().now();
     let evaluation = rules::evaluate_site(
         &name,

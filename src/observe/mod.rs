@@ -19,7 +19,7 @@ use crate::lifecycle::JobKind;
 use crate::model::{Fleet, Site, SiteName};
 use crate::provider::maas::{MaasClient, MachineFilter, MachineSummary};
 use crate::secrets::SecretStore;
-use crate::store::{NodeFilter, Store, StoreError};
+use crate::store::{SiteRows, Store, StoreError};
 
 pub use clients::{ClientError, MaasClients};
 pub(crate) use snapshot::hash_json;
@@ -146,6 +146,34 @@ pub async fn observe_within(
     maas: &MaasClients,
     patience: &Patience,
 ) -> Result<Snapshot, ObserveError> {
+    let (snapshot, _) = observe_inner(fleet, sites, store, secrets, maas, patience, false).await?;
+    Ok(snapshot)
+}
+
+/// [`observe_within`], handing back as well the store rows the snapshot was made from: the
+/// daemon's drift pass of the same reconcile decides on them instead of reading them again.
+pub async fn observe_keeping_rows(
+    fleet: &Fleet,
+    sites: &SiteFilter,
+    store: &Store,
+    secrets: &dyn SecretStore,
+    maas: &MaasClients,
+    patience: &Patience,
+) -> Result<(Snapshot, SiteRows), ObserveError> {
+    let (snapshot, rows) =
+        observe_inner(fleet, sites, store, secrets, maas, patience, true).await?;
+    Ok((snapshot, rows.expect("rows kept")))
+}
+
+async fn observe_inner(
+    fleet: &Fleet,
+    sites: &SiteFilter,
+    store: &Store,
+    secrets: &dyn SecretStore,
+    maas: &MaasClients,
+    patience: &Patience,
+    keep_rows: bool,
+) -> Result<(Snapshot, Option<SiteRows>), ObserveError> {
     let selected = sites.resolve(fleet)?;
     let taken_at = store.clock().now();
     let maas_reads = futures::future::join_all(
@@ -153,9 +181,20 @@ pub async fn observe_within(
             .iter()
             .map(|site| observe_site_within(site, secrets, maas, patience)),
     );
-    let (observations, store_view) = tokio::join!(maas_reads, read_store(store, sites));
-    let (store_serial, inventory, jobs) = store_view?;
-    Ok(Snapshot {
+    let site_filter = match sites {
+        SiteFilter::Only(names) if names.len() == 1 => names.first().map(|n| n.to_string()),
+        _ => None,
+    };
+    // The rows become the snapshot's as soon as they are read: unless kept, they are gone
+    // before the machine lists (the bulk of an observation) are decoded.
+    let store_view = async {
+        let rows = store.site_rows(site_filter.as_deref()).await?;
+        let (inventory, jobs) = from_rows(&rows, sites);
+        Ok::<_, StoreError>((rows.serial, inventory, jobs, keep_rows.then_some(rows)))
+    };
+    let (observations, store_view) = tokio::join!(maas_reads, store_view);
+    let (store_serial, inventory, jobs, rows) = store_view?;
+    let snapshot = Snapshot {
         format: SNAPSHOT_FORMAT,
         taken_at,
         store_serial,
@@ -166,7 +205,8 @@ pub async fn observe_within(
             .collect(),
         inventory,
         jobs,
-    })
+    };
+    Ok((snapshot, rows))
 }
 
 /// [`observe_site`] under `patience`: a site that takes too long is reported while it does, and
@@ -368,23 +408,12 @@ fn observed_machine(m: MachineSummary, power_address: Option<String>) -> Observe
     }
 }
 
-/// The store serial first, then the rows: a write in between makes the snapshot look older
-/// than it is (a plan from it is refused as stale), never newer.
-async fn read_store(
-    store: &Store,
-    sites: &SiteFilter,
-) -> Result<(i64, Vec<InventoryNode>, Vec<ObservedJob>), StoreError> {
-    let serial = store.serial().await?;
-    let site_filter = match sites {
-        SiteFilter::Only(names) if names.len() == 1 => names.first().map(|n| n.to_string()),
-        _ => None,
-    };
-    let mut inventory: Vec<InventoryNode> = store
-        .list_nodes(&NodeFilter {
-            site: site_filter.clone(),
-            ..NodeFilter::default()
-        })
-        .await?
+/// The snapshot's inventory and jobs of the selected sites, from the store's rows (the serial
+/// is read first, in the same transaction: a write in between makes the snapshot look older
+/// than it is, and a plan from it is refused as stale, never newer).
+fn from_rows(rows: &SiteRows, sites: &SiteFilter) -> (Vec<InventoryNode>, Vec<ObservedJob>) {
+    let mut inventory: Vec<InventoryNode> = rows
+        .nodes
         .iter()
         .filter(|n| sites.contains(&SiteName::new(n.site.as_str())))
         .map(InventoryNode::from)
@@ -393,10 +422,9 @@ async fn read_store(
 
     // Per (site, hostname, kind): every open job, and the latest one whatever its state.
     let mut jobs: BTreeMap<(String, String, JobKind), Vec<ObservedJob>> = BTreeMap::new();
-    for kind in JobKind::ALL {
-        let rows = store.current_jobs(*kind, site_filter.as_deref()).await?;
+    for (kind, current) in &rows.jobs {
         // Newest request first: the first row of a key is its latest job.
-        for job in rows
+        for job in current
             .iter()
             .filter(|j| sites.contains(&SiteName::new(j.site.as_str())))
         {
@@ -421,5 +449,5 @@ async fn read_store(
             list
         })
         .collect();
-    Ok((serial, inventory, jobs))
+    (inventory, jobs)
 }

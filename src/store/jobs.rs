@@ -840,36 +840,36 @@ impl Store {
         kind: JobKind,
         site: Option<&str>,
     ) -> Result<Vec<Job>, StoreError> {
-        let t = tables(kind);
-        let (table, state, requested) = (t.jobs, t.state, t.requested);
-        let terminal: Vec<String> = JobState::ALL
-            .iter()
-            .filter(|s| s.is_terminal())
-            .map(|s| format!("'{}'", s.as_str()))
-            .collect();
-        // `n` is newer than `j` in the order the listings use (request time DESC, id).
-        let newer = format!(
-            "(n.{requested} > j.{requested} OR (n.{requested} = j.{requested} AND n.id < j.id))"
-        );
-        let mut sql = format!(
-            "SELECT * FROM {table} j WHERE (j.{state} NOT IN ({terminal})
-               OR NOT EXISTS (SELECT 1 FROM {table} n WHERE n.site = j.site
-                   AND n.hostname = j.hostname AND {newer})
-               OR (j.maas_system_id IS NOT NULL AND j.node_id IS NOT NULL
-                   AND NOT EXISTS (SELECT 1 FROM {table} n WHERE n.node_id = j.node_id
-                   AND n.maas_system_id IS NOT NULL AND {newer})))",
-            terminal = terminal.join(", ")
-        );
-        let mut values = Vec::new();
-        if let Some(site) = site {
-            values.push(Param::from(site));
-            sql.push_str(" AND j.site = $1");
-        }
-        sql.push_str(&format!(" ORDER BY j.{requested} DESC, j.id"));
         let mut tx = self.pool.read().await?;
-        // One job per node of the fleet: each row becomes its job as it arrives.
-        tx.fetch_map(sql, &values, |row| job_from_row(kind, row))
-            .await
+        current_jobs_in(&mut tx, kind, site).await
+    }
+
+    /// A site's (or every site's) inventory rows and current jobs of every kind, with the
+    /// store serial read first, in one read transaction: what a reconcile's observation and
+    /// its drift pass both decide on, read once for the two.
+    pub async fn site_rows(&self, site: Option<&str>) -> Result<SiteRows, StoreError> {
+        let mut tx = self.pool.read().await?;
+        let serial = tx
+            .fetch_one("SELECT value FROM store_serial WHERE id = 1", &[])
+            .await?
+            .int("value")?;
+        let nodes = super::nodes::list_nodes_in(
+            &mut tx,
+            &super::NodeFilter {
+                site: site.map(str::to_owned),
+                ..super::NodeFilter::default()
+            },
+        )
+        .await?;
+        let mut jobs = Vec::with_capacity(JobKind::ALL.len());
+        for kind in JobKind::ALL {
+            jobs.push((*kind, current_jobs_in(&mut tx, *kind, site).await?));
+        }
+        Ok(SiteRows {
+            serial,
+            nodes,
+            jobs,
+        })
     }
 
     /// How many jobs of one kind (of one site) are in each state: one counting query.
@@ -1248,4 +1248,52 @@ impl Store {
         tx.commit().await?;
         Ok(updated)
     }
+}
+
+/// [`Store::current_jobs`] inside a read or write transaction.
+async fn current_jobs_in(
+    tx: &mut Tx,
+    kind: JobKind,
+    site: Option<&str>,
+) -> Result<Vec<Job>, StoreError> {
+    let t = tables(kind);
+    let (table, state, requested) = (t.jobs, t.state, t.requested);
+    let terminal: Vec<String> = JobState::ALL
+        .iter()
+        .filter(|s| s.is_terminal())
+        .map(|s| format!("'{}'", s.as_str()))
+        .collect();
+    // `n` is newer than `j` in the order the listings use (request time DESC, id).
+    let newer = format!(
+        "(n.{requested} > j.{requested} OR (n.{requested} = j.{requested} AND n.id < j.id))"
+    );
+    let mut sql = format!(
+        "SELECT * FROM {table} j WHERE (j.{state} NOT IN ({terminal})
+               OR NOT EXISTS (SELECT 1 FROM {table} n WHERE n.site = j.site
+                   AND n.hostname = j.hostname AND {newer})
+               OR (j.maas_system_id IS NOT NULL AND j.node_id IS NOT NULL
+                   AND NOT EXISTS (SELECT 1 FROM {table} n WHERE n.node_id = j.node_id
+                   AND n.maas_system_id IS NOT NULL AND {newer})))",
+        terminal = terminal.join(", ")
+    );
+    let mut values = Vec::new();
+    if let Some(site) = site {
+        values.push(Param::from(site));
+        sql.push_str(" AND j.site = $1");
+    }
+    sql.push_str(&format!(" ORDER BY j.{requested} DESC, j.id"));
+    // One job per node of the fleet: each row becomes its job as it arrives.
+    tx.fetch_map(sql, &values, |row| job_from_row(kind, row))
+        .await
+}
+
+/// What [`Store::site_rows`] reads.
+#[derive(Debug, Clone)]
+pub struct SiteRows {
+    /// The store serial, read before the rows.
+    pub serial: i64,
+    /// Live inventory rows, ordered by site then hostname.
+    pub nodes: Vec<super::Node>,
+    /// Per kind, in [`JobKind::ALL`] order: the current jobs, newest request first.
+    pub jobs: Vec<(JobKind, Vec<Job>)>,
 }

@@ -40,7 +40,7 @@ pub use db::Backend;
 pub use drift::{DriftMark, DriftRecord, MaasObservation};
 pub use jobs::{
     EventStatus, Job, JobFailure, JobFilter, JobSpec, JobUpdate, NewDecommission, NewOnboarding,
-    NextTry, Observed, RetryWait, StageEvent, StageEventRow,
+    NextTry, Observed, RetryWait, SiteRows, StageEvent, StageEventRow,
 };
 pub use leases::{Fence, Lease, LeaseSort, LeaseTarget, node_lease_name};
 pub use migrate::{SCHEMA_VERSION, migration_versions};

@@ -475,29 +475,8 @@ impl Store {
 
     /// Nodes matching a filter, ordered by site then hostname.
     pub async fn list_nodes(&self, filter: &NodeFilter) -> Result<Vec<Node>, StoreError> {
-        let mut select = Select::all_of("nodes");
-        if let Some(site) = &filter.site {
-            select.and("site =", site);
-        }
-        if let Some(status) = filter.status {
-            select.and("status =", status.as_str());
-        }
-        if let Some(retired) = filter.retired {
-            select.and("retired =", retired);
-        }
-        if let Some(hostname) = &filter.hostname {
-            select.and("hostname =", hostname);
-        }
-        if !filter.include_deleted {
-            select.and("status <>", NodeState::Deleted.as_str());
-        }
         let mut tx = self.pool.read().await?;
-        select
-            .fetch(&mut tx, "site, hostname, created_at")
-            .await?
-            .iter()
-            .map(node_from_row)
-            .collect()
+        list_nodes_in(&mut tx, filter).await
     }
 
     /// Record what MAAS reports for a node (insert or update its single row).
@@ -884,4 +863,33 @@ async fn find_live(tx: &mut Tx, site: &str, hostname: &str) -> Result<Option<Nod
     .as_ref()
     .map(node_from_row)
     .transpose()
+}
+
+/// [`Store::list_nodes`] inside a transaction.
+pub(super) async fn list_nodes_in(
+    tx: &mut Tx,
+    filter: &NodeFilter,
+) -> Result<Vec<Node>, StoreError> {
+    let mut select = Select::all_of("nodes");
+    if let Some(site) = &filter.site {
+        select.and("site =", site);
+    }
+    if let Some(status) = filter.status {
+        select.and("status =", status.as_str());
+    }
+    if let Some(retired) = filter.retired {
+        select.and("retired =", retired);
+    }
+    if let Some(hostname) = &filter.hostname {
+        select.and("hostname =", hostname);
+    }
+    if !filter.include_deleted {
+        select.and("status <>", NodeState::Deleted.as_str());
+    }
+    select
+        .fetch(tx, "site, hostname, created_at")
+        .await?
+        .iter()
+        .map(node_from_row)
+        .collect()
 }

@@ -474,6 +474,19 @@ pub async fn observe_reads_the_current_jobs_not_the_history(url: String) {
             .is_empty()
     );
 
+    // A reconcile reads the same in one go, for its observation and its drift pass: the serial
+    // as it is, the site's live nodes, and the current jobs of every kind.
+    let rows = store.site_rows(Some("dc1")).await.unwrap();
+    assert_eq!(rows.serial, store.serial().await.unwrap());
+    let hostnames: Vec<&str> = rows.nodes.iter().map(|n| n.hostname.as_str()).collect();
+    assert_eq!(hostnames, ["b1", "b2"]);
+    let kinds: Vec<JobKind> = rows.jobs.iter().map(|(kind, _)| *kind).collect();
+    assert_eq!(kinds, JobKind::ALL);
+    assert_eq!(rows.jobs[0].1, current);
+    assert!(rows.jobs[1..].iter().all(|(_, jobs)| jobs.is_empty()));
+    let elsewhere = store.site_rows(Some("dc2")).await.unwrap();
+    assert!(elsewhere.nodes.is_empty() && elsewhere.jobs.iter().all(|(_, j)| j.is_empty()));
+
     let counts = store
         .job_counts(JobKind::Onboarding, Some("dc1"))
         .await
