@@ -8,13 +8,14 @@
 //! the status the lifecycle says); times and CPU are printed, never asserted.
 //!
 //! The request mix per machine is what the onboarding stages make for a machine MAAS knows as
-//! Ready (src/stages/onboard/, counted from an apply pass of the test bed): discovery reads
-//! every machine's power parameters and looks the hostname up; commissioning reads the machine
+//! Ready (src/stages/onboard/, counted by the wave bench's requests per node): discovery looks
+//! the hostname up and reads that machine's power parameters; commissioning reads the machine
 //! and sets its power parameters; storage, RoCE and PXE stages read the machine, its block
-//! devices, interfaces and the subnets, then create the node's RoCE /31 and link its address
-//! (the simulator's Ready machines already have the profile's storage layout); deploying reads
-//! the newest event, deploys, and polls the machine until MAAS says Deployed; hardware sync
-//! reads the machine token. About 46 requests per machine, 34 of them machine reads.
+//! devices and interfaces, look the node's RoCE /31 up by CIDR (MAAS answers 404: it is new),
+//! create it and link its address (the simulator's Ready machines already have the profile's
+//! storage layout); deploying reads the newest event, deploys, and polls the machine's status
+//! until MAAS says Deployed; hardware sync reads the machine token. About 46 requests per
+//! machine, 34 of them machine reads.
 //!
 //! ```sh
 //! cargo bench --profile dev --bench maas_requests                      # 1,000 machines
@@ -142,10 +143,7 @@ impl Wave<'_> {
         let hostname = &self.hostnames[index];
         let mut mix = Mix::new();
 
-        // create_or_find_in_maas: every BMC address, then the hostname.
-        let addresses = maas.power_addresses().await.expect("power_parameters");
-        self.counted(&mut mix, "power_parameters");
-        assert_eq!(addresses.len(), self.hostnames.len(), "every machine's BMC");
+        // create_or_find_in_maas: the hostname, then that machine's power parameters alone.
         let found = maas
             .list_machines(&MachineFilter::all().hostname(hostname))
             .await
@@ -153,7 +151,13 @@ impl Wave<'_> {
         self.counted(&mut mix, "list_machines");
         assert_eq!(found.len(), 1, "{hostname} is one machine");
         let sid = found[0].system_id.clone();
-        let bmc = addresses[&sid].clone().expect("a BMC address");
+        let power = maas
+            .power_parameters(std::slice::from_ref(&sid))
+            .await
+            .expect("power_parameters id=");
+        self.counted(&mut mix, "power_parameters");
+        assert_eq!(power.len(), 1, "{sid}'s power parameters only");
+        let bmc = power[&sid].power_address.clone().expect("a BMC address");
 
         // commission_node (Ready: the identity is set), wait_for_ready.
         let machine = self.read(&mut mix, &sid).await;
@@ -202,12 +206,15 @@ impl Wave<'_> {
             .iter()
             .find(|i| i.name == "enp28s0np0")
             .expect("the RoCE port");
-        let subnets = maas.list_subnets().await.expect("list_subnets");
-        self.counted(&mut mix, "list_subnets");
         let address =
             std::net::Ipv4Addr::new(172, 30, (index / 120) as u8, ((index % 120) * 2 + 1) as u8);
         let cidr = format!("172.30.{}.{}/31", index / 120, (index % 120) * 2);
-        assert!(subnets.iter().all(|s| s.cidr != cidr), "{cidr} is new");
+        let found = maas
+            .find_subnet_by_cidr(&cidr)
+            .await
+            .expect("subnets/cidr:");
+        self.counted(&mut mix, "read_subnet");
+        assert!(found.is_none(), "{cidr} is new");
         let mut create = CreateSubnetParams::new(cidr.clone());
         create.vlan = roce.vlan.as_ref().map(|v| v.id);
         let subnet = maas.create_subnet(&create).await.expect("create_subnet");
@@ -263,7 +270,13 @@ impl Wave<'_> {
         // this time scale), then more only if MAAS does not say Deployed yet: the same mix
         // however fast the machine runs the wave.
         for poll in 0.. {
-            let machine = self.read(&mut mix, &sid).await;
+            let machine = self
+                .client
+                .read_machine_summary(&sid)
+                .await
+                .expect("read_machine");
+            self.counted(&mut mix, "read_machine");
+            assert_eq!(machine.system_id, sid);
             match machine.status.known() {
                 Some(MaasStatus::Deployed) if poll + 1 >= DEPLOY_POLLS => break,
                 Some(MaasStatus::Deployed | MaasStatus::Deploying) => {

@@ -218,11 +218,15 @@ async fn main() {
         http.get(url).send().await.unwrap().json().await.unwrap()
     };
     let mut requests = 0;
+    // Requests by what MAAS did with them (`<handler>.<action>`).
+    let mut by_action: std::collections::BTreeMap<String, usize> = Default::default();
     for (name, region) in names.iter().zip(&regions) {
-        requests += sim_state(region, "ops")
-            .await
-            .as_array()
-            .map_or(0, Vec::len);
+        let ops = sim_state(region, "ops").await;
+        for op in ops.as_array().into_iter().flatten() {
+            requests += 1;
+            let action = op["action"].as_str().unwrap_or("other");
+            *by_action.entry(action.to_owned()).or_default() += 1;
+        }
         let counters = sim_state(region, "counters").await;
         let counters = counters.as_object().cloned().unwrap_or_default();
         let deployed: Vec<u64> = counters
@@ -269,6 +273,11 @@ async fn main() {
         "  MAAS requests {requests} ({:.1} per node); nodes converged {active}/{machines}",
         requests as f64 / machines as f64
     );
+    let mix: Vec<String> = by_action
+        .iter()
+        .map(|(action, n)| format!("{action} {:.2}", *n as f64 / machines as f64))
+        .collect();
+    println!("  per node: {}", mix.join(", "));
     println!("  load average at the end: {}", load_average());
 }
 
