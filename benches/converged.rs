@@ -9,11 +9,11 @@
 //! - `plan`: observe every site with fresh clients (as `metalform plan` does) and plan, with
 //!   the MAAS requests made and the heap it peaked at (a counting allocator: what the
 //!   observation and the plan hold, the simulators included as they answer);
-//! - a reconcile pass: for every site at once, as the daemon does, observe the site with the
-//!   daemon's long-lived clients, plan it and run its drift pass on that observation; with the
-//!   MAAS requests per pass. Passes alternate between the drift pass deciding on the store rows
-//!   the observation read (as the daemon's does when it dispatched nothing) and reading them
-//!   again itself (the baseline);
+//! - a reconcile pass: for every site at once, each in a task of its own as the daemon runs
+//!   them, observe the site with the daemon's long-lived clients, plan it and run its drift
+//!   pass on that observation; with the MAAS requests per pass. Passes alternate between the
+//!   drift pass deciding on the store rows the observation read (as the daemon's does when it
+//!   dispatched nothing) and reading them again itself (the baseline);
 //! - the store seeding itself;
 //! - the same fleet through real processes: `metalform plan --detailed-exitcode` (wall time,
 //!   the process's own peak RSS (VmHWM) and CPU; exit 0 asserts "no changes"), then a `metalform daemon`
@@ -317,44 +317,57 @@ async fn run(options: Options) {
     // does when the reconcile dispatched nothing), and reading them again itself (as every
     // pass did before): the same run's baseline for that change.
     let mut passes: BTreeMap<bool, Vec<Duration>> = BTreeMap::new();
+    let shared_fleet = Arc::new(fleet.clone());
     for run in 0..options.runs + 1 {
         for shared in [true, false] {
             let before = metrics.total();
             let start = Instant::now();
-            let reports = futures::future::join_all(fleet.sites.values().map(|site| {
-                let (fleet, store, secrets, clients, env) =
-                    (&fleet, &store, &secrets, &daemon_clients, &env);
-                async move {
-                    let filter = SiteFilter::Only([site.name.clone()].into());
+            // One task per site, as the daemon spawns its site reconciles.
+            let tasks = shared_fleet.sites.keys().map(|name| {
+                let (fleet, store, secrets, clients, env) = (
+                    shared_fleet.clone(),
+                    store.clone(),
+                    secrets.clone(),
+                    daemon_clients.clone(),
+                    env.clone(),
+                );
+                let name = name.clone();
+                tokio::spawn(async move {
+                    let site = &fleet.sites[&name];
+                    let filter = SiteFilter::Only([name.clone()].into());
                     let (mut snapshot, rows) = observe::observe_keeping_rows(
-                        fleet,
+                        &fleet,
                         &filter,
-                        store,
+                        &store,
                         secrets.as_ref(),
-                        clients,
+                        &clients,
                         &observe::Patience::default(),
                     )
                     .await
                     .expect("observed");
                     let plan = plan::plan(
-                        fleet,
+                        &fleet,
                         &snapshot,
                         &PlanOptions {
                             sites: filter,
                             ..PlanOptions::default()
                         },
                     );
-                    let observation = snapshot.sites.remove(&site.name).expect("observed");
+                    let observation = snapshot.sites.remove(&name).expect("observed");
                     assert!(matches!(observation, SiteObservation::Readable { .. }));
                     let rows = shared.then_some(rows);
                     let report =
-                        metalform::drift::reconcile_observed_site(env, site, observation, rows)
+                        metalform::drift::reconcile_observed_site(&env, site, observation, rows)
                             .await
                             .expect("drift pass");
                     (plan, report)
-                }
-            }))
-            .await;
+                })
+            });
+            let reports: Vec<_> = futures::future::join_all(tasks)
+                .await
+                .into_iter()
+                .map(|joined| joined.expect("a site's reconcile"))
+                .collect();
             let took = start.elapsed();
             let mut settled = 0;
             for (plan, report) in &reports {
