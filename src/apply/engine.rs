@@ -298,7 +298,7 @@ impl<K: Kind> Engine<K> {
                 if shared.options.stop.is_stopped() {
                     return not_started::<K>(&shared, &item);
                 }
-                run_item::<K>(&shared, item).await
+                run_item::<K>(&shared, &item).await
             });
         }
         let mut results = Vec::new();
@@ -414,21 +414,27 @@ fn not_started<K: Kind>(shared: &Shared, item: &K::Item) -> NodeResult {
 }
 
 /// Take up one work item under the node lease and drive it to a resting state.
-async fn run_item<K: Kind>(shared: &Shared, item: K::Item) -> NodeResult {
-    let label = label::<K>(&item);
-    let lease = match acquire::<K>(shared, &item).await {
+///
+/// Each node in flight is one task that lives as long as the node's run, and a task's future
+/// is as large as the largest state it can be in. The store calls and the lease's are boxed
+/// below, so that size is what a waiting node keeps (its job, facts and sleep), not the
+/// largest store call's: unboxed, every node of a 10,000-node wave held ~25 KB for calls
+/// it was not making.
+async fn run_item<K: Kind>(shared: &Shared, item: &K::Item) -> NodeResult {
+    let label = label::<K>(item);
+    let lease = match Box::pin(acquire::<K>(shared, item)).await {
         Ok(lease) => lease,
         Err(refusal) => {
             let reason = refusal.reason();
             shared.report(&label, "-", ProgressStatus::Left, &reason);
             return NodeResult {
                 node: label,
-                job_id: K::job_of(&item),
+                job_id: K::job_of(item),
                 outcome: NodeOutcome::Left { reason },
             };
         }
     };
-    let mut run = Run::<K>::new(shared, &item, &lease);
+    let mut run = Run::<K>::new(shared, item, &lease);
     let taken = {
         let _pass = shared.pass(K::KIND).await;
         K::take_up(&mut run).await
@@ -440,10 +446,10 @@ async fn run_item<K: Kind>(shared: &Shared, item: K::Item) -> NodeResult {
                 Ok(outcome) | Err(Stop::Result(outcome)) => (Some(id), outcome),
             }
         }
-        Err(Stop::Result(outcome)) => (K::job_of(&item), outcome),
+        Err(Stop::Result(outcome)) => (K::job_of(item), outcome),
     };
     drop(run);
-    lease.release().await;
+    Box::pin(lease.release()).await;
     let (status, message) = outcome.progress();
     progress::report(shared.progress.as_ref(), &label, "-", status, &message);
     NodeResult {
@@ -546,6 +552,19 @@ impl<'a, K: Kind> Run<'a, K> {
         advance_retrying(self.store(), K::KIND, job.id, &update).await
     }
 
+    /// [`Run::write`] of a job the stage loop keeps for its next pass, with the facts beside
+    /// it: the row's copy of them (its `stage_details`) is not kept twice.
+    async fn write_kept(
+        &self,
+        job: &Job,
+        update: JobUpdate,
+        facts: &K::Facts,
+    ) -> Result<Job, StoreError> {
+        let mut written = Box::pin(self.write(job, update, facts)).await?;
+        written.stage_details = serde_json::Value::Null;
+        Ok(written)
+    }
+
     /// When the reconciler may try a job failing retryably now again: after the failures in a
     /// row under the same node spec (this one included), by the executor's failed-job backoff,
     /// with jitter drawn from the node and the count (the same wait on every run).
@@ -621,8 +640,10 @@ impl<'a, K: Kind> Run<'a, K> {
             let (job, read_at, stored) = match known.take() {
                 Some(known) if known.1.elapsed() < JOB_REREAD => known,
                 _ => {
-                    let job = self.store().job(K::KIND, id).await?;
+                    let mut job = Box::pin(self.store().job(K::KIND, id)).await?;
                     let facts = K::Facts::from_details(&job.stage_details);
+                    // The facts are what the run keeps of the journal document.
+                    job.stage_details = serde_json::Value::Null;
                     (job, std::time::Instant::now(), facts)
                 }
             };
@@ -660,7 +681,7 @@ impl<'a, K: Kind> Run<'a, K> {
             })?;
             let mut facts = stored.clone();
             K::prepare(self, &mut facts);
-            let (job, stored) = match self.begin_attempt(&job, stage, &mut facts).await? {
+            let (job, stored) = match Box::pin(self.begin_attempt(&job, stage, &mut facts)).await? {
                 Some(opened) => (opened, facts.clone()),
                 None => (job, stored),
             };
@@ -689,11 +710,11 @@ impl<'a, K: Kind> Run<'a, K> {
                     Ok(next) => Passed::Done(done, next),
                     Err(failure) => Passed::Failed(failure),
                 },
-                StageOutcome::Wait(wait) => Passed::Wait(wait.reason, wait.poll),
+                StageOutcome::Wait(wait) => Passed::Wait(wait.reason, wait.poll, wait.wake),
                 StageOutcome::Failed(failure) => Passed::Failed(failure),
             };
             match outcome {
-                Passed::Wait(reason, poll_in) => {
+                Passed::Wait(reason, poll_in, wake) => {
                     let key = (job.stage.clone(), job.attempt);
                     if waiting_reported.as_ref() != Some(&key) {
                         self.report(stage.name(), ProgressStatus::Waiting, &reason);
@@ -703,14 +724,23 @@ impl<'a, K: Kind> Run<'a, K> {
                     // A wait may have learnt something worth keeping (a release confirmed).
                     known = if facts != stored {
                         let written = self
-                            .write(&job, JobUpdate::new(JobState::Running), &facts)
+                            .write_kept(&job, JobUpdate::new(JobState::Running), &facts)
                             .await?;
                         Some((written, std::time::Instant::now(), facts))
                     } else {
                         Some((job, read_at, stored))
                     };
                     drop(permit);
-                    stop.sleep(poll_in.unwrap_or(poll)).await;
+                    let sleep = poll_in.unwrap_or(poll);
+                    match wake {
+                        // Woken by the node's agent (an enrollment this process recorded),
+                        // else at the stage's fallback poll.
+                        Some(watch) => tokio::select! {
+                            () = stop.sleep(sleep) => {}
+                            () = watch.wait(sleep) => {}
+                        },
+                        None => stop.sleep(sleep).await,
+                    }
                 }
                 Passed::Done(done, next) => {
                     self.memory.last_wait = None;
@@ -736,13 +766,13 @@ impl<'a, K: Kind> Run<'a, K> {
                                 update.attempt = Some(1);
                                 update.opened = Some(started);
                             }
-                            let written = self.write(&job, update, &facts).await?;
+                            let written = self.write_kept(&job, update, &facts).await?;
                             if opening {
                                 self.report(next.name(), ProgressStatus::Started, "");
                             }
                             known = Some((written, std::time::Instant::now(), facts));
                         }
-                        None => return self.complete(&job, event, &facts).await,
+                        None => return Box::pin(self.complete(&job, event, &facts)).await,
                     }
                 }
                 Passed::Failed(failure) => {
@@ -756,7 +786,7 @@ impl<'a, K: Kind> Run<'a, K> {
                         let (mut update, line) = failed_update(stage.name(), job.attempt, &failure);
                         let Some(next) = K::on_final_failure(self, &job, stage, &failure).await?
                         else {
-                            self.write(&job, update, &facts).await?;
+                            Box::pin(self.write(&job, update, &facts)).await?;
                             self.report(stage.name(), ProgressStatus::Failed, &line);
                             return Ok(failure.into());
                         };
@@ -768,7 +798,7 @@ impl<'a, K: Kind> Run<'a, K> {
                         update.attempt = Some(0);
                         *facts.clock() = None;
                         *facts.retries() = 0;
-                        self.write(&job, update, &facts).await?;
+                        Box::pin(self.write(&job, update, &facts)).await?;
                         self.report(stage.name(), ProgressStatus::Failed, &line);
                         continue;
                     }
@@ -800,7 +830,7 @@ impl<'a, K: Kind> Run<'a, K> {
                         }),
                     });
                     // Read again after the back-off: an operator may act on a retrying job.
-                    self.write(&job, update, &facts).await?;
+                    Box::pin(self.write(&job, update, &facts)).await?;
                     self.report(stage.name(), ProgressStatus::Retrying, &message);
                     drop(permit);
                     stop.sleep(delay).await;
@@ -839,7 +869,7 @@ impl<'a, K: Kind> Run<'a, K> {
         update.event = Some(open_attempt::<K>(
             &job.stage, attempt, started_at, message, facts,
         ));
-        let updated = self.write(job, update, facts).await?;
+        let updated = self.write_kept(job, update, facts).await?;
         let note = if attempt > 1 {
             format!("attempt {attempt}")
         } else {
@@ -908,7 +938,7 @@ fn completion_name(job: &Job) -> String {
 /// A stage pass, with where a finished stage leads.
 enum Passed<S> {
     Done(StageDone, Option<S>),
-    Wait(String, Option<Duration>),
+    Wait(String, Option<Duration>, Option<crate::agent::AgentWatch>),
     Failed(StageFailure),
 }
 
