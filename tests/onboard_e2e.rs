@@ -39,7 +39,7 @@ async fn an_enrolling_agent_wakes_its_waiting_node_before_the_fallback_poll() {
     env.agent_signals = Some(signals.with_fallback(std::time::Duration::from_secs(3600)));
     let executor = metalform::apply::Executor::new(env, Bed::options(), bed.progress.clone());
     let report = tokio::time::timeout(
-        std::time::Duration::from_secs(300),
+        std::time::Duration::from_secs(120),
         executor.run(bed.onboard_all()),
     )
     .await
@@ -54,8 +54,7 @@ async fn an_enrolling_agent_wakes_its_waiting_node_before_the_fallback_poll() {
                 .unwrap_or_else(|| panic!("{node}: no `{needle}` in {lines:#?}"))
         };
         // The node waited for its agent, and that wait ended in the enrollment.
-        let waited =
-            of_node("wait_for_agent_enrollment wait waiting for the node agent to enroll");
+        let waited = of_node("wait_for_agent_enrollment wait waiting for the node agent to enroll");
         let enrolled = of_node("wait_for_agent_enrollment ok agent enrolled");
         assert!(waited < enrolled, "{lines:#?}");
     }

@@ -164,11 +164,17 @@ mod tests {
         assert_eq!(signals.waiting(), 2);
         signals.notify(a);
         // Already notified: returns before the hour is out.
-        tokio::time::timeout(Duration::from_secs(5), watch_a.wait(Duration::from_secs(3600)))
-            .await
-            .expect("a notice given before the wait ends it");
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            watch_a.wait(Duration::from_secs(3600)),
+        )
+        .await
+        .expect("a notice given before the wait ends it");
         // b was not notified: its wait runs to its fallback.
-        let paused = tokio::time::timeout(Duration::from_millis(50), watch_b.wait(Duration::from_secs(3600)));
+        let paused = tokio::time::timeout(
+            Duration::from_millis(50),
+            watch_b.wait(Duration::from_secs(3600)),
+        );
         assert!(paused.await.is_err(), "b was never notified");
         drop((watch_a, watch_b));
         assert_eq!(signals.waiting(), 0, "the last watch leaves the map");
@@ -181,7 +187,10 @@ mod tests {
         signals.notify(node);
         assert_eq!(signals.waiting(), 0);
         let watch = signals.watch(node);
-        let waited = tokio::time::timeout(Duration::from_millis(50), watch.wait(Duration::from_secs(3600)));
+        let waited = tokio::time::timeout(
+            Duration::from_millis(50),
+            watch.wait(Duration::from_secs(3600)),
+        );
         assert!(
             waited.await.is_err(),
             "a notice before the watch is not kept: the watcher reads the store first"

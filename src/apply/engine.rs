@@ -560,7 +560,7 @@ impl<'a, K: Kind> Run<'a, K> {
         update: JobUpdate,
         facts: &K::Facts,
     ) -> Result<Job, StoreError> {
-        let mut written = Box::pin(self.write(job, update, facts)).await?;
+        let mut written = self.write(job, update, facts).await?;
         written.stage_details = serde_json::Value::Null;
         Ok(written)
     }
@@ -685,7 +685,9 @@ impl<'a, K: Kind> Run<'a, K> {
                 Some(opened) => (opened, facts.clone()),
                 None => (job, stored),
             };
-            let outcome = {
+            // Boxed: the pass's own state (the checkpoint's copy of the job) lives only while
+            // it runs.
+            let outcome = Box::pin(async {
                 let journal = JournalCheckpoint::<K> {
                     store: self.store().clone(),
                     job: job.clone(),
@@ -703,7 +705,8 @@ impl<'a, K: Kind> Run<'a, K> {
                     now: self.shared.env.clock.now(),
                 };
                 K::run_stage(stage, pass).await
-            };
+            })
+            .await;
             // Where a finished stage leads; a jump out of the job's stages is a failure.
             let outcome = match outcome {
                 StageOutcome::Done(done) => match K::next(&job, stage, &done) {
@@ -723,9 +726,8 @@ impl<'a, K: Kind> Run<'a, K> {
                     self.memory.last_wait = Some(reason);
                     // A wait may have learnt something worth keeping (a release confirmed).
                     known = if facts != stored {
-                        let written = self
-                            .write_kept(&job, JobUpdate::new(JobState::Running), &facts)
-                            .await?;
+                        let update = JobUpdate::new(JobState::Running);
+                        let written = Box::pin(self.write_kept(&job, update, &facts)).await?;
                         Some((written, std::time::Instant::now(), facts))
                     } else {
                         Some((job, read_at, stored))
@@ -766,7 +768,7 @@ impl<'a, K: Kind> Run<'a, K> {
                                 update.attempt = Some(1);
                                 update.opened = Some(started);
                             }
-                            let written = self.write_kept(&job, update, &facts).await?;
+                            let written = Box::pin(self.write_kept(&job, update, &facts)).await?;
                             if opening {
                                 self.report(next.name(), ProgressStatus::Started, "");
                             }
@@ -869,7 +871,7 @@ impl<'a, K: Kind> Run<'a, K> {
         update.event = Some(open_attempt::<K>(
             &job.stage, attempt, started_at, message, facts,
         ));
-        let updated = self.write_kept(job, update, facts).await?;
+        let updated = Box::pin(self.write_kept(job, update, facts)).await?;
         let note = if attempt > 1 {
             format!("attempt {attempt}")
         } else {

@@ -21,12 +21,12 @@ use super::StageCtx;
 use super::deploy::deploy_address;
 use super::hwsync::{adopted_as_is, adopted_without_sync, push_credentials};
 use super::render::ensure_node_record;
+use crate::agent::AgentWatch;
 use crate::cloudinit::{AGENT_CA_PATH, AGENT_ENV_PATH};
 use crate::lifecycle::PolicyTimeout;
 use crate::provider::host::HostTarget;
 use crate::provider::maas::Machine;
 use crate::secrets::Secret;
-use crate::agent::AgentWatch;
 use crate::stages::{StageFailure, StageOutcome, StageWait};
 use crate::store::TaskStatus;
 
