@@ -7,7 +7,7 @@
 //! The store stays the source of truth: a notice only says "look again now", and the waiting
 //! stage still reads the enrollment from the store. An agent that enrolled through another
 //! replica's listener wakes nothing here, so the waiting stage keeps a slow fallback poll
-//! ([`AgentSignals::fallback`]).
+//! ([`AgentSignals::fallback`]): sixty poll intervals, at most 30 s.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -16,22 +16,26 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use uuid::Uuid;
 
-/// The fallback poll of a wait that the listener wakes: how late an enrollment recorded by
-/// another replica (or another process on the same store) is noticed, at worst.
-pub const DEFAULT_FALLBACK: Duration = Duration::from_secs(30);
+/// The fallback poll of a wait that the listener wakes, in poll intervals: how late an
+/// enrollment recorded by another replica (or another process on the same store) is noticed,
+/// at worst. Capped by [`MAX_FALLBACK`].
+pub const FALLBACK_POLLS: u32 = 60;
+/// The longest fallback poll (the default poll interval of 10 s gives this).
+pub const MAX_FALLBACK: Duration = Duration::from_secs(30);
 
 /// Who waits on which node's agent. Cheap to clone; clones share the waiters.
 #[derive(Clone)]
 pub struct AgentSignals {
     waiters: Arc<Mutex<HashMap<Uuid, Weak<Notify>>>>,
-    fallback: Duration,
+    /// `None`: [`FALLBACK_POLLS`] poll intervals, at most [`MAX_FALLBACK`].
+    fallback: Option<Duration>,
 }
 
 impl Default for AgentSignals {
     fn default() -> Self {
         Self {
             waiters: Arc::default(),
-            fallback: DEFAULT_FALLBACK,
+            fallback: None,
         }
     }
 }
@@ -46,17 +50,20 @@ impl std::fmt::Debug for AgentSignals {
 }
 
 impl AgentSignals {
-    /// The same waiters, with another fallback poll.
+    /// The same waiters, with a fixed fallback poll.
     pub fn with_fallback(&self, fallback: Duration) -> Self {
         Self {
             waiters: self.waiters.clone(),
-            fallback,
+            fallback: Some(fallback),
         }
     }
 
-    /// How long a woken wait sleeps at most before it reads the store anyway.
-    pub fn fallback(&self) -> Duration {
+    /// How long a wait this wakes sleeps at most before it reads the store anyway, for an
+    /// executor polling every `poll` (never less than `poll`).
+    pub fn fallback(&self, poll: Duration) -> Duration {
         self.fallback
+            .unwrap_or_else(|| (poll * FALLBACK_POLLS).min(MAX_FALLBACK))
+            .max(poll)
     }
 
     /// Start watching `node`'s agent. Watch before reading the store: a notice that comes
@@ -134,9 +141,9 @@ impl AgentWatch {
         let _ = tokio::time::timeout(fallback, self.notify.notified()).await;
     }
 
-    /// The fallback poll of the signals this watch came from.
-    pub fn fallback(&self) -> Duration {
-        self.signals.fallback
+    /// The fallback poll of the signals this watch came from ([`AgentSignals::fallback`]).
+    pub fn fallback(&self, poll: Duration) -> Duration {
+        self.signals.fallback(poll)
     }
 }
 
@@ -195,6 +202,19 @@ mod tests {
             waited.await.is_err(),
             "a notice before the watch is not kept: the watcher reads the store first"
         );
+    }
+
+    #[test]
+    fn the_fallback_follows_the_poll_interval_up_to_its_cap() {
+        let signals = AgentSignals::default();
+        let ms = Duration::from_millis;
+        assert_eq!(signals.fallback(ms(40)), ms(2_400));
+        assert_eq!(signals.fallback(ms(500)), MAX_FALLBACK);
+        assert_eq!(
+            signals.fallback(Duration::from_secs(60)),
+            Duration::from_secs(60)
+        );
+        assert_eq!(signals.with_fallback(ms(7)).fallback(ms(5)), ms(7));
     }
 
     #[tokio::test]

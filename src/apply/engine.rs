@@ -625,22 +625,50 @@ impl<'a, K: Kind> Run<'a, K> {
     }
 
     /// The stage loop: one pass at a time until the job completes, fails, or is taken away.
+    /// Each pass runs in a box of its own: between passes (a node waiting, most of its
+    /// time) the node's task holds only what [`Between`] keeps and its sleep.
     async fn run_stages(&mut self, id: Uuid) -> Result<NodeOutcome, Stop> {
+        let stop: StopSignal = self.shared.options.stop.clone();
+        let mut between = Box::new(Between {
+            waiting_reported: None,
+            deploy_grace: true,
+            known: None,
+        });
+        loop {
+            match Box::pin(self.stage_pass(id, &mut between)).await? {
+                AfterPass::Again => {}
+                AfterPass::Sleep(sleep, None) => stop.sleep(sleep).await,
+                // Woken by the node's agent (an enrollment this process recorded), else at
+                // the stage's fallback poll.
+                AfterPass::Sleep(sleep, Some(watch)) => tokio::select! {
+                    () = stop.sleep(sleep) => {}
+                    () = watch.wait(sleep) => {}
+                },
+                AfterPass::End(outcome) => return Ok(outcome),
+            }
+        }
+    }
+
+    /// One pass of the job's current stage, with its journal writes; the pass's permit is
+    /// given back when it returns, before the loop sleeps.
+    async fn stage_pass(
+        &mut self,
+        id: Uuid,
+        between: &mut Between<K::Facts>,
+    ) -> Result<AfterPass, Stop> {
         let poll = self.shared.options.poll_interval;
         let stop: StopSignal = self.shared.options.stop.clone();
-        let mut waiting_reported: Option<(String, i64)> = None;
-        let mut deploy_grace = true;
-        // The job as this run last read or wrote it, when, and the facts its journal holds:
-        // the next pass reuses them for up to JOB_REREAD (nothing of this run changed them
-        // since), so thousands of nodes polling fast neither read their job nor parse its
-        // facts every step, and a stage boundary costs one write.
-        let mut known: Option<(Job, std::time::Instant, K::Facts)> = None;
-        loop {
-            let permit = self.shared.pass(K::KIND).await;
+        let Between {
+            waiting_reported,
+            deploy_grace,
+            known,
+        } = between;
+        {
+            let _permit = self.shared.pass(K::KIND).await;
             let (job, read_at, stored) = match known.take() {
                 Some(known) if known.1.elapsed() < JOB_REREAD => known,
                 _ => {
-                    let mut job = Box::pin(self.store().job(K::KIND, id)).await?;
+                    let mut job = self.store().job(K::KIND, id).await?;
                     let facts = K::Facts::from_details(&job.stage_details);
                     // The facts are what the run keeps of the journal document.
                     job.stage_details = serde_json::Value::Null;
@@ -651,28 +679,28 @@ impl<'a, K: Kind> Run<'a, K> {
             // make the next executor render again (a new token), so one more stage pass
             // deploys it first.
             if stop.is_stopped()
-                && (self.memory.user_data.is_none() || !std::mem::replace(&mut deploy_grace, false))
+                && (self.memory.user_data.is_none() || !std::mem::replace(deploy_grace, false))
             {
                 // A stage boundary: the journal says where the job is; the next executor
                 // continues the open attempt from there.
-                return Ok(NodeOutcome::Aborted {
+                return Ok(AfterPass::End(NodeOutcome::Aborted {
                     reason: format!(
                         "the executor is stopping: {} {id} rests at {} (attempt {})",
                         K::KIND,
                         job.stage,
                         job.attempt
                     ),
-                });
+                }));
             }
             if !matches!(job.state, JobState::Pending | JobState::Running) {
                 // Moved by someone else (an operator's cancel, another executor's failure).
-                return Ok(NodeOutcome::Left {
+                return Ok(AfterPass::End(NodeOutcome::Left {
                     reason: format!(
                         "{} {id} is {} (changed outside this run)",
                         K::KIND,
                         job.state
                     ),
-                });
+                }));
             }
             let stage: K::Stage = job.stage.parse().map_err(|e| {
                 Stop::Result(NodeOutcome::Aborted {
@@ -681,13 +709,11 @@ impl<'a, K: Kind> Run<'a, K> {
             })?;
             let mut facts = stored.clone();
             K::prepare(self, &mut facts);
-            let (job, stored) = match Box::pin(self.begin_attempt(&job, stage, &mut facts)).await? {
+            let (job, stored) = match self.begin_attempt(&job, stage, &mut facts).await? {
                 Some(opened) => (opened, facts.clone()),
                 None => (job, stored),
             };
-            // Boxed: the pass's own state (the checkpoint's copy of the job) lives only while
-            // it runs.
-            let outcome = Box::pin(async {
+            let outcome = {
                 let journal = JournalCheckpoint::<K> {
                     store: self.store().clone(),
                     job: job.clone(),
@@ -705,8 +731,7 @@ impl<'a, K: Kind> Run<'a, K> {
                     now: self.shared.env.clock.now(),
                 };
                 K::run_stage(stage, pass).await
-            })
-            .await;
+            };
             // Where a finished stage leads; a jump out of the job's stages is a failure.
             let outcome = match outcome {
                 StageOutcome::Done(done) => match K::next(&job, stage, &done) {
@@ -721,28 +746,18 @@ impl<'a, K: Kind> Run<'a, K> {
                     let key = (job.stage.clone(), job.attempt);
                     if waiting_reported.as_ref() != Some(&key) {
                         self.report(stage.name(), ProgressStatus::Waiting, &reason);
-                        waiting_reported = Some(key);
+                        *waiting_reported = Some(key);
                     }
                     self.memory.last_wait = Some(reason);
                     // A wait may have learnt something worth keeping (a release confirmed).
-                    known = if facts != stored {
+                    *known = if facts != stored {
                         let update = JobUpdate::new(JobState::Running);
-                        let written = Box::pin(self.write_kept(&job, update, &facts)).await?;
+                        let written = self.write_kept(&job, update, &facts).await?;
                         Some((written, std::time::Instant::now(), facts))
                     } else {
                         Some((job, read_at, stored))
                     };
-                    drop(permit);
-                    let sleep = poll_in.unwrap_or(poll);
-                    match wake {
-                        // Woken by the node's agent (an enrollment this process recorded),
-                        // else at the stage's fallback poll.
-                        Some(watch) => tokio::select! {
-                            () = stop.sleep(sleep) => {}
-                            () = watch.wait(sleep) => {}
-                        },
-                        None => stop.sleep(sleep).await,
-                    }
+                    Ok(AfterPass::Sleep(poll_in.unwrap_or(poll), wake))
                 }
                 Passed::Done(done, next) => {
                     self.memory.last_wait = None;
@@ -768,13 +783,14 @@ impl<'a, K: Kind> Run<'a, K> {
                                 update.attempt = Some(1);
                                 update.opened = Some(started);
                             }
-                            let written = Box::pin(self.write_kept(&job, update, &facts)).await?;
+                            let written = self.write_kept(&job, update, &facts).await?;
                             if opening {
                                 self.report(next.name(), ProgressStatus::Started, "");
                             }
-                            known = Some((written, std::time::Instant::now(), facts));
+                            *known = Some((written, std::time::Instant::now(), facts));
+                            Ok(AfterPass::Again)
                         }
-                        None => return Box::pin(self.complete(&job, event, &facts)).await,
+                        None => self.complete(&job, event, &facts).await.map(AfterPass::End),
                     }
                 }
                 Passed::Failed(failure) => {
@@ -788,9 +804,9 @@ impl<'a, K: Kind> Run<'a, K> {
                         let (mut update, line) = failed_update(stage.name(), job.attempt, &failure);
                         let Some(next) = K::on_final_failure(self, &job, stage, &failure).await?
                         else {
-                            Box::pin(self.write(&job, update, &facts)).await?;
+                            self.write(&job, update, &facts).await?;
                             self.report(stage.name(), ProgressStatus::Failed, &line);
-                            return Ok(failure.into());
+                            return Ok(AfterPass::End(failure.into()));
                         };
                         // The kind continues at `next`: the failed attempt is journaled, the
                         // job stays running.
@@ -800,9 +816,9 @@ impl<'a, K: Kind> Run<'a, K> {
                         update.attempt = Some(0);
                         *facts.clock() = None;
                         *facts.retries() = 0;
-                        Box::pin(self.write(&job, update, &facts)).await?;
+                        self.write(&job, update, &facts).await?;
                         self.report(stage.name(), ProgressStatus::Failed, &line);
-                        continue;
+                        return Ok(AfterPass::Again);
                     }
                     *facts.retries() += 1;
                     let retry = *facts.retries();
@@ -832,10 +848,9 @@ impl<'a, K: Kind> Run<'a, K> {
                         }),
                     });
                     // Read again after the back-off: an operator may act on a retrying job.
-                    Box::pin(self.write(&job, update, &facts)).await?;
+                    self.write(&job, update, &facts).await?;
                     self.report(stage.name(), ProgressStatus::Retrying, &message);
-                    drop(permit);
-                    stop.sleep(delay).await;
+                    Ok(AfterPass::Sleep(delay, None))
                 }
             }
         }
@@ -871,7 +886,7 @@ impl<'a, K: Kind> Run<'a, K> {
         update.event = Some(open_attempt::<K>(
             &job.stage, attempt, started_at, message, facts,
         ));
-        let updated = Box::pin(self.write_kept(job, update, facts)).await?;
+        let updated = self.write_kept(job, update, facts).await?;
         let note = if attempt > 1 {
             format!("attempt {attempt}")
         } else {
@@ -935,6 +950,29 @@ fn completion_name(job: &Job) -> String {
         Some(mode) => mode.to_string(),
         None => job.kind.to_string(),
     }
+}
+
+/// What the stage loop keeps between passes.
+struct Between<F> {
+    /// The (stage, attempt) whose wait was reported (a wait is reported once).
+    waiting_reported: Option<(String, i64)>,
+    /// A stopping executor's one more pass, to deploy a payload rendered in memory.
+    deploy_grace: bool,
+    /// The job as this run last read or wrote it, when, and the facts its journal holds: the
+    /// next pass reuses them for up to JOB_REREAD (nothing of this run changed them since),
+    /// so thousands of nodes polling fast neither read their job nor parse its facts every
+    /// step, and a stage boundary costs one write.
+    known: Option<(Job, std::time::Instant, F)>,
+}
+
+/// What the stage loop does after a pass.
+enum AfterPass {
+    /// Run the next pass now.
+    Again,
+    /// Sleep this long (a poll, a retry's back-off), or until the node's agent is heard from.
+    Sleep(Duration, Option<crate::agent::AgentWatch>),
+    /// The node's run ends.
+    End(NodeOutcome),
 }
 
 /// A stage pass, with where a finished stage leads.

@@ -149,7 +149,7 @@ fn agent_wait(ctx: &StageCtx<'_>, watch: Option<AgentWatch>) -> StageOutcome {
         .saturating_sub(ctx.elapsed());
     // Just past the deadline, so that pass finds it passed.
     let poll = watch
-        .fallback()
+        .fallback(ctx.env.poll_interval)
         .min(until_timeout + std::time::Duration::from_millis(10))
         .max(ctx.env.poll_interval);
     StageOutcome::Wait(StageWait {
