@@ -635,7 +635,12 @@ impl<'a, K: Kind> Run<'a, K> {
             known: None,
         });
         loop {
-            match Box::pin(self.stage_pass(id, &mut between)).await? {
+            // The permit is taken before the pass's box: the nodes queued for one hold
+            // nothing of a pass yet.
+            let permit = self.shared.pass(K::KIND).await;
+            let after = Box::pin(self.stage_pass(id, &mut between)).await;
+            drop(permit);
+            match after? {
                 AfterPass::Again => {}
                 AfterPass::Sleep(sleep, None) => stop.sleep(sleep).await,
                 // Woken by the node's agent (an enrollment this process recorded), else at
@@ -649,8 +654,8 @@ impl<'a, K: Kind> Run<'a, K> {
         }
     }
 
-    /// One pass of the job's current stage, with its journal writes; the pass's permit is
-    /// given back when it returns, before the loop sleeps.
+    /// One pass of the job's current stage, with its journal writes, under one of the
+    /// executor's pass permits (given back before the loop sleeps).
     async fn stage_pass(
         &mut self,
         id: Uuid,
@@ -664,7 +669,6 @@ impl<'a, K: Kind> Run<'a, K> {
             known,
         } = between;
         {
-            let _permit = self.shared.pass(K::KIND).await;
             let (job, read_at, stored) = match known.take() {
                 Some(known) if known.1.elapsed() < JOB_REREAD => known,
                 _ => {
