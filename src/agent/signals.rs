@@ -24,20 +24,11 @@ pub const FALLBACK_POLLS: u32 = 60;
 pub const MAX_FALLBACK: Duration = Duration::from_secs(30);
 
 /// Who waits on which node's agent. Cheap to clone; clones share the waiters.
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub struct AgentSignals {
     waiters: Arc<Mutex<HashMap<Uuid, Weak<Notify>>>>,
     /// `None`: [`FALLBACK_POLLS`] poll intervals, at most [`MAX_FALLBACK`].
     fallback: Option<Duration>,
-}
-
-impl Default for AgentSignals {
-    fn default() -> Self {
-        Self {
-            waiters: Arc::default(),
-            fallback: None,
-        }
-    }
 }
 
 impl std::fmt::Debug for AgentSignals {
