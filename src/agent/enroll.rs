@@ -133,6 +133,8 @@ async fn enroll(State(state): State<AgentChannel>, request: Request) -> Response
             let e = &enrolled.enrollment;
             // Older tokens of the node were revoked: not one more poll with them.
             state.inner.known.forget_node(e.node_id);
+            // A stage of this process waiting for this agent looks at the store now.
+            state.inner.signals.notify(e.node_id);
             tracing::info!(
                 node = %e.node_id,
                 hostname = %e.hostname,

@@ -21,6 +21,7 @@ mod dispatch;
 mod enroll;
 pub mod node;
 mod server;
+mod signals;
 pub mod tasks;
 
 use std::sync::{Arc, Mutex};
@@ -30,6 +31,7 @@ use url::Url;
 
 pub use enroll::{EnrollRequestBody, EnrollResponse, MAX_BODY_BYTES};
 pub use server::{AgentError, AgentServer, AgentServerConfig, server_certificate_names};
+pub use signals::{AgentSignals, AgentWatch};
 pub use tasks::{TaskTiming, TaskType};
 
 /// Every error answer of the agent channel: a stable code and a sentence for people.
@@ -82,6 +84,8 @@ struct Channel {
     /// Agent tokens checked and in use (by hash), valid while the serial is `known.serial`.
     known: dispatch::Known,
     contacts: contacts::ContactBook,
+    /// Stages of this process waiting on an agent, woken when it enrolls.
+    signals: AgentSignals,
     background: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
@@ -108,6 +112,7 @@ impl AgentChannel {
             waiters: dispatch::Waiters::default(),
             known: dispatch::Known::default(),
             contacts: contacts::ContactBook::default(),
+            signals: AgentSignals::default(),
             background: Mutex::new(Vec::new()),
         });
         let weak = Arc::downgrade(&inner);
@@ -140,6 +145,11 @@ impl AgentChannel {
     /// Where the agent of `node` polls for tasks (`<tasks_url>/wait`) and reports results.
     pub fn tasks_url(&self, node: uuid::Uuid) -> String {
         join(&self.inner.base, &tasks_path(node))
+    }
+
+    /// What wakes this process's stages waiting on an agent (an enrollment recorded here).
+    pub fn signals(&self) -> &AgentSignals {
+        &self.inner.signals
     }
 
     /// How many task polls are waiting now.

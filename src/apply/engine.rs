@@ -298,7 +298,7 @@ impl<K: Kind> Engine<K> {
                 if shared.options.stop.is_stopped() {
                     return not_started::<K>(&shared, &item);
                 }
-                run_item::<K>(&shared, item).await
+                run_item::<K>(&shared, &item).await
             });
         }
         let mut results = Vec::new();
@@ -414,21 +414,27 @@ fn not_started<K: Kind>(shared: &Shared, item: &K::Item) -> NodeResult {
 }
 
 /// Take up one work item under the node lease and drive it to a resting state.
-async fn run_item<K: Kind>(shared: &Shared, item: K::Item) -> NodeResult {
-    let label = label::<K>(&item);
-    let lease = match acquire::<K>(shared, &item).await {
+///
+/// Each node in flight is one task that lives as long as the node's run, and a task's future
+/// is as large as the largest state it can be in. The store calls and the lease's are boxed
+/// below, so that size is what a waiting node keeps (its job, facts and sleep), not the
+/// largest store call's: unboxed, every node of a 10,000-node wave held ~25 KB for calls
+/// it was not making.
+async fn run_item<K: Kind>(shared: &Shared, item: &K::Item) -> NodeResult {
+    let label = label::<K>(item);
+    let lease = match Box::pin(acquire::<K>(shared, item)).await {
         Ok(lease) => lease,
         Err(refusal) => {
             let reason = refusal.reason();
             shared.report(&label, "-", ProgressStatus::Left, &reason);
             return NodeResult {
                 node: label,
-                job_id: K::job_of(&item),
+                job_id: K::job_of(item),
                 outcome: NodeOutcome::Left { reason },
             };
         }
     };
-    let mut run = Run::<K>::new(shared, &item, &lease);
+    let mut run = Run::<K>::new(shared, item, &lease);
     let taken = {
         let _pass = shared.pass(K::KIND).await;
         K::take_up(&mut run).await
@@ -440,10 +446,10 @@ async fn run_item<K: Kind>(shared: &Shared, item: K::Item) -> NodeResult {
                 Ok(outcome) | Err(Stop::Result(outcome)) => (Some(id), outcome),
             }
         }
-        Err(Stop::Result(outcome)) => (K::job_of(&item), outcome),
+        Err(Stop::Result(outcome)) => (K::job_of(item), outcome),
     };
     drop(run);
-    lease.release().await;
+    Box::pin(lease.release()).await;
     let (status, message) = outcome.progress();
     progress::report(shared.progress.as_ref(), &label, "-", status, &message);
     NodeResult {
@@ -546,6 +552,19 @@ impl<'a, K: Kind> Run<'a, K> {
         advance_retrying(self.store(), K::KIND, job.id, &update).await
     }
 
+    /// [`Run::write`] of a job the stage loop keeps for its next pass, with the facts beside
+    /// it: the row's copy of them (its `stage_details`) is not kept twice.
+    async fn write_kept(
+        &self,
+        job: &Job,
+        update: JobUpdate,
+        facts: &K::Facts,
+    ) -> Result<Job, StoreError> {
+        let mut written = self.write(job, update, facts).await?;
+        written.stage_details = serde_json::Value::Null;
+        Ok(written)
+    }
+
     /// When the reconciler may try a job failing retryably now again: after the failures in a
     /// row under the same node spec (this one included), by the executor's failed-job backoff,
     /// with jitter drawn from the node and the count (the same wait on every run).
@@ -606,23 +625,57 @@ impl<'a, K: Kind> Run<'a, K> {
     }
 
     /// The stage loop: one pass at a time until the job completes, fails, or is taken away.
+    /// Each pass runs in a box of its own: between passes (a node waiting, most of its
+    /// time) the node's task holds only what [`Between`] keeps and its sleep.
     async fn run_stages(&mut self, id: Uuid) -> Result<NodeOutcome, Stop> {
+        let stop: StopSignal = self.shared.options.stop.clone();
+        let mut between = Box::new(Between {
+            waiting_reported: None,
+            deploy_grace: true,
+            known: None,
+        });
+        loop {
+            // The permit is taken before the pass's box: the nodes queued for one hold
+            // nothing of a pass yet.
+            let permit = self.shared.pass(K::KIND).await;
+            let after = Box::pin(self.stage_pass(id, &mut between)).await;
+            drop(permit);
+            match after? {
+                AfterPass::Again => {}
+                AfterPass::Sleep(sleep, None) => stop.sleep(sleep).await,
+                // Woken by the node's agent (an enrollment this process recorded), else at
+                // the stage's fallback poll.
+                AfterPass::Sleep(sleep, Some(watch)) => tokio::select! {
+                    () = stop.sleep(sleep) => {}
+                    () = watch.wait(sleep) => {}
+                },
+                AfterPass::End(outcome) => return Ok(outcome),
+            }
+        }
+    }
+
+    /// One pass of the job's current stage, with its journal writes, under one of the
+    /// executor's pass permits (given back before the loop sleeps).
+    async fn stage_pass(
+        &mut self,
+        id: Uuid,
+        between: &mut Between<K::Facts>,
+    ) -> Result<AfterPass, Stop> {
         let poll = self.shared.options.poll_interval;
         let stop: StopSignal = self.shared.options.stop.clone();
-        let mut waiting_reported: Option<(String, i64)> = None;
-        let mut deploy_grace = true;
-        // The job as this run last read or wrote it, when, and the facts its journal holds:
-        // the next pass reuses them for up to JOB_REREAD (nothing of this run changed them
-        // since), so thousands of nodes polling fast neither read their job nor parse its
-        // facts every step, and a stage boundary costs one write.
-        let mut known: Option<(Job, std::time::Instant, K::Facts)> = None;
-        loop {
-            let permit = self.shared.pass(K::KIND).await;
+        let Between {
+            waiting_reported,
+            deploy_grace,
+            known,
+        } = between;
+        {
             let (job, read_at, stored) = match known.take() {
                 Some(known) if known.1.elapsed() < JOB_REREAD => known,
                 _ => {
-                    let job = self.store().job(K::KIND, id).await?;
+                    let mut job = self.store().job(K::KIND, id).await?;
                     let facts = K::Facts::from_details(&job.stage_details);
+                    // The facts are what the run keeps of the journal document.
+                    job.stage_details = serde_json::Value::Null;
                     (job, std::time::Instant::now(), facts)
                 }
             };
@@ -630,28 +683,28 @@ impl<'a, K: Kind> Run<'a, K> {
             // make the next executor render again (a new token), so one more stage pass
             // deploys it first.
             if stop.is_stopped()
-                && (self.memory.user_data.is_none() || !std::mem::replace(&mut deploy_grace, false))
+                && (self.memory.user_data.is_none() || !std::mem::replace(deploy_grace, false))
             {
                 // A stage boundary: the journal says where the job is; the next executor
                 // continues the open attempt from there.
-                return Ok(NodeOutcome::Aborted {
+                return Ok(AfterPass::End(NodeOutcome::Aborted {
                     reason: format!(
                         "the executor is stopping: {} {id} rests at {} (attempt {})",
                         K::KIND,
                         job.stage,
                         job.attempt
                     ),
-                });
+                }));
             }
             if !matches!(job.state, JobState::Pending | JobState::Running) {
                 // Moved by someone else (an operator's cancel, another executor's failure).
-                return Ok(NodeOutcome::Left {
+                return Ok(AfterPass::End(NodeOutcome::Left {
                     reason: format!(
                         "{} {id} is {} (changed outside this run)",
                         K::KIND,
                         job.state
                     ),
-                });
+                }));
             }
             let stage: K::Stage = job.stage.parse().map_err(|e| {
                 Stop::Result(NodeOutcome::Aborted {
@@ -689,28 +742,26 @@ impl<'a, K: Kind> Run<'a, K> {
                     Ok(next) => Passed::Done(done, next),
                     Err(failure) => Passed::Failed(failure),
                 },
-                StageOutcome::Wait(wait) => Passed::Wait(wait.reason, wait.poll),
+                StageOutcome::Wait(wait) => Passed::Wait(wait.reason, wait.poll, wait.wake),
                 StageOutcome::Failed(failure) => Passed::Failed(failure),
             };
             match outcome {
-                Passed::Wait(reason, poll_in) => {
+                Passed::Wait(reason, poll_in, wake) => {
                     let key = (job.stage.clone(), job.attempt);
                     if waiting_reported.as_ref() != Some(&key) {
                         self.report(stage.name(), ProgressStatus::Waiting, &reason);
-                        waiting_reported = Some(key);
+                        *waiting_reported = Some(key);
                     }
                     self.memory.last_wait = Some(reason);
                     // A wait may have learnt something worth keeping (a release confirmed).
-                    known = if facts != stored {
-                        let written = self
-                            .write(&job, JobUpdate::new(JobState::Running), &facts)
-                            .await?;
+                    *known = if facts != stored {
+                        let update = JobUpdate::new(JobState::Running);
+                        let written = self.write_kept(&job, update, &facts).await?;
                         Some((written, std::time::Instant::now(), facts))
                     } else {
                         Some((job, read_at, stored))
                     };
-                    drop(permit);
-                    stop.sleep(poll_in.unwrap_or(poll)).await;
+                    Ok(AfterPass::Sleep(poll_in.unwrap_or(poll), wake))
                 }
                 Passed::Done(done, next) => {
                     self.memory.last_wait = None;
@@ -736,13 +787,14 @@ impl<'a, K: Kind> Run<'a, K> {
                                 update.attempt = Some(1);
                                 update.opened = Some(started);
                             }
-                            let written = self.write(&job, update, &facts).await?;
+                            let written = self.write_kept(&job, update, &facts).await?;
                             if opening {
                                 self.report(next.name(), ProgressStatus::Started, "");
                             }
-                            known = Some((written, std::time::Instant::now(), facts));
+                            *known = Some((written, std::time::Instant::now(), facts));
+                            Ok(AfterPass::Again)
                         }
-                        None => return self.complete(&job, event, &facts).await,
+                        None => self.complete(&job, event, &facts).await.map(AfterPass::End),
                     }
                 }
                 Passed::Failed(failure) => {
@@ -758,7 +810,7 @@ impl<'a, K: Kind> Run<'a, K> {
                         else {
                             self.write(&job, update, &facts).await?;
                             self.report(stage.name(), ProgressStatus::Failed, &line);
-                            return Ok(failure.into());
+                            return Ok(AfterPass::End(failure.into()));
                         };
                         // The kind continues at `next`: the failed attempt is journaled, the
                         // job stays running.
@@ -770,7 +822,7 @@ impl<'a, K: Kind> Run<'a, K> {
                         *facts.retries() = 0;
                         self.write(&job, update, &facts).await?;
                         self.report(stage.name(), ProgressStatus::Failed, &line);
-                        continue;
+                        return Ok(AfterPass::Again);
                     }
                     *facts.retries() += 1;
                     let retry = *facts.retries();
@@ -802,8 +854,7 @@ impl<'a, K: Kind> Run<'a, K> {
                     // Read again after the back-off: an operator may act on a retrying job.
                     self.write(&job, update, &facts).await?;
                     self.report(stage.name(), ProgressStatus::Retrying, &message);
-                    drop(permit);
-                    stop.sleep(delay).await;
+                    Ok(AfterPass::Sleep(delay, None))
                 }
             }
         }
@@ -839,7 +890,7 @@ impl<'a, K: Kind> Run<'a, K> {
         update.event = Some(open_attempt::<K>(
             &job.stage, attempt, started_at, message, facts,
         ));
-        let updated = self.write(job, update, facts).await?;
+        let updated = self.write_kept(job, update, facts).await?;
         let note = if attempt > 1 {
             format!("attempt {attempt}")
         } else {
@@ -905,10 +956,33 @@ fn completion_name(job: &Job) -> String {
     }
 }
 
+/// What the stage loop keeps between passes.
+struct Between<F> {
+    /// The (stage, attempt) whose wait was reported (a wait is reported once).
+    waiting_reported: Option<(String, i64)>,
+    /// A stopping executor's one more pass, to deploy a payload rendered in memory.
+    deploy_grace: bool,
+    /// The job as this run last read or wrote it, when, and the facts its journal holds: the
+    /// next pass reuses them for up to JOB_REREAD (nothing of this run changed them since),
+    /// so thousands of nodes polling fast neither read their job nor parse its facts every
+    /// step, and a stage boundary costs one write.
+    known: Option<(Job, std::time::Instant, F)>,
+}
+
+/// What the stage loop does after a pass.
+enum AfterPass {
+    /// Run the next pass now.
+    Again,
+    /// Sleep this long (a poll, a retry's back-off), or until the node's agent is heard from.
+    Sleep(Duration, Option<crate::agent::AgentWatch>),
+    /// The node's run ends.
+    End(NodeOutcome),
+}
+
 /// A stage pass, with where a finished stage leads.
 enum Passed<S> {
     Done(StageDone, Option<S>),
-    Wait(String, Option<Duration>),
+    Wait(String, Option<Duration>, Option<crate::agent::AgentWatch>),
     Failed(StageFailure),
 }
 

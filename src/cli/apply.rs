@@ -401,6 +401,7 @@ impl Runtime {
             },
             actor,
             poll_interval: exec.poll_interval,
+            agent_signals: Some(agents.channel().signals().clone()),
         };
         let options = ExecutorOptions {
             poll_interval: exec.poll_interval,

@@ -528,6 +528,7 @@ pub async fn start(
         },
         actor: Actor::system("metalform-daemon"),
         poll_interval: config.executor.poll_interval,
+        agent_signals: Some(agents.channel().signals().clone()),
     };
     let progress: Arc<dyn Progress> = Arc::new(LogProgress {
         metrics: metrics.clone(),

@@ -221,6 +221,7 @@ pub fn worker_env(
         agent_install: crate::cloudinit::AgentInstall::default(),
         actor: Actor::system("metalform-provisioner"),
         poll_interval: settings.poll_interval,
+        agent_signals: None,
     }
 }
 

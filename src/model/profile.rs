@@ -140,9 +140,11 @@ pub struct Storage {
 
 /// The pattern that picks the boot disk among a machine's block devices by model, name or
 /// id_path (seed 000 §4.3 ConfigureStorage: `boss|boot optimized|m.2`). Compiled at load time.
+/// Shared, not cloned: every node of a profile carries the profile, and each clone of a
+/// `Regex` fills a search cache of its own (~5 KB per node of a wave).
 #[derive(Debug, Clone)]
 pub struct BootDiskMatch {
-    regex: regex::Regex,
+    regex: std::sync::Arc<regex::Regex>,
 }
 
 impl BootDiskMatch {
@@ -151,7 +153,7 @@ impl BootDiskMatch {
 
     pub fn new(pattern: &str) -> Result<Self, regex::Error> {
         Ok(Self {
-            regex: regex::Regex::new(pattern)?,
+            regex: std::sync::Arc::new(regex::Regex::new(pattern)?),
         })
     }
 

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::StageFailure;
+use crate::agent::AgentSignals;
 use crate::clock::Clock;
 use crate::model::Site;
 use crate::provider::bmc::BmcPower;
@@ -91,6 +92,10 @@ pub struct StageEnv {
     pub actor: Actor,
     /// The executor's poll interval (waits inside stages are derived from it).
     pub poll_interval: Duration,
+    /// The agent listener of this process, when it runs one: a stage waiting for a node's
+    /// agent to enroll is woken by it and reads the store only at its slow fallback. `None`:
+    /// nothing in this process records enrollments, so such a wait polls at `poll_interval`.
+    pub agent_signals: Option<AgentSignals>,
 }
 
 impl std::fmt::Debug for StageEnv {

@@ -58,6 +58,9 @@ pub struct StageWait {
     pub reason: String,
     /// Poll sooner or later than the executor's interval.
     pub poll: Option<Duration>,
+    /// Poll sooner when this node's agent is heard from (its enrollment recorded by this
+    /// process's listener); `poll` is then the slow fallback.
+    pub wake: Option<crate::agent::AgentWatch>,
 }
 
 /// How the executor may retry a failure.
@@ -287,6 +290,7 @@ impl StageOutcome {
         StageOutcome::Wait(StageWait {
             reason: reason.into(),
             poll: None,
+            wake: None,
         })
     }
 }

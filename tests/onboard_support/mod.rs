@@ -351,6 +351,7 @@ impl Bed {
             },
             actor: Actor::system("metalform-test"),
             poll_interval: Bed::options().poll_interval,
+            agent_signals: Some(self.enroll.channel().signals().clone()),
         }
     }
 

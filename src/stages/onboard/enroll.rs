@@ -21,12 +21,13 @@ use super::StageCtx;
 use super::deploy::deploy_address;
 use super::hwsync::{adopted_as_is, adopted_without_sync, push_credentials};
 use super::render::ensure_node_record;
+use crate::agent::AgentWatch;
 use crate::cloudinit::{AGENT_CA_PATH, AGENT_ENV_PATH};
 use crate::lifecycle::PolicyTimeout;
 use crate::provider::host::HostTarget;
 use crate::provider::maas::Machine;
 use crate::secrets::Secret;
-use crate::stages::{StageFailure, StageOutcome};
+use crate::stages::{StageFailure, StageOutcome, StageWait};
 use crate::store::TaskStatus;
 
 /// The task the agent runs to restart the MAAS hardware-sync units (docs/agent-protocol.md).
@@ -58,6 +59,12 @@ pub(super) async fn ensure_agent_enrolled(
             ));
         }
     };
+    // Watched before the store is read: an enrollment recorded after the read wakes the wait.
+    let watch = ctx
+        .env
+        .agent_signals
+        .as_ref()
+        .map(|signals| signals.watch(node_id));
     let store = &ctx.env.store;
     let enrollment = store
         .agent_enrollment(node_id)
@@ -126,7 +133,30 @@ pub(super) async fn ensure_agent_enrolled(
             "hint": "the machine stays deployed in MAAS; if the agent enrolls later, adopt the onboarding",
         })));
     }
-    Ok(StageOutcome::wait("waiting for the node agent to enroll"))
+    Ok(agent_wait(ctx, watch))
+}
+
+/// The wait for an agent that has not enrolled yet. With this process's listener watching,
+/// its enrollment wakes the wait, and the store is read again only at the slow fallback (an
+/// agent that enrolled through another replica), or when the enrollment timeout is due.
+fn agent_wait(ctx: &StageCtx<'_>, watch: Option<AgentWatch>) -> StageOutcome {
+    let reason = "waiting for the node agent to enroll";
+    let Some(watch) = watch else {
+        return StageOutcome::wait(reason);
+    };
+    let until_timeout = ctx
+        .timeout_of(PolicyTimeout::Enrollment)
+        .saturating_sub(ctx.elapsed());
+    // Just past the deadline, so that pass finds it passed.
+    let poll = watch
+        .fallback(ctx.env.poll_interval)
+        .min(until_timeout + std::time::Duration::from_millis(10))
+        .max(ctx.env.poll_interval);
+    StageOutcome::Wait(StageWait {
+        reason: reason.into(),
+        poll: Some(poll),
+        wake: Some(watch),
+    })
 }
 
 /// The health check of hardware sync once the agent is there (000 §9.1): `None` when the node

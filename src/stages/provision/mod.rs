@@ -496,6 +496,7 @@ async fn ensure_reported(ctx: &mut ProvisionCtx<'_>) -> Result<StageOutcome, Sta
             crate::model::duration::format(limit)
         ),
         poll: Some(ctx.provisioner.settings.poll_interval),
+        wake: None,
     }))
 }
 
