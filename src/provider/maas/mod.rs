@@ -47,6 +47,7 @@ mod placement;
 mod power;
 mod retry;
 mod storage;
+mod skim;
 mod stream;
 mod subnets;
 mod tags;
