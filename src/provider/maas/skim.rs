@@ -342,7 +342,11 @@ impl<'de> Skim<'de> {
     fn json_error(&self, err: &serde_json::Error) -> SkimError {
         let text = err.to_string();
         let position = format!(" at line {} column {}", err.line(), err.column());
-        let message = text.strip_suffix(&position).unwrap_or(&text).to_owned();
+        let mut message = text.strip_suffix(&position).unwrap_or(&text).to_owned();
+        if err.is_eof() {
+            // The scan found where this value ends: what stops early is its spelling (`1.`).
+            message = "invalid number or literal".to_owned();
+        }
         let slice = self.slice();
         let line_start = match err.line() {
             0 => return SkimError::at(message, self.start),
@@ -392,6 +396,8 @@ struct Members<'de> {
     /// Where the next `"key": value` (or the closing `}`) is looked for.
     at: usize,
     first: bool,
+    /// The closing `}` is read.
+    closed: bool,
     value: Option<Skim<'de>>,
 }
 
@@ -400,9 +406,13 @@ impl<'de> Members<'de> {
     fn next_read(&mut self) -> Result<Option<KeyText<'de>>, SkimError> {
         let object = self.object;
         loop {
+            if self.closed {
+                return Ok(None);
+            }
             let mut at = object.skip_whitespace(self.at);
             if object.byte(at) == Some(b'}') {
                 self.at = at + 1;
+                self.closed = true;
                 return Ok(None);
             }
             if !self.first {
@@ -494,6 +504,8 @@ struct Elements<'de> {
     array: Skim<'de>,
     at: usize,
     first: bool,
+    /// The closing `]` is read.
+    closed: bool,
 }
 
 impl<'de> SeqAccess<'de> for Elements<'de> {
@@ -503,10 +515,14 @@ impl<'de> SeqAccess<'de> for Elements<'de> {
         &mut self,
         seed: T,
     ) -> Result<Option<T::Value>, SkimError> {
+        if self.closed {
+            return Ok(None);
+        }
         let array = self.array;
         let mut at = array.skip_whitespace(self.at);
         if array.byte(at) == Some(b']') {
             self.at = at + 1;
+            self.closed = true;
             return Ok(None);
         }
         if !self.first {
@@ -579,6 +595,7 @@ impl<'de> Deserializer<'de> for Skim<'de> {
             array: self,
             at: self.start + 1,
             first: true,
+            closed: false,
         };
         let value = visitor.visit_seq(&mut elements)?;
         // Elements the type did not ask for are stepped over like unread members.
@@ -618,6 +635,7 @@ impl<'de> Deserializer<'de> for Skim<'de> {
             fields,
             at: self.start + 1,
             first: true,
+            closed: false,
             value: None,
         };
         let value = visitor.visit_map(&mut members).map_err(|err| {
@@ -696,7 +714,7 @@ mod tests {
         let cases: [(&str, End); 9] = [
             (r#""a\"b" x"#, End::At(6)),
             (r#""a\\" x"#, End::At(5)),
-            (r#"{"a": ["}", "]", {"b": "\\"}]} , 1"#, End::At(29)),
+            (r#"{"a": ["}", "]", {"b": "\\"}]} , 1"#, End::At(30)),
             ("[[[]], {}] 1", End::At(10)),
             ("-12.5e3, 1", End::At(7)),
             ("true]", End::At(4)),
@@ -736,7 +754,7 @@ mod tests {
         let err = decode_prefix::<Pair>(br#"{"a": [1, 2], "b": 2}"#, true).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "invalid type: integer `2`, expected a string at byte 20"
+            "invalid type: integer `2`, expected a string at byte 19"
         );
     }
 }

@@ -556,12 +556,13 @@ mod tests {
             (
                 r#"[{"id": "one"}]"#,
                 "element 0 of the array (from byte 1): invalid type: string \"one\", expected u64 \
-                 at byte 13"
+                 at byte 12"
                     .to_owned(),
             ),
             (
                 r#"[{"id": 1, "ratio": 1.}]"#,
-                "element 0 of the array (from byte 1): invalid number at byte 22".to_owned(),
+                "element 0 of the array (from byte 1): invalid number or literal at byte 21"
+                    .to_owned(),
             ),
             (
                 r#"[{"id" 1}]"#,
@@ -572,7 +573,7 @@ mod tests {
             (
                 r#"[{"id": 1 "name": "x"}]"#,
                 "element 0 of the array (from byte 1): expected `,` or `}` after a member of the \
-                 object, found `\"` at byte 10"
+                 object, found `\\\"` at byte 10"
                     .to_owned(),
             ),
             (
@@ -585,15 +586,16 @@ mod tests {
                 "unexpected `[` at byte 12 after the end of the array".to_owned(),
             ),
         ];
+        let mut wrong = Vec::new();
         for (text, expected) in cases {
             for size in [1, 4, 1 << 20] {
-                assert_eq!(
-                    skimmed(text, size).unwrap_err(),
-                    expected,
-                    "{text:?} in pieces of {size}"
-                );
+                let found = skimmed(text, size).unwrap_err();
+                if found != expected {
+                    wrong.push(format!("{text:?} in pieces of {size}:\n  {found}\n  not {expected}"));
+                }
             }
         }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     }
 
     /// What skimming accepts that serde_json refuses: a field that is not read is only
