@@ -689,14 +689,13 @@ impl MaasClient {
     /// [`MaasClient::list_machines`] (counted as `list_machines`), parsed for observation only.
     /// Like every machines list, the answer is decoded machine by machine while it arrives, on
     /// a blocking thread: a site's list of tens of megabytes is never held whole, and several
-    /// sites' lists decode in parallel. The fields a summary does not read (most of each
-    /// machine's 28 KB) are only scanned for their extent (`skim`).
+    /// sites' lists decode in parallel.
     pub async fn list_machine_summaries(
         &self,
         filter: &MachineFilter,
     ) -> Result<Vec<MachineSummary>, MaasError> {
         self.transport()
-            .json_array_skimmed(
+            .json_array(
                 Call::get("list_machines", &["machines"])
                     .params(filter.params())
                     .expects("a list of machines"),

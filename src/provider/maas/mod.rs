@@ -47,7 +47,6 @@ mod placement;
 mod power;
 mod retry;
 mod storage;
-mod skim;
 mod stream;
 mod subnets;
 mod tags;

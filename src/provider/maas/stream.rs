@@ -8,14 +8,8 @@
 //! memory it needs is about one batch, whatever the size of the list, and decoding overlaps
 //! the transfer. The result is what decoding the whole text as a `Vec<T>` gives, except that
 //! an error names the element and its byte offset.
-//!
-//! A decoder made by [`ArrayDecoder::skimming`] reads each element through [`super::skim`]:
-//! the fields the element type does not read are only scanned for where they end, and an
-//! error names the element and the byte where it was found.
 
 use serde::de::DeserializeOwned;
-
-use super::skim;
 
 /// Unconsumed bytes gathered before decoding is tried again: elements are decoded in batches,
 /// so an element split across pieces is rarely decoded in vain.
@@ -63,25 +57,17 @@ pub(crate) struct ArrayDecoder<T> {
     state: State,
     items: Vec<T>,
     head: Vec<u8>,
-    /// Elements are read through [`skim`].
-    skim: bool,
 }
 
 impl<T: DeserializeOwned> Default for ArrayDecoder<T> {
     fn default() -> Self {
-        Self::with_batch(BATCH, false)
+        Self::with_batch(BATCH)
     }
 }
 
 impl<T: DeserializeOwned> ArrayDecoder<T> {
-    /// A decoder that reads each element by skimming (see [`super::skim`]): for large elements
-    /// of which the type reads a few fields.
-    pub(crate) fn skimming() -> Self {
-        Self::with_batch(BATCH, true)
-    }
-
     /// Tries to decode whenever `batch` unconsumed bytes are in.
-    fn with_batch(batch: usize, skim: bool) -> Self {
+    fn with_batch(batch: usize) -> Self {
         Self {
             pending: Vec::new(),
             start: 0,
@@ -92,7 +78,6 @@ impl<T: DeserializeOwned> ArrayDecoder<T> {
             state: State::Open,
             items: Vec::new(),
             head: Vec::new(),
-            skim,
         }
     }
 
@@ -178,12 +163,6 @@ impl<T: DeserializeOwned> ArrayDecoder<T> {
                     if !at_end && self.pending.len() - self.start < self.largest.min(self.batch) {
                         break;
                     }
-                    if self.skim {
-                        if !self.skim_element(at_end)? {
-                            break;
-                        }
-                        continue;
-                    }
                     let text = &self.pending[self.start..];
                     let mut stream = serde_json::Deserializer::from_slice(text).into_iter::<T>();
                     match stream.next() {
@@ -201,7 +180,13 @@ impl<T: DeserializeOwned> ArrayDecoder<T> {
                         Some(Err(err)) if !at_end && (err.is_eof() || at_last_byte(text, &err)) => {
                             break;
                         }
-                        Some(Err(err)) if err.is_eof() => return Err(self.truncated()),
+                        Some(Err(err)) if err.is_eof() => {
+                            return Err(self.error(format!(
+                                "the answer ends early (truncated in element {} of the list, from byte {})",
+                                self.items.len(),
+                                self.offset + self.start
+                            )));
+                        }
                         Some(Err(err)) => {
                             return Err(self.error(format!(
                                 "element {} of the array (from byte {}): {err}",
@@ -236,39 +221,6 @@ impl<T: DeserializeOwned> ArrayDecoder<T> {
         self.wait_for = self.batch.max(2 * (self.pending.len() - self.start));
         Ok(())
     }
-
-    /// Decodes the element at `start` by skimming; `false` when it is not all in yet.
-    fn skim_element(&mut self, at_end: bool) -> Result<bool, serde_json::Error> {
-        let from = self.offset + self.start;
-        match skim::decode_prefix::<T>(&self.pending[self.start..], at_end) {
-            Ok((item, end)) => {
-                self.largest = self.largest.max(end);
-                self.start += end;
-                self.items.push(item);
-                self.state = State::Next;
-                Ok(true)
-            }
-            Err(err) if err.incomplete && !at_end => Ok(false),
-            Err(err) if err.incomplete => Err(self.truncated()),
-            Err(err) => {
-                let at = err.at.map_or(String::new(), |at| format!(" at byte {}", from + at));
-                Err(self.error(format!(
-                    "element {} of the array (from byte {from}): {}{at}",
-                    self.items.len(),
-                    err.message
-                )))
-            }
-        }
-    }
-
-    /// The answer ends inside the element at `start`.
-    fn truncated(&self) -> serde_json::Error {
-        self.error(format!(
-            "the answer ends early (truncated in element {} of the list, from byte {})",
-            self.items.len(),
-            self.offset + self.start
-        ))
-    }
 }
 
 /// Whether `err` was detected at the last byte of `text` (or after it): the text may simply
@@ -295,42 +247,25 @@ mod tests {
     }
 
     /// Decodes `text` fed in pieces of `size` bytes, trying to decode after every piece
-    /// (`batch` 1) or in real batches, by serde_json or by skimming.
+    /// (`batch` 1) or in real batches.
     fn decode_with<T: DeserializeOwned>(
         text: &str,
         size: usize,
         batch: usize,
-        skim: bool,
     ) -> Result<Vec<T>, String> {
-        let mut decoder = ArrayDecoder::<T>::with_batch(batch, skim);
+        let mut decoder = ArrayDecoder::<T>::with_batch(batch);
         for piece in text.as_bytes().chunks(size.max(1)) {
             decoder.feed(piece).map_err(|e| e.error.to_string())?;
         }
         decoder.finish().map_err(|e| e.error.to_string())
     }
 
-    /// `text` decoded by serde_json, eagerly and in batches alike; when it decodes, skimming
-    /// gives the same elements.
     fn decode(text: &str, size: usize) -> Result<Vec<Item>, String> {
-        let eager = decode_with(text, size, 1, false);
+        let eager = decode_with(text, size, 1);
         assert_eq!(
             eager,
-            decode_with(text, size, BATCH, false),
+            decode_with(text, size, BATCH),
             "{text:?} in pieces of {size}"
-        );
-        if eager.is_ok() {
-            assert_eq!(skimmed(text, size), eager, "{text:?} in pieces of {size}");
-        }
-        eager
-    }
-
-    /// `text` decoded by skimming, eagerly and in batches alike.
-    fn skimmed(text: &str, size: usize) -> Result<Vec<Item>, String> {
-        let eager = decode_with(text, size, 1, true);
-        assert_eq!(
-            eager,
-            decode_with(text, size, BATCH, true),
-            "{text:?} in pieces of {size}, skimmed"
         );
         eager
     }
@@ -383,12 +318,10 @@ mod tests {
         // Elements that are numbers do not tell where they end: a cut must not split one.
         let numbers = "[1, 23, -4.5e6, 789]";
         for size in 1..numbers.len() {
-            for skim in [false, true] {
-                assert_eq!(
-                    decode_with::<f64>(numbers, size, 1, skim).unwrap(),
-                    vec![1.0, 23.0, -4.5e6, 789.0]
-                );
-            }
+            assert_eq!(
+                decode_with::<f64>(numbers, size, 1).unwrap(),
+                vec![1.0, 23.0, -4.5e6, 789.0]
+            );
         }
     }
 
@@ -412,12 +345,10 @@ mod tests {
             let whole: Vec<MachineSummary> = serde_json::from_str(&text).unwrap();
             assert_eq!(whole.len(), 12);
             for size in [1, 3, 1000, 4096] {
-                for skim in [false, true] {
-                    assert_eq!(
-                        decode_with::<MachineSummary>(&text, size, 1, skim).unwrap(),
-                        whole
-                    );
-                }
+                assert_eq!(
+                    decode_with::<MachineSummary>(&text, size, 1).unwrap(),
+                    whole
+                );
             }
         }
     }
@@ -427,16 +358,15 @@ mod tests {
         let (value, items) = document(20_000);
         let text = serde_json::to_string_pretty(&value).unwrap();
         assert!(text.len() > 16 * BATCH);
-        for mut decoder in [ArrayDecoder::<Item>::default(), ArrayDecoder::skimming()] {
-            let mut largest = 0;
-            for piece in text.as_bytes().chunks(16 * 1024) {
-                decoder.feed(piece).unwrap();
-                largest = largest.max(decoder.pending.len());
-            }
-            assert!(decoder.items.len() > 15_000, "decoded while arriving");
-            assert!(largest <= 3 * BATCH, "buffer grew to {largest}");
-            assert_eq!(decoder.finish().unwrap(), items);
+        let mut decoder = ArrayDecoder::<Item>::default();
+        let mut largest = 0;
+        for piece in text.as_bytes().chunks(16 * 1024) {
+            decoder.feed(piece).unwrap();
+            largest = largest.max(decoder.pending.len());
         }
+        assert!(decoder.items.len() > 15_000, "decoded while arriving");
+        assert!(largest <= 3 * BATCH, "buffer grew to {largest}");
+        assert_eq!(decoder.finish().unwrap(), items);
     }
 
     #[test]
@@ -502,117 +432,6 @@ mod tests {
                     "{text:?} in pieces of {size}"
                 );
             }
-        }
-    }
-
-    /// Skimming checks the structure of the fields it does not read (strings end, brackets
-    /// balance) and reads the others with serde_json: errors name the element and the byte.
-    #[test]
-    fn what_skimming_refuses_is_an_error_naming_where() {
-        let deep = format!(r#"[{{"id": 1, "skip": {}{}}}]"#, "[".repeat(129), "]".repeat(129));
-        let cases = [
-            ("", "an empty answer where a JSON array was expected".to_owned()),
-            (
-                "<html>not json</html>",
-                "expected a JSON array, found `<` at byte 0".to_owned(),
-            ),
-            (
-                r#"[{"id": 1}"#,
-                "the answer ends early (truncated after 1 complete element(s) of the list)"
-                    .to_owned(),
-            ),
-            (
-                r#"[{"id": 1}, {"id": 2"#,
-                "the answer ends early (truncated in element 1 of the list, from byte 12)"
-                    .to_owned(),
-            ),
-            (
-                r#"[{"id": 1}, {"id": 2, "skip": "no end}]"#,
-                "the answer ends early (truncated in element 1 of the list, from byte 12)"
-                    .to_owned(),
-            ),
-            (
-                r#"[{"id": 1}, {"id": 2, "skip": {"a": [1, 2}, "b": 3}]"#,
-                "element 1 of the array (from byte 12): expected `]` to close the `[`, found `}` \
-                 at byte 41"
-                    .to_owned(),
-            ),
-            (
-                r#"[{"id": 1, "skip": [1, {"a": 2]]}]"#,
-                "element 0 of the array (from byte 1): expected `}` to close the `{`, found `]` \
-                 at byte 30"
-                    .to_owned(),
-            ),
-            (
-                &deep,
-                "element 0 of the array (from byte 1): nested more than 128 levels deep at byte \
-                 147"
-                    .to_owned(),
-            ),
-            (
-                r#"[{"id": 1}, {"name": "x"}]"#,
-                "element 1 of the array (from byte 12): missing field `id` at byte 24".to_owned(),
-            ),
-            (
-                r#"[{"id": "one"}]"#,
-                "element 0 of the array (from byte 1): invalid type: string \"one\", expected u64 \
-                 at byte 12"
-                    .to_owned(),
-            ),
-            (
-                r#"[{"id": 1, "ratio": 1.}]"#,
-                "element 0 of the array (from byte 1): invalid number or literal at byte 21"
-                    .to_owned(),
-            ),
-            (
-                r#"[{"id" 1}]"#,
-                "element 0 of the array (from byte 1): expected `:` after a member name, found \
-                 `1` at byte 7"
-                    .to_owned(),
-            ),
-            (
-                r#"[{"id": 1 "name": "x"}]"#,
-                "element 0 of the array (from byte 1): expected `,` or `}` after a member of the \
-                 object, found `\\\"` at byte 10"
-                    .to_owned(),
-            ),
-            (
-                r#"[{"id": 1},]"#,
-                "element 1 of the array (from byte 11): expected a value, found `]` at byte 11"
-                    .to_owned(),
-            ),
-            (
-                r#"[{"id": 1}] ["#,
-                "unexpected `[` at byte 12 after the end of the array".to_owned(),
-            ),
-        ];
-        let mut wrong = Vec::new();
-        for (text, expected) in cases {
-            for size in [1, 4, 1 << 20] {
-                let found = skimmed(text, size).unwrap_err();
-                if found != expected {
-                    wrong.push(format!("{text:?} in pieces of {size}:\n  {found}\n  not {expected}"));
-                }
-            }
-        }
-        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
-    }
-
-    /// What skimming accepts that serde_json refuses: a field that is not read is only
-    /// scanned for its extent, so what lies between its brackets and strings is not checked.
-    #[test]
-    fn skimming_does_not_check_the_spelling_inside_unread_fields() {
-        let text = r#"[{"id": 7, "skip": [1 2, 1., tru, "\q", {"a" "b"}], "after": -}]"#;
-        assert!(decode(text, 1 << 20).is_err());
-        for size in [1, 5, 1 << 20] {
-            assert_eq!(
-                skimmed(text, size).unwrap(),
-                vec![Item {
-                    id: 7,
-                    name: String::new(),
-                    ratio: 0.0
-                }]
-            );
         }
     }
 

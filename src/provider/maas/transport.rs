@@ -274,25 +274,16 @@ impl ReadBody for WholeBody {
 
 /// A JSON array decoded element by element while it arrives (see [`ArrayDecoder`]), on a
 /// blocking thread: decoding a large list neither holds up the runtime's other tasks (other
-/// sites' reads) nor waits for them. `skim`: the elements' unread fields are only scanned
-/// (see [`ArrayDecoder::skimming`]).
-struct JsonArrayBody<T> {
-    skim: bool,
-    decoded: std::marker::PhantomData<fn() -> T>,
-}
+/// sites' reads) nor waits for them.
+struct JsonArrayBody<T>(std::marker::PhantomData<fn() -> T>);
 
 impl<T: DeserializeOwned + Send + 'static> ReadBody for JsonArrayBody<T> {
     type Output = Result<Vec<T>, ArrayError>;
 
     async fn read(&self, mut response: reqwest::Response) -> Result<Self::Output, reqwest::Error> {
         let (pieces, mut arriving) = tokio::sync::mpsc::channel::<Bytes>(16);
-        let skim = self.skim;
         let decoding = tokio::task::spawn_blocking(move || {
-            let mut decoder = if skim {
-                ArrayDecoder::<T>::skimming()
-            } else {
-                ArrayDecoder::<T>::default()
-            };
+            let mut decoder = ArrayDecoder::<T>::default();
             while let Some(piece) = arriving.blocking_recv() {
                 // On an error the receiver is dropped, which stops the reading below.
                 decoder.feed(&piece)?;
@@ -388,28 +379,7 @@ impl Transport {
         &self,
         call: Call,
     ) -> Result<Vec<T>, MaasError> {
-        self.read_json_array(call, false).await
-    }
-
-    /// [`Transport::json_array`] of a type whose elements are large and mostly unread: their
-    /// unread fields are only scanned (see [`super::skim`] for what that checks).
-    pub(crate) async fn json_array_skimmed<T: DeserializeOwned + Send + 'static>(
-        &self,
-        call: Call,
-    ) -> Result<Vec<T>, MaasError> {
-        self.read_json_array(call, true).await
-    }
-
-    async fn read_json_array<T: DeserializeOwned + Send + 'static>(
-        &self,
-        call: Call,
-        skim: bool,
-    ) -> Result<Vec<T>, MaasError> {
-        let body = JsonArrayBody {
-            skim,
-            decoded: std::marker::PhantomData,
-        };
-        self.send_reading(&call, &body)
+        self.send_reading(&call, &JsonArrayBody(std::marker::PhantomData))
             .await?
             .map_err(|failure| self.decode_error(&call, &failure.head, &failure.error))
     }
