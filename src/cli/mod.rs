@@ -131,18 +131,6 @@ pub enum Command {
 
 /// Parse, run, and turn the outcome into an exit code. Errors go to stderr as
 /// `error: …` followed by `hint: …` lines.
-/// `plan` is one burst of reading and planning, over before the memory could be reused: with a
-/// single malloc arena its threads share one heap, and its peak resident set is lowest (10,000
-/// nodes: at most 148 MiB with one arena, up to 174 MiB with the two other commands keep;
-/// docs/performance.md). Unless the operator set `MALLOC_ARENA_MAX` themselves.
-fn one_malloc_arena() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
-        // SAFETY: mallopt only sets an allocator parameter; no other thread has started yet.
-        unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
-    }
-}
-
 pub fn main() -> ExitCode {
     // `plan --detailed-exitcode` keeps 2 for "changes": a usage error exits 1 there.
     let detailed = std::env::args_os().any(|a| a == "--detailed-exitcode");
@@ -172,9 +160,6 @@ pub fn main() -> ExitCode {
     // The daemon logs JSON lines, at info unless --log/METALFORM_LOG asks otherwise.
     let daemon = matches!(cli.command, Command::Daemon(_));
     init_logging(&cli.global.log, daemon);
-    if matches!(cli.command, Command::Plan(_)) {
-        one_malloc_arena();
-    }
     // One TLS provider for every HTTPS client in the process (reqwest, vaultrs).
     let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
