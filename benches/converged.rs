@@ -335,13 +335,14 @@ async fn run(options: Options) {
                 tokio::spawn(async move {
                     let site = &fleet.sites[&name];
                     let filter = SiteFilter::Only([name.clone()].into());
-                    let (mut snapshot, rows) = observe::observe_keeping_rows(
+                    let (mut snapshot, inventory) = observe::observe_keeping(
                         &fleet,
                         &filter,
                         &store,
                         secrets.as_ref(),
                         &clients,
                         &observe::Patience::default(),
+                        metalform::drift::InventoryView::from,
                     )
                     .await
                     .expect("observed");
@@ -355,11 +356,15 @@ async fn run(options: Options) {
                     );
                     let observation = snapshot.sites.remove(&name).expect("observed");
                     assert!(matches!(observation, SiteObservation::Readable { .. }));
-                    let rows = shared.then_some(rows);
-                    let report =
-                        metalform::drift::reconcile_observed_site(&env, site, observation, rows)
-                            .await
-                            .expect("drift pass");
+                    let inventory = shared.then_some(inventory);
+                    let report = metalform::drift::reconcile_observed_site(
+                        &env,
+                        site,
+                        observation,
+                        inventory,
+                    )
+                    .await
+                    .expect("drift pass");
                     (plan, report)
                 })
             });

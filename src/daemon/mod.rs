@@ -1175,13 +1175,14 @@ async fn reconcile_site(
         return summary;
     }
     let filter = SiteFilter::Only([site.clone()].into());
-    let (mut snapshot, rows) = match crate::observe::observe_keeping_rows(
+    let (mut snapshot, inventory) = match crate::observe::observe_keeping(
         &fleet.fleet,
         &filter,
         &core.store,
         core.secrets.as_ref(),
         &core.clients,
         &crate::observe::Patience::default(),
+        crate::drift::InventoryView::from,
     )
     .await
     {
@@ -1271,9 +1272,14 @@ async fn reconcile_site(
         // the pass to read them anew, so that the nodes just dispatched are seen with their
         // open jobs.
         let unchanged = policies_written == 0 && summary.started == 0;
-        let rows = unchanged.then_some(rows);
-        match crate::drift::reconcile_observed_site(&core.drift, site_config, observation, rows)
-            .await
+        let inventory = unchanged.then_some(inventory);
+        match crate::drift::reconcile_observed_site(
+            &core.drift,
+            site_config,
+            observation,
+            inventory,
+        )
+        .await
         {
             Ok(report) => {
                 core.metrics.drift(&report);

@@ -16,7 +16,7 @@ mod service;
 
 pub use pass::{
     ActionOutcome, ActionResult, DriftEnv, DriftError, DriftPassSummary, DriftReport,
-    reconcile_observed_site, reconcile_site,
+    InventoryView, reconcile_observed_site, reconcile_site,
 };
 pub use policy::DriftPolicy;
 pub use rules::{

@@ -195,18 +195,63 @@ struct Inputs {
     job_machines: BTreeSet<String>,
 }
 
-/// `rows`: the site's inventory and current jobs as the same reconcile's observation read them;
-/// read here when not given.
+/// What the drift pass takes from a site's inventory rows and current jobs ([`SiteRows`]): the
+/// nodes, and of the jobs only which are open and which machines they name. Made as soon as
+/// the rows are read, so that a reconcile holding it until its drift pass holds no job rows.
+#[derive(Debug, Clone, Default)]
+pub struct InventoryView {
+    nodes: Vec<Node>,
+    open: HashMap<Uuid, OpenJob>,
+    /// Machines named by open jobs.
+    job_machines: BTreeSet<String>,
+    /// Each node's latest job that names a machine: that machine.
+    latest_machine: HashMap<Uuid, String>,
+}
+
+impl From<SiteRows> for InventoryView {
+    fn from(rows: SiteRows) -> Self {
+        let mut view = InventoryView {
+            nodes: rows.nodes,
+            ..InventoryView::default()
+        };
+        for (_, current) in rows.jobs {
+            // Newest request first: the first job of a node with a machine names its latest.
+            for job in current {
+                if job.state.is_open() {
+                    view.job_machines.extend(job.maas_system_id.clone());
+                    if let Some(node) = job.node_id {
+                        view.open.entry(node).or_insert(OpenJob {
+                            kind: job.kind,
+                            id: job.id,
+                            state: job.state,
+                        });
+                    }
+                }
+                if let (Some(node), Some(system_id)) = (job.node_id, job.maas_system_id) {
+                    view.latest_machine.entry(node).or_insert(system_id);
+                }
+            }
+        }
+        view
+    }
+}
+
+/// `view`: the site's inventory as the same reconcile's observation read it; read here when
+/// not given.
 async fn load_inputs(
     store: &Store,
     site: &str,
-    rows: Option<SiteRows>,
+    view: Option<InventoryView>,
 ) -> Result<Inputs, StoreError> {
-    let rows = match rows {
-        Some(rows) => rows,
-        None => store.site_rows(Some(site)).await?,
+    let InventoryView {
+        nodes,
+        open,
+        job_machines,
+        latest_machine,
+    } = match view {
+        Some(view) => view,
+        None => store.site_rows(Some(site)).await?.into(),
     };
-    let nodes = rows.nodes;
     let contacts = store.agent_contacts(Some(site)).await?;
     let mut priors: HashMap<Uuid, crate::store::MaasState> = store
         .maas_states(Some(site))
@@ -214,29 +259,6 @@ async fn load_inputs(
         .into_iter()
         .map(|s| (s.node_id, s))
         .collect();
-    let mut open: HashMap<Uuid, OpenJob> = HashMap::new();
-    let mut job_machines = BTreeSet::new();
-    let mut latest_machine: HashMap<Uuid, String> = HashMap::new();
-    for (_, current) in rows.jobs {
-        // Newest request first: the first job of a node with a machine names its latest one.
-        for job in current {
-            if job.state.is_open() {
-                job_machines.extend(job.maas_system_id.clone());
-                if let Some(node) = job.node_id {
-                    open.entry(node).or_insert(OpenJob {
-                        kind: job.kind,
-                        id: job.id,
-                        state: job.state,
-                    });
-                }
-            }
-            if let (Some(node), Some(system_id)) = (job.node_id, &job.maas_system_id) {
-                latest_machine
-                    .entry(node)
-                    .or_insert_with(|| system_id.clone());
-            }
-        }
-    }
     let inputs = nodes
         .iter()
         .map(|node| {
@@ -276,14 +298,14 @@ pub async fn reconcile_site(
     reconcile_observed_site(env, site, observation, None).await
 }
 
-/// [`reconcile_site`] on an observation made already, and the store rows it was made with when
-/// nothing can have opened a job since (the daemon's reconcile that dispatched nothing): those
-/// are not read again.
+/// [`reconcile_site`] on an observation made already, and the inventory it was made with when
+/// nothing can have opened a job since (the daemon's reconcile that dispatched nothing): that
+/// is not read again.
 pub async fn reconcile_observed_site(
     env: &DriftEnv,
     site: &Site,
     observation: SiteObservation,
-    rows: Option<SiteRows>,
+    inventory: Option<InventoryView>,
 ) -> Result<DriftReport, DriftError> {
     let name = site.name.to_string();
     let store_error = |source| DriftError::Store {
@@ -294,7 +316,7 @@ pub async fn reconcile_observed_site(
         nodes,
         inputs,
         job_machines,
-    } = load_inputs(&env.store, &name, rows)
+    } = load_inputs(&env.store, &name, inventory)
         .await
         .map_err(store_error)?;
     let now = env.store.clock().now();

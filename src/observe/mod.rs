@@ -146,34 +146,24 @@ pub async fn observe_within(
     maas: &MaasClients,
     patience: &Patience,
 ) -> Result<Snapshot, ObserveError> {
-    let (snapshot, _) = observe_inner(fleet, sites, store, secrets, maas, patience, false).await?;
+    let (snapshot, ()) =
+        observe_keeping(fleet, sites, store, secrets, maas, patience, drop).await?;
     Ok(snapshot)
 }
 
-/// [`observe_within`], handing back as well the store rows the snapshot was made from: the
-/// daemon's drift pass of the same reconcile decides on them instead of reading them again.
-pub async fn observe_keeping_rows(
+/// [`observe_within`], handing back as well what `keep` makes of the store rows the snapshot
+/// was made from (the daemon's drift pass of the same reconcile decides on them instead of
+/// reading them again). `keep` runs as soon as the rows are read: whatever it does not keep
+/// is gone before the machine lists, the bulk of an observation, are decoded.
+pub async fn observe_keeping<T>(
     fleet: &Fleet,
     sites: &SiteFilter,
     store: &Store,
     secrets: &dyn SecretStore,
     maas: &MaasClients,
     patience: &Patience,
-) -> Result<(Snapshot, SiteRows), ObserveError> {
-    let (snapshot, rows) =
-        observe_inner(fleet, sites, store, secrets, maas, patience, true).await?;
-    Ok((snapshot, rows.expect("rows kept")))
-}
-
-async fn observe_inner(
-    fleet: &Fleet,
-    sites: &SiteFilter,
-    store: &Store,
-    secrets: &dyn SecretStore,
-    maas: &MaasClients,
-    patience: &Patience,
-    keep_rows: bool,
-) -> Result<(Snapshot, Option<SiteRows>), ObserveError> {
+    keep: impl FnOnce(SiteRows) -> T,
+) -> Result<(Snapshot, T), ObserveError> {
     let selected = sites.resolve(fleet)?;
     let taken_at = store.clock().now();
     let maas_reads = futures::future::join_all(
@@ -185,15 +175,13 @@ async fn observe_inner(
         SiteFilter::Only(names) if names.len() == 1 => names.first().map(|n| n.to_string()),
         _ => None,
     };
-    // The rows become the snapshot's as soon as they are read: unless kept, they are gone
-    // before the machine lists (the bulk of an observation) are decoded.
     let store_view = async {
         let rows = store.site_rows(site_filter.as_deref()).await?;
         let (inventory, jobs) = from_rows(&rows, sites);
-        Ok::<_, StoreError>((rows.serial, inventory, jobs, keep_rows.then_some(rows)))
+        Ok::<_, StoreError>((rows.serial, inventory, jobs, keep(rows)))
     };
     let (observations, store_view) = tokio::join!(maas_reads, store_view);
-    let (store_serial, inventory, jobs, rows) = store_view?;
+    let (store_serial, inventory, jobs, kept) = store_view?;
     let snapshot = Snapshot {
         format: SNAPSHOT_FORMAT,
         taken_at,
@@ -206,7 +194,7 @@ async fn observe_inner(
         inventory,
         jobs,
     };
-    Ok((snapshot, rows))
+    Ok((snapshot, kept))
 }
 
 /// [`observe_site`] under `patience`: a site that takes too long is reported while it does, and
