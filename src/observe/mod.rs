@@ -19,7 +19,7 @@ use crate::lifecycle::JobKind;
 use crate::model::{Fleet, Site, SiteName};
 use crate::provider::maas::{MaasClient, MachineFilter, MachineSummary};
 use crate::secrets::SecretStore;
-use crate::store::{SiteRows, Store, StoreError};
+use crate::store::{Job, Node, NodeFilter, SiteRows, Store, StoreError};
 
 pub use clients::{ClientError, MaasClients};
 pub(crate) use snapshot::hash_json;
@@ -146,15 +146,18 @@ pub async fn observe_within(
     maas: &MaasClients,
     patience: &Patience,
 ) -> Result<Snapshot, ObserveError> {
+    let site_filter = single_site(sites);
+    let read = read_store(store, site_filter.as_deref(), sites);
     let (snapshot, ()) =
-        observe_keeping(fleet, sites, store, secrets, maas, patience, drop).await?;
+        observe_reading(fleet, sites, store, secrets, maas, patience, read).await?;
     Ok(snapshot)
 }
 
 /// [`observe_within`], handing back as well what `keep` makes of the store rows the snapshot
 /// was made from (the daemon's drift pass of the same reconcile decides on them instead of
-/// reading them again). `keep` runs as soon as the rows are read: whatever it does not keep
-/// is gone before the machine lists, the bulk of an observation, are decoded.
+/// reading them again). The rows are read in one transaction; `keep` runs as soon as they are,
+/// so whatever it does not keep is gone before the machine lists (the bulk of an observation)
+/// are decoded.
 pub async fn observe_keeping<T>(
     fleet: &Fleet,
     sites: &SiteFilter,
@@ -164,6 +167,37 @@ pub async fn observe_keeping<T>(
     patience: &Patience,
     keep: impl FnOnce(SiteRows) -> T,
 ) -> Result<(Snapshot, T), ObserveError> {
+    let site_filter = single_site(sites);
+    let read = async {
+        let rows = store.site_rows(site_filter.as_deref()).await?;
+        let inventory = inventory_of(&rows.nodes, sites);
+        let jobs = observed_jobs(&rows.jobs, sites);
+        Ok((rows.serial, inventory, jobs, keep(rows)))
+    };
+    observe_reading(fleet, sites, store, secrets, maas, patience, read).await
+}
+
+/// The one site selected, if only one is: the store reads only its rows.
+fn single_site(sites: &SiteFilter) -> Option<String> {
+    match sites {
+        SiteFilter::Only(names) if names.len() == 1 => names.first().map(|n| n.to_string()),
+        _ => None,
+    }
+}
+
+/// The store serial, the inventory and the jobs of a snapshot, and what a reader kept.
+type StoreView<T> = (i64, Vec<InventoryNode>, Vec<ObservedJob>, T);
+
+/// The selected sites' MAAS observed while `read` reads the store.
+async fn observe_reading<T>(
+    fleet: &Fleet,
+    sites: &SiteFilter,
+    store: &Store,
+    secrets: &dyn SecretStore,
+    maas: &MaasClients,
+    patience: &Patience,
+    read: impl std::future::Future<Output = Result<StoreView<T>, StoreError>>,
+) -> Result<(Snapshot, T), ObserveError> {
     let selected = sites.resolve(fleet)?;
     let taken_at = store.clock().now();
     let maas_reads = futures::future::join_all(
@@ -171,16 +205,7 @@ pub async fn observe_keeping<T>(
             .iter()
             .map(|site| observe_site_within(site, secrets, maas, patience)),
     );
-    let site_filter = match sites {
-        SiteFilter::Only(names) if names.len() == 1 => names.first().map(|n| n.to_string()),
-        _ => None,
-    };
-    let store_view = async {
-        let rows = store.site_rows(site_filter.as_deref()).await?;
-        let (inventory, jobs) = from_rows(&rows, sites);
-        Ok::<_, StoreError>((rows.serial, inventory, jobs, keep(rows)))
-    };
-    let (observations, store_view) = tokio::join!(maas_reads, store_view);
+    let (observations, store_view) = tokio::join!(maas_reads, read);
     let (store_serial, inventory, jobs, kept) = store_view?;
     let snapshot = Snapshot {
         format: SNAPSHOT_FORMAT,
@@ -396,23 +421,49 @@ fn observed_machine(m: MachineSummary, power_address: Option<String>) -> Observe
     }
 }
 
-/// The snapshot's inventory and jobs of the selected sites, from the store's rows (the serial
-/// is read first, in the same transaction: a write in between makes the snapshot look older
-/// than it is, and a plan from it is refused as stale, never newer).
-fn from_rows(rows: &SiteRows, sites: &SiteFilter) -> (Vec<InventoryNode>, Vec<ObservedJob>) {
-    let mut inventory: Vec<InventoryNode> = rows
-        .nodes
+/// The store serial first, then the rows: a write in between makes the snapshot look older
+/// than it is (a plan from it is refused as stale), never newer. Each part becomes the
+/// snapshot's before the next is read, so that the inventory rows are gone before the jobs
+/// are read (a plan keeps no rows).
+async fn read_store(
+    store: &Store,
+    site: Option<&str>,
+    sites: &SiteFilter,
+) -> Result<StoreView<()>, StoreError> {
+    let serial = store.serial().await?;
+    let nodes = store
+        .list_nodes(&NodeFilter {
+            site: site.map(str::to_owned),
+            ..NodeFilter::default()
+        })
+        .await?;
+    let inventory = inventory_of(&nodes, sites);
+    drop(nodes);
+    let mut current = Vec::with_capacity(JobKind::ALL.len());
+    for kind in JobKind::ALL {
+        current.push((*kind, store.current_jobs(*kind, site).await?));
+    }
+    Ok((serial, inventory, observed_jobs(&current, sites), ()))
+}
+
+/// The live inventory rows of the selected sites, ordered by (site, hostname).
+fn inventory_of(nodes: &[Node], sites: &SiteFilter) -> Vec<InventoryNode> {
+    let mut inventory: Vec<InventoryNode> = nodes
         .iter()
         .filter(|n| sites.contains(&SiteName::new(n.site.as_str())))
         .map(InventoryNode::from)
         .collect();
     inventory.sort_by(|a, b| (&a.site, &a.hostname).cmp(&(&b.site, &b.hostname)));
+    inventory
+}
 
+/// The snapshot's jobs of the selected sites, from the current jobs of each kind.
+fn observed_jobs(current: &[(JobKind, Vec<Job>)], sites: &SiteFilter) -> Vec<ObservedJob> {
     // Per (site, hostname, kind): every open job, and the latest one whatever its state.
     let mut jobs: BTreeMap<(String, String, JobKind), Vec<ObservedJob>> = BTreeMap::new();
-    for (kind, current) in &rows.jobs {
+    for (kind, rows) in current {
         // Newest request first: the first row of a key is its latest job.
-        for job in current
+        for job in rows
             .iter()
             .filter(|j| sites.contains(&SiteName::new(j.site.as_str())))
         {
@@ -430,12 +481,10 @@ fn from_rows(rows: &SiteRows, sites: &SiteFilter) -> (Vec<InventoryNode>, Vec<Ob
             }
         }
     }
-    let jobs = jobs
-        .into_values()
+    jobs.into_values()
         .flat_map(|mut list| {
             list.sort_by_key(|a| (a.requested_at, a.id));
             list
         })
-        .collect();
-    (inventory, jobs)
+        .collect()
 }
