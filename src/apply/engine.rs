@@ -668,194 +668,190 @@ impl<'a, K: Kind> Run<'a, K> {
             deploy_grace,
             known,
         } = between;
+        let (job, read_at, stored) = match known.take() {
+            Some(known) if known.1.elapsed() < JOB_REREAD => known,
+            _ => {
+                let mut job = self.store().job(K::KIND, id).await?;
+                let facts = K::Facts::from_details(&job.stage_details);
+                // The facts are what the run keeps of the journal document.
+                job.stage_details = serde_json::Value::Null;
+                (job, std::time::Instant::now(), facts)
+            }
+        };
+        // A rendered payload lives in memory only: stopping before it is deployed would
+        // make the next executor render again (a new token), so one more stage pass
+        // deploys it first.
+        if stop.is_stopped()
+            && (self.memory.user_data.is_none() || !std::mem::replace(deploy_grace, false))
         {
-            let (job, read_at, stored) = match known.take() {
-                Some(known) if known.1.elapsed() < JOB_REREAD => known,
-                _ => {
-                    let mut job = self.store().job(K::KIND, id).await?;
-                    let facts = K::Facts::from_details(&job.stage_details);
-                    // The facts are what the run keeps of the journal document.
-                    job.stage_details = serde_json::Value::Null;
-                    (job, std::time::Instant::now(), facts)
+            // A stage boundary: the journal says where the job is; the next executor
+            // continues the open attempt from there.
+            return Ok(AfterPass::End(NodeOutcome::Aborted {
+                reason: format!(
+                    "the executor is stopping: {} {id} rests at {} (attempt {})",
+                    K::KIND,
+                    job.stage,
+                    job.attempt
+                ),
+            }));
+        }
+        if !matches!(job.state, JobState::Pending | JobState::Running) {
+            // Moved by someone else (an operator's cancel, another executor's failure).
+            return Ok(AfterPass::End(NodeOutcome::Left {
+                reason: format!(
+                    "{} {id} is {} (changed outside this run)",
+                    K::KIND,
+                    job.state
+                ),
+            }));
+        }
+        let stage: K::Stage = job.stage.parse().map_err(|e| {
+            Stop::Result(NodeOutcome::Aborted {
+                reason: format!("journal of {id}: {e}"),
+            })
+        })?;
+        let mut facts = stored.clone();
+        K::prepare(self, &mut facts);
+        let (job, stored) = match self.begin_attempt(&job, stage, &mut facts).await? {
+            Some(opened) => (opened, facts.clone()),
+            None => (job, stored),
+        };
+        let outcome = {
+            let journal = JournalCheckpoint::<K> {
+                store: self.store().clone(),
+                job: job.clone(),
+                fence: self.fence(),
+                kind: PhantomData,
+            };
+            let pass = Pass::<K> {
+                env: &self.shared.env,
+                item: self.item,
+                job: &job,
+                facts: &mut facts,
+                memory: &mut self.memory,
+                journal: &journal,
+                fence: self.lease.fence(),
+                now: self.shared.env.clock.now(),
+            };
+            K::run_stage(stage, pass).await
+        };
+        // Where a finished stage leads; a jump out of the job's stages is a failure.
+        let outcome = match outcome {
+            StageOutcome::Done(done) => match K::next(&job, stage, &done) {
+                Ok(next) => Passed::Done(done, next),
+                Err(failure) => Passed::Failed(failure),
+            },
+            StageOutcome::Wait(wait) => Passed::Wait(wait.reason, wait.poll, wait.wake),
+            StageOutcome::Failed(failure) => Passed::Failed(failure),
+        };
+        match outcome {
+            Passed::Wait(reason, poll_in, wake) => {
+                let key = (job.stage.clone(), job.attempt);
+                if waiting_reported.as_ref() != Some(&key) {
+                    self.report(stage.name(), ProgressStatus::Waiting, &reason);
+                    *waiting_reported = Some(key);
                 }
-            };
-            // A rendered payload lives in memory only: stopping before it is deployed would
-            // make the next executor render again (a new token), so one more stage pass
-            // deploys it first.
-            if stop.is_stopped()
-                && (self.memory.user_data.is_none() || !std::mem::replace(deploy_grace, false))
-            {
-                // A stage boundary: the journal says where the job is; the next executor
-                // continues the open attempt from there.
-                return Ok(AfterPass::End(NodeOutcome::Aborted {
-                    reason: format!(
-                        "the executor is stopping: {} {id} rests at {} (attempt {})",
-                        K::KIND,
-                        job.stage,
-                        job.attempt
-                    ),
-                }));
-            }
-            if !matches!(job.state, JobState::Pending | JobState::Running) {
-                // Moved by someone else (an operator's cancel, another executor's failure).
-                return Ok(AfterPass::End(NodeOutcome::Left {
-                    reason: format!(
-                        "{} {id} is {} (changed outside this run)",
-                        K::KIND,
-                        job.state
-                    ),
-                }));
-            }
-            let stage: K::Stage = job.stage.parse().map_err(|e| {
-                Stop::Result(NodeOutcome::Aborted {
-                    reason: format!("journal of {id}: {e}"),
-                })
-            })?;
-            let mut facts = stored.clone();
-            K::prepare(self, &mut facts);
-            let (job, stored) = match self.begin_attempt(&job, stage, &mut facts).await? {
-                Some(opened) => (opened, facts.clone()),
-                None => (job, stored),
-            };
-            let outcome = {
-                let journal = JournalCheckpoint::<K> {
-                    store: self.store().clone(),
-                    job: job.clone(),
-                    fence: self.fence(),
-                    kind: PhantomData,
+                self.memory.last_wait = Some(reason);
+                // A wait may have learnt something worth keeping (a release confirmed).
+                *known = if facts != stored {
+                    let update = JobUpdate::new(JobState::Running);
+                    let written = self.write_kept(&job, update, &facts).await?;
+                    Some((written, std::time::Instant::now(), facts))
+                } else {
+                    Some((job, read_at, stored))
                 };
-                let pass = Pass::<K> {
-                    env: &self.shared.env,
-                    item: self.item,
-                    job: &job,
-                    facts: &mut facts,
-                    memory: &mut self.memory,
-                    journal: &journal,
-                    fence: self.lease.fence(),
-                    now: self.shared.env.clock.now(),
-                };
-                K::run_stage(stage, pass).await
-            };
-            // Where a finished stage leads; a jump out of the job's stages is a failure.
-            let outcome = match outcome {
-                StageOutcome::Done(done) => match K::next(&job, stage, &done) {
-                    Ok(next) => Passed::Done(done, next),
-                    Err(failure) => Passed::Failed(failure),
-                },
-                StageOutcome::Wait(wait) => Passed::Wait(wait.reason, wait.poll, wait.wake),
-                StageOutcome::Failed(failure) => Passed::Failed(failure),
-            };
-            match outcome {
-                Passed::Wait(reason, poll_in, wake) => {
-                    let key = (job.stage.clone(), job.attempt);
-                    if waiting_reported.as_ref() != Some(&key) {
-                        self.report(stage.name(), ProgressStatus::Waiting, &reason);
-                        *waiting_reported = Some(key);
-                    }
-                    self.memory.last_wait = Some(reason);
-                    // A wait may have learnt something worth keeping (a release confirmed).
-                    *known = if facts != stored {
-                        let update = JobUpdate::new(JobState::Running);
-                        let written = self.write_kept(&job, update, &facts).await?;
-                        Some((written, std::time::Instant::now(), facts))
-                    } else {
-                        Some((job, read_at, stored))
-                    };
-                    Ok(AfterPass::Sleep(poll_in.unwrap_or(poll), wake))
-                }
-                Passed::Done(done, next) => {
-                    self.memory.last_wait = None;
-                    let (event, progress) = done_event(stage.name(), job.attempt, &done);
-                    *facts.clock() = None;
-                    *facts.retries() = 0;
-                    self.report(stage.name(), progress, &done.message);
-                    match next {
-                        Some(next) => {
-                            let mut update = JobUpdate::new(JobState::Running);
-                            update.stage = Some(next.name().into());
-                            update.attempt = Some(0);
-                            update.event = Some(event);
-                            // The next stage's first attempt opens in the same write (its
-                            // `started` record is durable before it runs, as when written on
-                            // its own); a stopping executor leaves it unopened.
-                            let opening = !stop.is_stopped();
-                            if opening {
-                                K::prepare(self, &mut facts);
-                                let now = self.shared.env.clock.now();
-                                let started =
-                                    open_attempt::<K>(next.name(), 1, now, None, &mut facts);
-                                update.attempt = Some(1);
-                                update.opened = Some(started);
-                            }
-                            let written = self.write_kept(&job, update, &facts).await?;
-                            if opening {
-                                self.report(next.name(), ProgressStatus::Started, "");
-                            }
-                            *known = Some((written, std::time::Instant::now(), facts));
-                            Ok(AfterPass::Again)
-                        }
-                        None => self.complete(&job, event, &facts).await.map(AfterPass::End),
-                    }
-                }
-                Passed::Failed(failure) => {
-                    let budget = K::retry_budget(stage, failure.class);
-                    let retries_left = failure.retry == Retry::Budget
-                        && budget.is_none_or(|max| *facts.retries() < max);
-                    if let Some(clock) = facts.clock().as_mut() {
-                        clock.open = false;
-                    }
-                    if !retries_left {
-                        let (mut update, line) = failed_update(stage.name(), job.attempt, &failure);
-                        let Some(next) = K::on_final_failure(self, &job, stage, &failure).await?
-                        else {
-                            self.write(&job, update, &facts).await?;
-                            self.report(stage.name(), ProgressStatus::Failed, &line);
-                            return Ok(AfterPass::End(failure.into()));
-                        };
-                        // The kind continues at `next`: the failed attempt is journaled, the
-                        // job stays running.
-                        update.state = JobState::Running;
-                        update.failure = None;
+                Ok(AfterPass::Sleep(poll_in.unwrap_or(poll), wake))
+            }
+            Passed::Done(done, next) => {
+                self.memory.last_wait = None;
+                let (event, progress) = done_event(stage.name(), job.attempt, &done);
+                *facts.clock() = None;
+                *facts.retries() = 0;
+                self.report(stage.name(), progress, &done.message);
+                match next {
+                    Some(next) => {
+                        let mut update = JobUpdate::new(JobState::Running);
                         update.stage = Some(next.name().into());
                         update.attempt = Some(0);
-                        *facts.clock() = None;
-                        *facts.retries() = 0;
+                        update.event = Some(event);
+                        // The next stage's first attempt opens in the same write (its
+                        // `started` record is durable before it runs, as when written on
+                        // its own); a stopping executor leaves it unopened.
+                        let opening = !stop.is_stopped();
+                        if opening {
+                            K::prepare(self, &mut facts);
+                            let now = self.shared.env.clock.now();
+                            let started = open_attempt::<K>(next.name(), 1, now, None, &mut facts);
+                            update.attempt = Some(1);
+                            update.opened = Some(started);
+                        }
+                        let written = self.write_kept(&job, update, &facts).await?;
+                        if opening {
+                            self.report(next.name(), ProgressStatus::Started, "");
+                        }
+                        *known = Some((written, std::time::Instant::now(), facts));
+                        Ok(AfterPass::Again)
+                    }
+                    None => self.complete(&job, event, &facts).await.map(AfterPass::End),
+                }
+            }
+            Passed::Failed(failure) => {
+                let budget = K::retry_budget(stage, failure.class);
+                let retries_left = failure.retry == Retry::Budget
+                    && budget.is_none_or(|max| *facts.retries() < max);
+                if let Some(clock) = facts.clock().as_mut() {
+                    clock.open = false;
+                }
+                if !retries_left {
+                    let (mut update, line) = failed_update(stage.name(), job.attempt, &failure);
+                    let Some(next) = K::on_final_failure(self, &job, stage, &failure).await? else {
                         self.write(&job, update, &facts).await?;
                         self.report(stage.name(), ProgressStatus::Failed, &line);
-                        return Ok(AfterPass::Again);
-                    }
-                    *facts.retries() += 1;
-                    let retry = *facts.retries();
-                    let delay = crate::backoff::Backoff::new(
-                        self.shared.options.retry_base,
-                        self.shared.options.retry_cap,
-                    )
-                    .jittered(retry, rand::RngExt::random::<f64>(&mut self.rng));
-                    let message = format!(
-                        "{} ({}); retry {retry}{} in {:.1}s",
-                        failure.message,
-                        failure.class,
-                        budget.map(|b| format!(" of {b}")).unwrap_or_default(),
-                        delay.as_secs_f64()
-                    );
-                    let mut update = JobUpdate::new(JobState::Running);
-                    update.event = Some(StageEvent {
-                        stage: stage.name().into(),
-                        attempt: job.attempt,
-                        status: EventStatus::Failed,
-                        message: Some(message.clone()),
-                        details: json!({
-                            "class": failure.class,
-                            "code": failure.code,
-                            "details": failure.details,
-                            "retry_in_secs": delay.as_secs_f64(),
-                        }),
-                    });
-                    // Read again after the back-off: an operator may act on a retrying job.
+                        return Ok(AfterPass::End(failure.into()));
+                    };
+                    // The kind continues at `next`: the failed attempt is journaled, the
+                    // job stays running.
+                    update.state = JobState::Running;
+                    update.failure = None;
+                    update.stage = Some(next.name().into());
+                    update.attempt = Some(0);
+                    *facts.clock() = None;
+                    *facts.retries() = 0;
                     self.write(&job, update, &facts).await?;
-                    self.report(stage.name(), ProgressStatus::Retrying, &message);
-                    Ok(AfterPass::Sleep(delay, None))
+                    self.report(stage.name(), ProgressStatus::Failed, &line);
+                    return Ok(AfterPass::Again);
                 }
+                *facts.retries() += 1;
+                let retry = *facts.retries();
+                let delay = crate::backoff::Backoff::new(
+                    self.shared.options.retry_base,
+                    self.shared.options.retry_cap,
+                )
+                .jittered(retry, rand::RngExt::random::<f64>(&mut self.rng));
+                let message = format!(
+                    "{} ({}); retry {retry}{} in {:.1}s",
+                    failure.message,
+                    failure.class,
+                    budget.map(|b| format!(" of {b}")).unwrap_or_default(),
+                    delay.as_secs_f64()
+                );
+                let mut update = JobUpdate::new(JobState::Running);
+                update.event = Some(StageEvent {
+                    stage: stage.name().into(),
+                    attempt: job.attempt,
+                    status: EventStatus::Failed,
+                    message: Some(message.clone()),
+                    details: json!({
+                        "class": failure.class,
+                        "code": failure.code,
+                        "details": failure.details,
+                        "retry_in_secs": delay.as_secs_f64(),
+                    }),
+                });
+                // Read again after the back-off: an operator may act on a retrying job.
+                self.write(&job, update, &facts).await?;
+                self.report(stage.name(), ProgressStatus::Retrying, &message);
+                Ok(AfterPass::Sleep(delay, None))
             }
         }
     }

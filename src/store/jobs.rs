@@ -849,10 +849,7 @@ impl Store {
     /// its drift pass both decide on, read once for the two.
     pub async fn site_rows(&self, site: Option<&str>) -> Result<SiteRows, StoreError> {
         let mut tx = self.pool.read().await?;
-        let serial = tx
-            .fetch_one("SELECT value FROM store_serial WHERE id = 1", &[])
-            .await?
-            .int("value")?;
+        let serial = super::serial_in(&mut tx).await?;
         let nodes = super::nodes::list_nodes_in(
             &mut tx,
             &super::NodeFilter {

@@ -414,10 +414,15 @@ impl Store {
     /// detect a stale plan). One row read.
     pub async fn serial(&self) -> Result<i64, StoreError> {
         let mut tx = self.pool.read().await?;
-        tx.fetch_one("SELECT value FROM store_serial WHERE id = 1", &[])
-            .await?
-            .int("value")
+        serial_in(&mut tx).await
     }
+}
+
+/// [`Store::serial`] inside a transaction.
+pub(crate) async fn serial_in(tx: &mut Tx) -> Result<i64, StoreError> {
+    tx.fetch_one("SELECT value FROM store_serial WHERE id = 1", &[])
+        .await?
+        .int("value")
 }
 
 /// Bump the store serial inside a writing transaction (after taking the write turn the outbox
