@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
 };
 use sqlx::{AssertSqlSafe, Postgres, Row as _, Sqlite, Transaction};
 
@@ -168,17 +169,114 @@ impl Row {
     }
 }
 
-/// A SQLite pool and the turn its writers take, in this process, before `BEGIN IMMEDIATE`.
+/// A SQLite store: a pool of connections that read, and the one connection that writes.
 ///
-/// SQLite has one writer at a time. Writers that find the lock taken wait in SQLite's busy
-/// handler, which sleeps 1, 2, 5 … 100 ms between tries, so the lock can sit free while every
-/// waiting writer sleeps. Queueing on a fair async mutex first hands the lock over the moment
-/// the last writer commits. Another process (a CLI beside the daemon) still waits on the busy
-/// timeout.
+/// SQLite has one writer at a time, so the process keeps one connection for its writes,
+/// behind a fair async mutex that is the writers' turn. A writer takes the lock the moment
+/// the last one commits (writers that met on SQLite's lock would wait in its busy handler,
+/// which sleeps 1, 2, 5 … 100 ms between tries). The connection is never given back to a
+/// pool, which would check it with one more round trip before the next writer could have it,
+/// and its page cache stays warm, since no other connection of the process writes. Another
+/// process (a CLI beside the daemon) still waits on the busy timeout.
 #[derive(Debug, Clone)]
 pub(crate) struct SqlitePool {
     pool: sqlx::SqlitePool,
-    writers: Arc<tokio::sync::Mutex<()>>,
+    writer: Arc<tokio::sync::Mutex<SqliteWriter>>,
+}
+
+/// The connection that writes, and whether a transaction is open on it.
+#[derive(Debug)]
+pub(crate) struct SqliteWriter {
+    /// Opened by the first write: a command that only reads has no writer connection.
+    conn: Option<SqliteConnection>,
+    options: SqliteConnectOptions,
+    /// The store was closed: no more writes.
+    closed: bool,
+    /// A transaction was begun and neither committed nor rolled back yet.
+    open: bool,
+}
+
+/// A SQLite write under way: the writer's turn, held until it commits or is rolled back.
+pub(crate) struct WriteTurn {
+    writer: Option<tokio::sync::OwnedMutexGuard<SqliteWriter>>,
+    /// Statements not sent yet: they go with the next one, in one round trip.
+    pending: Pending,
+}
+
+/// Statements a SQLite write has not sent yet (see [`Tx::execute_later`]).
+#[derive(Default)]
+struct Pending {
+    sql: String,
+    params: Vec<Param>,
+}
+
+impl Pending {
+    /// Add `sql` (numbered from `$1`) after what is pending, its parameters renumbered after
+    /// the ones already there.
+    fn push(&mut self, sql: &str, params: &[Param]) {
+        if !self.sql.is_empty() {
+            self.sql.push_str(";\n");
+        }
+        renumber_into(&mut self.sql, sql, self.params.len());
+        self.params.extend_from_slice(params);
+    }
+
+    /// What is pending followed by `sql`, as one script, and its parameters; nothing is left
+    /// pending.
+    fn then(&mut self, sql: &str, params: &[Param]) -> (Sql, Cow<'static, [Param]>) {
+        let mut pending = std::mem::take(self);
+        pending.push(sql, params);
+        (pending.sql.into(), pending.params.into())
+    }
+}
+
+/// Append `sql` to `out` with each `$n` placeholder moved up by `offset`. The store's SQL is
+/// written by this crate: a `$` followed by digits is a placeholder, never text.
+fn renumber_into(out: &mut String, sql: &str, offset: usize) {
+    if offset == 0 {
+        out.push_str(sql);
+        return;
+    }
+    let mut rest = sql;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..=at]);
+        rest = &rest[at + 1..];
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits > 0 {
+            let n: usize = rest[..digits].parse().expect("digits");
+            out.push_str(&(n + offset).to_string());
+            rest = &rest[digits..];
+        }
+    }
+    out.push_str(rest);
+}
+
+impl WriteTurn {
+    fn conn(&mut self) -> &mut SqliteConnection {
+        self.writer
+            .as_mut()
+            .and_then(|w| w.conn.as_mut())
+            .expect("a write holds its turn and an open connection until it ends")
+    }
+}
+
+impl Drop for WriteTurn {
+    /// A write dropped before its commit (an error, a cancelled task) is rolled back by a task
+    /// that keeps the turn until it is done; outside a runtime the next writer rolls it back.
+    fn drop(&mut self) {
+        let Some(mut writer) = self.writer.take().filter(|w| w.open) else {
+            return;
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                // Failing, it found no transaction open (or the connection is gone).
+                if let Some(conn) = writer.conn.as_mut() {
+                    let _ = sqlx::raw_sql("ROLLBACK").execute(conn).await;
+                }
+                writer.open = false;
+            });
+        }
+    }
 }
 
 /// The row of `table` whose `id` is `$1`.
@@ -186,13 +284,17 @@ fn by_id(table: &str) -> String {
     format!("SELECT * FROM {table} WHERE id = $1")
 }
 
-/// A transaction on either backend; a SQLite writer holds its turn until it ends.
+/// A transaction on either backend; a SQLite write holds the writer's turn until it ends.
 pub(crate) enum Tx {
-    Sqlite(
-        Transaction<'static, Sqlite>,
-        Option<tokio::sync::OwnedMutexGuard<()>>,
-    ),
+    SqliteRead(Transaction<'static, Sqlite>),
+    SqliteWrite(WriteTurn),
     Postgres(Transaction<'static, Postgres>),
+}
+
+/// The connection a transaction's statements run on.
+enum Conn<'a> {
+    Sqlite(&'a mut SqliteConnection),
+    Postgres(&'a mut sqlx::PgConnection),
 }
 
 fn db_err(context: &str) -> impl FnOnce(sqlx::Error) -> StoreError + '_ {
@@ -217,20 +319,31 @@ macro_rules! bind_all {
 }
 
 impl Tx {
+    fn conn(&mut self) -> Conn<'_> {
+        match self {
+            Tx::SqliteRead(tx) => Conn::Sqlite(tx),
+            Tx::SqliteWrite(turn) => Conn::Sqlite(turn.conn()),
+            Tx::Postgres(tx) => Conn::Postgres(tx),
+        }
+    }
+
     /// Run a statement; the number of rows it changed.
     pub async fn execute(
         &mut self,
         sql: impl Into<Sql>,
         params: &[Param],
     ) -> Result<u64, StoreError> {
+        // Sent on its own: SQLite's count of changed rows is the last change's, so a BEGIN
+        // sent before it would count the previous transaction's, and pending writes their own.
+        self.flush().await?;
         let sql = AssertSqlSafe(sql.into());
-        match self {
-            Tx::Sqlite(tx, _) => bind_all!(sqlx::query::<Sqlite>(sql), params)
-                .execute(&mut **tx)
+        match self.conn() {
+            Conn::Sqlite(conn) => bind_all!(sqlx::query::<Sqlite>(sql), params)
+                .execute(conn)
                 .await
                 .map(|r| r.rows_affected()),
-            Tx::Postgres(tx) => bind_all!(sqlx::query::<Postgres>(sql), params)
-                .execute(&mut **tx)
+            Conn::Postgres(conn) => bind_all!(sqlx::query::<Postgres>(sql), params)
+                .execute(conn)
                 .await
                 .map(|r| r.rows_affected()),
         }
@@ -242,14 +355,17 @@ impl Tx {
         sql: impl Into<Sql>,
         params: &[Param],
     ) -> Result<Vec<Row>, StoreError> {
-        let sql = AssertSqlSafe(sql.into());
-        match self {
-            Tx::Sqlite(tx, _) => bind_all!(sqlx::query::<Sqlite>(sql), params)
-                .fetch_all(&mut **tx)
+        // Pending statements return no rows: the rows are this query's.
+        let (sql, params) = self.with_pending(sql.into(), params);
+        let params = &*params;
+        let sql = AssertSqlSafe(sql);
+        match self.conn() {
+            Conn::Sqlite(conn) => bind_all!(sqlx::query::<Sqlite>(sql), params)
+                .fetch_all(conn)
                 .await
                 .map(|rows| rows.into_iter().map(Row::Sqlite).collect()),
-            Tx::Postgres(tx) => bind_all!(sqlx::query::<Postgres>(sql), params)
-                .fetch_all(&mut **tx)
+            Conn::Postgres(conn) => bind_all!(sqlx::query::<Postgres>(sql), params)
+                .fetch_all(conn)
                 .await
                 .map(|rows| rows.into_iter().map(Row::Postgres).collect()),
         }
@@ -265,17 +381,19 @@ impl Tx {
         mut each: impl FnMut(&Row) -> Result<T, StoreError>,
     ) -> Result<Vec<T>, StoreError> {
         use futures::TryStreamExt;
-        let sql = AssertSqlSafe(sql.into());
+        let (sql, params) = self.with_pending(sql.into(), params);
+        let params = &*params;
+        let sql = AssertSqlSafe(sql);
         let mut out = Vec::new();
-        match self {
-            Tx::Sqlite(tx, _) => {
-                let mut rows = bind_all!(sqlx::query::<Sqlite>(sql), params).fetch(&mut **tx);
+        match self.conn() {
+            Conn::Sqlite(conn) => {
+                let mut rows = bind_all!(sqlx::query::<Sqlite>(sql), params).fetch(conn);
                 while let Some(row) = rows.try_next().await.map_err(db_err("running a query"))? {
                     out.push(each(&Row::Sqlite(row))?);
                 }
             }
-            Tx::Postgres(tx) => {
-                let mut rows = bind_all!(sqlx::query::<Postgres>(sql), params).fetch(&mut **tx);
+            Conn::Postgres(conn) => {
+                let mut rows = bind_all!(sqlx::query::<Postgres>(sql), params).fetch(conn);
                 while let Some(row) = rows.try_next().await.map_err(db_err("running a query"))? {
                     out.push(each(&Row::Postgres(row))?);
                 }
@@ -316,23 +434,79 @@ impl Tx {
         found.ok_or(StoreError::NotFound { kind, id })
     }
 
+    /// A statement whose result nobody reads (an insert of a record, a counter's bump): on a
+    /// SQLite write it is sent with the next statement or the commit, one round trip fewer,
+    /// in the same order; its error, if any, is that later call's. Elsewhere it runs now.
+    pub async fn execute_later(
+        &mut self,
+        sql: impl Into<Sql>,
+        params: &[Param],
+    ) -> Result<(), StoreError> {
+        match self {
+            Tx::SqliteWrite(turn) => {
+                turn.pending.push(&sql.into(), params);
+                Ok(())
+            }
+            _ => self.execute(sql, params).await.map(|_| ()),
+        }
+    }
+
+    /// `sql` preceded by what a SQLite write has pending.
+    fn with_pending<'p>(&mut self, sql: Sql, params: &'p [Param]) -> (Sql, Cow<'p, [Param]>) {
+        match self {
+            Tx::SqliteWrite(turn) if !turn.pending.sql.is_empty() => {
+                let (sql, params) = turn.pending.then(&sql, params);
+                (sql, Cow::Owned(params.into_owned()))
+            }
+            _ => (sql, Cow::Borrowed(params)),
+        }
+    }
+
+    /// Send what a SQLite write has pending, on its own.
+    async fn flush(&mut self) -> Result<(), StoreError> {
+        let Tx::SqliteWrite(turn) = self else {
+            return Ok(());
+        };
+        if turn.pending.sql.is_empty() {
+            return Ok(());
+        }
+        let pending = std::mem::take(&mut turn.pending);
+        bind_all!(
+            sqlx::query::<Sqlite>(AssertSqlSafe(pending.sql)),
+            &pending.params
+        )
+        .execute(turn.conn())
+        .await
+        .map(|_| ())
+        .map_err(db_err("executing a statement"))
+    }
+
     /// Run a script of several statements (migrations), no parameters.
     pub async fn execute_script(&mut self, sql: String) -> Result<(), StoreError> {
+        self.flush().await?;
         let sql = AssertSqlSafe(sql);
-        match self {
-            Tx::Sqlite(tx, _) => sqlx::raw_sql(sql).execute(&mut **tx).await.map(|_| ()),
-            Tx::Postgres(tx) => sqlx::raw_sql(sql).execute(&mut **tx).await.map(|_| ()),
+        match self.conn() {
+            Conn::Sqlite(conn) => sqlx::raw_sql(sql).execute(conn).await.map(|_| ()),
+            Conn::Postgres(conn) => sqlx::raw_sql(sql).execute(conn).await.map(|_| ()),
         }
         .map_err(db_err("running a migration"))
     }
 
     pub async fn commit(self) -> Result<(), StoreError> {
         match self {
-            Tx::Sqlite(tx, turn) => {
-                let committed = tx.commit().await;
-                // The next writer's turn starts once this one's lock is released.
-                drop(turn);
-                committed
+            Tx::SqliteRead(tx) => tx.commit().await,
+            Tx::SqliteWrite(mut turn) => {
+                // What is pending goes with the COMMIT.
+                let (sql, params) = turn.pending.then("COMMIT", &[]);
+                let committed = bind_all!(sqlx::query::<Sqlite>(AssertSqlSafe(sql)), &*params)
+                    .execute(turn.conn())
+                    .await;
+                if let (Ok(_), Some(writer)) = (&committed, turn.writer.as_mut()) {
+                    writer.open = false;
+                }
+                // A failed COMMIT (SQLITE_BUSY) leaves the transaction open: the turn's drop
+                // rolls it back.
+                committed.map(|_| ())
             }
             Tx::Postgres(tx) => tx.commit().await,
         }
@@ -341,7 +515,7 @@ impl Tx {
 
     pub fn backend(&self) -> Backend {
         match self {
-            Tx::Sqlite(..) => Backend::Sqlite,
+            Tx::SqliteRead(_) | Tx::SqliteWrite(_) => Backend::Sqlite,
             Tx::Postgres(_) => Backend::Postgres,
         }
     }
@@ -371,7 +545,12 @@ impl Pool {
                 Ok(pool) => {
                     return Ok(Pool::Sqlite(SqlitePool {
                         pool,
-                        writers: Arc::default(),
+                        writer: Arc::new(tokio::sync::Mutex::new(SqliteWriter {
+                            conn: None,
+                            options,
+                            closed: false,
+                            open: false,
+                        })),
                     }));
                 }
                 Err(sqlx::Error::Database(e))
@@ -399,21 +578,48 @@ impl Pool {
     pub async fn write(&self) -> Result<Tx, StoreError> {
         match self {
             Pool::Sqlite(p) => {
-                let turn = p.writers.clone().lock_owned().await;
-                p.pool
-                    .begin_with("BEGIN IMMEDIATE")
-                    .await
-                    .map(|tx| Tx::Sqlite(tx, Some(turn)))
+                let mut writer = p.writer.clone().lock_owned().await;
+                if writer.closed {
+                    return Err(StoreError::Invalid(
+                        "the store was closed: no more writes are taken".into(),
+                    ));
+                }
+                if writer.conn.is_none() {
+                    let conn = sqlx::ConnectOptions::connect(&writer.options)
+                        .await
+                        .map_err(db_err("opening the store's writer connection"))?;
+                    writer.conn = Some(conn);
+                }
+                let abandoned = writer.open;
+                let conn = writer.conn.as_mut().expect("opened above");
+                if abandoned {
+                    // Left open by a write whose rollback could not be spawned.
+                    let _ = sqlx::raw_sql("ROLLBACK").execute(conn).await;
+                    writer.open = false;
+                }
+                // The BEGIN goes with the first statement. Open from now: a write dropped
+                // after that statement started is rolled back (a ROLLBACK that finds no
+                // transaction does nothing).
+                writer.open = true;
+                let mut pending = Pending::default();
+                pending.push("BEGIN IMMEDIATE", &[]);
+                Ok(Tx::SqliteWrite(WriteTurn {
+                    writer: Some(writer),
+                    pending,
+                }))
             }
-            Pool::Postgres(p) => p.begin().await.map(Tx::Postgres),
+            Pool::Postgres(p) => p
+                .begin()
+                .await
+                .map(Tx::Postgres)
+                .map_err(db_err("starting a transaction")),
         }
-        .map_err(db_err("starting a transaction"))
     }
 
     /// A transaction that only reads (a consistent snapshot).
     pub async fn read(&self) -> Result<Tx, StoreError> {
         match self {
-            Pool::Sqlite(p) => p.pool.begin().await.map(|tx| Tx::Sqlite(tx, None)),
+            Pool::Sqlite(p) => p.pool.begin().await.map(Tx::SqliteRead),
             Pool::Postgres(p) => p.begin().await.map(Tx::Postgres),
         }
         .map_err(db_err("starting a transaction"))
@@ -472,8 +678,160 @@ impl Pool {
 
     pub async fn close(&self) {
         match self {
-            Pool::Sqlite(p) => p.pool.close().await,
+            Pool::Sqlite(p) => {
+                // After the writes under way (they hold the turn).
+                let conn = {
+                    let mut writer = p.writer.lock().await;
+                    writer.closed = true;
+                    writer.conn.take()
+                };
+                if let Some(conn) = conn {
+                    let _ = sqlx::Connection::close(conn).await;
+                }
+                p.pool.close().await
+            }
             Pool::Postgres(p) => p.close().await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn sqlite() -> (tempfile::TempDir, Pool) {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = Pool::connect_sqlite(&dir.path().join("t.db"))
+            .await
+            .unwrap();
+        let mut tx = pool.write().await.unwrap();
+        tx.execute_script("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT NOT NULL)".into())
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        (dir, pool)
+    }
+
+    async fn values(pool: &Pool) -> Vec<String> {
+        let rows = pool
+            .fetch_all_once("SELECT v FROM t ORDER BY id", &[])
+            .await
+            .unwrap();
+        rows.iter().map(|r| r.text("v").unwrap()).collect()
+    }
+
+    #[test]
+    fn placeholders_are_renumbered_after_the_pending_ones() {
+        let mut out = String::new();
+        renumber_into(
+            &mut out,
+            "UPDATE t SET v = $2 WHERE id = $1 AND '$x' <> $10",
+            3,
+        );
+        assert_eq!(out, "UPDATE t SET v = $5 WHERE id = $4 AND '$x' <> $13");
+    }
+
+    #[tokio::test]
+    async fn later_statements_run_in_order_before_the_next_one_and_at_commit() {
+        let (_dir, pool) = sqlite().await;
+        let mut tx = pool.write().await.unwrap();
+        tx.execute_later("INSERT INTO t (id, v) VALUES ($1, $2)", &params![1i64, "a"])
+            .await
+            .unwrap();
+        tx.execute_later("UPDATE t SET v = $1 WHERE id = $2", &params!["b", 1i64])
+            .await
+            .unwrap();
+        // A query sees what was sent before it.
+        let seen = tx.fetch_all("SELECT v FROM t", &[]).await.unwrap();
+        assert_eq!(seen.len(), 1);
+        assert_eq!(seen[0].text("v").unwrap(), "b");
+        tx.execute_later("INSERT INTO t (id, v) VALUES ($1, $2)", &params![2i64, "c"])
+            .await
+            .unwrap();
+        // Nothing is visible to others before the commit, which sends the last one.
+        assert!(values(&pool).await.is_empty());
+        tx.commit().await.unwrap();
+        assert_eq!(values(&pool).await, ["b", "c"]);
+    }
+
+    #[tokio::test]
+    async fn a_later_statement_that_fails_fails_the_commit_and_writes_nothing() {
+        let (_dir, pool) = sqlite().await;
+        let mut tx = pool.write().await.unwrap();
+        tx.execute_later("INSERT INTO t (id, v) VALUES ($1, $2)", &params![1i64, "a"])
+            .await
+            .unwrap();
+        tx.execute_later("INSERT INTO t (id, v) VALUES ($1, NULL)", &params![2i64])
+            .await
+            .unwrap();
+        let err = tx.commit().await.unwrap_err();
+        assert!(err.to_string().contains("NOT NULL"), "{err}");
+        // The turn's drop rolled the write back; the next writer starts clean.
+        let mut next = pool.write().await.unwrap();
+        next.execute("INSERT INTO t (id, v) VALUES ($1, $2)", &params![3i64, "z"])
+            .await
+            .unwrap();
+        next.commit().await.unwrap();
+        assert_eq!(values(&pool).await, ["z"]);
+    }
+
+    #[tokio::test]
+    async fn a_dropped_write_is_rolled_back_before_the_next_writer_begins() {
+        let (_dir, pool) = sqlite().await;
+        let mut tx = pool.write().await.unwrap();
+        tx.execute(
+            "INSERT INTO t (id, v) VALUES ($1, $2)",
+            &params![1i64, "lost"],
+        )
+        .await
+        .unwrap();
+        drop(tx);
+        let mut next = pool.write().await.unwrap();
+        let changed = next
+            .execute(
+                "INSERT INTO t (id, v) VALUES ($1, $2)",
+                &params![2i64, "kept"],
+            )
+            .await
+            .unwrap();
+        assert_eq!(changed, 1);
+        next.commit().await.unwrap();
+        assert_eq!(values(&pool).await, ["kept"]);
+    }
+
+    #[tokio::test]
+    async fn a_row_count_is_the_statement_s_own() {
+        let (_dir, pool) = sqlite().await;
+        let mut tx = pool.write().await.unwrap();
+        let inserted = tx
+            .execute(
+                "INSERT INTO t (id, v) VALUES (1, 'a'), (2, 'b'), (3, 'c')",
+                &[],
+            )
+            .await
+            .unwrap();
+        assert_eq!(inserted, 3);
+        tx.commit().await.unwrap();
+        // The next write's first statement: SQLite's count is still the insert's until a
+        // statement changes rows, so the BEGIN must not be counted with it.
+        let mut tx = pool.write().await.unwrap();
+        tx.execute_later("UPDATE t SET v = 'x' WHERE id = 1", &[])
+            .await
+            .unwrap();
+        let none = tx
+            .execute("UPDATE t SET v = 'y' WHERE id = 99", &[])
+            .await
+            .unwrap();
+        assert_eq!(none, 0);
+        tx.commit().await.unwrap();
+        assert_eq!(values(&pool).await, ["x", "b", "c"]);
+    }
+
+    #[tokio::test]
+    async fn a_closed_store_refuses_writes() {
+        let (_dir, pool) = sqlite().await;
+        pool.close().await;
+        let err = pool.write().await.err().expect("refused");
+        assert!(err.to_string().contains("closed"), "{err}");
     }
 }

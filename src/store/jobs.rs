@@ -582,7 +582,7 @@ pub(super) async fn insert_event(
 ) -> Result<(), StoreError> {
     let t = tables(kind);
     if kind != JobKind::Provisioning {
-        tx.execute(
+        tx.execute_later(
             format!(
                 "INSERT INTO {} (job_id, stage, attempt, status, message, details, occurred_at)
                  VALUES ($1, $2, $3, $4, $5, $6, $7)",
@@ -618,7 +618,7 @@ pub(super) async fn insert_event(
         .clone()
         .filter(|m| !m.is_empty())
         .unwrap_or_else(|| format!("{} {}", event.stage, event.status.as_str()));
-    tx.execute(
+    tx.execute_later(
         format!(
             "INSERT INTO {} (job_id, step, attempt, status, message, details, time, level)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",

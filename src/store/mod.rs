@@ -429,12 +429,11 @@ pub(crate) async fn serial_in(tx: &mut Tx) -> Result<i64, StoreError> {
 /// writers take, in that order: see [`records::take_write_turn`]).
 pub(crate) async fn bump_serial(tx: &mut Tx) -> Result<(), StoreError> {
     records::take_write_turn(tx).await?;
-    tx.execute(
+    tx.execute_later(
         "UPDATE store_serial SET value = value + 1 WHERE id = 1",
         &[],
     )
-    .await?;
-    Ok(())
+    .await
 }
 
 /// Fixed-width RFC 3339 UTC with microseconds: text order is time order.
