@@ -580,9 +580,8 @@ impl Pool {
             Pool::Sqlite(p) => {
                 let mut writer = p.writer.clone().lock_owned().await;
                 if writer.closed {
-                    return Err(StoreError::Invalid(
-                        "the store was closed: no more writes are taken".into(),
-                    ));
+                    // As the pool answers once closed: a store that is gone, for the caller.
+                    return Err(db_err("starting a transaction")(sqlx::Error::PoolClosed));
                 }
                 if writer.conn.is_none() {
                     let conn = sqlx::ConnectOptions::connect(&writer.options)
@@ -832,6 +831,16 @@ mod tests {
         let (_dir, pool) = sqlite().await;
         pool.close().await;
         let err = pool.write().await.err().expect("refused");
-        assert!(err.to_string().contains("closed"), "{err}");
+        // The same error as the pool's once closed (a store that is gone: 503 to an agent).
+        assert!(
+            matches!(
+                err,
+                StoreError::Database {
+                    source: sqlx::Error::PoolClosed,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
     }
 }
