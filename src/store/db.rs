@@ -573,8 +573,9 @@ impl Pool {
         Ok(Pool::Postgres(pool))
     }
 
-    /// A transaction that will write. On SQLite it takes the write lock at once (BEGIN
-    /// IMMEDIATE), so two writers queue on the busy timeout instead of failing on upgrade.
+    /// A transaction that will write. On SQLite it begins IMMEDIATE (the write lock taken
+    /// before its first statement, which the BEGIN is sent with), so two writers queue on the
+    /// busy timeout instead of failing on upgrade.
     pub async fn write(&self) -> Result<Tx, StoreError> {
         match self {
             Pool::Sqlite(p) => {
