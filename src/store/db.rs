@@ -169,6 +169,20 @@ impl Row {
     }
 }
 
+macro_rules! bind_all {
+    ($query:expr, $params:expr) => {{
+        let mut q = $query;
+        for p in $params {
+            q = match p {
+                Param::Text(v) => q.bind(v.clone()),
+                Param::Int(v) => q.bind(*v),
+                Param::Bool(v) => q.bind(*v),
+            };
+        }
+        q
+    }};
+}
+
 /// A SQLite store: a pool of connections that read, and the one connection that writes.
 ///
 /// SQLite has one writer at a time, so the process keeps one connection for its writes,
@@ -220,14 +234,6 @@ impl Pending {
         renumber_into(&mut self.sql, sql, self.params.len());
         self.params.extend_from_slice(params);
     }
-
-    /// What is pending followed by `sql`, as one script, and its parameters; nothing is left
-    /// pending.
-    fn then(&mut self, sql: &str, params: &[Param]) -> (Sql, Cow<'static, [Param]>) {
-        let mut pending = std::mem::take(self);
-        pending.push(sql, params);
-        (pending.sql.into(), pending.params.into())
-    }
 }
 
 /// Append `sql` to `out` with each `$n` placeholder moved up by `offset`. The store's SQL is
@@ -251,12 +257,35 @@ fn renumber_into(out: &mut String, sql: &str, offset: usize) {
     out.push_str(rest);
 }
 
+impl SqliteWriter {
+    /// End the open transaction. Failing, the ROLLBACK found none open (or the connection is
+    /// gone): either way none is open after it.
+    async fn roll_back(&mut self) {
+        if let Some(conn) = self.conn.as_mut() {
+            let _ = sqlx::raw_sql("ROLLBACK").execute(conn).await;
+        }
+        self.open = false;
+    }
+}
+
 impl WriteTurn {
     fn conn(&mut self) -> &mut SqliteConnection {
         self.writer
             .as_mut()
             .and_then(|w| w.conn.as_mut())
             .expect("a write holds its turn and an open connection until it ends")
+    }
+
+    /// Send what is pending, as one script; nothing is left pending.
+    async fn send_pending(&mut self) -> Result<(), sqlx::Error> {
+        let pending = std::mem::take(&mut self.pending);
+        bind_all!(
+            sqlx::query::<Sqlite>(AssertSqlSafe(pending.sql)),
+            &pending.params
+        )
+        .execute(self.conn())
+        .await
+        .map(|_| ())
     }
 }
 
@@ -268,13 +297,7 @@ impl Drop for WriteTurn {
             return;
         };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                // Failing, it found no transaction open (or the connection is gone).
-                if let Some(conn) = writer.conn.as_mut() {
-                    let _ = sqlx::raw_sql("ROLLBACK").execute(conn).await;
-                }
-                writer.open = false;
-            });
+            runtime.spawn(async move { writer.roll_back().await });
         }
     }
 }
@@ -302,20 +325,6 @@ fn db_err(context: &str) -> impl FnOnce(sqlx::Error) -> StoreError + '_ {
         context: context.to_owned(),
         source,
     }
-}
-
-macro_rules! bind_all {
-    ($query:expr, $params:expr) => {{
-        let mut q = $query;
-        for p in $params {
-            q = match p {
-                Param::Text(v) => q.bind(v.clone()),
-                Param::Int(v) => q.bind(*v),
-                Param::Bool(v) => q.bind(*v),
-            };
-        }
-        q
-    }};
 }
 
 impl Tx {
@@ -455,8 +464,9 @@ impl Tx {
     fn with_pending<'p>(&mut self, sql: Sql, params: &'p [Param]) -> (Sql, Cow<'p, [Param]>) {
         match self {
             Tx::SqliteWrite(turn) if !turn.pending.sql.is_empty() => {
-                let (sql, params) = turn.pending.then(&sql, params);
-                (sql, Cow::Owned(params.into_owned()))
+                let mut pending = std::mem::take(&mut turn.pending);
+                pending.push(&sql, params);
+                (pending.sql.into(), Cow::Owned(pending.params))
             }
             _ => (sql, Cow::Borrowed(params)),
         }
@@ -470,15 +480,9 @@ impl Tx {
         if turn.pending.sql.is_empty() {
             return Ok(());
         }
-        let pending = std::mem::take(&mut turn.pending);
-        bind_all!(
-            sqlx::query::<Sqlite>(AssertSqlSafe(pending.sql)),
-            &pending.params
-        )
-        .execute(turn.conn())
-        .await
-        .map(|_| ())
-        .map_err(db_err("executing a statement"))
+        turn.send_pending()
+            .await
+            .map_err(db_err("executing a statement"))
     }
 
     /// Run a script of several statements (migrations), no parameters.
@@ -497,16 +501,14 @@ impl Tx {
             Tx::SqliteRead(tx) => tx.commit().await,
             Tx::SqliteWrite(mut turn) => {
                 // What is pending goes with the COMMIT.
-                let (sql, params) = turn.pending.then("COMMIT", &[]);
-                let committed = bind_all!(sqlx::query::<Sqlite>(AssertSqlSafe(sql)), &*params)
-                    .execute(turn.conn())
-                    .await;
-                if let (Ok(_), Some(writer)) = (&committed, turn.writer.as_mut()) {
+                turn.pending.push("COMMIT", &[]);
+                let committed = turn.send_pending().await;
+                if let (Ok(()), Some(writer)) = (&committed, turn.writer.as_mut()) {
                     writer.open = false;
                 }
                 // A failed COMMIT (SQLITE_BUSY) leaves the transaction open: the turn's drop
                 // rolls it back.
-                committed.map(|_| ())
+                committed
             }
             Tx::Postgres(tx) => tx.commit().await,
         }
@@ -590,12 +592,9 @@ impl Pool {
                         .map_err(db_err("opening the store's writer connection"))?;
                     writer.conn = Some(conn);
                 }
-                let abandoned = writer.open;
-                let conn = writer.conn.as_mut().expect("opened above");
-                if abandoned {
+                if writer.open {
                     // Left open by a write whose rollback could not be spawned.
-                    let _ = sqlx::raw_sql("ROLLBACK").execute(conn).await;
-                    writer.open = false;
+                    writer.roll_back().await;
                 }
                 // The BEGIN goes with the first statement. Open from now: a write dropped
                 // after that statement started is rolled back (a ROLLBACK that finds no
