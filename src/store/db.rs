@@ -16,7 +16,10 @@ use sqlx::sqlite::{
 };
 use sqlx::{AssertSqlSafe, Postgres, Row as _, Sqlite, Transaction};
 
+use rusqlite::types::Value;
+
 use super::StoreError;
+use super::sqlite_writer::{LocalRow, SqliteWriter};
 
 /// Which database a store talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,6 +139,8 @@ impl Select {
 pub(crate) enum Row {
     Sqlite(SqliteRow),
     Postgres(PgRow),
+    /// Read by a SQLite write transaction.
+    Local(LocalRow),
 }
 
 macro_rules! get {
@@ -143,6 +148,7 @@ macro_rules! get {
         match $row {
             Row::Sqlite(r) => r.try_get::<$ty, _>($col),
             Row::Postgres(r) => r.try_get::<$ty, _>($col),
+            Row::Local(r) => <$ty as FromLocal>::from_local(r, $col),
         }
         .map_err(|source| StoreError::Database {
             context: format!("reading column `{}`", $col),
@@ -169,6 +175,57 @@ impl Row {
     }
 }
 
+/// A column's value of a [`LocalRow`] as the type asked for; the types match as sqlx's
+/// SQLite decoding has them (a bool is an integer).
+trait FromLocal: Sized {
+    fn from_local(row: &LocalRow, col: &str) -> Result<Self, sqlx::Error>;
+}
+
+fn local_value<'r>(row: &'r LocalRow, col: &str) -> Result<&'r Value, sqlx::Error> {
+    row.get(col)
+        .ok_or_else(|| sqlx::Error::ColumnNotFound(col.to_owned()))
+}
+
+fn mismatch<T>(col: &str, expected: &str, found: &Value) -> Result<T, sqlx::Error> {
+    Err(sqlx::Error::ColumnDecode {
+        index: format!("{col:?}"),
+        source: format!("expected {expected}, found {}", found.data_type()).into(),
+    })
+}
+
+impl<T: FromLocal> FromLocal for Option<T> {
+    fn from_local(row: &LocalRow, col: &str) -> Result<Self, sqlx::Error> {
+        match local_value(row, col)? {
+            Value::Null => Ok(None),
+            _ => T::from_local(row, col).map(Some),
+        }
+    }
+}
+
+impl FromLocal for String {
+    fn from_local(row: &LocalRow, col: &str) -> Result<Self, sqlx::Error> {
+        match local_value(row, col)? {
+            Value::Text(text) => Ok(text.clone()),
+            other => mismatch(col, "text", other),
+        }
+    }
+}
+
+impl FromLocal for i64 {
+    fn from_local(row: &LocalRow, col: &str) -> Result<Self, sqlx::Error> {
+        match local_value(row, col)? {
+            Value::Integer(int) => Ok(*int),
+            other => mismatch(col, "an integer", other),
+        }
+    }
+}
+
+impl FromLocal for bool {
+    fn from_local(row: &LocalRow, col: &str) -> Result<Self, sqlx::Error> {
+        i64::from_local(row, col).map(|int| int != 0)
+    }
+}
+
 macro_rules! bind_all {
     ($query:expr, $params:expr) => {{
         let mut q = $query;
@@ -188,117 +245,26 @@ macro_rules! bind_all {
 /// SQLite has one writer at a time, so the process keeps one connection for its writes,
 /// behind a fair async mutex that is the writers' turn. A writer takes the lock the moment
 /// the last one commits (writers that met on SQLite's lock would wait in its busy handler,
-/// which sleeps 1, 2, 5 … 100 ms between tries). The connection is never given back to a
-/// pool, which would check it with one more round trip before the next writer could have it,
-/// and its page cache stays warm, since no other connection of the process writes. Another
-/// process (a CLI beside the daemon) still waits on the busy timeout.
+/// which sleeps 1, 2, 5 … 100 ms between tries). The connection is driven on the writer's own
+/// thread, statement by statement ([`SqliteWriter`]), and its page cache stays warm, since no
+/// other connection of the process writes. Another process (a CLI beside the daemon) is
+/// waited for at BEGIN.
 #[derive(Debug, Clone)]
 pub(crate) struct SqlitePool {
     pool: sqlx::SqlitePool,
     writer: Arc<tokio::sync::Mutex<SqliteWriter>>,
 }
 
-/// The connection that writes, and whether a transaction is open on it.
-#[derive(Debug)]
-pub(crate) struct SqliteWriter {
-    /// Opened by the first write: a command that only reads has no writer connection.
-    conn: Option<SqliteConnection>,
-    options: SqliteConnectOptions,
-    /// The store was closed: no more writes.
-    closed: bool,
-    /// A transaction was begun and neither committed nor rolled back yet.
-    open: bool,
-}
-
 /// A SQLite write under way: the writer's turn, held until it commits or is rolled back.
 pub(crate) struct WriteTurn {
-    writer: Option<tokio::sync::OwnedMutexGuard<SqliteWriter>>,
-    /// Statements not sent yet: they go with the next one, in one round trip.
-    pending: Pending,
-}
-
-/// Statements a SQLite write has not sent yet (see [`Tx::execute_later`]).
-#[derive(Default)]
-struct Pending {
-    sql: String,
-    params: Vec<Param>,
-}
-
-impl Pending {
-    /// Add `sql` (numbered from `$1`) after what is pending, its parameters renumbered after
-    /// the ones already there.
-    fn push(&mut self, sql: &str, params: &[Param]) {
-        if !self.sql.is_empty() {
-            self.sql.push_str(";\n");
-        }
-        renumber_into(&mut self.sql, sql, self.params.len());
-        self.params.extend_from_slice(params);
-    }
-}
-
-/// Append `sql` to `out` with each `$n` placeholder moved up by `offset`. The store's SQL is
-/// written by this crate: a `$` followed by digits is a placeholder, never text.
-fn renumber_into(out: &mut String, sql: &str, offset: usize) {
-    if offset == 0 {
-        out.push_str(sql);
-        return;
-    }
-    let mut rest = sql;
-    while let Some(at) = rest.find('$') {
-        out.push_str(&rest[..=at]);
-        rest = &rest[at + 1..];
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        if digits > 0 {
-            let n: usize = rest[..digits].parse().expect("digits");
-            out.push_str(&(n + offset).to_string());
-            rest = &rest[digits..];
-        }
-    }
-    out.push_str(rest);
-}
-
-impl SqliteWriter {
-    /// End the open transaction. Failing, the ROLLBACK found none open (or the connection is
-    /// gone): either way none is open after it.
-    async fn roll_back(&mut self) {
-        if let Some(conn) = self.conn.as_mut() {
-            let _ = sqlx::raw_sql("ROLLBACK").execute(conn).await;
-        }
-        self.open = false;
-    }
-}
-
-impl WriteTurn {
-    fn conn(&mut self) -> &mut SqliteConnection {
-        self.writer
-            .as_mut()
-            .and_then(|w| w.conn.as_mut())
-            .expect("a write holds its turn and an open connection until it ends")
-    }
-
-    /// Send what is pending, as one script; nothing is left pending.
-    async fn send_pending(&mut self) -> Result<(), sqlx::Error> {
-        let pending = std::mem::take(&mut self.pending);
-        bind_all!(
-            sqlx::query::<Sqlite>(AssertSqlSafe(pending.sql)),
-            &pending.params
-        )
-        .execute(self.conn())
-        .await
-        .map(|_| ())
-    }
+    writer: tokio::sync::OwnedMutexGuard<SqliteWriter>,
 }
 
 impl Drop for WriteTurn {
-    /// A write dropped before its commit (an error, a cancelled task) is rolled back by a task
-    /// that keeps the turn until it is done; outside a runtime the next writer rolls it back.
+    /// A write dropped before its commit (an error, a cancelled task) is rolled back before
+    /// the turn passes on.
     fn drop(&mut self) {
-        let Some(mut writer) = self.writer.take().filter(|w| w.open) else {
-            return;
-        };
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move { writer.roll_back().await });
-        }
+        self.writer.roll_back();
     }
 }
 
@@ -317,6 +283,7 @@ pub(crate) enum Tx {
 /// The connection a transaction's statements run on.
 enum Conn<'a> {
     Sqlite(&'a mut SqliteConnection),
+    Writer(&'a mut SqliteWriter),
     Postgres(&'a mut sqlx::PgConnection),
 }
 
@@ -327,11 +294,18 @@ fn db_err(context: &str) -> impl FnOnce(sqlx::Error) -> StoreError + '_ {
     }
 }
 
+fn write_err(context: &str) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
+    move |source| StoreError::Write {
+        context: context.to_owned(),
+        source,
+    }
+}
+
 impl Tx {
     fn conn(&mut self) -> Conn<'_> {
         match self {
             Tx::SqliteRead(tx) => Conn::Sqlite(tx),
-            Tx::SqliteWrite(turn) => Conn::Sqlite(turn.conn()),
+            Tx::SqliteWrite(turn) => Conn::Writer(&mut turn.writer),
             Tx::Postgres(tx) => Conn::Postgres(tx),
         }
     }
@@ -342,21 +316,20 @@ impl Tx {
         sql: impl Into<Sql>,
         params: &[Param],
     ) -> Result<u64, StoreError> {
-        // Sent on its own: SQLite's count of changed rows is the last change's, so a BEGIN
-        // sent before it would count the previous transaction's, and pending writes their own.
-        self.flush().await?;
-        let sql = AssertSqlSafe(sql.into());
+        const DOING: &str = "executing a statement";
+        let sql = sql.into();
         match self.conn() {
-            Conn::Sqlite(conn) => bind_all!(sqlx::query::<Sqlite>(sql), params)
+            Conn::Writer(w) => return w.execute(&sql, params).map_err(write_err(DOING)),
+            Conn::Sqlite(conn) => bind_all!(sqlx::query::<Sqlite>(AssertSqlSafe(sql)), params)
                 .execute(conn)
                 .await
                 .map(|r| r.rows_affected()),
-            Conn::Postgres(conn) => bind_all!(sqlx::query::<Postgres>(sql), params)
+            Conn::Postgres(conn) => bind_all!(sqlx::query::<Postgres>(AssertSqlSafe(sql)), params)
                 .execute(conn)
                 .await
                 .map(|r| r.rows_affected()),
         }
-        .map_err(db_err("executing a statement"))
+        .map_err(db_err(DOING))
     }
 
     pub async fn fetch_all(
@@ -364,21 +337,7 @@ impl Tx {
         sql: impl Into<Sql>,
         params: &[Param],
     ) -> Result<Vec<Row>, StoreError> {
-        // Pending statements return no rows: the rows are this query's.
-        let (sql, params) = self.with_pending(sql.into(), params);
-        let params = &*params;
-        let sql = AssertSqlSafe(sql);
-        match self.conn() {
-            Conn::Sqlite(conn) => bind_all!(sqlx::query::<Sqlite>(sql), params)
-                .fetch_all(conn)
-                .await
-                .map(|rows| rows.into_iter().map(Row::Sqlite).collect()),
-            Conn::Postgres(conn) => bind_all!(sqlx::query::<Postgres>(sql), params)
-                .fetch_all(conn)
-                .await
-                .map(|rows| rows.into_iter().map(Row::Postgres).collect()),
-        }
-        .map_err(db_err("running a query"))
+        self.fetch_map(sql, params, |row| Ok(row)).await
     }
 
     /// The rows of a query, each turned into a `T` as it arrives: a large read holds its
@@ -387,24 +346,31 @@ impl Tx {
         &mut self,
         sql: impl Into<Sql>,
         params: &[Param],
-        mut each: impl FnMut(&Row) -> Result<T, StoreError>,
+        mut each: impl FnMut(Row) -> Result<T, StoreError>,
     ) -> Result<Vec<T>, StoreError> {
         use futures::TryStreamExt;
-        let (sql, params) = self.with_pending(sql.into(), params);
-        let params = &*params;
-        let sql = AssertSqlSafe(sql);
+        const DOING: &str = "running a query";
+        let sql = AssertSqlSafe(sql.into());
         let mut out = Vec::new();
         match self.conn() {
+            Conn::Writer(w) => {
+                return w.query_map(
+                    &sql.0,
+                    params,
+                    |row| each(Row::Local(row)),
+                    |e| write_err(DOING)(e),
+                );
+            }
             Conn::Sqlite(conn) => {
                 let mut rows = bind_all!(sqlx::query::<Sqlite>(sql), params).fetch(conn);
-                while let Some(row) = rows.try_next().await.map_err(db_err("running a query"))? {
-                    out.push(each(&Row::Sqlite(row))?);
+                while let Some(row) = rows.try_next().await.map_err(db_err(DOING))? {
+                    out.push(each(Row::Sqlite(row))?);
                 }
             }
             Conn::Postgres(conn) => {
                 let mut rows = bind_all!(sqlx::query::<Postgres>(sql), params).fetch(conn);
-                while let Some(row) = rows.try_next().await.map_err(db_err("running a query"))? {
-                    out.push(each(&Row::Postgres(row))?);
+                while let Some(row) = rows.try_next().await.map_err(db_err(DOING))? {
+                    out.push(each(Row::Postgres(row))?);
                 }
             }
         }
@@ -443,76 +409,32 @@ impl Tx {
         found.ok_or(StoreError::NotFound { kind, id })
     }
 
-    /// A statement whose result nobody reads (an insert of a record, a counter's bump): on a
-    /// SQLite write it is sent with the next statement or the commit, one round trip fewer,
-    /// in the same order; its error, if any, is that later call's. Elsewhere it runs now.
-    pub async fn execute_later(
-        &mut self,
-        sql: impl Into<Sql>,
-        params: &[Param],
-    ) -> Result<(), StoreError> {
-        match self {
-            Tx::SqliteWrite(turn) => {
-                turn.pending.push(&sql.into(), params);
-                Ok(())
-            }
-            _ => self.execute(sql, params).await.map(|_| ()),
-        }
-    }
-
-    /// `sql` preceded by what a SQLite write has pending.
-    fn with_pending<'p>(&mut self, sql: Sql, params: &'p [Param]) -> (Sql, Cow<'p, [Param]>) {
-        match self {
-            Tx::SqliteWrite(turn) if !turn.pending.sql.is_empty() => {
-                let mut pending = std::mem::take(&mut turn.pending);
-                pending.push(&sql, params);
-                (pending.sql.into(), Cow::Owned(pending.params))
-            }
-            _ => (sql, Cow::Borrowed(params)),
-        }
-    }
-
-    /// Send what a SQLite write has pending, on its own.
-    async fn flush(&mut self) -> Result<(), StoreError> {
-        let Tx::SqliteWrite(turn) = self else {
-            return Ok(());
-        };
-        if turn.pending.sql.is_empty() {
-            return Ok(());
-        }
-        turn.send_pending()
-            .await
-            .map_err(db_err("executing a statement"))
-    }
-
     /// Run a script of several statements (migrations), no parameters.
     pub async fn execute_script(&mut self, sql: String) -> Result<(), StoreError> {
-        self.flush().await?;
-        let sql = AssertSqlSafe(sql);
+        const DOING: &str = "running a migration";
         match self.conn() {
-            Conn::Sqlite(conn) => sqlx::raw_sql(sql).execute(conn).await.map(|_| ()),
-            Conn::Postgres(conn) => sqlx::raw_sql(sql).execute(conn).await.map(|_| ()),
+            Conn::Writer(w) => return w.execute_script(&sql).map_err(write_err(DOING)),
+            Conn::Sqlite(conn) => sqlx::raw_sql(AssertSqlSafe(sql))
+                .execute(conn)
+                .await
+                .map(|_| ()),
+            Conn::Postgres(conn) => sqlx::raw_sql(AssertSqlSafe(sql))
+                .execute(conn)
+                .await
+                .map(|_| ()),
         }
-        .map_err(db_err("running a migration"))
+        .map_err(db_err(DOING))
     }
 
     pub async fn commit(self) -> Result<(), StoreError> {
+        const DOING: &str = "committing";
         match self {
             Tx::SqliteRead(tx) => tx.commit().await,
-            Tx::SqliteWrite(mut turn) => {
-                // What is pending goes with the COMMIT.
-                turn.pending.push("COMMIT", &[]);
-                let committed = turn.send_pending().await;
-                if let (Ok(()), Some(writer)) = (&committed, turn.writer.as_mut()) {
-                    writer.open = false;
-                }
-                // A failed COMMIT (SQLITE_BUSY) leaves the transaction open: the turn's drop
-                // rolls it back.
-                committed
-            }
+            // Failing, the transaction is still open: the turn's drop rolls it back.
+            Tx::SqliteWrite(mut turn) => return turn.writer.commit().map_err(write_err(DOING)),
             Tx::Postgres(tx) => tx.commit().await,
         }
-        .map_err(db_err("committing"))
+        .map_err(db_err(DOING))
     }
 
     pub fn backend(&self) -> Backend {
@@ -547,12 +469,7 @@ impl Pool {
                 Ok(pool) => {
                     return Ok(Pool::Sqlite(SqlitePool {
                         pool,
-                        writer: Arc::new(tokio::sync::Mutex::new(SqliteWriter {
-                            conn: None,
-                            options,
-                            closed: false,
-                            open: false,
-                        })),
+                        writer: Arc::new(tokio::sync::Mutex::new(SqliteWriter::new(path))),
                     }));
                 }
                 Err(sqlx::Error::Database(e))
@@ -576,8 +493,7 @@ impl Pool {
     }
 
     /// A transaction that will write. On SQLite it begins IMMEDIATE (the write lock taken
-    /// before its first statement, which the BEGIN is sent with), so two writers queue on the
-    /// busy timeout instead of failing on upgrade.
+    /// now), so two writers wait for each other at BEGIN instead of failing on upgrade.
     pub async fn write(&self) -> Result<Tx, StoreError> {
         match self {
             Pool::Sqlite(p) => {
@@ -586,26 +502,11 @@ impl Pool {
                     // As the pool answers once closed: a store that is gone, for the caller.
                     return Err(db_err("starting a transaction")(sqlx::Error::PoolClosed));
                 }
-                if writer.conn.is_none() {
-                    let conn = sqlx::ConnectOptions::connect(&writer.options)
-                        .await
-                        .map_err(db_err("opening the store's writer connection"))?;
-                    writer.conn = Some(conn);
-                }
-                if writer.open {
-                    // Left open by a write whose rollback could not be spawned.
-                    writer.roll_back().await;
-                }
-                // The BEGIN goes with the first statement. Open from now: a write dropped
-                // after that statement started is rolled back (a ROLLBACK that finds no
-                // transaction does nothing).
-                writer.open = true;
-                let mut pending = Pending::default();
-                pending.push("BEGIN IMMEDIATE", &[]);
-                Ok(Tx::SqliteWrite(WriteTurn {
-                    writer: Some(writer),
-                    pending,
-                }))
+                writer
+                    .begin()
+                    .await
+                    .map_err(write_err("starting a transaction"))?;
+                Ok(Tx::SqliteWrite(WriteTurn { writer }))
             }
             Pool::Postgres(p) => p
                 .begin()
@@ -679,14 +580,7 @@ impl Pool {
         match self {
             Pool::Sqlite(p) => {
                 // After the writes under way (they hold the turn).
-                let conn = {
-                    let mut writer = p.writer.lock().await;
-                    writer.closed = true;
-                    writer.conn.take()
-                };
-                if let Some(conn) = conn {
-                    let _ = sqlx::Connection::close(conn).await;
-                }
+                p.writer.lock().await.close();
                 p.pool.close().await
             }
             Pool::Postgres(p) => p.close().await,
@@ -719,59 +613,111 @@ mod tests {
         rows.iter().map(|r| r.text("v").unwrap()).collect()
     }
 
-    #[test]
-    fn placeholders_are_renumbered_after_the_pending_ones() {
-        let mut out = String::new();
-        renumber_into(
-            &mut out,
-            "UPDATE t SET v = $2 WHERE id = $1 AND '$x' <> $10",
-            3,
-        );
-        assert_eq!(out, "UPDATE t SET v = $5 WHERE id = $4 AND '$x' <> $13");
-    }
-
     #[tokio::test]
-    async fn later_statements_run_in_order_before_the_next_one_and_at_commit() {
+    async fn a_write_sees_its_own_statements_and_others_see_them_at_commit() {
         let (_dir, pool) = sqlite().await;
         let mut tx = pool.write().await.unwrap();
-        tx.execute_later("INSERT INTO t (id, v) VALUES ($1, $2)", &params![1i64, "a"])
+        tx.execute("INSERT INTO t (id, v) VALUES ($1, $2)", &params![1i64, "a"])
             .await
             .unwrap();
-        tx.execute_later("UPDATE t SET v = $1 WHERE id = $2", &params!["b", 1i64])
+        // Numbered placeholders bind by number, whatever order they appear in.
+        tx.execute("UPDATE t SET v = $2 WHERE id = $1", &params![1i64, "b"])
             .await
             .unwrap();
-        // A query sees what was sent before it.
         let seen = tx.fetch_all("SELECT v FROM t", &[]).await.unwrap();
         assert_eq!(seen.len(), 1);
         assert_eq!(seen[0].text("v").unwrap(), "b");
-        tx.execute_later("INSERT INTO t (id, v) VALUES ($1, $2)", &params![2i64, "c"])
-            .await
-            .unwrap();
-        // Nothing is visible to others before the commit, which sends the last one.
         assert!(values(&pool).await.is_empty());
         tx.commit().await.unwrap();
-        assert_eq!(values(&pool).await, ["b", "c"]);
+        assert_eq!(values(&pool).await, ["b"]);
     }
 
     #[tokio::test]
-    async fn a_later_statement_that_fails_fails_the_commit_and_writes_nothing() {
+    async fn a_write_that_fails_is_rolled_back_and_the_next_one_starts_clean() {
         let (_dir, pool) = sqlite().await;
         let mut tx = pool.write().await.unwrap();
-        tx.execute_later("INSERT INTO t (id, v) VALUES ($1, $2)", &params![1i64, "a"])
+        tx.execute("INSERT INTO t (id, v) VALUES ($1, $2)", &params![1i64, "a"])
             .await
             .unwrap();
-        tx.execute_later("INSERT INTO t (id, v) VALUES ($1, NULL)", &params![2i64])
+        let err = tx
+            .execute(
+                "INSERT INTO t (id, v) VALUES ($1, $2)",
+                &params![1i64, "again"],
+            )
             .await
-            .unwrap();
-        let err = tx.commit().await.unwrap_err();
-        assert!(err.to_string().contains("NOT NULL"), "{err}");
-        // The turn's drop rolled the write back; the next writer starts clean.
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "state store error while executing a statement: UNIQUE constraint failed: t.id"
+        );
+        assert!(
+            matches!(&err, StoreError::Write { source, .. } if crate::store::sqlite_writer::is_unique_violation(source))
+        );
+        drop(tx);
         let mut next = pool.write().await.unwrap();
         next.execute("INSERT INTO t (id, v) VALUES ($1, $2)", &params![3i64, "z"])
             .await
             .unwrap();
         next.commit().await.unwrap();
         assert_eq!(values(&pool).await, ["z"]);
+    }
+
+    #[tokio::test]
+    async fn rows_read_in_a_write_decode_as_the_pool_s_do() {
+        let (_dir, pool) = sqlite().await;
+        let mut tx = pool.write().await.unwrap();
+        tx.execute("INSERT INTO t (id, v) VALUES (7, 'x')", &[])
+            .await
+            .unwrap();
+        let sql = "SELECT id, v, NULL AS empty, 1 AS yes, 0 AS no FROM t";
+        let row = tx.fetch_one(sql, &[]).await.unwrap();
+        assert!(matches!(row, Row::Local(_)));
+        assert_eq!(row.int("id").unwrap(), 7);
+        assert_eq!(row.text("v").unwrap(), "x");
+        assert_eq!(row.opt_text("empty").unwrap(), None);
+        assert_eq!(row.opt_int("empty").unwrap(), None);
+        assert_eq!(row.opt_int("id").unwrap(), Some(7));
+        assert!(row.bool("yes").unwrap());
+        assert!(!row.bool("no").unwrap());
+        assert_eq!(
+            row.text("id").unwrap_err().to_string(),
+            "state store error while reading column `id`: \
+             error occurred while decoding column \"id\": expected text, found Integer"
+        );
+        assert_eq!(
+            row.text("missing").unwrap_err().to_string(),
+            "state store error while reading column `missing`: no column found for name: missing"
+        );
+        tx.commit().await.unwrap();
+        // The same row through the read pool.
+        let read = pool.fetch_all_once(sql, &[]).await.unwrap();
+        assert_eq!(read[0].int("id").unwrap(), 7);
+        assert!(read[0].bool("yes").unwrap());
+        assert_eq!(read[0].opt_text("empty").unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn another_process_s_write_is_waited_for_without_blocking_the_thread() {
+        let (dir, pool) = sqlite().await;
+        // Another process's connection holds the write lock.
+        let other = rusqlite::Connection::open(dir.path().join("t.db")).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let waiting = tokio::spawn({
+            let pool = pool.clone();
+            async move {
+                let mut tx = pool.write().await.unwrap();
+                tx.execute("INSERT INTO t (id, v) VALUES (1, 'after')", &[])
+                    .await
+                    .unwrap();
+                tx.commit().await.unwrap();
+            }
+        });
+        // This test's runtime has one thread: the sleep ends only if the waiting write yields it.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!waiting.is_finished());
+        other.execute_batch("COMMIT").unwrap();
+        waiting.await.unwrap();
+        assert_eq!(values(&pool).await, ["after"]);
     }
 
     #[tokio::test]
@@ -811,10 +757,10 @@ mod tests {
             .unwrap();
         assert_eq!(inserted, 3);
         tx.commit().await.unwrap();
-        // The next write's first statement: SQLite's count is still the insert's until a
-        // statement changes rows, so the BEGIN must not be counted with it.
+        // SQLite's own count stays the last change's until a statement changes rows: a
+        // statement that changes none must not report the one before it.
         let mut tx = pool.write().await.unwrap();
-        tx.execute_later("UPDATE t SET v = 'x' WHERE id = 1", &[])
+        tx.execute("UPDATE t SET v = 'x' WHERE id = 1", &[])
             .await
             .unwrap();
         let none = tx

@@ -582,7 +582,7 @@ pub(super) async fn insert_event(
 ) -> Result<(), StoreError> {
     let t = tables(kind);
     if kind != JobKind::Provisioning {
-        tx.execute_later(
+        tx.execute(
             format!(
                 "INSERT INTO {} (job_id, stage, attempt, status, message, details, occurred_at)
                  VALUES ($1, $2, $3, $4, $5, $6, $7)",
@@ -618,7 +618,7 @@ pub(super) async fn insert_event(
         .clone()
         .filter(|m| !m.is_empty())
         .unwrap_or_else(|| format!("{} {}", event.stage, event.status.as_str()));
-    tx.execute_later(
+    tx.execute(
         format!(
             "INSERT INTO {} (job_id, step, attempt, status, message, details, time, level)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
@@ -1280,7 +1280,7 @@ async fn current_jobs_in(
     }
     sql.push_str(&format!(" ORDER BY j.{requested} DESC, j.id"));
     // One job per node of the fleet: each row becomes its job as it arrives.
-    tx.fetch_map(sql, &values, |row| job_from_row(kind, row))
+    tx.fetch_map(sql, &values, |row| job_from_row(kind, &row))
         .await
 }
 

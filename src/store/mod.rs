@@ -20,6 +20,7 @@ mod provisioning;
 mod records;
 mod replicas;
 mod seed;
+mod sqlite_writer;
 mod tasks;
 mod tokens;
 
@@ -83,6 +84,13 @@ pub enum StoreError {
         context: String,
         #[source]
         source: sqlx::Error,
+    },
+    /// A SQLite write transaction failed (see `sqlite_writer`).
+    #[error("state store error while {context}: {source}")]
+    Write {
+        context: String,
+        #[source]
+        source: rusqlite::Error,
     },
     #[error("the state store has schema version {found}, newer than this metalform ({known})")]
     SchemaTooNew { found: i64, known: i64 },
@@ -185,6 +193,8 @@ impl StoreError {
                 }
                 _ => false,
             },
+            // Another process held SQLite's write lock past the wait: nothing was written.
+            StoreError::Write { source, .. } => sqlite_writer::is_busy(source),
             StoreError::StaleGeneration { .. } | StoreError::Concurrent { .. } => true,
             _ => false,
         }
@@ -429,11 +439,12 @@ pub(crate) async fn serial_in(tx: &mut Tx) -> Result<i64, StoreError> {
 /// writers take, in that order: see [`records::take_write_turn`]).
 pub(crate) async fn bump_serial(tx: &mut Tx) -> Result<(), StoreError> {
     records::take_write_turn(tx).await?;
-    tx.execute_later(
+    tx.execute(
         "UPDATE store_serial SET value = value + 1 WHERE id = 1",
         &[],
     )
     .await
+    .map(|_| ())
 }
 
 /// Fixed-width RFC 3339 UTC with microseconds: text order is time order.

@@ -158,10 +158,14 @@ pub fn note(step: Option<ProvisioningStage>, message: String, details: Value) ->
 
 /// A unique index refused the insert (another active job of the server, raced in).
 fn unique_violation(err: &StoreError) -> bool {
-    matches!(
-        err,
-        StoreError::Database { source: sqlx::Error::Database(db), .. } if db.is_unique_violation()
-    )
+    match err {
+        StoreError::Database {
+            source: sqlx::Error::Database(db),
+            ..
+        } => db.is_unique_violation(),
+        StoreError::Write { source, .. } => super::sqlite_writer::is_unique_violation(source),
+        _ => false,
+    }
 }
 
 impl Store {

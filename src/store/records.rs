@@ -102,7 +102,7 @@ pub(crate) async fn write_audit(
     at: DateTime<Utc>,
     entry: &AuditEntry,
 ) -> Result<(), StoreError> {
-    tx.execute_later(
+    tx.execute(
         "INSERT INTO audit_log (at, actor, role, reason, action, subject_kind, subject_id,
             prior_state, expected_target, correlation_ids, details)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
@@ -358,7 +358,7 @@ pub(crate) async fn write_outbox(
     event: &DomainEvent,
 ) -> Result<(), StoreError> {
     take_write_turn(tx).await?;
-    tx.execute_later(
+    tx.execute(
         "INSERT INTO outbox (event_type, subject_id, payload, created_at) VALUES ($1, $2, $3, $4)",
         &params![
             event.event_type.clone(),

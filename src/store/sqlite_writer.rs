@@ -1,0 +1,224 @@
+//! The SQLite store's one write connection (DESIGN.md §6), driven on the calling thread: a
+//! write transaction runs from its BEGIN to its COMMIT without handing each statement to a
+//! worker thread and waiting to be woken with the answer.
+//!
+//! SQLite does a write transaction of the store in tens of microseconds; through an async
+//! driver each statement was a hand-off to the connection's thread and back, and the writers'
+//! turn was held for all of those wake-ups (docs/performance.md). Nothing here waits on
+//! anything but SQLite itself: the lock another process may hold is waited for asynchronously
+//! at BEGIN, and the connection has no busy timeout, so a statement never sleeps on a thread
+//! that runs other tasks.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rusqlite::types::{Null, Value};
+use rusqlite::{Connection, ErrorCode, OpenFlags};
+
+use super::db::Param;
+
+/// How long BEGIN waits for another process's write to end, as the pool's busy timeout.
+const LOCK_WAIT: Duration = Duration::from_secs(30);
+
+/// The connection that writes, and whether a transaction is open on it.
+#[derive(Debug)]
+pub(crate) struct SqliteWriter {
+    /// Opened by the first write: a command that only reads has no writer connection.
+    conn: Option<Connection>,
+    path: PathBuf,
+    /// The store was closed: no more writes.
+    pub closed: bool,
+    /// A transaction was begun and neither committed nor rolled back yet.
+    open: bool,
+}
+
+/// A row read by a write transaction: its values, by column name.
+#[derive(Debug, Clone)]
+pub(crate) struct LocalRow {
+    columns: Arc<[Box<str>]>,
+    values: Vec<Value>,
+}
+
+impl LocalRow {
+    pub fn get(&self, column: &str) -> Option<&Value> {
+        let at = self.columns.iter().position(|c| &**c == column)?;
+        self.values.get(at)
+    }
+}
+
+impl SqliteWriter {
+    pub fn new(path: &Path) -> Self {
+        Self {
+            conn: None,
+            path: path.to_owned(),
+            closed: false,
+            open: false,
+        }
+    }
+
+    fn connect(path: &Path) -> rusqlite::Result<Connection> {
+        // The pool that came first created the file and set it to WAL, which is kept in the
+        // file; the rest of the connection's settings are per connection.
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL;")?;
+        // Waiting for another process happens at BEGIN, asynchronously (see `begin`).
+        conn.busy_timeout(Duration::ZERO)?;
+        // The store's statements are a few dozen texts; those built per call (IN lists) age out.
+        conn.set_prepared_statement_cache_capacity(256);
+        Ok(conn)
+    }
+
+    /// Begin an IMMEDIATE transaction (the write lock taken now). Another process holding the
+    /// lock is waited for here, without blocking the thread, for up to [`LOCK_WAIT`].
+    pub async fn begin(&mut self) -> rusqlite::Result<()> {
+        if self.conn.is_none() {
+            self.conn = Some(Self::connect(&self.path)?);
+        }
+        if self.open {
+            // Left open by a write whose commit failed and whose rollback failed too.
+            self.roll_back();
+        }
+        let started = tokio::time::Instant::now();
+        let mut pause = Duration::from_millis(1);
+        loop {
+            match self.conn_mut().execute_batch("BEGIN IMMEDIATE") {
+                Ok(()) => {
+                    self.open = true;
+                    return Ok(());
+                }
+                Err(e)
+                    if e.sqlite_error_code() == Some(ErrorCode::DatabaseBusy)
+                        && started.elapsed() < LOCK_WAIT =>
+                {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn conn_mut(&mut self) -> &mut Connection {
+        self.conn
+            .as_mut()
+            .expect("a write begins on an open connection")
+    }
+
+    /// Run a statement to its end; the number of rows it changed.
+    pub fn execute(&mut self, sql: &str, params: &[Param]) -> rusqlite::Result<u64> {
+        let conn = self.conn_mut();
+        {
+            let mut stmt = conn.prepare_cached(sql)?;
+            bind(&mut stmt, params)?;
+            // Stepped to its end like any query: a statement may return rows (RETURNING).
+            let mut rows = stmt.raw_query();
+            while rows.next()?.is_some() {}
+        }
+        Ok(conn.changes())
+    }
+
+    /// Each row of a query, turned into a `T` as it is read; SQLite's errors as `failed` says.
+    pub fn query_map<T, E>(
+        &mut self,
+        sql: &str,
+        params: &[Param],
+        mut each: impl FnMut(LocalRow) -> Result<T, E>,
+        failed: impl Fn(rusqlite::Error) -> E,
+    ) -> Result<Vec<T>, E> {
+        let mut stmt = self.conn_mut().prepare_cached(sql).map_err(&failed)?;
+        bind(&mut stmt, params).map_err(&failed)?;
+        let columns: Arc<[Box<str>]> = stmt.column_names().into_iter().map(Box::from).collect();
+        let mut rows = stmt.raw_query();
+        let mut out = Vec::new();
+        while let Some(row) = rows.next().map_err(&failed)? {
+            let values = (0..columns.len())
+                .map(|i| row.get::<_, Value>(i))
+                .collect::<rusqlite::Result<_>>()
+                .map_err(&failed)?;
+            out.push(each(LocalRow {
+                columns: columns.clone(),
+                values,
+            })?);
+        }
+        Ok(out)
+    }
+
+    /// Several statements without parameters (migrations).
+    pub fn execute_script(&mut self, sql: &str) -> rusqlite::Result<()> {
+        self.conn_mut().execute_batch(sql)
+    }
+
+    pub fn commit(&mut self) -> rusqlite::Result<()> {
+        // A failed COMMIT (a deferred constraint) leaves the transaction open: the write's
+        // end rolls it back.
+        self.conn_mut().execute_batch("COMMIT")?;
+        self.open = false;
+        Ok(())
+    }
+
+    /// End the open transaction, if one is. Failing, the ROLLBACK found none open (SQLite
+    /// already rolled it back) or the connection is gone: none is open after it either way.
+    pub fn roll_back(&mut self) {
+        if !self.open {
+            return;
+        }
+        if let Some(conn) = self.conn.as_mut() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        self.open = false;
+    }
+
+    /// No more writes; the connection is closed.
+    pub fn close(&mut self) {
+        self.roll_back();
+        self.closed = true;
+        self.conn = None;
+    }
+}
+
+/// Bind `params` to the statement's `$n` placeholders (SQLite names them `$1`, `$2`, … and may
+/// number them in another order, by first appearance).
+fn bind(stmt: &mut rusqlite::Statement<'_>, params: &[Param]) -> rusqlite::Result<()> {
+    for index in 1..=stmt.parameter_count() {
+        let name = stmt.parameter_name(index).unwrap_or("?");
+        let value = name
+            .strip_prefix('$')
+            .and_then(|n| n.parse::<usize>().ok())
+            .and_then(|n| params.get(n.checked_sub(1)?))
+            .ok_or_else(|| {
+                rusqlite::Error::InvalidParameterName(format!(
+                    "{name} (the statement has {} values)",
+                    params.len()
+                ))
+            })?;
+        match value {
+            Param::Text(Some(text)) => stmt.raw_bind_parameter(index, text.as_str()),
+            Param::Int(Some(int)) => stmt.raw_bind_parameter(index, int),
+            Param::Bool(b) => stmt.raw_bind_parameter(index, i64::from(*b)),
+            Param::Text(None) | Param::Int(None) => stmt.raw_bind_parameter(index, Null),
+        }?;
+    }
+    Ok(())
+}
+
+/// A unique or primary key index refused the write.
+pub(crate) fn is_unique_violation(err: &rusqlite::Error) -> bool {
+    matches!(
+        err,
+        rusqlite::Error::SqliteFailure(e, _)
+            if e.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
+                || e.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY
+    )
+}
+
+/// Another writer held the lock for longer than the wait, or the database was locked.
+pub(crate) fn is_busy(err: &rusqlite::Error) -> bool {
+    matches!(
+        err.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+    )
+}
