@@ -337,7 +337,7 @@ impl Tx {
         sql: impl Into<Sql>,
         params: &[Param],
     ) -> Result<Vec<Row>, StoreError> {
-        self.fetch_map(sql, params, |row| Ok(row)).await
+        self.fetch_map(sql, params, Ok).await
     }
 
     /// The rows of a query, each turned into a `T` as it arrives: a large read holds its
