@@ -17,6 +17,7 @@ use crate::secrets::Secret;
 use super::auth::ApiKey;
 use super::error::MaasError;
 use super::metrics::MaasMetrics;
+use super::polls::PollQueue;
 use super::retry::{Jitter, RetryPolicy, SeededJitter, Sleeper, TokioSleeper};
 use super::transport::Transport;
 
@@ -64,6 +65,8 @@ impl Default for MaasClientOptions {
 #[derive(Clone)]
 pub struct MaasClient {
     transport: Arc<Transport>,
+    /// Machine polls waiting to go together (shared by every clone).
+    polls: Arc<PollQueue>,
 }
 
 impl MaasClient {
@@ -109,6 +112,7 @@ impl MaasClient {
                 jitter: options.jitter,
                 sleeper: options.sleeper,
             }),
+            polls: Arc::default(),
         })
     }
 
@@ -124,6 +128,10 @@ impl MaasClient {
 
     pub(crate) fn transport(&self) -> &Transport {
         &self.transport
+    }
+
+    pub(super) fn polls(&self) -> &PollQueue {
+        &self.polls
     }
 }
 

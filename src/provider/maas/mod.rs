@@ -44,6 +44,7 @@ mod layouts;
 mod machines;
 mod metrics;
 mod placement;
+mod polls;
 mod power;
 mod retry;
 mod storage;

@@ -120,7 +120,7 @@ impl StageCtx<'_> {
     pub async fn machine_summary(&mut self) -> Result<MachineSummary, StageFailure> {
         let maas = self.maas().await?;
         let system_id = self.system_id()?.to_owned();
-        let machine = self.bound_read(&system_id, maas.read_machine_summary(&system_id).await)?;
+        let machine = self.bound_read(&system_id, maas.poll_machine_summary(&system_id).await)?;
         self.memory.observed = Some(Observed {
             status: Some(machine.status_label()),
             power_state: Some(machine.power_state.as_str().to_owned()),

@@ -1,0 +1,70 @@
+//! Machine polls against the simulator: polls of many machines made at once travel together in
+//! `GET machines/?id=…` lists (API_REFERENCE §5.4), each poll gets its own machine, a lone poll
+//! is the machine's own read, and a machine that is gone is MAAS's 404 for its poll alone.
+
+mod maas_sim_support;
+mod sim_support;
+
+use maas_sim_support::*;
+use metalform::provider::maas::{MaasError, MachineFilter};
+use sim_support::Sim;
+
+#[tokio::test]
+async fn polls_made_at_once_go_together_and_each_gets_its_machine() {
+    let sim = Sim::start(site(30)).await;
+    let client = admin(&sim);
+    let machines = client.list_machines(&MachineFilter::all()).await.unwrap();
+    let listed_before = client.metrics().operation_total("list_machines");
+    let polls = machines.iter().map(|m| {
+        let client = client.maas.clone();
+        let system_id = m.system_id.clone();
+        async move { client.poll_machine_summary(&system_id).await }
+    });
+    let answers = futures::future::join_all(polls).await;
+    for (machine, answer) in machines.iter().zip(answers) {
+        let summary = answer.unwrap();
+        assert_eq!(summary.system_id, machine.system_id);
+        assert_eq!(summary.hostname, machine.hostname);
+        assert_eq!(summary.status, machine.status);
+    }
+    let lists = client.metrics().operation_total("list_machines") - listed_before;
+    let reads = client.metrics().operation_total("read_machine");
+    // All 30 were asked for before the request could start: one list, no read of its own.
+    assert_eq!((reads, lists), (0, 1));
+}
+
+#[tokio::test]
+async fn a_lone_poll_is_the_machine_s_own_read() {
+    let sim = Sim::start(site(2)).await;
+    let client = admin(&sim);
+    let system_id = nth(&client, 1).await;
+    let summary = client.poll_machine_summary(&system_id).await.unwrap();
+    assert_eq!(summary.system_id, system_id);
+    // `nth` listed the machines once; the poll added no list.
+    assert_eq!(client.metrics().operation_total("read_machine"), 1);
+    assert_eq!(client.metrics().operation_total("list_machines"), 1);
+}
+
+#[tokio::test]
+async fn a_machine_that_is_gone_is_a_404_for_its_poll_alone() {
+    let sim = Sim::start(site(5)).await;
+    let client = admin(&sim);
+    let machines = client.list_machines(&MachineFilter::all()).await.unwrap();
+    let mut asked: Vec<String> = machines.iter().map(|m| m.system_id.clone()).collect();
+    asked.insert(2, "gone42".to_owned());
+    let polls = asked.iter().map(|system_id| {
+        let client = client.maas.clone();
+        async move { client.poll_machine_summary(system_id).await }
+    });
+    let answers = futures::future::join_all(polls).await;
+    for (system_id, answer) in asked.iter().zip(answers) {
+        match answer {
+            Ok(summary) => assert_eq!(&summary.system_id, system_id),
+            Err(MaasError::NotFound { .. }) => assert_eq!(system_id, "gone42"),
+            Err(other) => panic!("{system_id}: {other}"),
+        }
+    }
+    // One list for all six, then the missing one's own read, which MAAS answered with 404.
+    assert_eq!(client.metrics().operation_total("list_machines"), 2);
+    assert_eq!(client.metrics().operation_total("read_machine"), 1);
+}
