@@ -6,7 +6,7 @@ mod maas_sim_support;
 mod sim_support;
 
 use maas_sim_support::*;
-use metalform::provider::maas::{MaasError, MachineFilter};
+use metalform::provider::maas::{MaasError, MachineFilter, MachinePolls};
 use sim_support::Sim;
 
 #[tokio::test]
@@ -15,10 +15,11 @@ async fn polls_made_at_once_go_together_and_each_gets_its_machine() {
     let client = admin(&sim);
     let machines = client.list_machines(&MachineFilter::all()).await.unwrap();
     let listed_before = client.metrics().operation_total("list_machines");
+    let polls = MachinePolls::new(client.maas.clone());
     let polls = machines.iter().map(|m| {
-        let client = client.maas.clone();
+        let polls = polls.clone();
         let system_id = m.system_id.clone();
-        async move { client.poll_machine_summary(&system_id).await }
+        async move { polls.summary(&system_id).await }
     });
     let answers = futures::future::join_all(polls).await;
     for (machine, answer) in machines.iter().zip(answers) {
@@ -38,7 +39,8 @@ async fn a_lone_poll_is_the_machine_s_own_read() {
     let sim = Sim::start(site(2)).await;
     let client = admin(&sim);
     let system_id = nth(&client, 1).await;
-    let summary = client.poll_machine_summary(&system_id).await.unwrap();
+    let polls = MachinePolls::new(client.maas.clone());
+    let summary = polls.summary(&system_id).await.unwrap();
     assert_eq!(summary.system_id, system_id);
     // `nth` listed the machines once; the poll added no list.
     assert_eq!(client.metrics().operation_total("read_machine"), 1);
@@ -52,9 +54,10 @@ async fn a_machine_that_is_gone_is_a_404_for_its_poll_alone() {
     let machines = client.list_machines(&MachineFilter::all()).await.unwrap();
     let mut asked: Vec<String> = machines.iter().map(|m| m.system_id.clone()).collect();
     asked.insert(2, "gone42".to_owned());
+    let polls = MachinePolls::new(client.maas.clone());
     let polls = asked.iter().map(|system_id| {
-        let client = client.maas.clone();
-        async move { client.poll_machine_summary(system_id).await }
+        let polls = polls.clone();
+        async move { polls.summary(system_id).await }
     });
     let answers = futures::future::join_all(polls).await;
     for (system_id, answer) in asked.iter().zip(answers) {

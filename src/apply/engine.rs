@@ -221,7 +221,7 @@ impl Shared {
 
     /// How long a node waits for its next poll: until the executor's next poll tick, one poll
     /// interval apart for every node. Nodes waiting at once then poll at once, and their MAAS
-    /// reads go together in one request per site (`poll_machine_summary`) instead of one
+    /// reads go together in one request per site (`MachinePolls`) instead of one
     /// each; a node still polls once per interval, and sees a change as soon as before, on
     /// average.
     fn next_poll(&self) -> Duration {

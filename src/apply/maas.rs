@@ -10,7 +10,7 @@ use futures::future::BoxFuture;
 
 use crate::model::Site;
 use crate::observe::{ClientError, MaasClients};
-use crate::provider::maas::{MaasClient, MaasMetrics};
+use crate::provider::maas::{MaasClient, MaasMetrics, MachinePolls};
 use crate::secrets::SecretStore;
 use crate::stages::StageFailure;
 use crate::stages::onboard::{MaasAccess, SitePreflight};
@@ -19,7 +19,8 @@ use crate::stages::onboard::{MaasAccess, SitePreflight};
 pub struct SiteMaas {
     secrets: Arc<dyn SecretStore>,
     maker: MaasClients,
-    clients: tokio::sync::Mutex<BTreeMap<String, MaasClient>>,
+    /// Each site's client, and the polls made through it.
+    clients: tokio::sync::Mutex<BTreeMap<String, (MaasClient, MachinePolls)>>,
     preflights: tokio::sync::Mutex<BTreeMap<String, SitePreflight>>,
 }
 
@@ -40,24 +41,33 @@ impl SiteMaas {
     }
 }
 
+impl SiteMaas {
+    async fn site(&self, site: &Site) -> Result<(MaasClient, MachinePolls), StageFailure> {
+        let mut clients = self.clients.lock().await;
+        if let Some(known) = clients.get(site.name.as_str()) {
+            return Ok(known.clone());
+        }
+        let client = self
+            .maker
+            .client(site, self.secrets.as_ref())
+            .await
+            .map_err(|e| match e {
+                ClientError::ApiKey { source, .. } => StageFailure::secret(&source),
+                ClientError::Maas { source, .. } => StageFailure::maas(&source),
+            })?;
+        let made = (client.clone(), MachinePolls::new(client));
+        clients.insert(site.name.to_string(), made.clone());
+        Ok(made)
+    }
+}
+
 impl MaasAccess for SiteMaas {
     fn client<'a>(&'a self, site: &'a Site) -> BoxFuture<'a, Result<MaasClient, StageFailure>> {
-        Box::pin(async move {
-            let mut clients = self.clients.lock().await;
-            if let Some(client) = clients.get(site.name.as_str()) {
-                return Ok(client.clone());
-            }
-            let client = self
-                .maker
-                .client(site, self.secrets.as_ref())
-                .await
-                .map_err(|e| match e {
-                    ClientError::ApiKey { source, .. } => StageFailure::secret(&source),
-                    ClientError::Maas { source, .. } => StageFailure::maas(&source),
-                })?;
-            clients.insert(site.name.to_string(), client.clone());
-            Ok(client)
-        })
+        Box::pin(async move { Ok(self.site(site).await?.0) })
+    }
+
+    fn polls<'a>(&'a self, site: &'a Site) -> BoxFuture<'a, Result<MachinePolls, StageFailure>> {
+        Box::pin(async move { Ok(self.site(site).await?.1) })
     }
 
     fn preflight<'a>(

@@ -18,7 +18,7 @@ use crate::clock::Clock;
 use crate::model::Site;
 use crate::provider::bmc::BmcPower;
 use crate::provider::host::HostAccess;
-use crate::provider::maas::MaasClient;
+use crate::provider::maas::{MaasClient, MachinePolls};
 use crate::secrets::{PowerCredentials, Secret, SecretStore};
 use crate::store::{Actor, Observed, Store, StoreError};
 
@@ -34,6 +34,10 @@ pub struct SitePreflight {
 /// the client is first needed).
 pub trait MaasAccess: Send + Sync + std::fmt::Debug {
     fn client<'a>(&'a self, site: &'a Site) -> BoxFuture<'a, Result<MaasClient, StageFailure>>;
+
+    /// The site's machine status polls, shared by every node of the site, so polls made at
+    /// once go together.
+    fn polls<'a>(&'a self, site: &'a Site) -> BoxFuture<'a, Result<MachinePolls, StageFailure>>;
 
     /// The preflight (`version/` + `whoami`), made once per site and run.
     fn preflight<'a>(

@@ -17,7 +17,6 @@ use crate::secrets::Secret;
 use super::auth::ApiKey;
 use super::error::MaasError;
 use super::metrics::MaasMetrics;
-use super::polls::PollQueue;
 use super::retry::{Jitter, RetryPolicy, SeededJitter, Sleeper, TokioSleeper};
 use super::transport::Transport;
 
@@ -65,8 +64,6 @@ impl Default for MaasClientOptions {
 #[derive(Clone)]
 pub struct MaasClient {
     transport: Arc<Transport>,
-    /// Machine polls waiting to go together (shared by every clone).
-    polls: Arc<PollQueue>,
 }
 
 impl MaasClient {
@@ -112,7 +109,6 @@ impl MaasClient {
                 jitter: options.jitter,
                 sleeper: options.sleeper,
             }),
-            polls: Arc::default(),
         })
     }
 
@@ -128,10 +124,6 @@ impl MaasClient {
 
     pub(crate) fn transport(&self) -> &Transport {
         &self.transport
-    }
-
-    pub(super) fn polls(&self) -> &PollQueue {
-        &self.polls
     }
 }
 

@@ -118,9 +118,9 @@ impl StageCtx<'_> {
     /// Re-read this job's machine for its status only (a poll): the same read as
     /// [`StageCtx::machine`], its interfaces, disks and the rest skipped while parsing.
     pub async fn machine_summary(&mut self) -> Result<MachineSummary, StageFailure> {
-        let maas = self.maas().await?;
+        let polls = self.env.maas.polls(&self.target.site).await?;
         let system_id = self.system_id()?.to_owned();
-        let machine = self.bound_read(&system_id, maas.poll_machine_summary(&system_id).await)?;
+        let machine = self.bound_read(&system_id, polls.summary(&system_id).await)?;
         self.memory.observed = Some(Observed {
             status: Some(machine.status_label()),
             power_state: Some(machine.power_state.as_str().to_owned()),
