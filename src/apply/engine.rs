@@ -200,8 +200,6 @@ pub(super) struct Shared {
     passes: Arc<tokio::sync::Semaphore>,
     /// The node leases held, renewed together.
     leases: LeaseKeeper,
-    /// Where the executor's poll ticks are counted from (see [`Shared::next_poll`]).
-    polls_from: tokio::time::Instant,
 }
 
 impl Shared {
@@ -218,25 +216,6 @@ impl Shared {
     fn report(&self, node: &str, stage: &str, status: ProgressStatus, message: &str) {
         progress::report(self.progress.as_ref(), node, stage, status, message);
     }
-
-    /// How long a node waits for its next poll: until the executor's next poll tick, one poll
-    /// interval apart for every node. Nodes waiting at once then poll at once, and their MAAS
-    /// reads go together in one request per site (`MachinePolls`) instead of one
-    /// each; a node still polls once per interval, and sees a change as soon as before, on
-    /// average.
-    fn next_poll(&self) -> Duration {
-        until_next_tick(self.polls_from.elapsed(), self.options.poll_interval)
-    }
-}
-
-/// From `since` the first tick, the time to the next tick of a clock that ticks every
-/// `interval`: never zero, at most `interval`.
-fn until_next_tick(since: Duration, interval: Duration) -> Duration {
-    if interval.is_zero() {
-        return interval;
-    }
-    let into_tick = since.as_nanos() % interval.as_nanos();
-    interval - Duration::from_nanos(into_tick as u64)
 }
 
 /// The concurrency group of a node of the manifests — its (site, profile) — and the profile's
@@ -272,7 +251,6 @@ impl<K: Kind> Engine<K> {
                 options,
                 progress,
                 passes: Arc::new(tokio::sync::Semaphore::new(ACTIVE_PASSES)),
-                polls_from: tokio::time::Instant::now(),
             }),
             kind: PhantomData,
         }
@@ -683,6 +661,7 @@ impl<'a, K: Kind> Run<'a, K> {
         id: Uuid,
         between: &mut Between<K::Facts>,
     ) -> Result<AfterPass, Stop> {
+        let poll = self.shared.options.poll_interval;
         let stop: StopSignal = self.shared.options.stop.clone();
         let Between {
             waiting_reported,
@@ -781,9 +760,7 @@ impl<'a, K: Kind> Run<'a, K> {
                 } else {
                     Some((job, read_at, stored))
                 };
-                // A stage that names its own wait (a retry's back-off) keeps it.
-                let sleep = poll_in.unwrap_or_else(|| self.shared.next_poll());
-                Ok(AfterPass::Sleep(sleep, wake))
+                Ok(AfterPass::Sleep(poll_in.unwrap_or(poll), wake))
             }
             Passed::Done(done, next) => {
                 self.memory.last_wait = None;
@@ -1108,22 +1085,4 @@ pub(super) async fn requested(
             None
         }
     }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_poll_waits_for_the_executor_s_next_tick() {
-        let ms = Duration::from_millis;
-        let interval = ms(25);
-        // Nodes that start waiting at different moments poll at the same ticks.
-        assert_eq!(until_next_tick(ms(0), interval), ms(25));
-        assert_eq!(until_next_tick(ms(3), interval), ms(22));
-        assert_eq!(until_next_tick(ms(24), interval), ms(1));
-        assert_eq!(until_next_tick(ms(25), interval), ms(25));
-        assert_eq!(until_next_tick(ms(1_000_010), interval), ms(15));
-        assert_eq!(until_next_tick(ms(7), Duration::ZERO), Duration::ZERO);
-    }
 }
