@@ -446,7 +446,7 @@ pub(super) fn job_from_row(kind: JobKind, row: &Row) -> Result<Job, StoreError> 
 /// (with `node`, the node the write gives the job, when it has none yet) and the job read again
 /// under the lock, since another transaction may have moved it meanwhile. A SQLite writer holds
 /// the whole database from `BEGIN IMMEDIATE` on, so its one read stands to the end: the lock
-/// and the second read would be two more round trips to the database thread per job write.
+/// and the second read would be two more statements per job write, for nothing.
 async fn read_job_for_write(
     tx: &mut Tx,
     kind: JobKind,
@@ -1086,7 +1086,7 @@ impl Store {
             jobs = t.jobs,
             state = t.state,
         );
-        // The row as written comes back with the write: one round trip fewer per job write.
+        // The row as written comes back with the write: one statement fewer per job write.
         let written = tx
             .fetch_optional(
                 sql,
