@@ -12,7 +12,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::lease::{LeaseRefusal, NodeLease};
-use crate::lifecycle::{JobKind, RecoveryAction};
+use crate::lifecycle::{JobKind, JobState, RecoveryAction};
 use crate::store::{Actor, Fence, Job, JobFilter, StageEventRow, Store, StoreError};
 
 /// How many stage events a job's view carries (the most recent ones).
@@ -182,7 +182,13 @@ pub async fn cancel_now(
             },
             LeaseRefusal::Store(err) => ServiceError::Store(err),
         })?;
-    let result = compensate(store, actor, &moved, &lease.fence()).await;
+    // The executor that held the node may have finished this very cancel before giving the
+    // node up: the cancel asked for is done, not refused.
+    let current = store.job(kind, job).await;
+    let result = match &current {
+        Ok(now) if now.state == JobState::Cancelled => Ok(()),
+        _ => compensate(store, actor, &moved, &lease.fence()).await,
+    };
     lease.release().await;
     result?;
     Ok(store.job(kind, job).await?)
