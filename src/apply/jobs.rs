@@ -184,10 +184,11 @@ pub async fn cancel_now(
         })?;
     // The executor that held the node may have finished this very cancel before giving the
     // node up: the cancel asked for is done, not refused.
-    let current = store.job(kind, job).await;
-    let result = match &current {
-        Ok(now) if now.state == JobState::Cancelled => Ok(()),
-        _ => compensate(store, actor, &moved, &lease.fence()).await,
+    let done = matches!(store.job(kind, job).await, Ok(now) if now.state == JobState::Cancelled);
+    let result = if done {
+        Ok(())
+    } else {
+        compensate(store, actor, &moved, &lease.fence()).await
     };
     lease.release().await;
     result?;

@@ -39,9 +39,8 @@ impl SiteMaas {
     pub fn metrics(&self) -> &MaasMetrics {
         self.maker.metrics()
     }
-}
 
-impl SiteMaas {
+    /// The site's client and polls, made the first time a stage asks.
     async fn site(&self, site: &Site) -> Result<(MaasClient, MachinePolls), StageFailure> {
         let mut clients = self.clients.lock().await;
         if let Some(known) = clients.get(site.name.as_str()) {

@@ -226,20 +226,6 @@ impl FromLocal for bool {
     }
 }
 
-macro_rules! bind_all {
-    ($query:expr, $params:expr) => {{
-        let mut q = $query;
-        for p in $params {
-            q = match p {
-                Param::Text(v) => q.bind(v.clone()),
-                Param::Int(v) => q.bind(*v),
-                Param::Bool(v) => q.bind(*v),
-            };
-        }
-        q
-    }};
-}
-
 /// A SQLite store: a pool of connections that read, and the one connection that writes.
 ///
 /// SQLite has one writer at a time, so the process keeps one connection for its writes,
@@ -292,6 +278,20 @@ fn db_err(context: &str) -> impl FnOnce(sqlx::Error) -> StoreError + '_ {
         context: context.to_owned(),
         source,
     }
+}
+
+macro_rules! bind_all {
+    ($query:expr, $params:expr) => {{
+        let mut q = $query;
+        for p in $params {
+            q = match p {
+                Param::Text(v) => q.bind(v.clone()),
+                Param::Int(v) => q.bind(*v),
+                Param::Bool(v) => q.bind(*v),
+            };
+        }
+        q
+    }};
 }
 
 fn write_err(context: &str) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
@@ -605,6 +605,17 @@ mod tests {
         (dir, pool)
     }
 
+    /// One row written by a write of its own; the rows it changed.
+    async fn insert(pool: &Pool, id: i64, v: &str) -> u64 {
+        let mut tx = pool.write().await.unwrap();
+        let changed = tx
+            .execute("INSERT INTO t (id, v) VALUES ($1, $2)", &params![id, v])
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        changed
+    }
+
     async fn values(pool: &Pool) -> Vec<String> {
         let rows = pool
             .fetch_all_once("SELECT v FROM t ORDER BY id", &[])
@@ -654,11 +665,7 @@ mod tests {
             matches!(&err, StoreError::Write { source, .. } if crate::store::sqlite_writer::is_unique_violation(source))
         );
         drop(tx);
-        let mut next = pool.write().await.unwrap();
-        next.execute("INSERT INTO t (id, v) VALUES ($1, $2)", &params![3i64, "z"])
-            .await
-            .unwrap();
-        next.commit().await.unwrap();
+        insert(&pool, 3, "z").await;
         assert_eq!(values(&pool).await, ["z"]);
     }
 
@@ -731,16 +738,8 @@ mod tests {
         .await
         .unwrap();
         drop(tx);
-        let mut next = pool.write().await.unwrap();
-        let changed = next
-            .execute(
-                "INSERT INTO t (id, v) VALUES ($1, $2)",
-                &params![2i64, "kept"],
-            )
-            .await
-            .unwrap();
+        let changed = insert(&pool, 2, "kept").await;
         assert_eq!(changed, 1);
-        next.commit().await.unwrap();
         assert_eq!(values(&pool).await, ["kept"]);
     }
 
@@ -757,8 +756,7 @@ mod tests {
             .unwrap();
         assert_eq!(inserted, 3);
         tx.commit().await.unwrap();
-        // SQLite's own count stays the last change's until a statement changes rows: a
-        // statement that changes none must not report the one before it.
+        // A statement that changes no row counts none, not the count of the one before it.
         let mut tx = pool.write().await.unwrap();
         tx.execute("UPDATE t SET v = 'x' WHERE id = 1", &[])
             .await

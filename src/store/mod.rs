@@ -443,8 +443,8 @@ pub(crate) async fn bump_serial(tx: &mut Tx) -> Result<(), StoreError> {
         "UPDATE store_serial SET value = value + 1 WHERE id = 1",
         &[],
     )
-    .await
-    .map(|_| ())
+    .await?;
+    Ok(())
 }
 
 /// Fixed-width RFC 3339 UTC with microseconds: text order is time order.

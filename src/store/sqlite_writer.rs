@@ -78,10 +78,6 @@ impl SqliteWriter {
         if self.conn.is_none() {
             self.conn = Some(Self::connect(&self.path)?);
         }
-        if self.open {
-            // Left open by a write whose commit failed and whose rollback failed too.
-            self.roll_back();
-        }
         let started = tokio::time::Instant::now();
         let mut pause = Duration::from_millis(1);
         loop {
@@ -174,7 +170,6 @@ impl SqliteWriter {
 
     /// No more writes; the connection is closed.
     pub fn close(&mut self) {
-        self.roll_back();
         self.closed = true;
         self.conn = None;
     }
