@@ -24,9 +24,10 @@
 //! (1,000 nodes over 4 sites at P 25 and T 600: 10 rounds × 1.05 s = 10.5 s.)
 //!
 //! `cargo bench --profile dev --bench wave [-- --machines N --sites S --parallel P
-//! --time-scale T --poll-ms MS]` (`METALFORM_WAVE_BIN=…` runs another build of `metalform`); defaults 1,000 machines, 4 sites, P 25, T 600, and a poll
-//! interval of 15 simulated seconds (25 ms at T 600). Under `cargo test --all-targets` it
-//! runs 8 machines over 2 sites as a smoke test.
+//! --time-scale T --poll-ms MS]` (`METALFORM_WAVE_BIN=…` runs another build of `metalform`;
+//! `METALFORM_WAVE_KEEP=DIR` keeps the run's state store and logs in DIR); defaults 1,000
+//! machines, 4 sites, P 25, T 600, and a poll interval of 15 simulated seconds (25 ms at T 600).
+//! Under `cargo test --all-targets` it runs 8 machines over 2 sites as a smoke test.
 
 #[path = "../tests/onboard_support/mod.rs"]
 mod onboard_support;
@@ -178,6 +179,7 @@ async fn main() {
 
     let apply_log = dir.path().join("apply.log");
     let started = Instant::now();
+    let started_at = chrono::Utc::now();
     let mut apply = metalform();
     apply
         .args(["apply", "--auto-approve", "--fleet"])
@@ -279,6 +281,20 @@ async fn main() {
         .collect();
     println!("  per node: {}", mix.join(", "));
     println!("  load average at the end: {}", load_average());
+    if let Some(keep) = std::env::var_os("METALFORM_WAVE_KEEP") {
+        // The run's state and logs, for reading its journal afterwards (every stage's start
+        // and end are in the job events); the apply started at the time printed.
+        let keep = Path::new(&keep);
+        std::fs::create_dir_all(keep).unwrap();
+        for file in ["state.db", "apply.log", "sim.log"] {
+            std::fs::copy(dir.path().join(file), keep.join(file)).unwrap();
+        }
+        println!(
+            "  kept in {}: the apply started at {}",
+            keep.display(),
+            started_at.to_rfc3339()
+        );
+    }
 }
 
 fn load_average() -> String {

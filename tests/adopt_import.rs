@@ -6,7 +6,7 @@
 //! answers HTML, a truncated body, a redirect or another shape makes a typed error naming the
 //! endpoint, and nothing is written — no manifest, no secret, no store row, no MAAS change.
 
-mod onboard_support;
+use crate::onboard_support;
 
 use std::process::Command;
 

@@ -5,8 +5,8 @@
 //! of docs/agent-protocol.md and changes no state. A real `AgentServer` (its hardened listener)
 //! over SQLite; the last test runs a real `metalform agent` process.
 
-mod agent_node_support;
-mod agent_suite;
+use crate::agent_node_support;
+use crate::agent_suite;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -16,9 +16,9 @@
 //! - 1,100 slow connections against a daemon limited to 1,024 descriptors: it keeps its
 //!   descriptors (connections over its budget are closed at once) and keeps answering.
 
-mod agent_node_support;
-mod daemon_support;
-mod onboard_support;
+use crate::agent_node_support;
+use crate::daemon_support;
+use crate::onboard_support;
 
 use std::time::{Duration, Instant};
 

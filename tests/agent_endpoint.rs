@@ -3,7 +3,7 @@
 //! and its shutdown. A real `AgentServer` on loopback over TLS (a development CA the client
 //! pins) and a SQLite store.
 
-mod agent_suite;
+use crate::agent_suite;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

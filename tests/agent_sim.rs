@@ -5,7 +5,7 @@
 //! The hardware-sync credentials rendered for the post-deploy push revive a machine whose sync
 //! went stale.
 
-mod agent_suite;
+use crate::agent_suite;
 
 use metalform::lifecycle::MaasStatus;
 use std::time::{Duration, Instant};

@@ -1,13 +1,13 @@
 //! The agent-enrollment store suite on SQLite (hermetic): a fresh database file per case.
 
-mod agent_suite;
+use crate::agent_suite;
 
 async fn sqlite_url() -> String {
     let dir = tempfile::tempdir().expect("tempdir").keep();
     format!("sqlite://{}", dir.join("state.db").display())
 }
 
-agent_suite_tests!(sqlite_url);
+crate::agent_suite_tests!(sqlite_url);
 
 /// Neither the enrollment token nor the agent token is ever written to the database file.
 #[tokio::test]

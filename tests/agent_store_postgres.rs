@@ -3,9 +3,9 @@
 //! Fails, never skips, when the service is missing.
 #![cfg(feature = "services")]
 
-mod agent_suite;
-mod postgres_support;
+use crate::agent_suite;
+use crate::postgres_support;
 
 use postgres_support::fresh_database;
 
-agent_suite_tests!(fresh_database);
+crate::agent_suite_tests!(fresh_database);

@@ -5,7 +5,7 @@
 //! holder, typed JSON errors. A real axum server on loopback over a SQLite store whose clock
 //! the test drives.
 
-mod agent_suite;
+use crate::agent_suite;
 
 use std::time::Duration;
 

@@ -4,8 +4,8 @@
 //! (413), and every mutation in the audit log with the token's name, role and reason —
 //! including a recovery action run through the same library code as `metalform onboardings`.
 
-mod daemon_support;
-mod onboard_support;
+use crate::daemon_support;
+use crate::onboard_support;
 
 use std::time::{Duration, Instant};
 

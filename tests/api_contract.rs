@@ -10,9 +10,9 @@
 //! documented operation is tested.
 #![cfg(feature = "services")]
 
-mod daemon_support;
-mod onboard_support;
-mod provisioning_support;
+use crate::daemon_support;
+use crate::onboard_support;
+use crate::provisioning_support;
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -6,8 +6,8 @@
 //! naming the node's manifest, unknown ids 404, and the `metalform_jobs` gauge counting
 //! decommission jobs.
 
-mod daemon_support;
-mod onboard_support;
+use crate::daemon_support;
+use crate::onboard_support;
 
 use std::time::{Duration, Instant};
 

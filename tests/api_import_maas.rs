@@ -4,8 +4,8 @@
 //! audited; a MAAS answer it cannot read is a 422 naming the endpoint, with nothing stored and
 //! nothing audited.
 
-mod daemon_support;
-mod onboard_support;
+use crate::daemon_support;
+use crate::onboard_support;
 
 use std::time::{Duration, Instant};
 

@@ -3,8 +3,8 @@
 //! daemon whose two nodes converged on the simulator. Bad filters are typed 400s whose
 //! messages are pinned here.
 
-mod daemon_support;
-mod onboard_support;
+use crate::daemon_support;
+use crate::onboard_support;
 
 use std::time::Duration;
 

@@ -4,8 +4,8 @@
 //! `owned_by_git`, an unsupported one 400 `not_supported`, bad input 400, and rescue carried
 //! out on MAAS and audited with the token's name.
 
-mod daemon_support;
-mod onboard_support;
+use crate::daemon_support;
+use crate::onboard_support;
 
 use std::time::Duration;
 

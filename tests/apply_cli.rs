@@ -3,7 +3,7 @@
 //! exactly that plan after checking it is fresh, and refuses a stale one without changing
 //! anything. After an apply, a fresh plan is empty (DESIGN.md §4).
 
-mod onboard_support;
+use crate::onboard_support;
 
 use metalform::lifecycle::{JobState, NodeState};
 use metalform::plan;

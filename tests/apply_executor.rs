@@ -2,7 +2,7 @@
 //! another executor, two executors racing over the same nodes on one store, and the limits of a
 //! destructive item's permission to take a machine over.
 
-mod onboard_support;
+use crate::onboard_support;
 
 use metalform::apply::{
     FromPlan, NodeOutcome, ProgressStatus, Work, WorkItem, onboarding_lease_name,

@@ -2,7 +2,7 @@
 //! `metalform plan --detailed-exitcode` finds nothing to do (exit 0) and a second apply has
 //! nothing to do; with 10% transient MAAS faults everything still converges.
 
-mod onboard_support;
+use crate::onboard_support;
 
 use metalform::lifecycle::{JobState, NodeState};
 use metalform::store::NodeFilter;

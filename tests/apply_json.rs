@@ -2,7 +2,7 @@
 //! one JSON object per line — the plan, a stage event per transition, a result per node and a
 //! closing summary — and nothing else; without a plan file it needs --auto-approve.
 
-mod onboard_support;
+use crate::onboard_support;
 
 use onboard_support::{Bed, Setup, SiteSetup, free_port};
 use serde_json::{Value, json};

@@ -2,7 +2,7 @@
 //! converges and, by the simulator's counters, every machine received exactly one deploy. The
 //! simulator lives in this test process and outlives the killed applies.
 
-mod onboard_support;
+use crate::onboard_support;
 
 use std::collections::BTreeSet;
 use std::process::Stdio;

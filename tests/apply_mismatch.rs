@@ -6,7 +6,7 @@
 //! redeploy turns hardware sync on: the apply lists it under "Warnings", does not count the
 //! node converged, and exits 1 saying what differs. The other node converges as usual.
 
-mod onboard_support;
+use crate::onboard_support;
 
 use std::time::{Duration, Instant};
 

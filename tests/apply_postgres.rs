@@ -4,8 +4,8 @@
 //! service.
 #![cfg(feature = "services")]
 
-mod onboard_support;
-mod postgres_support;
+use crate::onboard_support;
+use crate::postgres_support;
 
 use metalform::lifecycle::JobState;
 use onboard_support::{Bed, Setup, SiteSetup, free_port};

@@ -3,7 +3,7 @@
 //! id and the item's reason; noop and blocked items are nothing to run; destructive items are
 //! refused, all of them named, unless allowed.
 
-mod plan_support;
+use crate::plan_support;
 
 use metalform::apply::{FromPlan, PlanRefused, Work, work_items};
 use metalform::lifecycle::{FailureClass, JobState, MaasStatus, NodeState};

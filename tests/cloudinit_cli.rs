@@ -2,7 +2,7 @@
 //! payloads (redacted), byte-identical reruns, secrets only with `--show-secrets` and secret
 //! access, the system id from the state store, and the errors operators see.
 
-mod manifest_support;
+use crate::manifest_support;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -7,8 +7,8 @@
 //! never skips, without them.
 #![cfg(feature = "services")]
 
-mod agent_suite;
-mod manifest_support;
+use crate::agent_suite;
+use crate::manifest_support;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;

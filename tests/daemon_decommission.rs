@@ -3,8 +3,8 @@
 //! with the same node id, and a commit that retires a node leaves it retired with its machine
 //! released and powered off — each with exactly one release per machine.
 
-mod daemon_support;
-mod onboard_support;
+use crate::daemon_support;
+use crate::onboard_support;
 
 use std::time::{Duration, Instant};
 

@@ -9,9 +9,9 @@
 //! summary, the drift list, resolve refused (typed, nothing changed) and accepted (audited
 //! with the token's name and role).
 
-mod daemon_support;
-mod drift_support;
-mod onboard_support;
+use crate::daemon_support;
+use crate::drift_support;
+use crate::onboard_support;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -3,8 +3,8 @@
 //! fleet is rejected and nothing acts on it; events reach the JSON-lines sink; /healthz and
 //! /metrics report it; every route of openapi.yaml is served.
 
-mod daemon_support;
-mod onboard_support;
+use crate::daemon_support;
+use crate::onboard_support;
 
 use std::time::Duration;
 

@@ -2,8 +2,8 @@
 //! nodes and stops on SIGTERM; every line of its stderr is one JSON object in which no key
 //! appears twice, at any depth (log pipelines keep one of two equal keys, silently).
 
-mod daemon_support;
-mod onboard_support;
+use crate::daemon_support;
+use crate::onboard_support;
 
 use std::collections::BTreeSet;
 use std::fmt;

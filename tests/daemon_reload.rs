@@ -2,8 +2,7 @@
 //! API token works and the old one stops at once, without a restart; a reload that cannot read
 //! every token changes nothing, so a mistake in the secret store locks nobody out.
 
-mod daemon_support;
-mod onboard_support;
+use crate::daemon_support;
 
 use std::time::{Duration, Instant};
 

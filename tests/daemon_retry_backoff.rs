@@ -5,8 +5,8 @@
 //! retries at once and starts the count again, and an operator's retry does not wait. `status`
 //! and the API say when the next try is.
 
-mod daemon_support;
-mod onboard_support;
+use crate::daemon_support;
+use crate::onboard_support;
 
 use std::time::{Duration, Instant};
 

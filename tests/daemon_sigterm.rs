@@ -5,9 +5,9 @@
 //! them: a machine released in MAAS shows as one `drift detected` line at ERROR and one
 //! `drift action` line for its quarantine.
 
-mod daemon_support;
-mod drift_support;
-mod onboard_support;
+use crate::daemon_support;
+use crate::drift_support;
+use crate::onboard_support;
 
 use std::collections::BTreeMap;
 use std::process::Child;

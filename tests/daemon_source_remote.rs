@@ -3,8 +3,8 @@
 //! there; a refused token, a missing branch and a server that never answers are reported as
 //! failed reads that name the cause, never print the token, and leave nothing accepted.
 
-mod daemon_support;
-mod onboard_support;
+use crate::daemon_support;
+use crate::onboard_support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -4,8 +4,7 @@
 //! which setting to fix. Fails, never skips, without the service.
 #![cfg(feature = "services")]
 
-mod daemon_support;
-mod onboard_support;
+use crate::daemon_support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -7,7 +7,7 @@
 //! decommissioned one is deleted; a second plan is empty. A `metalform apply` killed (SIGKILL)
 //! while MAAS erases resumes on the next apply without a second release or erase.
 
-mod onboard_support;
+use crate::onboard_support;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! task keeps failing is listed, shown with its failure and recommended action, retried (the
 //! agent works again) to completion; a second one is cancelled; actions need --reason.
 
-mod onboard_support;
+use crate::onboard_support;
 
 use std::time::Duration;
 

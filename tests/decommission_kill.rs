@@ -3,7 +3,7 @@
 //! completes, and by the simulator's counters MAAS received exactly one release and one erase
 //! (seed 000 §5.8; DESIGN.md §4 "nothing lost, no stage runs twice").
 
-mod onboard_support;
+use crate::onboard_support;
 
 use std::time::Duration;
 

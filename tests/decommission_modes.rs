@@ -4,7 +4,7 @@
 //! off. Each mode ends in the node and job states of 001 §5.3; a failing agent task ends in
 //! manual intervention.
 
-mod onboard_support;
+use crate::onboard_support;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! step, the whole range (text, markdown, JSON), uncommitted work-tree changes, and the
 //! markdown size cap. Commit ids and content hashes are replaced by stable labels.
 
-mod manifest_support;
+use crate::manifest_support;
 
 use manifest_support::{GitRepo, metalform, repo_root, stderr, stdout};
 

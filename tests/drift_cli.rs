@@ -2,8 +2,8 @@
 //! the simulator: a pass from the command line quarantines a broken node, the list and the
 //! summary show it, resolve refuses and then reactivates it, bad input is refused with a hint.
 
-mod drift_support;
-mod onboard_support;
+use crate::drift_support;
+use crate::onboard_support;
 
 use std::process::Output;
 

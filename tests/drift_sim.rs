@@ -3,8 +3,7 @@
 //! and one drift pass detects and handles every row of the §6.4 table — checked on the node
 //! state, `node_maas_state`, the audit log and the simulator's request counters.
 
-mod drift_support;
-mod onboard_support;
+use crate::drift_support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -3,10 +3,9 @@
 //! skips, when the service is missing.
 #![cfg(feature = "services")]
 
-mod agent_suite;
-mod drift_store_suite;
-mod postgres_support;
+use crate::drift_store_suite;
+use crate::postgres_support;
 
 use postgres_support::fresh_database;
 
-drift_store_suite_tests!(fresh_database);
+crate::drift_store_suite_tests!(fresh_database);

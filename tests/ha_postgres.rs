@@ -2,12 +2,12 @@
 //! skips, when the service is missing.
 #![cfg(feature = "services")]
 
-mod ha_suite;
-mod postgres_support;
+use crate::ha_suite;
+use crate::postgres_support;
 
 use postgres_support::fresh_database;
 
-ha_suite_tests!(fresh_database);
+crate::ha_suite_tests!(fresh_database);
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,11 +1,11 @@
 //! The replica suite on SQLite (hermetic): two or three replicas in one process sharing one
 //! store file.
 
-mod ha_suite;
+use crate::ha_suite;
 
 async fn sqlite_url() -> String {
     let dir = tempfile::tempdir().expect("tempdir").keep();
     format!("sqlite://{}", dir.join("state.db").display())
 }
 
-ha_suite_tests!(sqlite_url);
+crate::ha_suite_tests!(sqlite_url);

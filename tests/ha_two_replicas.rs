@@ -8,9 +8,9 @@
 //! MAAS operation at once than the profile's maxParallel.
 #![cfg(feature = "services")]
 
-mod daemon_support;
-mod onboard_support;
-mod postgres_support;
+use crate::daemon_support;
+use crate::onboard_support;
+use crate::postgres_support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Child;

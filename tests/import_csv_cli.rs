@@ -2,7 +2,7 @@
 //! fleet; positional CSV, duplicate hostnames and bad addresses are refused with their CSV line
 //! numbers (seed 000 §4.1), and nothing reaches stdout then.
 
-mod manifest_support;
+use crate::manifest_support;
 
 use manifest_support::{GitRepo, metalform, repo_root, stderr, stdout};
 

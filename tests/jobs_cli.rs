@@ -4,7 +4,7 @@
 //! recorded; a cancel the kind compensates with the store alone needs no execution flags; the
 //! retry of a decommission runs through the same engine as `apply`.
 
-mod onboard_support;
+use crate::onboard_support;
 
 use metalform::apply::decommission::{
     Decommission, DecommissionJob, DecommissionWork, request_soft_reset,

@@ -9,8 +9,8 @@
 //! pruning is on, behind its guards; a reimage waits for its maintenance window unless the
 //! window is open or the operator overrides it (audited). None of them edits the database.
 
-mod drift_support;
-mod onboard_support;
+use crate::drift_support;
+use crate::onboard_support;
 
 use metalform::lifecycle::{DecommissionMode, JobKind, JobState, NodeState};
 use metalform::stages::decommission::DecommissionFacts;

@@ -3,9 +3,8 @@
 //! MAAS means: a state violation is never retried, a serialization conflict is, an address MAAS
 //! will not give is not a missing machine, a form error keeps its fields.
 
-mod maas_shapes;
-#[allow(dead_code)]
-mod maas_support;
+use crate::maas_shapes;
+use crate::maas_support;
 
 use maas_shapes::{Body, Call, Class, SHAPES, fill};
 use maas_support::{FakeMaas, Reply, client_for, test_options};

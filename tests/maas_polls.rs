@@ -2,8 +2,8 @@
 //! `GET machines/?id=…` lists (API_REFERENCE §5.4), each poll gets its own machine, a lone poll
 //! is the machine's own read, and a machine that is gone is MAAS's 404 for its poll alone.
 
-mod maas_sim_support;
-mod sim_support;
+use crate::maas_sim_support;
+use crate::sim_support;
 
 use maas_sim_support::*;
 use metalform::provider::maas::{MaasError, MachineFilter, MachinePolls};

@@ -15,7 +15,7 @@
 //! 7. A datasource failure looks as on MAAS (Failed deployment, the cloud-init install event)
 //!    and is classified from it.
 
-mod onboard_support;
+use crate::onboard_support;
 
 use metalform::lifecycle::{FailureClass, JobState, NodeState};
 use metalform::sim::SimHandle;

@@ -3,8 +3,7 @@
 //! without Retry-After, no blind retry of a POST after a timeout or 5xx, GETs retried on every
 //! transient failure, every attempt counted. tokio's paused time makes the waits exact.
 
-#[allow(dead_code)]
-mod maas_support;
+use crate::maas_support;
 
 use metalform::lifecycle::MaasStatus;
 use std::sync::Arc;

@@ -3,8 +3,8 @@
 //! through metalform's MAAS client against the simulator, each expectation what MAAS's handler
 //! does (cited).
 
-mod maas_sim_support;
-mod sim_support;
+use crate::maas_sim_support;
+use crate::sim_support;
 
 use std::collections::BTreeMap;
 

@@ -3,8 +3,8 @@
 //! permission, 404, 409 state violations, 400 form errors and plain-text 400s, and the
 //! injected 503/409 with Retry-After. Each definite answer is one request, never repeated.
 
-mod maas_sim_support;
-mod sim_support;
+use crate::maas_sim_support;
+use crate::sim_support;
 
 use std::sync::Arc;
 

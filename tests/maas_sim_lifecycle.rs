@@ -4,8 +4,8 @@
 //! flat layout → PXE AUTO + RoCE /31 STATIC links → deploy with user_data and hardware sync →
 //! Deployed, the node agent enrolls and hardware sync is healthy → release with erase → Ready.
 
-mod maas_sim_support;
-mod sim_support;
+use crate::maas_sim_support;
+use crate::sim_support;
 
 use metalform::lifecycle::MaasStatus;
 use std::sync::{Arc, Mutex};

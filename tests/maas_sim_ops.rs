@@ -2,8 +2,8 @@
 //! (issue 3 "Show": client tests against the simulator for every operation). Both sides are
 //! held to ../shared/maas/API_REFERENCE.md; here they meet over real HTTP.
 
-mod maas_sim_support;
-mod sim_support;
+use crate::maas_sim_support;
+use crate::sim_support;
 
 use maas_sim_support::*;
 use metalform::lifecycle::MaasStatus;

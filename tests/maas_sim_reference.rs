@@ -2,8 +2,8 @@
 //! ../shared/maas/API_REFERENCE.md (and the real fixtures); each test pins the side that was
 //! fixed. docs/simulator.md and docs/maas-client.md describe the resulting behaviour.
 
-mod maas_sim_support;
-mod sim_support;
+use crate::maas_sim_support;
+use crate::sim_support;
 
 use maas_sim_support::*;
 use metalform::lifecycle::MaasStatus;

@@ -4,8 +4,8 @@
 //! exactly once, a POST that hangs comes back outcome-unknown and is not resent. The
 //! simulator's op log and counters show what MAAS saw; the client's metrics what it sent.
 
-mod maas_sim_support;
-mod sim_support;
+use crate::maas_sim_support;
+use crate::sim_support;
 
 use metalform::lifecycle::MaasStatus;
 use std::time::Duration;

@@ -3,8 +3,7 @@
 //! typed error). The server is a recording axum app answering with real fixture bodies and
 //! MAAS's error shapes (API_REFERENCE §1, §2).
 
-#[allow(dead_code)]
-mod maas_support;
+use crate::maas_support;
 
 use metalform::lifecycle::MaasStatus;
 use std::net::IpAddr;

@@ -16,7 +16,7 @@ use metalform::manifest::schema::{self, Kind, SCHEMA_FILES};
 use metalform::model::{DataDisks, EraseMode, Lifecycle, PowerType, SiteStatus, StorageLayout};
 use serde_json::{Map, Value, json};
 
-mod manifest_support;
+use crate::manifest_support;
 
 fn schema_file(name: &str) -> &'static Value {
     schema::schema_document(name).unwrap_or_else(|| panic!("schema/{name} is embedded"))

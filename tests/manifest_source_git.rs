@@ -2,7 +2,7 @@
 //! the repository that holds the fleet path — a subdirectory here, as fleet/ is in metalform's
 //! own repository — without a checkout. Real repositories, real commits.
 
-mod manifest_support;
+use crate::manifest_support;
 
 use manifest_support::{GitRepo, metalform, repo_root, stderr, stdout};
 use metalform::model::Revision;

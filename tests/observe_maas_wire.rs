@@ -3,8 +3,7 @@
 //! answer is read (the BMC address in the clear, everything else secret), and that a broken
 //! answer never quotes the passwords it carries.
 
-#[allow(dead_code)]
-mod maas_support;
+use crate::maas_support;
 
 use maas_support::*;
 use metalform::provider::maas::MaasError;

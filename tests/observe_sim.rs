@@ -3,7 +3,7 @@
 //! inventory and jobs from a real SQLite store, and unreadable sites (bad key, non-admin key,
 //! MAAS down, missing secret) recorded as unreadable — never as empty.
 
-mod plan_support;
+use crate::plan_support;
 
 use std::sync::Arc;
 use std::time::Duration;

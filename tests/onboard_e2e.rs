@@ -1,7 +1,7 @@
 //! The onboarding executor end to end against the simulator (seed 000 §4.3): every stage runs
 //! against real HTTP, the journal lands in SQLite, the agent enrolls through the endpoint.
 
-mod onboard_support;
+use crate::onboard_support;
 
 use metalform::lifecycle::{JobState, NodeState};
 use onboard_support::{Bed, Setup, SiteSetup};

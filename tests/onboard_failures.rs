@@ -2,7 +2,7 @@
 //! §4.7, §4.11 and §4.14 prescribe, with its compensation — all in one run, next to nodes that
 //! converge (one node's failure never blocks another).
 
-mod onboard_support;
+use crate::onboard_support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

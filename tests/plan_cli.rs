@@ -2,7 +2,7 @@
 //! and plan from the exported snapshot with no MAAS or store access, `--detailed-exitcode`
 //! 0/2/1, `--out PLANFILE`, every format, and the errors (each with its hint).
 
-mod plan_support;
+use crate::plan_support;
 
 use std::path::Path;
 use std::process::Command;

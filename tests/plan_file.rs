@@ -2,7 +2,7 @@
 //! or foreign file is refused with what to do, and `check_fresh` says exactly what moved —
 //! the fleet revision, a part of the observed snapshot, the store serial.
 
-mod plan_support;
+use crate::plan_support;
 
 use metalform::lifecycle::{JobState, MaasStatus, NodeState};
 use metalform::manifest;

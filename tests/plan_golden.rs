@@ -3,7 +3,7 @@
 //! json,md}. Each scenario also asserts the decisions it is about, so a golden file rewritten
 //! by mistake cannot hide a wrong plan.
 
-mod plan_support;
+use crate::plan_support;
 
 use metalform::lifecycle::{
     DecommissionMode, FailureClass, JobKind, JobState, MaasStatus, NodeState, RecoveryAction,

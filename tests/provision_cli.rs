@@ -3,7 +3,7 @@
 //! nothing (no MAAS write, no audit row); a verb the manifests own says which change to make;
 //! rescue reaches MAAS as `rescue_mode`, audited, and the view follows MAAS.
 
-mod onboard_support;
+use crate::onboard_support;
 
 use onboard_support::{Bed, Setup, SiteSetup};
 

@@ -1,10 +1,10 @@
 //! The Redfish provisioner's tables on SQLite (hermetic): a fresh database file per case.
 
-mod provisioning_store_suite;
+use crate::provisioning_store_suite;
 
 async fn sqlite_url() -> String {
     let dir = tempfile::tempdir().expect("tempdir").keep();
     format!("sqlite://{}", dir.join("state.db").display())
 }
 
-provisioning_store_tests!(sqlite_url);
+crate::provisioning_store_tests!(sqlite_url);

@@ -4,9 +4,9 @@
 //! missing.
 #![cfg(feature = "services")]
 
-mod postgres_support;
-mod provisioning_store_suite;
+use crate::postgres_support;
+use crate::provisioning_store_suite;
 
 use postgres_support::fresh_database;
 
-provisioning_store_tests!(fresh_database);
+crate::provisioning_store_tests!(fresh_database);

@@ -1,7 +1,7 @@
 //! The operator recovery commands of seed 000 §4.9 as processes: each does what the seed
 //! says, and each is audited with actor, role, reason, prior state and expected target.
 
-mod onboard_support;
+use crate::onboard_support;
 
 use std::time::Duration;
 

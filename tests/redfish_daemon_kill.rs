@@ -5,9 +5,8 @@
 //! store takes the job over once the dead one's lease expires, receives the maintenance OS's
 //! report and cleans up — and the BMC saw one insert per drive and no reset from the takeover.
 
-mod daemon_support;
-mod onboard_support;
-mod provisioning_support;
+use crate::daemon_support;
+use crate::provisioning_support;
 
 use std::process::Child;
 use std::time::{Duration, Instant};

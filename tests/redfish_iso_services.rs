@@ -4,7 +4,7 @@
 //! scripts/services/50-xorriso.sh); fails, never skips, without it.
 #![cfg(feature = "services")]
 
-mod redfish_support;
+use crate::redfish_support;
 
 use std::path::Path;
 use std::process::Command;

@@ -2,7 +2,7 @@
 //! requests (206, 416), HEAD, and signed expiring URLs (403 when expired, altered or unsigned).
 //! Hermetic: the image here is a stand-in file; tests/redfish_iso_services.rs serves real ones.
 
-mod redfish_support;
+use crate::redfish_support;
 
 use std::sync::Arc;
 

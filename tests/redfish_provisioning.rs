@@ -6,7 +6,7 @@
 //! second mount or reset, and two controllers never running one job. Hermetic: the built-in ISO
 //! writer, the simulated BMCs of `metalform sim`.
 
-mod provisioning_support;
+use crate::provisioning_support;
 
 use std::time::Duration;
 

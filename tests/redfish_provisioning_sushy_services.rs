@@ -9,7 +9,7 @@
 //! scripts/services/50-xorriso.sh and 51-sushy-tools.sh; fails, never skips, without them.
 #![cfg(feature = "services")]
 
-mod provisioning_support;
+use crate::provisioning_support;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! it, transient vs terminal failures with retries. tests/redfish_sushy_services.rs holds the
 //! simulator to sushy-tools.
 
-mod redfish_support;
+use crate::redfish_support;
 
 use std::time::Duration;
 

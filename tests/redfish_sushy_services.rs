@@ -7,7 +7,7 @@
 //! scripts/services/50-xorriso.sh and 51-sushy-tools.sh; fails, never skips, without them.
 #![cfg(feature = "services")]
 
-mod redfish_support;
+use crate::redfish_support;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

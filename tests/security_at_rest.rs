@@ -3,10 +3,8 @@
 //! refusals that do not name the node to an unauthenticated caller, and no agent contact
 //! recorded for a refused call.
 
-mod agent_suite;
-mod daemon_support;
-mod manifest_support;
-mod onboard_support;
+use crate::agent_suite;
+use crate::daemon_support;
 
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt as _;

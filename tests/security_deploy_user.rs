@@ -3,8 +3,8 @@
 //! asks for one (kept in the secret store, hashed with SHA-512 crypt at 656,000 rounds), and
 //! sudo as the profile says — never passwordless by default.
 
-mod manifest_support;
-mod onboard_support;
+use crate::manifest_support;
+use crate::onboard_support;
 
 use base64::Engine as _;
 use manifest_support::repo_root;

@@ -4,8 +4,8 @@
 //! `--timeout` with the slow site named meanwhile, and `apply` does not report success while
 //! nodes wait for an operator.
 
-mod onboard_support;
-mod plan_support;
+use crate::onboard_support;
+use crate::plan_support;
 
 use std::time::{Duration, Instant};
 

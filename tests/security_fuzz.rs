@@ -4,9 +4,8 @@
 //! never hang (every run is under a watchdog), never a 500. The case counts are small so the
 //! suite stays fast; `PROPTEST_CASES=N` runs more.
 
-mod daemon_support;
-mod manifest_support;
-mod onboard_support;
+use crate::daemon_support;
+use crate::manifest_support;
 
 use std::path::Path;
 use std::time::Duration;

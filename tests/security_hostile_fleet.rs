@@ -3,7 +3,7 @@
 //! runs the real binary under a watchdog, so an attack that hangs (a FIFO) or exhausts memory
 //! (a link to /dev/zero) fails the test instead of stalling the suite.
 
-mod manifest_support;
+use crate::manifest_support;
 
 use std::io::Read as _;
 use std::path::Path;

@@ -3,8 +3,8 @@
 //! shown as escapes, never sent; markdown and HTML in a value stay text. Plan and diff share one
 //! escaping path (`metalform::sanitize`).
 
-mod manifest_support;
-mod plan_support;
+use crate::manifest_support;
+use crate::plan_support;
 
 use manifest_support::{GitRepo, metalform, repo_root, stderr, stdout};
 use metalform::plan::{self, PlanOptions, render};

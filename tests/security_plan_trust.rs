@@ -5,7 +5,7 @@
 //! key (as if the key had leaked) is refused too, because apply plans again and runs only what
 //! planning now gives. Every refusal names what is wrong and changes nothing.
 
-mod onboard_support;
+use crate::onboard_support;
 
 use std::path::Path;
 

@@ -2,8 +2,8 @@
 //! redacted where"): one redaction path (`metalform::sanitize::redact`) for logs, plan and diff
 //! output, errors and events. Each test is named after the leak it closes.
 
-mod manifest_support;
-mod onboard_support;
+use crate::manifest_support;
+use crate::onboard_support;
 
 use std::io::Write as _;
 use std::sync::{Arc, Mutex};

@@ -2,7 +2,7 @@
 //! published schema is what editors and CI linters check manifests with, so every scalar type
 //! in it says what it accepts; and a duplicate is reported at the line that defines the first.
 
-mod manifest_support;
+use crate::manifest_support;
 
 use manifest_support::{metalform, repo_root, stderr, stdout};
 use serde_json::{Value, json};

@@ -1,7 +1,7 @@
 //! The simulated node agent's enrollment call (docs/contracts.md §4–§5), against a small axum
 //! server standing in for metalform's enrollment endpoint.
 
-mod sim_support;
+use crate::sim_support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

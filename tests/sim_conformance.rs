@@ -8,8 +8,8 @@
 //! The rows run in order against one simulator: a Ready fleet where the first machine gets a
 //! RoCE /31, an LVM layout and owner data, then is deployed and released.
 
-mod shape_compare;
-mod sim_support;
+use crate::shape_compare;
+use crate::sim_support;
 
 use serde_json::{Value, json};
 use shape_compare::{Mode, assert_shape, fixture};

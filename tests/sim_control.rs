@@ -2,7 +2,7 @@
 //! log and counters, the SSH stand-in with hardware-sync reseeding (§4), and out-of-band
 //! operator changes.
 
-mod sim_support;
+use crate::sim_support;
 
 use reqwest::Method;
 use serde_json::json;

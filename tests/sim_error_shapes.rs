@@ -2,8 +2,8 @@
 //! its MAAS handler) exactly as MAAS does: status, content type, body and `Retry-After` — over
 //! raw HTTP, never through metalform's client.
 
-mod maas_shapes;
-mod sim_support;
+use crate::maas_shapes;
+use crate::sim_support;
 
 use maas_shapes::{Body, SHAPES, Setup, fill};
 use reqwest::Method;

@@ -2,7 +2,7 @@
 //! errors with and without Retry-After, latency, hangs, run-time replacement, determinism,
 //! and the machine scenarios a reconciler must survive.
 
-mod sim_support;
+use crate::sim_support;
 
 use std::time::{Duration, Instant};
 

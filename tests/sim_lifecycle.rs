@@ -2,7 +2,7 @@
 //! op gating per status with MAAS's exact answers, owner/token side effects, release with
 //! erase, abort and mark_fixed (API_REFERENCE.md §4–§6).
 
-mod sim_support;
+use crate::sim_support;
 
 use serde_json::json;
 use sim_support::{Sim, fleet};

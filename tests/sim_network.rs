@@ -2,7 +2,7 @@
 //! (API_REFERENCE.md §5.17–§5.20; seed 000 §4.3 ConfigureStorage / ApplyRoCEPhase2 /
 //! EnsurePxeInterfaceAuto).
 
-mod sim_support;
+use crate::sim_support;
 
 use serde_json::json;
 use sim_support::{Sim, fleet};

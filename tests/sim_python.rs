@@ -5,7 +5,7 @@
 //! without it.
 #![cfg(feature = "services")]
 
-mod sim_support;
+use crate::sim_support;
 
 use std::process::Command;
 

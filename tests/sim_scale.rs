@@ -1,7 +1,7 @@
 //! A 10,000-machine region and determinism for a seed (DESIGN.md §5; issue 3 "Scale").
 //! Speed is measured by `cargo bench --bench sim_list`, not asserted here.
 
-mod sim_support;
+use crate::sim_support;
 
 use metalform::sim::{FleetOptions, InitialState, SimConfig};
 use sim_support::Sim;

@@ -10,8 +10,8 @@
 //! for 3.6 (`link_connected`, `numa_node`, subnet `description`, …): against those, every
 //! captured field must be present with its type, and extra fields are allowed.
 
-mod shape_compare;
-mod sim_support;
+use crate::shape_compare;
+use crate::sim_support;
 
 use serde_json::Value;
 use shape_compare::{assert_has_shape, assert_same_shape, compare, fixture};

@@ -1,7 +1,7 @@
 //! HTTP-level tests of the simulator's MAAS transport and OAuth checking
 //! (API_REFERENCE.md §1–§2).
 
-mod sim_support;
+use crate::sim_support;
 
 use reqwest::Method;
 use sim_support::{Sim, fleet};

@@ -2,7 +2,7 @@
 //! Fails, never skips, when the service is missing.
 #![cfg(feature = "services")]
 
-mod postgres_support;
+use crate::postgres_support;
 
 use std::process::Command;
 use std::sync::Arc;

@@ -3,12 +3,12 @@
 //! when the service is missing.
 #![cfg(feature = "services")]
 
-mod postgres_support;
-mod store_suite;
+use crate::postgres_support;
+use crate::store_suite;
 
 use postgres_support::fresh_database;
 
-store_suite_tests!(fresh_database);
+crate::store_suite_tests!(fresh_database);
 
 /// Two concurrent opens of a fresh database from two separate pools: the advisory lock makes
 /// the second wait, and both see one applied schema.

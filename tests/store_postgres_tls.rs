@@ -3,7 +3,7 @@
 //! METALFORM_TEST_POSTGRES_CA). Fails, never skips, when the service is missing.
 #![cfg(feature = "services")]
 
-mod postgres_support;
+use crate::postgres_support;
 
 use std::sync::Arc;
 

@@ -1,6 +1,6 @@
 //! The store suite on SQLite (hermetic): a fresh database file per case.
 
-mod store_suite;
+use crate::store_suite;
 
 use std::sync::Arc;
 
@@ -13,7 +13,7 @@ async fn sqlite_url() -> String {
     format!("sqlite://{}", dir.join("nested/dir/state.db").display())
 }
 
-store_suite_tests!(sqlite_url);
+crate::store_suite_tests!(sqlite_url);
 
 #[tokio::test]
 async fn default_url_lives_under_the_fleet() {

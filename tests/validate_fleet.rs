@@ -2,7 +2,7 @@
 //! model they resolve to carries every value later stages need (defaults applied, overrides,
 //! RoCE, retirement, provenance).
 
-mod manifest_support;
+use crate::manifest_support;
 
 use std::net::Ipv4Addr;
 use std::time::Duration;

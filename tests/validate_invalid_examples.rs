@@ -1,7 +1,7 @@
 //! Every bad manifest in examples/invalid/ fails validation with exactly the diagnostics pinned
 //! next to it (`<case>.expected`: the `FILE:LINE:COL: error: ...` lines), exit code 1.
 
-mod manifest_support;
+use crate::manifest_support;
 
 use manifest_support::{metalform, repo_root, stdout};
 

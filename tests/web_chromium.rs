@@ -5,9 +5,8 @@
 //! is written and checked to be a PNG of the window's size.
 #![cfg(feature = "services")]
 
-mod daemon_support;
-mod onboard_support;
-mod web_support;
+use crate::daemon_support;
+use crate::web_support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

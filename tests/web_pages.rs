@@ -4,9 +4,8 @@
 //! timeline and the current plan, escape every value, answer bad input with an HTML error, and
 //! serve many viewers from one store read.
 
-mod daemon_support;
-mod onboard_support;
-mod web_support;
+use crate::daemon_support;
+use crate::web_support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -6,7 +6,7 @@
 //! over the limit becomes a summary plus the full artifact, and the one comment is updated in
 //! place.
 
-mod plan_support;
+use crate::plan_support;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

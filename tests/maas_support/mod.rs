@@ -3,6 +3,8 @@
 //! shapes, delays). It listens on loopback; `base_url()` is what a `MaasClient` is pointed at,
 //! so the same client helpers work against any MAAS-speaking server (the simulator later).
 
+#![allow(dead_code)]
+
 use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};

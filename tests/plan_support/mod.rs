@@ -1,5 +1,5 @@
 //! Shared helpers of the plan tests: the fixture fleet, snapshot builders with fixed ids and
-//! times, and golden-file comparison (`UPDATE_GOLDEN=1 cargo test --test plan_golden` rewrites
+//! times, and golden-file comparison (`UPDATE_GOLDEN=1 cargo test --test suite plan_golden::` rewrites
 //! the files; review the diff before committing).
 #![allow(dead_code)]
 
@@ -297,7 +297,7 @@ pub fn golden(name: &str, actual: &str) {
     }
     let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
-            "{}: {e}; run `UPDATE_GOLDEN=1 cargo test --test plan_golden` and review the new file",
+            "{}: {e}; run `UPDATE_GOLDEN=1 cargo test --test suite plan_golden::` and review the new file",
             path.display()
         )
     });

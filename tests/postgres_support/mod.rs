@@ -2,6 +2,8 @@
 //! METALFORM_TEST_POSTGRES_URL): each caller gets a fresh database of its own. Fails, never
 //! skips, when the service is missing or unreachable.
 
+#![allow(dead_code)]
+
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 
 /// Create a fresh database on the test server and return its URL.
