@@ -458,8 +458,8 @@ impl Tx {
                 // The next writer, woken by the turn passing on, waits in this worker's
                 // next-task slot, which no other worker takes from, until this task yields.
                 // Going on instead (to the stage's next MAAS request) left the turn idle while
-                // others waited: 15 ms mean wait per write in a 1,000-node wave, 4.6 ms with
-                // the yield (docs/performance.md).
+                // others waited: 13-15 ms mean wait per write in a 1,000-node wave, 4.5-4.7 ms
+                // with the yield (docs/performance.md).
                 if others {
                     tokio::task::yield_now().await;
                 }
