@@ -225,6 +225,47 @@ impl MachineSummary {
     }
 }
 
+/// Where a machine stands, as a stage that looks at nothing else decides on it: from a full
+/// [`Machine`] or from a poll's [`MachineSummary`] (the same answer, its interfaces and disks
+/// skipped while parsing).
+pub trait MachineStanding {
+    fn system_id(&self) -> &str;
+    fn status(&self) -> MachineStatus;
+    /// MAAS's status name, or this client's name for the code.
+    fn status_label(&self) -> String;
+    fn owner(&self) -> Option<&str>;
+}
+
+impl MachineStanding for Machine {
+    fn system_id(&self) -> &str {
+        &self.system_id
+    }
+    fn status(&self) -> MachineStatus {
+        self.status
+    }
+    fn status_label(&self) -> String {
+        Machine::status_label(self)
+    }
+    fn owner(&self) -> Option<&str> {
+        self.owner.as_deref()
+    }
+}
+
+impl MachineStanding for MachineSummary {
+    fn system_id(&self) -> &str {
+        &self.system_id
+    }
+    fn status(&self) -> MachineStatus {
+        self.status
+    }
+    fn status_label(&self) -> String {
+        MachineSummary::status_label(self)
+    }
+    fn owner(&self) -> Option<&str> {
+        self.owner.as_deref()
+    }
+}
+
 /// Any node (`GET nodes/{id}/`): machine, device or controller. Controllers and devices have
 /// no `status`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

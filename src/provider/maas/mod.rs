@@ -65,8 +65,8 @@ pub use interfaces::{Interface, InterfaceParams, Link, LinkMode, LinkRequest, Li
 pub use layouts::{AppliedLayout, StorageLayout, StorageLayoutParams};
 pub use machines::{
     CommissionParams, CreateMachineParams, DeployParams, EraseMode, InterfaceMac, IpmiPower,
-    Machine, MachineFilter, MachinePowerParameters, MachineSummary, Node, PowerParameters,
-    ReleaseParams, UpdateMachineParams,
+    Machine, MachineFilter, MachinePowerParameters, MachineStanding, MachineSummary, Node,
+    PowerParameters, ReleaseParams, UpdateMachineParams,
 };
 pub use metrics::{MaasMetrics, RequestStatus};
 pub use placement::Placement;

@@ -8,7 +8,8 @@ use serde_json::json;
 use super::StageCtx;
 use crate::lifecycle::{FailureClass, OnboardingStage, PolicyTimeout};
 use crate::provider::maas::{
-    CommissionParams, EventLevel, EventsQuery, Machine, ReleaseParams, UpdateMachineParams,
+    CommissionParams, EventLevel, EventsQuery, Machine, MachineStanding, ReleaseParams,
+    UpdateMachineParams,
 };
 use crate::stages::{StageFailure, StageOutcome, bounded};
 
@@ -16,18 +17,22 @@ use crate::stages::{StageFailure, StageOutcome, bounded};
 /// adoption, 000 §4.9 rerun). `None`: keep going with the current stage.
 pub(super) fn adopt_advanced(
     ctx: &StageCtx<'_>,
-    machine: &Machine,
+    machine: &impl MachineStanding,
 ) -> Option<Result<StageOutcome, StageFailure>> {
     use MaasStatus as S;
     let ours = ctx.owns_deployment();
     let jump = |to: OnboardingStage, why: &str| {
         Some(Ok(StageOutcome::jump(
             to,
-            format!("{} is {}: {why}", machine.system_id, machine.status_label()),
+            format!(
+                "{} is {}: {why}",
+                machine.system_id(),
+                machine.status_label()
+            ),
             json!({"status": machine.status_label()}),
         )))
     };
-    match machine.status.known() {
+    match machine.status().known() {
         Some(S::Deploying | S::Deployed) if ours => {
             jump(OnboardingStage::WaitForDeployed, "this job's deployment")
         }
@@ -39,13 +44,13 @@ pub(super) fn adopt_advanced(
             "machine_deployed_elsewhere",
             format!(
                 "{} is {} but this onboarding never deployed it (owner: {})",
-                machine.system_id,
+                machine.system_id(),
                 machine.status_label(),
-                machine.owner.as_deref().unwrap_or("none")
+                machine.owner().unwrap_or("none")
             ),
         )
         .details(json!({
-            "system_id": machine.system_id,
+            "system_id": machine.system_id(),
             "hint": "adopt it (metalform onboardings adopt) if it is this node, or release it in MAAS, then rerun",
         })))),
         Some(S::Allocated) if ctx.facts.deploy.is_some() => jump(
@@ -210,21 +215,23 @@ pub(super) async fn ensure_commissioning_started(
     }
 }
 
-pub(super) fn unexpected(machine: &Machine, what: &str) -> StageFailure {
+pub(super) fn unexpected(machine: &impl MachineStanding, what: &str) -> StageFailure {
     StageFailure::ambiguity(
         "unexpected_maas_status",
         format!(
             "{} is {}, which this onboarding cannot {what} from",
-            machine.system_id,
+            machine.system_id(),
             machine.status_label()
         ),
     )
-    .details(json!({"system_id": machine.system_id, "status": machine.status_label()}))
+    .details(json!({"system_id": machine.system_id(), "status": machine.status_label()}))
 }
 
 pub(super) async fn ensure_ready(ctx: &mut StageCtx<'_>) -> Result<StageOutcome, StageFailure> {
     use MaasStatus as S;
-    let machine = ctx.machine().await?;
+    // Polled while commissioning runs: the status is all it decides on (a failure reads the
+    // machine in full for MAAS's reasons).
+    let machine = ctx.machine_summary().await?;
     if let Some(adopted) = adopt_advanced(ctx, &machine) {
         return adopted;
     }
@@ -234,12 +241,13 @@ pub(super) async fn ensure_ready(ctx: &mut StageCtx<'_>) -> Result<StageOutcome,
             json!({"status": "Ready"}),
         )),
         Some(S::FailedCommissioning | S::FailedTesting | S::Broken) => {
-            let events = error_snippet(ctx, &machine).await;
-            let reason = machine
+            let full = ctx.machine().await?;
+            let events = error_snippet(ctx, &full).await;
+            let reason = full
                 .error_description
                 .clone()
                 .filter(|d| !d.is_empty())
-                .or_else(|| machine.status_message.clone())
+                .or_else(|| full.status_message.clone())
                 .unwrap_or_default();
             Err(StageFailure::new(
                 FailureClass::HardwareMismatch,

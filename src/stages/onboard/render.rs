@@ -22,7 +22,8 @@ use crate::store::{NewNode, StoreError};
 pub(super) async fn ensure_node_and_payload(
     ctx: &mut StageCtx<'_>,
 ) -> Result<StageOutcome, StageFailure> {
-    let machine = ctx.machine().await?;
+    // Only where the machine stands matters here: its summary, which polls share.
+    let machine = ctx.machine_summary().await?;
     if let Some(adopted) = adopt_advanced(ctx, &machine) {
         return adopted;
     }
