@@ -6,8 +6,10 @@
 //!
 //! The store stays the source of truth: a notice only says "look again now", and the waiting
 //! stage still reads the enrollment from the store. An agent that enrolled through another
-//! replica's listener wakes nothing here, so the waiting stage keeps a slow fallback poll
-//! ([`AgentSignals::fallback`]): sixty poll intervals, at most 30 s.
+//! replica's listener is announced through PostgreSQL (the daemon relays
+//! `Store::enrollment_notices` here); one whose notice was lost, and any on a store without
+//! notices, is seen at the slow fallback poll ([`AgentSignals::fallback`]): sixty poll
+//! intervals, at most 30 s.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};

@@ -895,6 +895,22 @@ async fn run(
         })
     };
 
+    // Enrollments other replicas' listeners record wake this replica's waits (PostgreSQL): the
+    // load balancer sends an agent to any replica, the node's job runs on one of them.
+    let _enrollments = match core.store.enrollment_notices().await {
+        Ok(Some(notices)) => core
+            .executor
+            .env()
+            .agent_signals
+            .clone()
+            .map(|signals| tokio::spawn(relay_enrollments(notices, signals, shutdown.clone()))),
+        Ok(None) => None,
+        Err(err) => {
+            tracing::warn!(error = %err, "cannot listen for other replicas' enrollments; their nodes are noticed at the enrollment wait's fallback poll");
+            None
+        }
+    };
+
     let mut seen: Option<String> = None;
     let mut schedule = Schedule::default();
     let mut reconciles: JoinSet<(SiteName, ReconcileSummary)> = JoinSet::new();
@@ -1594,6 +1610,28 @@ async fn take_slot(
         tokio::select! {
             _ = tokio::time::sleep(pause) => {}
             _ = gate.freed.notified() => {}
+        }
+    }
+}
+
+/// Wake this replica's wait for each node whose enrollment any process recorded, until
+/// shutdown. A lost connection is logged and the listener connects again at its next notice.
+async fn relay_enrollments(
+    mut notices: crate::store::EnrollmentNotices,
+    signals: crate::agent::AgentSignals,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let notice = tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            notice = notices.next() => notice,
+        };
+        match notice {
+            Ok(node) => signals.notify(node),
+            Err(err) => {
+                tracing::warn!(error = %err, "enrollment notices interrupted; listening again");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
         }
     }
 }

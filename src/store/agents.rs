@@ -353,6 +353,15 @@ impl Store {
             &params![at.clone(), node.id.to_string()],
         )
         .await?;
+        if tx.backend() == super::Backend::Postgres {
+            // Replicas sharing the store: the one running this node's job may not be the one
+            // the agent reached; it hears of the enrollment at commit ([`EnrollmentNotices`]).
+            tx.execute(
+                "SELECT pg_notify($1, $2)",
+                &params![ENROLLMENT_CHANNEL, node.id.to_string()],
+            )
+            .await?;
+        }
         let enrollment = read_enrollment(&mut tx, enrollment_id).await?;
         write_audit(
             &mut tx,
@@ -609,5 +618,45 @@ impl Store {
             .await?
             .ok_or_else(|| StoreError::Corrupt("no store serial".into()))?
             .int("value")
+    }
+}
+
+/// The PostgreSQL channel an enrollment is announced on, with the node's id as payload.
+const ENROLLMENT_CHANNEL: &str = "metalform_agent_enrolled";
+
+/// Enrollments recorded by any process on a PostgreSQL store, as they commit: the node of each
+/// (docs/ha.md). A replica wakes its own wait for that node's agent with them, wherever the
+/// agent enrolled.
+pub struct EnrollmentNotices {
+    listener: sqlx::postgres::PgListener,
+}
+
+impl EnrollmentNotices {
+    /// The next enrolled node. A lost connection is an error once; the next call connects
+    /// again (notices sent meanwhile are lost: the waits' fallback poll covers them).
+    pub async fn next(&mut self) -> Result<Uuid, StoreError> {
+        loop {
+            let notice = self
+                .listener
+                .recv()
+                .await
+                .map_err(super::db::db_err("receiving a notice"))?;
+            // Another payload on this channel is not ours to act on.
+            if let Ok(node) = Uuid::parse_str(notice.payload()) {
+                return Ok(node);
+            }
+        }
+    }
+}
+
+impl Store {
+    /// Enrollments as they commit, on PostgreSQL; `None` on SQLite (one process runs the jobs
+    /// of a SQLite store, and its own listener wakes them).
+    pub async fn enrollment_notices(&self) -> Result<Option<EnrollmentNotices>, StoreError> {
+        Ok(self
+            .pool
+            .listen(ENROLLMENT_CHANNEL)
+            .await?
+            .map(|listener| EnrollmentNotices { listener }))
     }
 }

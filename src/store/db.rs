@@ -293,7 +293,7 @@ enum Conn<'a> {
     Postgres(&'a mut sqlx::PgConnection),
 }
 
-fn db_err(context: &str) -> impl FnOnce(sqlx::Error) -> StoreError + '_ {
+pub(super) fn db_err(context: &str) -> impl FnOnce(sqlx::Error) -> StoreError + '_ {
     move |source| StoreError::Database {
         context: context.to_owned(),
         source,
@@ -613,6 +613,22 @@ impl Pool {
             Pool::Sqlite(_) => Backend::Sqlite,
             Pool::Postgres(_) => Backend::Postgres,
         }
+    }
+
+    /// A connection of its own listening on `channel` (PostgreSQL only: `None` on SQLite).
+    pub async fn listen(
+        &self,
+        channel: &str,
+    ) -> Result<Option<sqlx::postgres::PgListener>, StoreError> {
+        const DOING: &str = "listening for notices";
+        let Pool::Postgres(pool) = self else {
+            return Ok(None);
+        };
+        let mut listener = sqlx::postgres::PgListener::connect_with(pool)
+            .await
+            .map_err(db_err(DOING))?;
+        listener.listen(channel).await.map_err(db_err(DOING))?;
+        Ok(Some(listener))
     }
 
     pub async fn close(&self) {

@@ -35,7 +35,7 @@ use crate::lifecycle::{IronicError, JobStateError, RecoveryError, TransitionErro
 
 pub use agents::{
     AgentContact, AgentCredential, AgentEnrollment, AgentIdentity, ENROLLABLE_STATES,
-    ENROLLMENT_REPLAY_WINDOW, EnrollError, Enrolled, EnrollmentRequest,
+    ENROLLMENT_REPLAY_WINDOW, EnrollError, Enrolled, EnrollmentNotices, EnrollmentRequest,
 };
 pub use db::Backend;
 pub use drift::{DriftMark, DriftRecord, MaasObservation};
