@@ -54,16 +54,17 @@ async fn load_balancer(backends: Arc<Mutex<Vec<String>>>) -> u16 {
     port
 }
 
-/// The most machines of each site seen in a MAAS operation at once, sampled until `stop`.
+/// The most machines of each site seen in a MAAS operation at once, sampled until `stop`,
+/// with the first sample that saw that many (hostname and status of each).
 fn watch_parallel(
     d: Arc<DaemonBed>,
     stop: Arc<AtomicBool>,
-) -> tokio::task::JoinHandle<BTreeMap<String, usize>> {
+) -> tokio::task::JoinHandle<BTreeMap<String, Vec<String>>> {
     tokio::spawn(async move {
-        let mut most: BTreeMap<String, usize> = BTreeMap::new();
+        let mut most: BTreeMap<String, Vec<String>> = BTreeMap::new();
         while !stop.load(Ordering::SeqCst) {
             for (site, sim) in &d.bed.sims {
-                let busy = sim.with_world(|w| {
+                let busy: Vec<String> = sim.with_world(|w| {
                     w.machines
                         .values()
                         .filter(|m| {
@@ -72,10 +73,13 @@ fn watch_parallel(
                                 Status::Commissioning | Status::Deploying | Status::Testing
                             )
                         })
-                        .count()
+                        .map(|m| format!("{} {}", m.hostname, m.status.name()))
+                        .collect()
                 });
                 let entry = most.entry(site.clone()).or_default();
-                *entry = (*entry).max(busy);
+                if busy.len() > entry.len() {
+                    *entry = busy;
+                }
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -371,11 +375,12 @@ async fn two_replicas_share_the_fleet_and_survive_kill_and_stop() {
     }
     // Limits: never more machines of a site in a MAAS operation than maxParallel.
     for site in SITES {
-        let seen = most.get(site).copied().unwrap_or(0);
+        let seen = most.get(site).map_or(0, Vec::len);
         assert!(seen >= 1, "{site}: no operation observed: {most:?}");
         assert!(
             seen <= MAX_PARALLEL as usize,
-            "{site}: {seen} at once: {most:?}"
+            "{site}: {seen} at once: {most:?}\nlogs kept in {}",
+            keep.to.display()
         );
     }
     // Events: every outbox event once, in order, and each job's start and completion.

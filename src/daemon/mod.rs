@@ -57,7 +57,7 @@ use crate::provider::host::{SimHost, SshHost};
 use crate::provider::maas::{MaasClientOptions, MaasMetrics};
 use crate::secrets::SecretStore;
 use crate::stages::onboard::{Peers, SitePeers};
-use crate::store::{Actor, Store, StoreError};
+use crate::store::{Actor, SlotOutcome, SlotPick, SlotRequest, Store, StoreError};
 
 /// Why the daemon could not start.
 #[derive(Debug, thiserror::Error)]
@@ -1582,36 +1582,64 @@ async fn take_slot(
         .executor
         .poll_interval
         .clamp(Duration::from_millis(100), Duration::from_secs(1));
-    let _turn = gate.turn.lock().await;
-    loop {
+    let ask = SlotRequest {
+        group,
+        limit: parallel,
+        site,
+        hostname,
+    };
+    let take = async |pick: SlotPick| match core
+        .store
+        .acquire_slot(&ask, pick, replica, chrono_ttl)
+        .await
+    {
+        Ok(outcome) => outcome,
+        Err(err) => {
+            tracing::warn!(group, error = %err, "cannot take a concurrency slot; retrying");
+            SlotOutcome::Busy
+        }
+    };
+    // A node whose run stopped mid-operation (its replica died or stalled) takes back the slot
+    // it ran under, ahead of the queue: the slot is kept for it, and nodes queued before it
+    // could otherwise wait on it for ever.
+    let lease = loop {
         if elsewhere().await {
             return None;
         }
-        match core
-            .store
-            .acquire_slot(group, parallel, replica, chrono_ttl)
-            .await
-        {
-            Ok(Some(lease)) => {
-                let slot = NodeLease::hold(&core.store, lease, ttl);
-                // Another replica may have taken the node while this one waited.
+        match take(SlotPick::Left).await {
+            SlotOutcome::Taken(lease) => break Some(lease),
+            SlotOutcome::NoneLeft => break None,
+            SlotOutcome::Busy => tokio::time::sleep(pause).await,
+        }
+    };
+    let _turn;
+    let lease = match lease {
+        Some(lease) => lease,
+        None => {
+            _turn = gate.turn.lock().await;
+            loop {
                 if elsewhere().await {
-                    slot.release().await;
                     return None;
                 }
-                return Some(slot);
-            }
-            Ok(None) => {}
-            Err(err) => {
-                tracing::warn!(group, error = %err, "cannot take a concurrency slot; retrying")
+                if let SlotOutcome::Taken(lease) = take(SlotPick::Free).await {
+                    break lease;
+                }
+                // Another replica's slots free without telling this one: look again after a
+                // pause.
+                tokio::select! {
+                    _ = tokio::time::sleep(pause) => {}
+                    _ = gate.freed.notified() => {}
+                }
             }
         }
-        // Another replica's slots free without telling this one: look again after a pause.
-        tokio::select! {
-            _ = tokio::time::sleep(pause) => {}
-            _ = gate.freed.notified() => {}
-        }
+    };
+    let slot = NodeLease::hold(&core.store, lease, ttl);
+    // Another replica may have taken the node while this one waited.
+    if elsewhere().await {
+        slot.release().await;
+        return None;
     }
+    Some(slot)
 }
 
 /// Wake this replica's wait for each node whose enrollment any process recorded, until

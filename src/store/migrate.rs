@@ -59,10 +59,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "agent_tasks_status",
         sql: include_str!("migrations/0014_agent_tasks_status.sql"),
     },
+    Migration {
+        version: 15,
+        name: "slot_subject",
+        sql: include_str!("migrations/0015_slot_subject.sql"),
+    },
 ];
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 14;
+pub const SCHEMA_VERSION: i64 = 15;
 
 /// The versions of every migration this build knows, oldest first (what a migrated store
 /// records in `schema_migrations`; numbers may have gaps: each branch of work takes the

@@ -54,7 +54,7 @@ pub use records::{
     Actor, ApplyRecord, AuditEntry, AuditQuery, AuditRecord, DomainEvent, MaasState,
     MaasStateUpdate, NewPlan, OutboxEvent, PlanRecord, Role,
 };
-pub use replicas::FleetSetting;
+pub use replicas::{FleetSetting, SlotOutcome, SlotPick, SlotRequest};
 pub use seed::ConvergedNode;
 pub use tasks::{AgentTask, EnsureOutcome, TaskOutcome, TaskStatus};
 pub use tokens::{TokenClaim, TokenError, random_password, token_hash};

@@ -3,11 +3,50 @@
 //! clearing a gone replica's leases, fleet-wide settings, and the store's own clock and schema
 //! version. Every lease here is a named lease of [`super::leases`].
 
+use std::collections::BTreeSet;
+
 use chrono::{DateTime, Duration, Utc};
 
 use super::db::{Backend, params};
 use super::leases::{Lease, LeaseWrite, NAMED, read_lease, take_named};
 use super::{Store, StoreError, format_time, parse_time};
+use crate::lifecycle::JobState;
+
+/// A node asking for one of its group's concurrency slots.
+#[derive(Debug, Clone, Copy)]
+pub struct SlotRequest<'a> {
+    /// `site/profile`: the slots are the named leases `slot:<group>#0` .. `#limit-1`.
+    pub group: &'a str,
+    pub limit: u32,
+    /// The node, of the group's site.
+    pub site: &'a str,
+    pub hostname: &'a str,
+}
+
+/// Which slot a request may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotPick {
+    /// Any free slot not kept for another node.
+    Free,
+    /// Only the slot this node was running under when its holder stopped.
+    Left,
+}
+
+#[derive(Debug)]
+pub enum SlotOutcome {
+    Taken(Lease),
+    /// Every slot is held or kept for a node (`Free`), or the slot the node left is still
+    /// held by its lapsing holder (`Left`): ask again later.
+    Busy,
+    /// No slot was left to this node (`Left` only).
+    NoneLeft,
+}
+
+struct SlotRow {
+    name: String,
+    subject: Option<String>,
+    live: bool,
+}
 
 /// A setting every replica must agree on, with who recorded it first.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,41 +85,141 @@ impl Store {
             .collect()
     }
 
-    /// Take one of the `limit` slots of `group` (`slot:<group>#<n>`) for `holder`, or `None`
-    /// when all of them are held live. The count holds across every process sharing the store.
+    /// Take a slot of `ask.group` for `ask`'s node and `holder`. `SlotPick::Free` takes one of
+    /// the `limit` slots that no live lease holds and that is not kept for another node;
+    /// `SlotPick::Left` only the slot this node was running under when its holder stopped
+    /// renewing. The count holds across every process sharing the store.
+    ///
+    /// A slot is kept for the node it was taken for while that node's job runs: a replica
+    /// that died mid-deploy left the machine deploying in MAAS, and the replica resuming the
+    /// job takes the slot back instead of another node starting beside it.
     pub async fn acquire_slot(
         &self,
-        group: &str,
-        limit: u32,
+        ask: &SlotRequest<'_>,
+        pick: SlotPick,
         holder: &str,
         ttl: Duration,
-    ) -> Result<Option<Lease>, StoreError> {
-        let prefix = format!("slot:{group}#");
-        let busy: std::collections::BTreeSet<String> = self
-            .live_leases(&prefix)
-            .await?
-            .into_iter()
-            .map(|lease| lease.name)
-            .collect();
-        // Every slot held: no write transaction (many nodes of a wave ask while they wait).
-        if (0..limit.max(1)).all(|n| busy.contains(&format!("{prefix}{n}"))) {
-            return Ok(None);
-        }
+    ) -> Result<SlotOutcome, StoreError> {
+        let prefix = format!("slot:{}#", ask.group);
         let now = self.now();
-        let mut tx = self.pool.write().await?;
-        for n in 0..limit.max(1) {
-            let name = format!("{prefix}{n}");
-            if busy.contains(&name) {
-                continue;
+        let slots = self.slots(&prefix, now).await?;
+        let left = slots
+            .iter()
+            .find(|slot| slot.subject.as_deref() == Some(ask.hostname));
+        let candidates: Vec<String> = match (pick, left) {
+            (SlotPick::Left, None) => return Ok(SlotOutcome::NoneLeft),
+            // Its holder's lease has not run out yet: the node is still in that run.
+            (SlotPick::Left, Some(slot)) if slot.live => return Ok(SlotOutcome::Busy),
+            (SlotPick::Left, Some(slot)) => {
+                if !self.node_job_running(ask.site, ask.hostname).await? {
+                    return Ok(SlotOutcome::NoneLeft);
+                }
+                vec![slot.name.clone()]
             }
+            (SlotPick::Free, _) => {
+                let idle_for_others = slots
+                    .iter()
+                    .any(|slot| !slot.live && slot.subject.is_some());
+                let running = if idle_for_others {
+                    self.running_hostnames(ask.site).await?
+                } else {
+                    BTreeSet::new()
+                };
+                (0..ask.limit.max(1))
+                    .map(|n| format!("{prefix}{n}"))
+                    .filter(|name| {
+                        slots
+                            .iter()
+                            .find(|slot| &slot.name == name)
+                            .is_none_or(|slot| {
+                                !slot.live
+                                    && slot.subject.as_deref().is_none_or(|subject| {
+                                        subject == ask.hostname || !running.contains(subject)
+                                    })
+                            })
+                    })
+                    .collect()
+            }
+        };
+        // Every slot held or kept: no write transaction (many nodes of a wave ask while they
+        // wait).
+        if candidates.is_empty() {
+            return Ok(SlotOutcome::Busy);
+        }
+        let mut tx = self.pool.write().await?;
+        for name in candidates {
             // Conditional: a slot another process took since the read above is not taken.
             if take_named(&mut tx, &name, holder, now, ttl).await? {
+                tx.execute(
+                    "UPDATE leases SET subject = $1 WHERE name = $2",
+                    &params![ask.hostname, name.as_str()],
+                )
+                .await?;
                 let lease = read_lease(&mut tx, &name).await?;
                 tx.commit().await?;
-                return Ok(Some(lease));
+                return Ok(SlotOutcome::Taken(lease));
             }
         }
-        Ok(None)
+        Ok(SlotOutcome::Busy)
+    }
+
+    /// Every slot row named with `prefix`, live or not, with the node it was last taken for.
+    async fn slots(&self, prefix: &str, now: DateTime<Utc>) -> Result<Vec<SlotRow>, StoreError> {
+        let mut tx = self.pool.read().await?;
+        let rows = tx
+            .fetch_all(
+                "SELECT name, subject, holder IS NOT NULL AND expires_at > $3 AS live FROM leases
+                 WHERE substr(name, 1, CAST($1 AS INTEGER)) = $2",
+                &params![prefix.chars().count() as i64, prefix, format_time(now)],
+            )
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(SlotRow {
+                    name: row.text("name")?,
+                    subject: row.opt_text("subject")?,
+                    live: row.bool("live")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Hostnames of `site` with an onboarding or decommission in progress.
+    async fn running_hostnames(&self, site: &str) -> Result<BTreeSet<String>, StoreError> {
+        let mut tx = self.pool.read().await?;
+        tx.fetch_all(
+            "SELECT hostname FROM onboardings WHERE status IN ($1, $2) AND site = $3
+             UNION SELECT hostname FROM decommissions WHERE status IN ($1, $2) AND site = $3",
+            &params![
+                JobState::Running.as_str(),
+                JobState::Compensating.as_str(),
+                site
+            ],
+        )
+        .await?
+        .iter()
+        .map(|row| row.text("hostname"))
+        .collect()
+    }
+
+    /// Whether `site/hostname` has an onboarding or decommission in progress.
+    async fn node_job_running(&self, site: &str, hostname: &str) -> Result<bool, StoreError> {
+        let mut tx = self.pool.read().await?;
+        Ok(tx
+            .fetch_optional(
+                "SELECT 1 AS one FROM onboardings WHERE site = $3 AND hostname = $4
+                 AND status IN ($1, $2)
+                 UNION ALL SELECT 1 AS one FROM decommissions WHERE site = $3 AND hostname = $4
+                 AND status IN ($1, $2)",
+                &params![
+                    JobState::Running.as_str(),
+                    JobState::Compensating.as_str(),
+                    site,
+                    hostname
+                ],
+            )
+            .await?
+            .is_some())
     }
 
     /// Free every expired lease still naming `holder` (a replica that is gone, whose work the

@@ -10,8 +10,11 @@ use std::time::Duration;
 
 use metalform::clock::SystemClock;
 use metalform::daemon::sharing::{Sharing, agree_enroll_url};
+use metalform::lifecycle::{JobKind, JobState};
 use metalform::model::SiteName;
-use metalform::store::{DomainEvent, Store};
+use metalform::store::{
+    DomainEvent, JobUpdate, NewOnboarding, SlotOutcome, SlotPick, SlotRequest, Store,
+};
 
 pub async fn open(url: &str) -> Store {
     Store::open(url, Arc::new(SystemClock)).await.unwrap()
@@ -98,60 +101,123 @@ pub async fn sites_are_shared_taken_over_and_rebalanced(url: String) {
     assert_eq!(shares[0].len() + shares[1].len(), 4, "{shares:?}");
 }
 
+async fn slot(store: &Store, hostname: &str, pick: SlotPick, holder: &str) -> Option<String> {
+    let ask = SlotRequest {
+        group: "dc1/gpu",
+        limit: 2,
+        site: "dc1",
+        hostname,
+    };
+    let ttl = chrono::Duration::milliseconds(1500);
+    match store.acquire_slot(&ask, pick, holder, ttl).await.unwrap() {
+        SlotOutcome::Taken(lease) => Some(lease.name),
+        SlotOutcome::Busy | SlotOutcome::NoneLeft => None,
+    }
+}
+
+/// An onboarding of dc1/`hostname` in `state`.
+async fn onboarding(store: &Store, hostname: &str, state: JobState) -> uuid::Uuid {
+    let job = store
+        .create_onboarding(&NewOnboarding {
+            site: "dc1".into(),
+            hostname: hostname.into(),
+            ..NewOnboarding::default()
+        })
+        .await
+        .unwrap();
+    store
+        .advance_job(JobKind::Onboarding, job.id, &JobUpdate::new(state))
+        .await
+        .unwrap();
+    job.id
+}
+
 pub async fn concurrency_slots_hold_across_processes(url: String) {
     let one = open(&url).await;
     let two = open(&url).await;
-    let ttl = chrono::Duration::milliseconds(1500);
-    let first = one
-        .acquire_slot("dc1/gpu", 2, "daemon@a:1", ttl)
-        .await
-        .unwrap();
-    let second = two
-        .acquire_slot("dc1/gpu", 2, "daemon@b:2", ttl)
-        .await
-        .unwrap();
-    assert!(first.is_some() && second.is_some());
-    assert_ne!(first.as_ref().unwrap().name, second.as_ref().unwrap().name);
+    let (a, b) = ("daemon@a:1", "daemon@b:2");
+    let first = slot(&one, "n1", SlotPick::Free, a).await.unwrap();
+    let second = slot(&two, "n2", SlotPick::Free, b).await.unwrap();
+    assert_ne!(first, second);
     // maxParallel 2 is reached, whichever replica asks.
-    assert_eq!(
-        one.acquire_slot("dc1/gpu", 2, "daemon@a:1", ttl)
-            .await
-            .unwrap(),
-        None
-    );
-    assert_eq!(
-        two.acquire_slot("dc1/gpu", 2, "daemon@b:2", ttl)
-            .await
-            .unwrap(),
-        None
-    );
+    assert_eq!(slot(&one, "n3", SlotPick::Free, a).await, None);
+    assert_eq!(slot(&two, "n3", SlotPick::Free, b).await, None);
     // Another group counts on its own.
-    assert!(
-        two.acquire_slot("dc2/gpu", 2, "daemon@b:2", ttl)
-            .await
-            .unwrap()
-            .is_some()
-    );
-    // A released slot is free again; a dead holder's after its TTL.
-    assert!(one.release_lease(first.as_ref().unwrap()).await.unwrap());
-    let third = two
-        .acquire_slot("dc1/gpu", 2, "daemon@b:2", ttl)
-        .await
-        .unwrap();
-    assert_eq!(third.unwrap().name, first.unwrap().name);
-    assert_eq!(
-        one.acquire_slot("dc1/gpu", 2, "daemon@a:1", ttl)
+    let other = SlotRequest {
+        group: "dc2/gpu",
+        limit: 2,
+        site: "dc2",
+        hostname: "n1",
+    };
+    assert!(matches!(
+        two.acquire_slot(&other, SlotPick::Free, b, chrono::Duration::seconds(1))
             .await
             .unwrap(),
-        None
-    );
+        SlotOutcome::Taken(_)
+    ));
+    // A released slot is free again (its node's job is not running).
+    let lease = one.lease(&first).await.unwrap().unwrap();
+    assert!(one.release_lease(&lease).await.unwrap());
+    assert_eq!(slot(&two, "n3", SlotPick::Free, b).await, Some(first));
+    assert_eq!(slot(&one, "n4", SlotPick::Free, a).await, None);
+    // A dead holder's slot is free after its TTL.
     tokio::time::sleep(Duration::from_millis(1600)).await;
-    assert!(
-        one.acquire_slot("dc1/gpu", 2, "daemon@a:1", ttl)
-            .await
-            .unwrap()
-            .is_some()
+    assert!(slot(&one, "n4", SlotPick::Free, a).await.is_some());
+}
+
+/// A replica that dies mid-operation leaves its node's machine busy in MAAS: the slot stays
+/// with that node while its job runs, for whichever replica resumes it.
+pub async fn a_dead_holders_slot_is_kept_for_its_running_node(url: String) {
+    let one = open(&url).await;
+    let two = open(&url).await;
+    let (a, b) = ("daemon@a:1", "daemon@b:2");
+    let n1_job = onboarding(&one, "n1", JobState::Running).await;
+    let n1_slot = slot(&one, "n1", SlotPick::Free, a).await.unwrap();
+    let n2_slot = slot(&one, "n2", SlotPick::Free, a).await.unwrap();
+    // Nothing left to n3, whose node never held a slot.
+    assert_eq!(slot(&two, "n3", SlotPick::Left, b).await, None);
+    assert!(matches!(
+        two.acquire_slot(
+            &SlotRequest {
+                group: "dc1/gpu",
+                limit: 2,
+                site: "dc1",
+                hostname: "n1",
+            },
+            SlotPick::Left,
+            b,
+            chrono::Duration::seconds(1),
+        )
+        .await
+        .unwrap(),
+        SlotOutcome::Busy
+    ));
+    // Replica a dies: both leases run out. n2's job is not running (it never started or has
+    // ended): its slot is free; n1's is kept for n1.
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    assert_eq!(slot(&two, "n3", SlotPick::Free, b).await, Some(n2_slot));
+    assert_eq!(slot(&two, "n4", SlotPick::Free, b).await, None);
+    // Cleared with the rest of the dead replica's leases, still kept.
+    assert!(one.clear_expired_leases_of(a).await.unwrap() >= 1);
+    assert_eq!(slot(&two, "n4", SlotPick::Free, b).await, None);
+    // The replica resuming n1 takes its slot back.
+    assert_eq!(
+        slot(&two, "n1", SlotPick::Left, b).await,
+        Some(n1_slot.clone())
     );
+    let lease = two.lease(&n1_slot).await.unwrap().unwrap();
+    assert!(two.release_lease(&lease).await.unwrap());
+    assert_eq!(slot(&two, "n4", SlotPick::Free, b).await, None);
+    // n1's job ended: its slot goes to the next node.
+    one.advance_job(
+        JobKind::Onboarding,
+        n1_job,
+        &JobUpdate::new(JobState::Completed),
+    )
+    .await
+    .unwrap();
+    assert_eq!(slot(&two, "n1", SlotPick::Left, b).await, None);
+    assert_eq!(slot(&two, "n4", SlotPick::Free, b).await, Some(n1_slot));
 }
 
 pub async fn replicas_agree_on_one_enrollment_url(url: String) {
@@ -342,6 +408,7 @@ macro_rules! ha_suite_tests {
         $crate::ha_suite_tests!(@cases $make_url;
             sites_are_shared_taken_over_and_rebalanced,
             concurrency_slots_hold_across_processes,
+            a_dead_holders_slot_is_kept_for_its_running_node,
             replicas_agree_on_one_enrollment_url,
             a_newer_schema_stands_a_replica_down_until_it_is_gone,
             each_sink_gets_every_event_once_in_order,
