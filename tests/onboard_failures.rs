@@ -263,3 +263,52 @@ async fn each_failure_scenario_ends_where_the_seed_says() {
     assert_eq!(count("node.onboarding.failed"), 1);
     assert!(count("node.onboarding.started") >= 10);
 }
+
+/// A run stopped after a failed deployment's compensating release and before its outcome was
+/// journaled (a killed process) is resumed: the job ends as classified, and MAAS gets no
+/// second release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_resumed_after_its_compensating_release_ends_as_classified() {
+    let site = SiteSetup::generated("dc1", 22, 1, 0);
+    let hostname = hostname_of(&site.config, 0);
+    let site = site.faults(&format!("deploy_fails:machines={hostname}"));
+    let bed = Bed::start(Setup::one_site(site)).await;
+    bed.executor().run(bed.onboard_all()).await;
+    let job = bed.jobs().await.remove(0);
+    assert_eq!(
+        (job.state, job.error_code.as_deref()),
+        (JobState::FailedRetryable, Some("deploy_failed")),
+        "{job:#?}"
+    );
+    let recorded = Facts::from_details(&job.stage_details).deploy_failure;
+    assert!(recorded.is_some_and(|f| f.releasing && f.events_read));
+    let releases =
+        |bed: &Bed| -> u64 { bed.sim("dc1").counters().values().map(|c| c.release).sum() };
+    assert_eq!(releases(&bed), 1);
+
+    // The store as it stood between the release and the journal write of the failure.
+    let path = bed.state_url.trim_start_matches("sqlite://").to_owned();
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.execute(
+        "UPDATE onboardings SET status = 'running', current_stage = 'classify_deploy_failure',
+         failure_class = NULL, error_code = NULL, error_message = NULL, completed_at = NULL
+         WHERE id = ?1",
+        [job.id.to_string()],
+    )
+    .unwrap();
+    drop(conn);
+    bed.executor().run(bed.onboard_all()).await;
+    let job = bed.jobs().await.remove(0);
+    assert_eq!(
+        (job.state, job.error_code.as_deref()),
+        (JobState::FailedRetryable, Some("deploy_failed")),
+        "{job:#?}"
+    );
+    assert!(
+        job.error_message
+            .as_deref()
+            .is_some_and(|m| m.ends_with("released back to Ready")),
+        "{job:#?}"
+    );
+    assert_eq!(releases(&bed), 1, "the release was not sent again");
+}

@@ -274,6 +274,14 @@ pub(super) async fn ensure_deploy_failure_classified(
                 json!({}),
             ));
         }
+        // This stage classified the failure and released the machine, and its run stopped
+        // before the outcome was journaled (a killed process, resumed): the classification
+        // stands, and the release is not sent again.
+        Some(MaasStatus::Releasing | MaasStatus::DiskErasing | MaasStatus::Ready)
+            if let Some(recorded) = ctx.facts.deploy_failure.clone().filter(|f| f.releasing) =>
+        {
+            return Err(deploy_failure(ctx, &machine, &recorded, true).await);
+        }
         _ => return Err(unexpected(&machine, "classify a deploy failure")),
     }
     let maas = ctx.maas().await?;
@@ -295,10 +303,13 @@ pub(super) async fn ensure_deploy_failure_classified(
     } else {
         "generic"
     };
-    ctx.facts.deploy_failure = Some(DeployFailureFacts {
+    let mut classified = DeployFailureFacts {
         class: class.to_owned(),
         evidence: evidence.as_deref().map(|e| bounded(e, 300)),
-    });
+        events_read: events.is_some(),
+        releasing: false,
+    };
+    ctx.facts.deploy_failure = Some(classified.clone());
     let policy = &ctx.target.profile.deploy;
     let retries_left = policy.retry_on_datasource_failure
         && ctx.facts.datasource_retries < policy.max_retry_attempts;
@@ -313,9 +324,26 @@ pub(super) async fn ensure_deploy_failure_classified(
             json!({"class": class, "evidence": evidence}),
         ));
     }
-    let snippet = error_snippet(ctx, &machine).await;
+    // Recorded before the release goes out, so that a run stopped after it finds the machine
+    // releasing by this stage's doing, not by someone else's.
+    classified.releasing = true;
+    ctx.facts.deploy_failure = Some(classified.clone());
+    ctx.checkpoint().await?;
     let released = release(ctx, &machine).await.is_ok();
-    let (code, state, message) = match (class, events.is_some()) {
+    Err(deploy_failure(ctx, &machine, &classified, released).await)
+}
+
+/// The classified deploy failure the job ends with, after the compensating release (or its
+/// failure, which leaves the machine to an operator).
+async fn deploy_failure(
+    ctx: &mut StageCtx<'_>,
+    machine: &Machine,
+    classified: &DeployFailureFacts,
+    released: bool,
+) -> StageFailure {
+    let sid = &machine.system_id;
+    let snippet = error_snippet(ctx, machine).await;
+    let (code, state, message) = match (classified.class.as_str(), classified.events_read) {
         ("datasource_like", _) => (
             "datasource_failure_repeated",
             JobState::FailedManualIntervention,
@@ -335,7 +363,7 @@ pub(super) async fn ensure_deploy_failure_classified(
             format!("{sid}: deployment failed and its MAAS events could not be read"),
         ),
     };
-    Err(StageFailure::new(
+    StageFailure::new(
         FailureClass::DeployCloudInitFailure,
         code,
         format!(
@@ -349,8 +377,8 @@ pub(super) async fn ensure_deploy_failure_classified(
     )
     .details(json!({
         "system_id": sid,
-        "class": class,
-        "evidence": evidence,
+        "class": classified.class,
+        "evidence": classified.evidence,
         "maas_events": snippet,
         "released_to_ready": released,
     }))
@@ -359,7 +387,7 @@ pub(super) async fn ensure_deploy_failure_classified(
         state
     } else {
         JobState::FailedManualIntervention
-    }))
+    })
 }
 
 pub(super) async fn ensure_recovered_for_redeploy(

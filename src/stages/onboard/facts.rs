@@ -106,6 +106,13 @@ pub struct DeployFailureFacts {
     /// `datasource_like` or `generic` (000 §4.3 ClassifyDeployFailure).
     pub class: String,
     pub evidence: Option<String>,
+    /// The machine's MAAS events could be read for the classification.
+    #[serde(default)]
+    pub events_read: bool,
+    /// The compensating release back to Ready was sent (recorded just before it is): a run
+    /// resumed after it finds the machine releasing by its own doing.
+    #[serde(default)]
+    pub releasing: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
