@@ -75,6 +75,15 @@ impl SqliteWriter {
     /// Begin an IMMEDIATE transaction (the write lock taken now). Another process holding the
     /// lock is waited for here, without blocking the thread, for up to [`LOCK_WAIT`].
     pub async fn begin(&mut self) -> rusqlite::Result<()> {
+        // A transaction still open on the connection (its ROLLBACK failed) would fail every
+        // BEGIN from now on: a new connection ends it, as closing one rolls its transaction
+        // back.
+        if self.conn.as_ref().is_some_and(|conn| !conn.is_autocommit()) {
+            tracing::warn!(
+                "the state store's write connection was left inside a transaction; it is reopened"
+            );
+            self.conn = None;
+        }
         if self.conn.is_none() {
             self.conn = Some(Self::connect(&self.path)?);
         }
@@ -156,14 +165,18 @@ impl SqliteWriter {
         Ok(())
     }
 
-    /// End the open transaction, if one is. Failing, the ROLLBACK found none open (SQLite
-    /// already rolled it back) or the connection is gone: none is open after it either way.
+    /// End the open transaction, if one is. A ROLLBACK that fails has usually found none open
+    /// (SQLite already rolled it back); one that left it open closes the connection, which
+    /// ends it (the next write opens another).
     pub fn roll_back(&mut self) {
         if !self.open {
             return;
         }
-        if let Some(conn) = self.conn.as_mut() {
-            let _ = conn.execute_batch("ROLLBACK");
+        if let Some(conn) = self.conn.as_mut()
+            && conn.execute_batch("ROLLBACK").is_err()
+            && !conn.is_autocommit()
+        {
+            self.conn = None;
         }
         self.open = false;
     }
@@ -216,4 +229,55 @@ pub(crate) fn is_busy(err: &rusqlite::Error) -> bool {
         err.sqlite_error_code(),
         Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn count(path: &Path) -> i64 {
+        Connection::open(path)
+            .unwrap()
+            .query_row("SELECT count(*) FROM t", [], |row| row.get(0))
+            .unwrap()
+    }
+
+    /// A transaction the writer lost track of (as after a ROLLBACK that failed) does not
+    /// block every later write: the next BEGIN starts on a new connection, and what the lost
+    /// transaction wrote is gone.
+    #[tokio::test]
+    async fn a_transaction_left_open_is_ended_by_the_next_begin() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.db");
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE t (id INTEGER PRIMARY KEY)")
+            .unwrap();
+        let mut writer = SqliteWriter::new(&path);
+        writer.begin().await.unwrap();
+        writer
+            .execute("INSERT INTO t (id) VALUES ($1)", &[Param::Int(Some(1))])
+            .unwrap();
+        writer.open = false;
+        writer.roll_back();
+
+        writer.begin().await.unwrap();
+        writer
+            .execute("INSERT INTO t (id) VALUES ($1)", &[Param::Int(Some(2))])
+            .unwrap();
+        writer.commit().unwrap();
+        assert_eq!(count(&path), 1);
+        let ids: Vec<i64> = writer
+            .query_map(
+                "SELECT id FROM t",
+                &[],
+                |row| match row.get("id") {
+                    Some(Value::Integer(id)) => Ok(*id),
+                    other => panic!("{other:?}"),
+                },
+                |e| e,
+            )
+            .unwrap();
+        assert_eq!(ids, [2]);
+    }
 }
