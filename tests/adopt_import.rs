@@ -140,12 +140,20 @@ async fn a_running_fleet_is_imported_adopted_and_enrolled_without_a_redeploy() {
             .all(|w| !w.contains("deploy") && !w.contains("release")),
         "{writes:#?}"
     );
-    assert!(
+    // The agent logs its answer after the store recorded the enrollment: give it a moment.
+    let enrolled = || {
         bed.sim("dc1")
             .agent_log()
             .iter()
             .any(|a| a.outcome == "enrolled")
-    );
+    };
+    for _ in 0..100 {
+        if enrolled() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(enrolled(), "{:#?}", bed.sim("dc1").agent_log());
 }
 
 /// A redeploy of an adopted machine is asked for only by its reimage generation.
