@@ -12,7 +12,7 @@ use crate::secrets::Secret;
 
 use super::client::MaasClient;
 use super::error::MaasError;
-use super::machines::Machine;
+use super::machines::{Machine, MachineSummary};
 use super::transport::Call;
 
 /// A machine's own metadata OAuth token (what `/etc/maas/maas-machine-creds.yml` holds).
@@ -94,16 +94,44 @@ impl HardwareSync {
     }
 }
 
+impl HardwareSync {
+    /// From a machine's `enable_hw_sync`, `last_sync`, `next_sync` and `sync_interval`.
+    fn of(
+        enable_hw_sync: Option<bool>,
+        last_sync: Option<DateTime<Utc>>,
+        next_sync: Option<DateTime<Utc>>,
+        sync_interval: Option<u64>,
+    ) -> HardwareSync {
+        let deduced =
+            sync_interval.unwrap_or(0) != 0 && (last_sync.is_some() || next_sync.is_some());
+        HardwareSync {
+            enabled: enable_hw_sync.unwrap_or(deduced),
+            last_sync,
+            next_sync,
+            sync_interval,
+        }
+    }
+}
+
 impl Machine {
     pub fn hardware_sync(&self) -> HardwareSync {
-        let deduced = self.sync_interval.unwrap_or(0) != 0
-            && (self.last_sync.is_some() || self.next_sync.is_some());
-        HardwareSync {
-            enabled: self.enable_hw_sync.unwrap_or(deduced),
-            last_sync: self.last_sync,
-            next_sync: self.next_sync,
-            sync_interval: self.sync_interval,
-        }
+        HardwareSync::of(
+            self.enable_hw_sync,
+            self.last_sync,
+            self.next_sync,
+            self.sync_interval,
+        )
+    }
+}
+
+impl MachineSummary {
+    pub fn hardware_sync(&self) -> HardwareSync {
+        HardwareSync::of(
+            self.enable_hw_sync,
+            self.last_sync,
+            self.next_sync,
+            self.sync_interval,
+        )
     }
 }
 

@@ -25,7 +25,7 @@ use crate::agent::AgentWatch;
 use crate::cloudinit::{AGENT_CA_PATH, AGENT_ENV_PATH};
 use crate::lifecycle::PolicyTimeout;
 use crate::provider::host::HostTarget;
-use crate::provider::maas::Machine;
+use crate::provider::maas::{Machine, MachineSummary};
 use crate::secrets::Secret;
 use crate::stages::{StageFailure, StageOutcome, StageWait};
 use crate::store::TaskStatus;
@@ -38,7 +38,9 @@ const AGENT_UNIT: &str = "metalform-agent.service";
 pub(super) async fn ensure_agent_enrolled(
     ctx: &mut StageCtx<'_>,
 ) -> Result<StageOutcome, StageFailure> {
-    let machine = ctx.machine().await?;
+    // The machine's summary (a poll the site's polls carry together); the full machine is
+    // read only to reach the host.
+    let machine = ctx.machine_summary().await?;
     if machine.status != MaasStatus::Deployed {
         return Err(StageFailure::ambiguity(
             "machine_left_deployed",
@@ -94,6 +96,7 @@ pub(super) async fn ensure_agent_enrolled(
         ));
     }
     if adopted_as_is(ctx) && ctx.facts.enrollment.delivered_at.is_none() {
+        let machine = ctx.machine().await?;
         return deliver_enrollment(ctx, node_id, &machine).await;
     }
     if ctx.timed_out(PolicyTimeout::Enrollment).is_some() {
@@ -166,7 +169,7 @@ fn agent_wait(ctx: &StageCtx<'_>, watch: Option<AgentWatch>) -> StageOutcome {
 async fn hardware_sync_check(
     ctx: &mut StageCtx<'_>,
     node_id: uuid::Uuid,
-    machine: &Machine,
+    machine: &MachineSummary,
 ) -> Result<Option<StageOutcome>, StageFailure> {
     if !ctx.target.profile.hardware_sync.required {
         return Ok(None);
@@ -174,7 +177,7 @@ async fn hardware_sync_check(
     let sync = machine.hardware_sync();
     if adopted_as_is(ctx) && !sync.enabled {
         // Nothing but a redeploy turns it on: active, with the warning on the job.
-        ctx.facts.mismatch(adopted_without_sync(machine));
+        ctx.facts.mismatch(adopted_without_sync(&machine.system_id));
         return Ok(None);
     }
     let health = sync.health(ctx.now);
@@ -215,7 +218,8 @@ async fn hardware_sync_check(
         })
     {
         // The agent could not reseed with what the host has: push the credentials again.
-        match push_credentials(ctx, machine).await {
+        let full = ctx.machine().await?;
+        match push_credentials(ctx, &full).await {
             Ok(mut facts) => {
                 facts.reseeds = ctx.facts.hw_sync.as_ref().map_or(0, |h| h.reseeds) + 1;
                 ctx.facts.hw_sync = Some(facts);

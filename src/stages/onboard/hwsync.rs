@@ -18,7 +18,7 @@ use super::{HwSyncFacts, StageCtx};
 use crate::cloudinit::{HwSyncLayer, MAAS_CREDS_PATH, hw_sync_credentials};
 use crate::lifecycle::{FailureClass, OnboardingStage, PolicyTimeout};
 use crate::provider::host::HostTarget;
-use crate::provider::maas::Machine;
+use crate::provider::maas::{Machine, MachineStanding};
 use crate::stages::{StageFailure, StageOutcome};
 
 /// The units the push restarts (000 §9.1 step 5): the hardware-sync timer and service the
@@ -30,14 +30,14 @@ async fn deployed_machine(ctx: &mut StageCtx<'_>) -> Result<Machine, StageFailur
     still_deployed(ctx.machine().await?)
 }
 
-/// `machine` as read, when it is still Deployed.
-fn still_deployed(machine: Machine) -> Result<Machine, StageFailure> {
-    if machine.status != MaasStatus::Deployed {
+/// `machine` as read (in full or its summary), when it is still Deployed.
+fn still_deployed<M: MachineStanding>(machine: M) -> Result<M, StageFailure> {
+    if machine.status() != MaasStatus::Deployed {
         return Err(StageFailure::ambiguity(
             "machine_left_deployed",
             format!(
                 "{} is {} while its hardware sync was being set up (changed out of band)",
-                machine.system_id,
+                machine.system_id(),
                 machine.status_label()
             ),
         ));
@@ -53,11 +53,10 @@ pub(super) fn adopted_as_is(ctx: &StageCtx<'_>) -> bool {
 
 /// The warning of an adopted machine deployed without hardware sync (nothing short of a
 /// redeploy turns it on).
-pub(super) fn adopted_without_sync(machine: &Machine) -> String {
+pub(super) fn adopted_without_sync(system_id: &str) -> String {
     format!(
-        "{} was deployed (before metalform adopted it) without hardware sync; set \
-         reimage.generation to redeploy it with hardware sync",
-        machine.system_id
+        "{system_id} was deployed (before metalform adopted it) without hardware sync; set \
+         reimage.generation to redeploy it with hardware sync"
     )
 }
 
@@ -148,8 +147,10 @@ pub(super) async fn ensure_hardware_sync_configured(
         // Adopted as it runs: MAAS's vendor-data set the sync up (or the machine was deployed
         // without it); nothing is pushed to a host metalform did not configure.
         if !sync.enabled {
-            ctx.facts.mismatch(adopted_without_sync(&machine));
-            return Ok(StageOutcome::skipped(adopted_without_sync(&machine)));
+            ctx.facts.mismatch(adopted_without_sync(&machine.system_id));
+            return Ok(StageOutcome::skipped(adopted_without_sync(
+                &machine.system_id,
+            )));
         }
         if sync.health(ctx.now).is_healthy() {
             return Ok(StageOutcome::skipped(format!(
@@ -190,10 +191,14 @@ pub(super) async fn ensure_hardware_sync_healthy(
             "hardware sync not required by the profile",
         ));
     }
-    let machine = deployed_machine(ctx).await?;
-    let sync = machine.hardware_sync();
+    // The poll reads the machine's summary; the full machine (its addresses) only for a
+    // re-seed.
+    let polled = still_deployed(ctx.machine_summary().await?)?;
+    let sync = polled.hardware_sync();
     if adopted_as_is(ctx) && !sync.enabled {
-        return Ok(StageOutcome::skipped(adopted_without_sync(&machine)));
+        return Ok(StageOutcome::skipped(adopted_without_sync(
+            &polled.system_id,
+        )));
     }
     let health = sync.health(ctx.now);
     let pushed = ctx.facts.hw_sync.clone();
@@ -242,7 +247,7 @@ pub(super) async fn ensure_hardware_sync_healthy(
             limit,
             &format!(
                 "MAAS never saw a healthy hardware sync from {}: {problem},",
-                machine.system_id
+                polled.system_id
             ),
         )
         .details(json!({
@@ -258,6 +263,7 @@ pub(super) async fn ensure_hardware_sync_healthy(
         .as_ref()
         .is_none_or(|p| (ctx.now - p.pushed_at).to_std().unwrap_or_default() > interval);
     if due {
+        let machine = deployed_machine(ctx).await?;
         match push_credentials(ctx, &machine).await {
             Ok(mut facts) => {
                 facts.reseeds += 1;
