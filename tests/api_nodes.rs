@@ -80,7 +80,7 @@ async fn nodes_plan_and_audit_are_served_and_bad_filters_are_typed_errors() {
     assert_eq!(
         refused(&base, "/nodes?state=broken").await,
         "unknown state `broken`; the states are bootstrap_issued, enrolling, active, offline, \
-         quarantined, draining, retired, removing, not_onboarded"
+         quarantined, draining, retired, removing, not_onboarded, provisioned"
     );
     assert_eq!(
         refused(&base, "/nodes?drift=maybe").await,

@@ -22,6 +22,25 @@ const SERIAL: &str = "RF-0001";
 const WEBHOOK_SECRET: &str = "webhook-secret-0123456789abcdef";
 const LIMIT: Duration = Duration::from_secs(60);
 
+/// The node rf01 as the daemon's node list shows it (`filters` added to `?site=dc1`).
+async fn listed_rf01(listen: &str, filters: &str) -> serde_json::Value {
+    let (status, body) = daemon_support::call(
+        reqwest::Method::GET,
+        format!("http://{listen}/api/v1/admin/nodes?site=dc1{filters}"),
+        Some(ADMIN_TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    body["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["hostname"] == "rf01")
+        .cloned()
+        .unwrap_or_else(|| panic!("rf01 is listed: {body}"))
+}
+
 async fn the_job(d: &DaemonBed) -> Option<Job> {
     let filter = ProvisioningFilter {
         serial: Some(SERIAL.into()),
@@ -169,6 +188,11 @@ media_url_key = {{ vault = "kv/metalform/provisioner", key = "media_url_key" }}
         "the kill comes before the report"
     );
 
+    // Listed with its open provisioning job; not installed yet.
+    let rf01 = listed_rf01(&listen, "").await;
+    assert_eq!(rf01["state"], "not_onboarded", "{rf01}");
+    assert_eq!(rf01["job"]["kind"], "provisioning", "{rf01}");
+
     signal(&first, "KILL");
     let _ = first.wait();
     let mut second = d.spawn(&log);
@@ -215,6 +239,25 @@ media_url_key = {{ vault = "kv/metalform/provisioner", key = "media_url_key" }}
     .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["status"], "complete", "{body}");
+    // Installed: listed as provisioned (it has no inventory row: no MAAS machine, no agent),
+    // by the status page too.
+    let rf01 = listed_rf01(&listen, "&state=provisioned").await;
+    assert_eq!(rf01["state"], "provisioned", "{rf01}");
+    assert_eq!(rf01["node_id"], serde_json::Value::Null, "{rf01}");
+    assert_eq!(rf01["job"], serde_json::Value::Null, "{rf01}");
+    let page = reqwest::Client::new()
+        .get(format!("http://{listen}/ui/nodes/dc1/rf01"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    let page = page.text().await.unwrap();
+    assert!(
+        page.contains(r#"<span class="state state-provisioned">provisioned</span>"#),
+        "{page}"
+    );
+    assert!(page.contains("provisioning"), "its job is listed: {page}");
     signal(&second, "TERM");
     let _ = second.wait();
 }

@@ -67,7 +67,7 @@ struct NodeItem<'a> {
     hostname: &'a str,
     /// `null` for a node of the manifests that was never onboarded.
     node_id: Option<uuid::Uuid>,
-    /// The coarse state, or `not_onboarded`.
+    /// The coarse state, `not_onboarded` or `provisioned`.
     state: &'a str,
     in_manifests: bool,
     group: Option<&'a str>,

@@ -166,7 +166,7 @@ pub fn overview(snapshot: &FleetSnapshot, refresh_secs: u64) -> Markup {
                 thead { tr {
                     th { "site" } th.num { "nodes" }
                     @for state in &states { th.num { (state.as_str().replace('_', " ")) } }
-                    th.num { "not onboarded" } th.num { "in progress" } th.num { "failed" } th.num { "drift" }
+                    th.num { "not onboarded" } th.num { "provisioned" } th.num { "in progress" } th.num { "failed" } th.num { "drift" }
                     th { "plan" }
                 } }
                 tbody {
@@ -217,6 +217,7 @@ fn site_row(site: &SiteOverview, states: &[NodeState], snapshot: &FleetSnapshot)
                 (count_cell(site.by_state.get(state).copied().unwrap_or(0), query(&|q| q.state = Some(state.as_str().to_owned()))))
             }
             (count_cell(site.not_onboarded, query(&|q| q.state = Some(super::view::NOT_ONBOARDED.to_owned()))))
+            (count_cell(site.provisioned, query(&|q| q.state = Some(super::view::PROVISIONED.to_owned()))))
             td.num { (site.in_progress) }
             (count_cell(site.failed, query(&|q| q.failed = true)))
             (count_cell(site.drifted, query(&|q| q.drift = true)))
@@ -234,7 +235,7 @@ fn site_row(site: &SiteOverview, states: &[NodeState], snapshot: &FleetSnapshot)
 pub fn node_filters(snapshot: &FleetSnapshot, query: &NodeQuery) -> Markup {
     let states: Vec<&str> = counted_states()
         .map(NodeState::as_str)
-        .chain([super::view::NOT_ONBOARDED])
+        .chain(super::view::OUTSIDE_INVENTORY)
         .collect();
     html! {
         form.filters method="get" action={ (BASE) "/nodes" } {
@@ -352,6 +353,7 @@ pub fn node(detail: &NodeDetail, refresh_secs: u64) -> Markup {
                 dt { "state" }
                 dd { @match &detail.node {
                     Some(node) => (state_badge(node.status.as_str())),
+                    None if detail.provisioned => (state_badge(super::view::PROVISIONED)),
                     None => (state_badge(super::view::NOT_ONBOARDED)),
                 } }
                 @if let Some(manifest) = &detail.manifest {

@@ -11,11 +11,13 @@ use uuid::Uuid;
 use crate::api::FleetRevision;
 use crate::lifecycle::{
     DecommissionMode, JobKind, JobState, MaasStatus, NodeState, OnboardingStage, ProviderView,
+    ProvisioningStatus,
 };
 use crate::model::{NodeId, SiteName};
 use crate::plan::Plan;
 use crate::store::{
-    AuditRecord, Job, JobFilter, MaasState, Node, NodeFilter, StageEventRow, Store, StoreError,
+    AuditRecord, Job, JobFilter, MaasState, Node, NodeFilter, ProvisioningFilter, StageEventRow,
+    Store, StoreError,
 };
 
 /// The plan of one site as the daemon's last reconcile made it.
@@ -92,6 +94,9 @@ pub struct NodeRow {
     /// The open job (failed ones included).
     pub job: Option<JobBrief>,
     pub agent_contact: Option<DateTime<Utc>>,
+    /// A node the Redfish provisioner installs, with a completed provisioning job: it has no
+    /// inventory row (no MAAS machine, no agent), and is listed as [`PROVISIONED`].
+    pub provisioned: bool,
 }
 
 impl NodeRow {
@@ -100,14 +105,22 @@ impl NodeRow {
         self.job.as_ref().is_some_and(|j| j.state.is_failed())
     }
 
-    /// The state column: the coarse state, or `not onboarded`.
+    /// The state column: the coarse state, `provisioned` or `not_onboarded`.
     pub fn state_label(&self) -> &'static str {
-        self.state.map_or(NOT_ONBOARDED, NodeState::as_str)
+        match self.state {
+            Some(state) => state.as_str(),
+            None if self.provisioned => PROVISIONED,
+            None => NOT_ONBOARDED,
+        }
     }
 }
 
 /// The list's label of a node of the manifests without an inventory row.
 pub const NOT_ONBOARDED: &str = "not_onboarded";
+/// The list's label of a node the Redfish provisioner installed (it has no inventory row).
+pub const PROVISIONED: &str = "provisioned";
+/// The labels of nodes outside the inventory, after the coarse states in every list of them.
+pub const OUTSIDE_INVENTORY: [&str; 2] = [NOT_ONBOARDED, PROVISIONED];
 
 /// The coarse states the overview counts (001 §3.1, `deleted` is outside the inventory).
 pub fn counted_states() -> impl Iterator<Item = NodeState> {
@@ -122,6 +135,7 @@ pub struct SiteOverview {
     pub nodes: usize,
     pub by_state: BTreeMap<NodeState, usize>,
     pub not_onboarded: usize,
+    pub provisioned: usize,
     pub drifted: usize,
     pub failed: usize,
     /// Open jobs that are running or waiting to (not failed).
@@ -142,8 +156,8 @@ pub struct FleetSnapshot {
     pub plans: Vec<(SiteName, Arc<LatestPlan>)>,
 }
 
-/// Read the snapshot: the live nodes, their MAAS state rows and the open jobs (four queries),
-/// joined with the daemon's fleet.
+/// Read the snapshot: the live nodes, their MAAS state rows, the open jobs and the completed
+/// Redfish provisionings, joined with the daemon's fleet.
 pub async fn fleet_snapshot(
     store: &Store,
     daemon: &dyn DaemonView,
@@ -156,12 +170,20 @@ pub async fn fleet_snapshot(
         .map(|m| (m.node_id, m))
         .collect();
     let mut open: HashMap<Uuid, Job> = HashMap::new();
+    // Redfish provisioning jobs belong to no inventory node: by site and hostname.
+    let mut open_provisioning: HashMap<(String, String), Job> = HashMap::new();
     for kind in JobKind::ALL {
         let filter = JobFilter {
             open_only: true,
             ..JobFilter::default()
         };
         for job in store.list_jobs(*kind, &filter).await? {
+            if *kind == JobKind::Provisioning {
+                open_provisioning
+                    .entry((job.site.clone(), job.hostname.clone()))
+                    .or_insert(job);
+                continue;
+            }
             if let Some(node) = job.node_id {
                 // Newest request first: keep the first one seen of each node.
                 let newer = open
@@ -173,6 +195,15 @@ pub async fn fleet_snapshot(
             }
         }
     }
+    let provisioned: BTreeSet<(String, String)> = store
+        .list_provisioning(&ProvisioningFilter {
+            status: Some(ProvisioningStatus::Complete),
+            ..ProvisioningFilter::default()
+        })
+        .await?
+        .into_iter()
+        .map(|job| (job.site, job.hostname))
+        .collect();
     let fleet = daemon.fleet();
     let mut rows: BTreeMap<(String, String), NodeRow> = BTreeMap::new();
     for node in &nodes {
@@ -195,6 +226,7 @@ pub async fn fleet_snapshot(
                 drift: state.and_then(open_drift),
                 job: open.get(&node.id).map(JobBrief::of),
                 agent_contact: node.last_agent_contact_at,
+                provisioned: false,
             },
         );
     }
@@ -224,10 +256,15 @@ pub async fn fleet_snapshot(
                 drift: None,
                 job: None,
                 agent_contact: None,
+                provisioned: false,
             });
             row.in_manifests = true;
             row.group = group;
             row.lifecycle = Some(node.lifecycle.to_string());
+            if row.node_id.is_none() && node.provisioner.redfish().is_some() {
+                row.provisioned = provisioned.contains(&key);
+                row.job = open_provisioning.get(&key).map(JobBrief::of);
+            }
         }
     }
     let rows: Vec<NodeRow> = rows.into_values().collect();
@@ -254,6 +291,7 @@ pub async fn fleet_snapshot(
         site.nodes += 1;
         match row.state {
             Some(state) => *site.by_state.entry(state).or_default() += 1,
+            None if row.provisioned => site.provisioned += 1,
             None => site.not_onboarded += 1,
         }
         if row.drift.is_some() {
@@ -298,7 +336,7 @@ fn open_drift(state: &MaasState) -> Option<String> {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeQuery {
     pub site: Option<String>,
-    /// A coarse state, or [`NOT_ONBOARDED`].
+    /// A coarse state, or one of [`OUTSIDE_INVENTORY`].
     pub state: Option<String>,
     pub group: Option<String>,
     pub drift: bool,
@@ -322,12 +360,12 @@ impl NodeQuery {
                 "group" => query.group = some(),
                 "state" => {
                     if !value.is_empty()
-                        && value != NOT_ONBOARDED
+                        && !OUTSIDE_INVENTORY.contains(&value)
                         && value.parse::<NodeState>().is_err()
                     {
                         let known: Vec<&str> = counted_states()
                             .map(NodeState::as_str)
-                            .chain([NOT_ONBOARDED])
+                            .chain(OUTSIDE_INVENTORY)
                             .collect();
                         return Err(format!(
                             "unknown state `{value}`; the states are {}",
@@ -504,6 +542,8 @@ pub struct NodeDetail {
     pub jobs: Vec<JobView>,
     /// The node's audit rows, newest first (at most [`AUDIT_ROWS`]).
     pub audit: Vec<AuditRecord>,
+    /// Outside the inventory, installed by a completed Redfish provisioning job.
+    pub provisioned: bool,
 }
 
 /// How many jobs of a node show their stage timeline.
@@ -539,8 +579,29 @@ pub async fn node_detail(
         provision: None,
         jobs: Vec::new(),
         audit: Vec::new(),
+        provisioned: false,
     };
     let Some(node) = node else {
+        // A node the Redfish provisioner installs has no inventory row: its provisioning jobs.
+        if let Some(redfish) = detail
+            .manifest
+            .as_ref()
+            .and_then(|m| m.provisioner.redfish())
+        {
+            let jobs: Vec<Job> = store
+                .list_provisioning(&ProvisioningFilter {
+                    serial: Some(redfish.serial.to_string()),
+                    ..ProvisioningFilter::default()
+                })
+                .await?
+                .into_iter()
+                .filter(|job| job.site == site && job.hostname == hostname)
+                .collect();
+            detail.provisioned = jobs
+                .iter()
+                .any(|job| job.provisioning_status() == Some(ProvisioningStatus::Complete));
+            detail.jobs = job_views(store, jobs).await?;
+        }
         return Ok(Some(detail));
     };
     detail.maas = store.maas_state(node.id).await?;
@@ -558,8 +619,19 @@ pub async fn node_detail(
         };
         jobs.extend(store.list_jobs(*kind, &filter).await?);
     }
+    detail.jobs = job_views(store, jobs).await?;
+    let mut audit = store.audit_log("node", &node.id.to_string()).await?;
+    audit.reverse();
+    audit.truncate(AUDIT_ROWS);
+    detail.audit = audit;
+    Ok(Some(detail))
+}
+
+/// The newest [`JOBS`] of `jobs`, newest first, the first [`TIMELINES`] with their timeline.
+async fn job_views(store: &Store, mut jobs: Vec<Job>) -> Result<Vec<JobView>, StoreError> {
     jobs.sort_by(|a, b| b.requested_at.cmp(&a.requested_at).then(a.id.cmp(&b.id)));
     jobs.truncate(JOBS);
+    let mut views = Vec::with_capacity(jobs.len());
     for (i, job) in jobs.into_iter().enumerate() {
         let steps = if i < TIMELINES {
             let events = store.job_events(job.kind, job.id, EVENTS_PER_JOB).await?;
@@ -567,13 +639,9 @@ pub async fn node_detail(
         } else {
             Vec::new()
         };
-        detail.jobs.push(JobView { job, steps });
+        views.push(JobView { job, steps });
     }
-    let mut audit = store.audit_log("node", &node.id.to_string()).await?;
-    audit.reverse();
-    audit.truncate(AUDIT_ROWS);
-    detail.audit = audit;
-    Ok(Some(detail))
+    Ok(views)
 }
 
 #[cfg(test)]
@@ -603,6 +671,7 @@ mod tests {
             drift: None,
             job: None,
             agent_contact: None,
+            provisioned: false,
         }
     }
 
@@ -615,6 +684,17 @@ mod tests {
         assert_eq!(
             query.to_query_string(),
             "site=dc1&state=active&group=rack-c07"
+        );
+        // A node the Redfish provisioner installed has no inventory row, and its own label.
+        let installed = NodeQuery::parse(&pairs("state=provisioned")).unwrap();
+        let mut provisioned = row(None);
+        provisioned.provisioned = true;
+        assert!(installed.matches(&provisioned));
+        assert!(!installed.matches(&row(None)));
+        assert!(
+            !NodeQuery::parse(&pairs("state=not_onboarded"))
+                .unwrap()
+                .matches(&provisioned)
         );
         let never = NodeQuery::parse(&pairs("state=not_onboarded&drift=1")).unwrap();
         assert!(!never.matches(&row(None)), "no drift on it");
