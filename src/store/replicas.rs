@@ -111,7 +111,11 @@ impl Store {
             // Its holder's lease has not run out yet: the node is still in that run.
             (SlotPick::Left, Some(slot)) if slot.live => return Ok(SlotOutcome::Busy),
             (SlotPick::Left, Some(slot)) => {
-                if !self.node_job_running(ask.site, ask.hostname).await? {
+                if !self
+                    .running_hostnames(ask.site)
+                    .await?
+                    .contains(ask.hostname)
+                {
                     return Ok(SlotOutcome::NoneLeft);
                 }
                 vec![slot.name.clone()]
@@ -200,26 +204,6 @@ impl Store {
         .iter()
         .map(|row| row.text("hostname"))
         .collect()
-    }
-
-    /// Whether `site/hostname` has an onboarding or decommission in progress.
-    async fn node_job_running(&self, site: &str, hostname: &str) -> Result<bool, StoreError> {
-        let mut tx = self.pool.read().await?;
-        Ok(tx
-            .fetch_optional(
-                "SELECT 1 AS one FROM onboardings WHERE site = $3 AND hostname = $4
-                 AND status IN ($1, $2)
-                 UNION ALL SELECT 1 AS one FROM decommissions WHERE site = $3 AND hostname = $4
-                 AND status IN ($1, $2)",
-                &params![
-                    JobState::Running.as_str(),
-                    JobState::Compensating.as_str(),
-                    site,
-                    hostname
-                ],
-            )
-            .await?
-            .is_some())
     }
 
     /// Free every expired lease still naming `holder` (a replica that is gone, whose work the

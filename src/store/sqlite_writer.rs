@@ -165,18 +165,15 @@ impl SqliteWriter {
         Ok(())
     }
 
-    /// End the open transaction, if one is. A ROLLBACK that fails has usually found none open
-    /// (SQLite already rolled it back); one that left it open closes the connection, which
-    /// ends it (the next write opens another).
+    /// End the open transaction, if one is. Failing, the ROLLBACK found none open (SQLite
+    /// already rolled it back) or the connection is gone; one it left open is ended by the
+    /// next [`begin`](Self::begin).
     pub fn roll_back(&mut self) {
         if !self.open {
             return;
         }
-        if let Some(conn) = self.conn.as_mut()
-            && conn.execute_batch("ROLLBACK").is_err()
-            && !conn.is_autocommit()
-        {
-            self.conn = None;
+        if let Some(conn) = self.conn.as_mut() {
+            let _ = conn.execute_batch("ROLLBACK");
         }
         self.open = false;
     }

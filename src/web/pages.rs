@@ -351,11 +351,7 @@ pub fn node(detail: &NodeDetail, refresh_secs: u64) -> Markup {
             h2 { "Lifecycle" }
             dl {
                 dt { "state" }
-                dd { @match &detail.node {
-                    Some(node) => (state_badge(node.status.as_str())),
-                    None if detail.provisioned => (state_badge(super::view::PROVISIONED)),
-                    None => (state_badge(super::view::NOT_ONBOARDED)),
-                } }
+                dd { (state_badge(super::view::state_label(detail.node.as_ref().map(|n| n.status), detail.provisioned))) }
                 @if let Some(manifest) = &detail.manifest {
                     dt { "manifest" }
                     dd {

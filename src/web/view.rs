@@ -107,11 +107,17 @@ impl NodeRow {
 
     /// The state column: the coarse state, `provisioned` or `not_onboarded`.
     pub fn state_label(&self) -> &'static str {
-        match self.state {
-            Some(state) => state.as_str(),
-            None if self.provisioned => PROVISIONED,
-            None => NOT_ONBOARDED,
-        }
+        state_label(self.state, self.provisioned)
+    }
+}
+
+/// A node's state as the pages and the node list name it: its coarse state, or for a node
+/// outside the inventory `provisioned` (installed over Redfish) or `not_onboarded`.
+pub fn state_label(state: Option<NodeState>, provisioned: bool) -> &'static str {
+    match state {
+        Some(state) => state.as_str(),
+        None if provisioned => PROVISIONED,
+        None => NOT_ONBOARDED,
     }
 }
 
