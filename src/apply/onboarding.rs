@@ -306,17 +306,19 @@ async fn open_onboarding(
     site: &str,
     hostname: &str,
 ) -> Result<Option<Job>, StoreError> {
+    // The node's own open jobs: a wave keeps dozens of a site's open, read whole otherwise.
     let jobs = store
         .list_jobs(
             JobKind::Onboarding,
             &JobFilter {
                 site: Some(site.to_owned()),
+                hostname: Some(hostname.to_owned()),
                 open_only: true,
                 ..JobFilter::default()
             },
         )
         .await?;
-    Ok(jobs.into_iter().find(|j| j.hostname == hostname))
+    Ok(jobs.into_iter().next())
 }
 
 fn new_onboarding(run: &Run<'_, Onboarding>) -> NewOnboarding {

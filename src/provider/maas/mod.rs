@@ -70,7 +70,7 @@ pub use machines::{
 };
 pub use metrics::{MaasMetrics, RequestStatus};
 pub use placement::Placement;
-pub use polls::MachinePolls;
+pub use polls::{CACHED_IN_A_ROW, MachinePolls};
 pub use power::StopMode;
 pub use retry::{Jitter, RetryPolicy, SeededJitter, Sleeper, TokioSleeper};
 pub use storage::{BlockDevice, Filesystem, Partition};

@@ -231,7 +231,7 @@ pub(super) async fn ensure_ready(ctx: &mut StageCtx<'_>) -> Result<StageOutcome,
     use MaasStatus as S;
     // Polled while commissioning runs: the status is all it decides on (a failure reads the
     // machine in full for MAAS's reasons).
-    let machine = ctx.machine_summary().await?;
+    let machine = ctx.machine_status().await?;
     if let Some(adopted) = adopt_advanced(ctx, &machine) {
         return adopted;
     }

@@ -171,9 +171,10 @@ pub(super) fn deploy_address(ctx: &StageCtx<'_>, machine: &Machine) -> Option<St
 pub(super) async fn ensure_deployed(ctx: &mut StageCtx<'_>) -> Result<StageOutcome, StageFailure> {
     use MaasStatus as S;
     // A deployment takes minutes and is polled all along: while it is Deploying only the status
-    // matters, so a poll parses the machine's summary (a machine object is ~28 KB, most of it
-    // interfaces and disks); any other status is read again in full to act on.
-    let polled = ctx.machine_summary().await?;
+    // matters, so a poll asks for the status alone (answered from MAAS's event log while it
+    // records no change; a machine object is ~28 KB, most of it interfaces and disks); any other
+    // status is read again in full to act on.
+    let polled = ctx.machine_status().await?;
     if polled.status.known() == Some(S::Deploying) && ctx.timed_out(PolicyTimeout::Deploy).is_none()
     {
         return Ok(StageOutcome::wait(format!(

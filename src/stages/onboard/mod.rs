@@ -118,9 +118,25 @@ impl StageCtx<'_> {
     /// Re-read this job's machine for its status only (a poll): the same read as
     /// [`StageCtx::machine`], its interfaces, disks and the rest skipped while parsing.
     pub async fn machine_summary(&mut self) -> Result<MachineSummary, StageFailure> {
+        self.polled(false).await
+    }
+
+    /// [`StageCtx::machine_summary`] for a wait that decides on the machine's status alone:
+    /// while MAAS logged no status change for it, the site's polls answer from its last
+    /// reading (`MachinePolls::status`), so the fields besides the status may be a few polls old.
+    pub async fn machine_status(&mut self) -> Result<MachineSummary, StageFailure> {
+        self.polled(true).await
+    }
+
+    async fn polled(&mut self, status_only: bool) -> Result<MachineSummary, StageFailure> {
         let polls = self.env.maas.polls(&self.target.site).await?;
         let system_id = self.system_id()?.to_owned();
-        let machine = self.bound_read(&system_id, polls.summary(&system_id).await)?;
+        let read = if status_only {
+            polls.status(&system_id).await
+        } else {
+            polls.summary(&system_id).await
+        };
+        let machine = self.bound_read(&system_id, read)?;
         self.memory.observed = Some(Observed {
             status: Some(machine.status_label()),
             power_state: Some(machine.power_state.as_str().to_owned()),
