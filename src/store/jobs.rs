@@ -370,6 +370,30 @@ pub(super) fn tables(kind: JobKind) -> Tables {
 }
 
 pub(super) fn job_from_row(kind: JobKind, row: &Row) -> Result<Job, StoreError> {
+    job_row(kind, row, Details::Parse)
+}
+
+/// Whether a job's `stage_details` document is parsed from its row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Details {
+    Parse,
+    /// Left `Null`: the caller has the document (a journal write that carries its facts
+    /// parsed ~2 KB of JSON twice per write only to drop it).
+    Skip,
+}
+
+impl Details {
+    /// A write that carries the facts replaces the row's: neither the row read before it nor
+    /// the row written back needs its document parsed.
+    fn of(update: &JobUpdate) -> Self {
+        match update.stage_details {
+            Some(_) => Details::Skip,
+            None => Details::Parse,
+        }
+    }
+}
+
+fn job_row(kind: JobKind, row: &Row, details: Details) -> Result<Job, StoreError> {
     let t = tables(kind);
     let ips: Vec<String> = serde_json::from_value(parse_json(&row.text("last_maas_ips")?)?)
         .map_err(|e| StoreError::Corrupt(format!("last_maas_ips: {e}")))?;
@@ -429,7 +453,10 @@ pub(super) fn job_from_row(kind: JobKind, row: &Row) -> Result<Job, StoreError> 
         last_maas_status: row.opt_text("last_maas_status")?,
         last_maas_power_state: row.opt_text("last_maas_power_state")?,
         last_maas_ips: ips,
-        stage_details: parse_json(&row.text("stage_details")?)?,
+        stage_details: match details {
+            Details::Parse => parse_json(&row.text("stage_details")?)?,
+            Details::Skip => serde_json::Value::Null,
+        },
         plan_id: row.opt_text("plan_id")?,
         requested_at: parse_time(&row.text(t.requested)?)?,
         started_at: parse_opt_time(row.opt_text("started_at")?)?,
@@ -452,24 +479,34 @@ async fn read_job_for_write(
     kind: JobKind,
     id: Uuid,
     node: Option<Uuid>,
+    details: Details,
 ) -> Result<Job, StoreError> {
-    let job = read_job(tx, kind, id).await?;
+    let job = read_job_as(tx, kind, id, details).await?;
     if tx.backend() == Backend::Sqlite {
         return Ok(job);
     }
     match job.node_id.or(node) {
         Some(node) => {
             lock_node(tx, node).await?;
-            read_job(tx, kind, id).await
+            read_job_as(tx, kind, id, details).await
         }
         None => Ok(job),
     }
 }
 
 pub(super) async fn read_job(tx: &mut Tx, kind: JobKind, id: Uuid) -> Result<Job, StoreError> {
+    read_job_as(tx, kind, id, Details::Parse).await
+}
+
+async fn read_job_as(
+    tx: &mut Tx,
+    kind: JobKind,
+    id: Uuid,
+    details: Details,
+) -> Result<Job, StoreError> {
     let t = tables(kind);
     let row = tx.fetch_by_id(t.jobs, t.label, id).await?;
-    job_from_row(kind, &row)
+    job_row(kind, &row, details)
 }
 
 /// The retry columns after `update`: a failure's wait is written as given; a success clears
@@ -960,7 +997,8 @@ impl Store {
     ) -> Result<Job, StoreError> {
         let now = self.now();
         let mut tx = self.pool.write().await?;
-        let job = read_job_for_write(&mut tx, kind, id, update.node_id).await?;
+        let job =
+            read_job_for_write(&mut tx, kind, id, update.node_id, Details::of(update)).await?;
         if let Some(fence) = &update.fence {
             check_fence(&mut tx, fence).await?;
         }
@@ -1011,9 +1049,12 @@ impl Store {
             let node = read_node(&mut tx, node).await?;
             check_job_node_state(kind, job.mode(), update.state, node.status).map_err(job_err)?;
         }
-        let updated = self
+        let mut updated = self
             .write_job_row(&mut tx, kind, &job, update, node_id, now)
             .await?;
+        if let Some(written) = &update.stage_details {
+            updated.stage_details = written.clone();
+        }
         if update.state != job.state
             && let Some(event) = domain_event(kind, &updated)
         {
@@ -1138,7 +1179,7 @@ impl Store {
             check_stage(kind, job.mode(), &event.stage)?;
             insert_event(tx, kind, job.id, event, now).await?;
         }
-        job_from_row(kind, &written)
+        job_row(kind, &written, Details::of(update))
     }
 
     /// Apply an operator recovery action (000 §4.9) and audit it (actor, role, reason, prior
@@ -1154,7 +1195,7 @@ impl Store {
         let now = self.now();
         let label = tables(kind).label;
         let mut tx = self.pool.write().await?;
-        let job = read_job_for_write(&mut tx, kind, id, None).await?;
+        let job = read_job_for_write(&mut tx, kind, id, None, Details::Parse).await?;
         let target = action
             .target(job.state)
             .map_err(|source| StoreError::Recovery {

@@ -459,6 +459,25 @@ pub async fn onboarding_journal_records_failures_and_recovery(url: String) {
     assert_eq!(running.started_at, Some(t0() + Duration::seconds(5)));
     assert!(store.serial().await.unwrap() > serial);
 
+    // A write carrying the facts returns them as written and the row keeps them; a write
+    // without facts leaves the row's as they were, and returns those.
+    let facts = json!({"system_id": "abc123", "round": 2, "deploy": {"received": true}});
+    let mut with_facts = JobUpdate::new(JobState::Running);
+    with_facts.stage_details = Some(facts.clone());
+    let written = store
+        .advance_job(JobKind::Onboarding, job.id, &with_facts)
+        .await
+        .unwrap();
+    assert_eq!(written.stage_details, facts);
+    assert_eq!(written.maas_system_id.as_deref(), Some("abc123"));
+    let without = store
+        .advance_job(JobKind::Onboarding, job.id, &JobUpdate::new(JobState::Running))
+        .await
+        .unwrap();
+    assert_eq!(without.stage_details, facts);
+    let read = store.job(JobKind::Onboarding, job.id).await.unwrap();
+    assert_eq!(read.stage_details, facts);
+
     // Unknown stage names and failed-without-class are refused.
     let mut bogus = JobUpdate::new(JobState::Running);
     bogus.stage = Some("deploy_everything".into());
