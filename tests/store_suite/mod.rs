@@ -471,7 +471,11 @@ pub async fn onboarding_journal_records_failures_and_recovery(url: String) {
     assert_eq!(written.stage_details, facts);
     assert_eq!(written.maas_system_id.as_deref(), Some("abc123"));
     let without = store
-        .advance_job(JobKind::Onboarding, job.id, &JobUpdate::new(JobState::Running))
+        .advance_job(
+            JobKind::Onboarding,
+            job.id,
+            &JobUpdate::new(JobState::Running),
+        )
         .await
         .unwrap();
     assert_eq!(without.stage_details, facts);
