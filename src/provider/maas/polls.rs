@@ -16,11 +16,11 @@
 //! signal on the machine's status field, `emit_state_transition_event`), so a poll that asks
 //! only for the status ([`MachinePolls::status`]) is answered from the machine's last reading
 //! while the event log shows no status change (and no warning or error) for it since that
-//! reading: one small events query per round instead of the machines. Each reading remembers the newest event id
-//! known before it was made (any later event has a higher id); a machine is read again when an
-//! event names it, and at least every [`CACHED_IN_A_ROW`]+1 polls whatever the log says, so a
-//! change the log misses (an event committed out of id order, a MAAS that records none) is late
-//! by a few polls, never lost.
+//! reading: one small events query per round instead of the machines. Each reading remembers
+//! the newest event id known before it was made (any later event has a higher id); a machine
+//! is read again when an event names it, and at least every [`CACHED_IN_A_ROW`]+1 polls
+//! whatever the log says, so a change the log misses (an event committed out of id order, a
+//! MAAS that records none) is late by a few polls, never lost.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
