@@ -805,6 +805,57 @@ impl Store {
         .await
     }
 
+    /// What an onboarding's render records on its node, in one write: the reimage generation
+    /// its deploy satisfies and the release policy the manifests give (what
+    /// [`Store::record_reimage_generation`] and [`Store::record_release_policy`] record one by
+    /// one, each with a read and a write of its own: on a wave's path). Audited once, naming
+    /// what changed; a no-op when both are recorded already.
+    pub async fn record_deploy_targets(
+        &self,
+        id: Uuid,
+        generation: u64,
+        policy: &NodePolicy,
+        actor: &Actor,
+    ) -> Result<Node, StoreError> {
+        let generation = i64::try_from(generation).unwrap_or(i64::MAX);
+        let now = self.now();
+        let mut tx = self.pool.write().await?;
+        let node = read_node(&mut tx, id).await?;
+        let mut assignments = Vec::new();
+        let mut recorded = serde_json::Map::new();
+        if node.reimage_generation != Some(generation) {
+            assignments.push(("reimage_generation", Param::from(generation)));
+            recorded.insert("reimage_generation".into(), json!(generation));
+        }
+        if node.release_policy.as_ref() != Some(policy) {
+            let text = serde_json::to_string(policy)
+                .map_err(|e| StoreError::Invalid(format!("release policy: {e}")))?;
+            assignments.push(("release_policy", Param::from(text)));
+            recorded.insert("release_policy".into(), json!(policy));
+        }
+        if assignments.is_empty() {
+            return Ok(node);
+        }
+        let target = node.status;
+        let node = write_node(
+            &mut tx,
+            now,
+            &node,
+            assignments,
+            NodeAudit {
+                actor,
+                reason: None,
+                action: "node.record_deploy_targets",
+                target,
+                correlation_ids: json!({}),
+                details: serde_json::Value::Object(recorded),
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(node)
+    }
+
     /// Record agent contact (heartbeat, 000 §6.3). Not audited: it happens every poll.
     pub async fn touch_agent_contact(&self, id: Uuid) -> Result<(), StoreError> {
         let mut tx = self.pool.write().await?;

@@ -11,6 +11,7 @@ use metalform::lifecycle::{
     DecommissionMode, FailureClass, JobKind, JobState, MaasStatus, NodeState, OnboardingStage,
     Owner, Provider, RecoveryAction, Verb,
 };
+use metalform::model::{EraseMode, NodePolicy, ProfileName};
 use metalform::store::{
     Actor, EnsureOutcome, EventStatus, Job, JobFailure, JobFilter, JobUpdate, MaasStateUpdate,
     NewDecommission, NewNode, NewOnboarding, NewPlan, Node, NodeFilter, NodeTransition, Observed,
@@ -1180,6 +1181,55 @@ pub async fn plans_applies_and_serial(url: String) {
     ));
 }
 
+pub async fn deploy_targets_are_recorded_in_one_audited_write(url: String) {
+    let (store, _) = open(&url).await;
+    let node = store
+        .create_node(&new_node("dc1", "c07u53"), &exec())
+        .await
+        .unwrap();
+    let policy = NodePolicy {
+        profile: ProfileName::new("gpu-mi300x"),
+        erase: EraseMode::Quick,
+        fallback_no_erase: true,
+        remove_from_maas: false,
+        protected: false,
+    };
+    let written = store
+        .record_deploy_targets(node.id, 3, &policy, &exec())
+        .await
+        .unwrap();
+    assert_eq!(written.reimage_generation, Some(3));
+    assert_eq!(written.release_policy.as_ref(), Some(&policy));
+    assert_eq!(written.generation, node.generation + 1, "one write");
+    let audit = store.audit_log("node", &node.id.to_string()).await.unwrap();
+    let recorded: Vec<_> = audit
+        .iter()
+        .filter(|a| a.action == "node.record_deploy_targets")
+        .collect();
+    assert_eq!(recorded.len(), 1);
+    assert_eq!(recorded[0].details["reimage_generation"], json!(3));
+    assert_eq!(
+        recorded[0].details["release_policy"]["erase"],
+        json!("quick")
+    );
+    // Recorded already: nothing written.
+    let again = store
+        .record_deploy_targets(node.id, 3, &policy, &exec())
+        .await
+        .unwrap();
+    assert_eq!(again.generation, written.generation);
+    // A new generation alone is written alone.
+    let moved = store
+        .record_deploy_targets(node.id, 4, &policy, &exec())
+        .await
+        .unwrap();
+    assert_eq!(moved.reimage_generation, Some(4));
+    let audit = store.audit_log("node", &node.id.to_string()).await.unwrap();
+    let last = audit.last().unwrap();
+    assert_eq!(last.action, "node.record_deploy_targets");
+    assert_eq!(last.details, json!({"reimage_generation": 4}));
+}
+
 pub async fn paused_host_and_agent_contact_are_recorded(url: String) {
     let (store, clock) = open(&url).await;
     let id = onboard_to_active(&store, "c07u54").await;
@@ -1650,6 +1700,7 @@ macro_rules! store_suite_tests {
             plans_applies_and_serial,
             drift_is_recorded_and_resolved,
             paused_host_and_agent_contact_are_recorded,
+            deploy_targets_are_recorded_in_one_audited_write,
             concurrent_writers_move_a_node_once,
             cancel_and_restart_clean_go_through_compensation,
             failed_jobs_record_their_next_try,

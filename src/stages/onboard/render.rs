@@ -225,19 +225,21 @@ pub(super) async fn ensure_node_record(ctx: &mut StageCtx<'_>) -> Result<uuid::U
             }
         }
     };
-    // The generation this deploy satisfies (a reimage records its own when it completes).
-    if ctx.job.kind == crate::lifecycle::JobKind::Onboarding {
-        store
-            .record_reimage_generation(node.id, ctx.target.node.reimage.generation, &ctx.env.actor)
-            .await
-            .map_err(|e| StageFailure::store(&e))?;
-    }
-    // How the node may leave the fleet, should it leave the manifests (pruning).
+    // How the node may leave the fleet, should it leave the manifests (pruning), and for an
+    // onboarding the generation this deploy satisfies (a reimage records its own when it
+    // completes): one write.
     let policy = crate::model::NodePolicy::of(&ctx.target.node, &ctx.target.profile);
-    store
-        .record_release_policy(node.id, &policy, &ctx.env.actor)
-        .await
-        .map_err(|e| StageFailure::store(&e))?;
+    let recorded = if ctx.job.kind == crate::lifecycle::JobKind::Onboarding {
+        let generation = ctx.target.node.reimage.generation;
+        store
+            .record_deploy_targets(node.id, generation, &policy, &ctx.env.actor)
+            .await
+    } else {
+        store
+            .record_release_policy(node.id, &policy, &ctx.env.actor)
+            .await
+    };
+    recorded.map_err(|e| StageFailure::store(&e))?;
     ctx.facts.node_id = Some(node.id);
     Ok(node.id)
 }
