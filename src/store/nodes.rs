@@ -765,8 +765,7 @@ impl Store {
         generation: u64,
         actor: &Actor,
     ) -> Result<Node, StoreError> {
-        // Generations are small counters; a value beyond i64 would be a typo held as the max.
-        let generation = i64::try_from(generation).unwrap_or(i64::MAX);
+        let generation = stored_generation(generation);
         let node = self.node(id).await?;
         if node.reimage_generation == Some(generation) {
             return Ok(node);
@@ -793,8 +792,7 @@ impl Store {
         if node.release_policy.as_ref() == Some(policy) {
             return Ok(node);
         }
-        let text = serde_json::to_string(policy)
-            .map_err(|e| StoreError::Invalid(format!("release policy: {e}")))?;
+        let text = policy_text(policy)?;
         self.update_node_fields(
             id,
             actor,
@@ -817,7 +815,7 @@ impl Store {
         policy: &NodePolicy,
         actor: &Actor,
     ) -> Result<Node, StoreError> {
-        let generation = i64::try_from(generation).unwrap_or(i64::MAX);
+        let generation = stored_generation(generation);
         let now = self.now();
         let mut tx = self.pool.write().await?;
         let node = read_node(&mut tx, id).await?;
@@ -828,9 +826,7 @@ impl Store {
             recorded.insert("reimage_generation".into(), json!(generation));
         }
         if node.release_policy.as_ref() != Some(policy) {
-            let text = serde_json::to_string(policy)
-                .map_err(|e| StoreError::Invalid(format!("release policy: {e}")))?;
-            assignments.push(("release_policy", Param::from(text)));
+            assignments.push(("release_policy", Param::from(policy_text(policy)?)));
             recorded.insert("release_policy".into(), json!(policy));
         }
         if assignments.is_empty() {
@@ -903,6 +899,17 @@ impl Store {
         tx.commit().await?;
         Ok(node)
     }
+}
+
+/// A manifest's `reimage.generation` as the store keeps it. Generations are small counters; a
+/// value beyond i64 would be a typo, held as the max.
+fn stored_generation(generation: u64) -> i64 {
+    i64::try_from(generation).unwrap_or(i64::MAX)
+}
+
+/// A release policy as its column holds it.
+fn policy_text(policy: &NodePolicy) -> Result<String, StoreError> {
+    serde_json::to_string(policy).map_err(|e| StoreError::Invalid(format!("release policy: {e}")))
 }
 
 async fn find_live(tx: &mut Tx, site: &str, hostname: &str) -> Result<Option<Node>, StoreError> {
