@@ -6,7 +6,9 @@
 use crate::postgres_support;
 use crate::store_suite;
 
+use metalform::store::{Actor, StoreError};
 use postgres_support::fresh_database;
+use sqlx::{Connection, PgConnection};
 
 crate::store_suite_tests!(fresh_database);
 
@@ -29,4 +31,69 @@ async fn many_concurrent_opens_migrate_once() {
         );
         assert_eq!(store.backend(), metalform::store::Backend::Postgres);
     }
+}
+
+/// Two writers create the same node at once, as two replicas do when one resumes a job the
+/// other held while it was stopped: the second cannot see the first's uncommitted row, so its
+/// insert waits on the unique index and is refused when the first commits. That refusal is the
+/// same duplicate as a row seen before the insert, so the caller recovers the node the first
+/// writer made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_created_by_a_concurrent_writer_is_a_duplicate() {
+    let url = fresh_database().await;
+    let (store, _clock) = store_suite::open(&url).await;
+    let mut first = PgConnection::connect(&url).await.unwrap();
+    let mut open = first.begin().await.unwrap();
+    let theirs = uuid::Uuid::new_v4().to_string();
+    sqlx::query(
+        "INSERT INTO nodes (id, site, hostname, status, provider, generation, created_at,
+            updated_at)
+         VALUES ($1, 'dc1', 'gpu00003', 'enrolling', 'maas', 1,
+             '2026-03-01T08:00:00.000000Z', '2026-03-01T08:00:00.000000Z')",
+    )
+    .bind(&theirs)
+    .execute(&mut *open)
+    .await
+    .unwrap();
+
+    let ours = tokio::spawn(async move {
+        let created = store
+            .create_node(
+                &store_suite::new_node("dc1", "gpu00003"),
+                &Actor::system("apply"),
+            )
+            .await;
+        (store, created)
+    });
+    // Commit only once our insert waits on theirs, so the race is the one replicas meet.
+    let mut watcher = PgConnection::connect(&url).await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&mut watcher)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the second insert never waited on the first"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    open.commit().await.unwrap();
+
+    let (store, created) = ours.await.unwrap();
+    match created {
+        Err(StoreError::DuplicateNode { site, hostname }) => {
+            assert_eq!((site.as_str(), hostname.as_str()), ("dc1", "gpu00003"));
+        }
+        other => panic!("expected a duplicate node, got {other:?}"),
+    }
+    let found = store.find_node("dc1", "gpu00003").await.unwrap().unwrap();
+    assert_eq!(found.id.to_string(), theirs);
 }

@@ -200,6 +200,20 @@ impl StoreError {
         }
     }
 
+    /// A unique index refused an insert: another writer committed the same row first. On
+    /// PostgreSQL a check read before the insert cannot see a row another transaction has not
+    /// committed yet, so the index is the last word on such races.
+    pub(crate) fn is_unique_violation(&self) -> bool {
+        match self {
+            StoreError::Database {
+                source: sqlx::Error::Database(db),
+                ..
+            } => db.is_unique_violation(),
+            StoreError::Write { source, .. } => sqlite_writer::is_unique_violation(source),
+            _ => false,
+        }
+    }
+
     /// A refusal by the lifecycle rules or a conflict with the current state (HTTP 409).
     pub fn is_conflict(&self) -> bool {
         matches!(

@@ -401,15 +401,19 @@ impl Store {
         let id = Uuid::new_v4();
         let now = self.now();
         let mut tx = self.pool.write().await?;
+        let duplicate = || StoreError::DuplicateNode {
+            site: new.site.clone(),
+            hostname: new.hostname.clone(),
+        };
         if find_live(&mut tx, &new.site, &new.hostname)
             .await?
             .is_some()
         {
-            return Err(StoreError::DuplicateNode {
-                site: new.site.clone(),
-                hostname: new.hostname.clone(),
-            });
+            return Err(duplicate());
         }
+        // Two replicas may create the same node at once (one resuming a job the other held
+        // when it stopped): on PostgreSQL both pass the read above, and the index refuses the
+        // second insert once the first commits. That is the same duplicate.
         tx.execute(
             "INSERT INTO nodes (id, site, hostname, status, provider, generation, sku, gpus,
                 ipmi_ip, created_at, updated_at)
@@ -427,7 +431,14 @@ impl Store {
                 format_time(now),
             ],
         )
-        .await?;
+        .await
+        .map_err(|err| {
+            if err.is_unique_violation() {
+                duplicate()
+            } else {
+                err
+            }
+        })?;
         write_audit(
             &mut tx,
             now,

@@ -156,18 +156,6 @@ pub fn note(step: Option<ProvisioningStage>, message: String, details: Value) ->
     }
 }
 
-/// A unique index refused the insert (another active job of the server, raced in).
-fn unique_violation(err: &StoreError) -> bool {
-    match err {
-        StoreError::Database {
-            source: sqlx::Error::Database(db),
-            ..
-        } => db.is_unique_violation(),
-        StoreError::Write { source, .. } => super::sqlite_writer::is_unique_violation(source),
-        _ => false,
-    }
-}
-
 impl Store {
     /// Insert or update servers (the manifests' Redfish nodes): address, login reference,
     /// vendor and node. `last_seen` is kept.
@@ -239,7 +227,7 @@ impl Store {
     /// [`StoreError::ServerBusy`] — by the database's unique index too, when two requests race.
     pub async fn create_provisioning(&self, new: &NewProvisioning) -> Result<Created, StoreError> {
         match self.try_create_provisioning(new).await {
-            Err(err) if unique_violation(&err) => {
+            Err(err) if err.is_unique_violation() => {
                 // Lost a race: the other request's job is there now.
                 let mut tx = self.pool.read().await?;
                 if let Some(job) = same_key(&mut tx, new).await? {
