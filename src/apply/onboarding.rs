@@ -565,9 +565,7 @@ async fn compensate(
         }
     }
     if let Some(node) = job.node_id.or(facts.node_id) {
-        let expired = store
-            .extend_enrollment_tokens(node, chrono::Duration::zero())
-            .await?;
+        let expired = store.expire_enrollment_tokens(node).await?;
         if expired > 0 {
             actions.push(format!("{expired} enrollment token(s) expired"));
         }

@@ -131,8 +131,24 @@ impl Store {
         Ok(claim)
     }
 
-    /// Extend the expiry of a node's unused tokens to now + `ttl` (the "refresh" of 000 §4.6
-    /// WaitForAgentEnrollment). Returns how many tokens were extended.
+    /// Expire every unused token of a node: the payloads that carried them were never
+    /// delivered (a render again, a cancel), so they must not enroll anything. Returns how
+    /// many tokens were expired.
+    pub async fn expire_enrollment_tokens(&self, node: Uuid) -> Result<u64, StoreError> {
+        let mut tx = self.pool.write().await?;
+        let n = tx
+            .execute(
+                "UPDATE enrollment_tokens SET expires_at = $1 WHERE node_id = $2 AND used_at IS NULL",
+                &params![format_time(self.now()), node.to_string()],
+            )
+            .await?;
+        tx.commit().await?;
+        Ok(n)
+    }
+
+    /// Extend the expiry of a node's newest unused token, the one its last rendered payload
+    /// carries, to now + `ttl` (the "refresh" of 000 §4.6 WaitForAgentEnrollment). Tokens
+    /// expired by a later render stay expired. Returns how many tokens were extended (0 or 1).
     pub async fn extend_enrollment_tokens(
         &self,
         node: Uuid,
@@ -141,7 +157,9 @@ impl Store {
         let mut tx = self.pool.write().await?;
         let n = tx
             .execute(
-                "UPDATE enrollment_tokens SET expires_at = $1 WHERE node_id = $2 AND used_at IS NULL",
+                "UPDATE enrollment_tokens SET expires_at = $1 WHERE token_hash = (
+                    SELECT token_hash FROM enrollment_tokens WHERE node_id = $2 AND used_at IS NULL
+                    ORDER BY created_at DESC, expires_at DESC LIMIT 1)",
                 &params![format_time(self.now() + ttl), node.to_string()],
             )
             .await?;

@@ -1143,6 +1143,34 @@ pub async fn enrollment_tokens_are_single_use_with_ttl(url: String) {
         "{err}"
     );
     assert!(!err.to_string().contains(expired.expose()));
+
+    // Rendered again: the first payload's token is expired, and a refresh extends the new
+    // one only (the first must not come back to life).
+    let (stale, _) = store
+        .issue_enrollment_token(node.id, None, Duration::hours(2))
+        .await
+        .unwrap();
+    assert_eq!(store.expire_enrollment_tokens(node.id).await.unwrap(), 2);
+    let (fresh, _) = store
+        .issue_enrollment_token(node.id, None, Duration::minutes(30))
+        .await
+        .unwrap();
+    clock.advance(Duration::minutes(20));
+    assert_eq!(
+        store
+            .extend_enrollment_tokens(node.id, Duration::minutes(30))
+            .await
+            .unwrap(),
+        1
+    );
+    clock.advance(Duration::minutes(20));
+    let err = store.consume_enrollment_token(&stale).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("invalid enrollment token: expired at"),
+        "{err}"
+    );
+    store.consume_enrollment_token(&fresh).await.unwrap();
 }
 
 pub async fn plans_applies_and_serial(url: String) {

@@ -287,7 +287,7 @@ async fn deliver_enrollment(
     };
     let store = &ctx.env.store;
     store
-        .extend_enrollment_tokens(node_id, chrono::Duration::zero())
+        .expire_enrollment_tokens(node_id)
         .await
         .map_err(|e| StageFailure::store(&e))?;
     let ttl = chrono::Duration::from_std(ctx.target.profile.enrollment.token_ttl)

@@ -41,7 +41,7 @@ pub(super) async fn ensure_node_and_payload(
     // Payloads rendered before were never delivered (no deploy reached MAAS in this round):
     // their tokens must not work any more.
     store
-        .extend_enrollment_tokens(node, chrono::Duration::zero())
+        .expire_enrollment_tokens(node)
         .await
         .map_err(|e| StageFailure::store(&e))?;
     let ttl = chrono::Duration::from_std(ctx.target.profile.enrollment.token_ttl)
