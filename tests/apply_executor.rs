@@ -11,16 +11,41 @@ use metalform::lifecycle::{JobKind, JobState, RecoveryAction};
 use metalform::store::Actor;
 use onboard_support::{Bed, Setup, SiteSetup};
 
+/// `maxParallel` bounds the machines of a (site, profile) booting at once (commissioning,
+/// testing, deploying: read from the simulator's own log of status changes, so no moment is
+/// missed), while as many nodes again run ahead of the slots to find and configure their
+/// machines.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn at_most_max_parallel_nodes_of_a_profile_run_at_once() {
+async fn at_most_max_parallel_machines_of_a_profile_boot_at_once() {
     let mut setup = Setup::one_site(SiteSetup::generated("dc1", 41, 6, 0));
     setup.max_parallel = 2;
     let bed = Bed::start(setup).await;
     let report = bed.executor().run(bed.onboard_all()).await;
     assert!(report.all_converged(), "{report:#?}");
+
+    let busy = |status: &str| matches!(status, "Commissioning" | "Testing" | "Deploying");
+    let changes: Vec<(String, String)> = bed.sim("dc1").with_world(|w| {
+        w.events
+            .iter()
+            .filter(|e| e.kind == "Node changed status")
+            .filter_map(|e| {
+                let (from, to) = e.description.strip_prefix("From '")?.split_once("' to '")?;
+                Some((from.to_owned(), to.strip_suffix('\'')?.to_owned()))
+            })
+            .collect()
+    });
+    let (mut booting, mut most_booting) = (0i32, 0i32);
+    for (from, to) in &changes {
+        booting += i32::from(busy(to)) - i32::from(busy(from));
+        most_booting = most_booting.max(booting);
+    }
+    assert_eq!(
+        most_booting, 2,
+        "concurrency.maxParallel bounds the machines booting: {changes:?}"
+    );
+
     let events = bed.progress.events.lock().unwrap().clone();
-    let mut running = 0usize;
-    let mut most = 0usize;
+    let (mut running, mut most_running) = (0usize, 0usize);
     for event in &events {
         match event.status {
             ProgressStatus::Begin => running += 1,
@@ -29,11 +54,11 @@ async fn at_most_max_parallel_nodes_of_a_profile_run_at_once() {
             }
             _ => {}
         }
-        most = most.max(running);
+        most_running = most_running.max(running);
     }
     assert_eq!(
-        most, 2,
-        "concurrency.maxParallel bounds the nodes in flight"
+        most_running, 4,
+        "as many nodes again as maxParallel prepare ahead of the slots"
     );
 }
 

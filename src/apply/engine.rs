@@ -5,7 +5,9 @@
 //! restart-clean is compensated. Everything else is here, once:
 //!
 //! - **concurrency**: each work item on its own task, at most the profile's
-//!   `concurrency.maxParallel` per (site, profile); one node's failure never blocks another;
+//!   `concurrency.maxParallel` per (site, profile) in the stages that need a slot (a kind
+//!   whose first stages only prepare admits as many nodes again ahead of the slots, so a freed
+//!   slot goes to a node ready to use it); one node's failure never blocks another;
 //! - **lease and fencing**: the node lease first (`lease`: one per node, whatever the kind, so
 //!   two jobs never work on a node at once), every journal write fenced by it;
 //! - **journal**: one `started` event when a stage attempt begins and one `succeeded`,
@@ -40,8 +42,8 @@ use super::progress::{self, Progress, ProgressStatus};
 use super::{ExecutorOptions, StopSignal};
 use crate::lifecycle::{FailureClass, JobKind, JobState, NodeState, Owner, StageName};
 use crate::stages::{
-    Checkpoint, JournalFacts, NodeMemory, Retry, StageClock, StageDone, StageEnv, StageFailure,
-    StageOutcome,
+    Checkpoint, JournalFacts, NodeMemory, Retry, SlotStanding, StageClock, StageDone, StageEnv,
+    StageFailure, StageOutcome,
 };
 use crate::store::{
     EventStatus, Fence, Job, JobFailure, JobUpdate, LeaseTarget, NodeTransition, RetryWait,
@@ -97,6 +99,19 @@ pub trait Kind: Send + Sync + Sized + 'static {
 
     /// The item's concurrency group (site, profile) and its limit, if it has a profile.
     fn limit(item: &Self::Item) -> Option<((String, String), usize)>;
+
+    /// Whether nodes of a group may run the stages [`Kind::needs_slot`] exempts while every
+    /// slot is taken: as many nodes as the limit are admitted ahead of the slots. `false`
+    /// (the default): a node is admitted only with a slot.
+    const PREPARES_AHEAD: bool = false;
+
+    /// Whether `stage` runs only under one of its group's slots, given what the node's run
+    /// last saw. Once taken, a slot is kept until the node's run ends;
+    /// a stage may also ask for one itself ([`NodeMemory::boot_allowed`]). The default: every
+    /// stage.
+    fn needs_slot(_stage: Self::Stage, _memory: &NodeMemory) -> bool {
+        true
+    }
 
     /// Find or create the job the item names and move it where it can run (`pending` or
     /// `running`); anything else ends the node's run with a reason.
@@ -280,25 +295,25 @@ impl<K: Kind> Engine<K> {
     /// one result per item, ordered by node.
     pub async fn run(&self, items: Vec<K::Item>) -> ApplyReport {
         self.shared.progress.total(items.len());
-        let mut limits: BTreeMap<(String, String), Arc<tokio::sync::Semaphore>> = BTreeMap::new();
+        let mut limits: BTreeMap<(String, String), GroupLimit> = BTreeMap::new();
         let mut tasks = tokio::task::JoinSet::new();
         for item in items {
             let limit = K::limit(&item).map(|(group, parallel)| {
                 limits
                     .entry(group)
-                    .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(parallel.max(1))))
+                    .or_insert_with(|| GroupLimit::new(parallel, K::PREPARES_AHEAD))
                     .clone()
             });
             let shared = self.shared.clone();
             tasks.spawn(async move {
-                let _permit = match limit {
-                    Some(limit) => limit.acquire_owned().await.ok(),
-                    None => None,
+                let (_admitted, slots) = match limit {
+                    Some(limit) => (limit.admit.acquire_owned().await.ok(), Some(limit.slots)),
+                    None => (None, None),
                 };
                 if shared.options.stop.is_stopped() {
                     return not_started::<K>(&shared, &item);
                 }
-                run_item::<K>(&shared, &item).await
+                run_item::<K>(&shared, &item, slots).await
             });
         }
         let mut results = Vec::new();
@@ -329,7 +344,7 @@ impl<K: Kind> Engine<K> {
                     .into(),
             },
             Ok(lease) => {
-                let run = Run::<K>::new(shared, &item, &lease);
+                let run = Run::<K>::new(shared, &item, &lease, None);
                 let outcome = run.compensate_job(job_id, how).await;
                 lease.release().await;
                 outcome.unwrap_or_else(|err| NodeOutcome::Aborted {
@@ -345,6 +360,37 @@ impl<K: Kind> Engine<K> {
             outcome,
         }
     }
+}
+
+/// One (site, profile) group's limit in an executor: `maxParallel` slots, and the nodes
+/// admitted to run (the slots' holders, and as many again ahead of them when the kind
+/// prepares ahead).
+#[derive(Clone)]
+struct GroupLimit {
+    admit: Arc<tokio::sync::Semaphore>,
+    slots: Arc<tokio::sync::Semaphore>,
+}
+
+impl GroupLimit {
+    fn new(parallel: usize, prepares_ahead: bool) -> Self {
+        let parallel = parallel.max(1);
+        let admitted = if prepares_ahead {
+            2 * parallel
+        } else {
+            parallel
+        };
+        Self {
+            admit: Arc::new(tokio::sync::Semaphore::new(admitted)),
+            slots: Arc::new(tokio::sync::Semaphore::new(parallel)),
+        }
+    }
+}
+
+/// The slots of a node's group (none for an item without a limit) and the one this run
+/// holds, from the first stage that needs it to the run's end.
+struct Slot {
+    group: Option<Arc<tokio::sync::Semaphore>>,
+    held: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 /// Why a node's run stopped early.
@@ -420,7 +466,11 @@ fn not_started<K: Kind>(shared: &Shared, item: &K::Item) -> NodeResult {
 /// below, so that size is what a waiting node keeps (its job, facts and sleep), not the
 /// largest store call's: unboxed, every node of a 10,000-node wave held ~25 KB for calls
 /// it was not making.
-async fn run_item<K: Kind>(shared: &Shared, item: &K::Item) -> NodeResult {
+async fn run_item<K: Kind>(
+    shared: &Shared,
+    item: &K::Item,
+    slots: Option<Arc<tokio::sync::Semaphore>>,
+) -> NodeResult {
     let label = label::<K>(item);
     let lease = match Box::pin(acquire::<K>(shared, item)).await {
         Ok(lease) => lease,
@@ -434,7 +484,7 @@ async fn run_item<K: Kind>(shared: &Shared, item: &K::Item) -> NodeResult {
             };
         }
     };
-    let mut run = Run::<K>::new(shared, item, &lease);
+    let mut run = Run::<K>::new(shared, item, &lease, slots);
     let taken = {
         let _pass = shared.pass(K::KIND).await;
         K::take_up(&mut run).await
@@ -468,6 +518,7 @@ pub struct Run<'a, K: Kind> {
     label: String,
     memory: NodeMemory,
     rng: ChaCha8Rng,
+    slot: Slot,
 }
 
 /// One pass of one stage: what the kind's stage functions get.
@@ -485,7 +536,12 @@ pub struct Pass<'a, K: Kind> {
 }
 
 impl<'a, K: Kind> Run<'a, K> {
-    fn new(shared: &'a Shared, item: &'a K::Item, lease: &'a NodeLease) -> Self {
+    fn new(
+        shared: &'a Shared,
+        item: &'a K::Item,
+        lease: &'a NodeLease,
+        slots: Option<Arc<tokio::sync::Semaphore>>,
+    ) -> Self {
         let label = label::<K>(item);
         Self {
             shared,
@@ -493,8 +549,32 @@ impl<'a, K: Kind> Run<'a, K> {
             lease,
             rng: backoff::node_rng(shared.options.seed, &label),
             label,
-            memory: NodeMemory::default(),
+            memory: NodeMemory {
+                slot: if slots.is_some() {
+                    SlotStanding::Without
+                } else {
+                    SlotStanding::Held
+                },
+                ..NodeMemory::default()
+            },
+            slot: Slot {
+                group: slots,
+                held: None,
+            },
         }
+    }
+
+    /// Whether `stage` must wait for a slot first.
+    fn waits_for_slot(&self, stage: K::Stage) -> bool {
+        self.memory.slot != SlotStanding::Held && K::needs_slot(stage, &self.memory)
+    }
+
+    /// Wait for one of the group's slots (no pass held), kept until the run ends.
+    async fn take_slot(&mut self) {
+        if let Some(group) = &self.slot.group {
+            self.slot.held = group.clone().acquire_owned().await.ok();
+        }
+        self.memory.slot = SlotStanding::Held;
     }
 
     pub fn env(&self) -> &StageEnv {
@@ -640,7 +720,12 @@ impl<'a, K: Kind> Run<'a, K> {
             let permit = self.shared.pass(K::KIND).await;
             let after = Box::pin(self.stage_pass(id, &mut between)).await;
             drop(permit);
-            match after? {
+            let after = match after? {
+                // A stage asked for a slot before booting the machine.
+                AfterPass::Sleep(..) if self.memory.slot == SlotStanding::Wanted => AfterPass::Slot,
+                other => other,
+            };
+            match after {
                 AfterPass::Again => {}
                 AfterPass::Sleep(sleep, None) => stop.sleep(sleep).await,
                 // Woken by the node's agent (an enrollment this process recorded), else at
@@ -650,6 +735,12 @@ impl<'a, K: Kind> Run<'a, K> {
                     () = watch.wait(sleep) => {}
                 },
                 AfterPass::End(outcome) => return Ok(outcome),
+                // Waited for with no pass held; a stopping executor ends the node at its next
+                // pass instead.
+                AfterPass::Slot => tokio::select! {
+                    () = self.take_slot() => {}
+                    () = stop.stopped() => {}
+                },
             }
         }
     }
@@ -710,6 +801,10 @@ impl<'a, K: Kind> Run<'a, K> {
                 reason: format!("journal of {id}: {e}"),
             })
         })?;
+        if self.waits_for_slot(stage) {
+            *known = Some((job, read_at, stored));
+            return Ok(AfterPass::Slot);
+        }
         let mut facts = stored.clone();
         K::prepare(self, &mut facts);
         let (job, stored) = match self.begin_attempt(&job, stage, &mut facts).await? {
@@ -777,7 +872,9 @@ impl<'a, K: Kind> Run<'a, K> {
                         // The next stage's first attempt opens in the same write (its
                         // `started` record is durable before it runs, as when written on
                         // its own); a stopping executor leaves it unopened.
-                        let opening = !stop.is_stopped();
+                        // Nor one that waits for a slot first: its attempt (and its timeouts)
+                        // start when it can run.
+                        let opening = !stop.is_stopped() && !self.waits_for_slot(next);
                         if opening {
                             K::prepare(self, &mut facts);
                             let now = self.shared.env.clock.now();
@@ -973,6 +1070,8 @@ enum AfterPass {
     Sleep(Duration, Option<crate::agent::AgentWatch>),
     /// The node's run ends.
     End(NodeOutcome),
+    /// The stage needs one of the group's slots: wait for it, then pass again.
+    Slot,
 }
 
 /// A stage pass, with where a finished stage leads.

@@ -28,7 +28,7 @@ use crate::lifecycle::{
 use crate::plan::NodeTarget;
 use crate::provider::maas::{MaasError, ReleaseParams};
 use crate::stages::onboard::{Facts, StageCtx, TakeOverFacts};
-use crate::stages::{Next, StageDone, StageFailure, StageOutcome};
+use crate::stages::{Next, NodeMemory, StageDone, StageFailure, StageOutcome};
 use crate::store::{
     EventStatus, Job, JobFailure, JobFilter, JobUpdate, MaasStateUpdate, NewOnboarding, StageEvent,
     Store, StoreError,
@@ -167,6 +167,48 @@ impl Kind for Onboarding {
 
     fn limit(item: &WorkItem) -> Option<((String, String), usize)> {
         Some(profile_limit(&item.target))
+    }
+
+    /// `maxParallel` bounds the machines a site boots at once (the seed's concern: rack
+    /// controllers' PXE capacity): from the commissioning of a machine that needs one, or the
+    /// rendering of its deploy, to the agent's enrollment. Finding the machine and configuring
+    /// it in MAAS boot nothing, so that many more nodes do it ahead, and a slot freed by one
+    /// node goes to a node ready to deploy at once.
+    const PREPARES_AHEAD: bool = true;
+
+    /// Finding the machine boots nothing (a discovery asks for a slot before it PXE-boots a
+    /// machine MAAS does not have), nor does configuring a Ready one.
+    fn needs_slot(stage: OnboardingStage, memory: &NodeMemory) -> bool {
+        use OnboardingStage as S;
+        let seen_ready = || {
+            memory
+                .observed
+                .as_ref()
+                .and_then(|o| o.status.as_deref())
+                .and_then(MaasStatus::from_name)
+                == Some(MaasStatus::Ready)
+        };
+        match stage {
+            S::LoadSiteConfig
+            | S::ResolvePowerCredentials
+            | S::CreateOrFindInMaas
+            | S::ConfigureStorage
+            | S::ApplyRocePhase2
+            | S::EnsurePxeInterfaceAuto => false,
+            // Commissioning boots the machine; one just seen Ready is not commissioned (the
+            // stage asks for a slot if MAAS says otherwise by then).
+            S::CommissionNode | S::WaitForReady => !seen_ready(),
+            // Rendering issues the enrollment token, whose lifetime is counted from there for
+            // the deploy and first boot: no wait for a slot in between.
+            S::RenderCloudInit
+            | S::DeployViaMaas
+            | S::WaitForDeployed
+            | S::ClassifyDeployFailure
+            | S::RecoverForDatasourceRetry
+            | S::EnsureHardwareSyncConfigured
+            | S::WaitForHardwareSyncHealthy
+            | S::WaitForAgentEnrollment => true,
+        }
     }
 
     /// A failed onboarding is retried by the reconciler (resume or rerun) after its backoff.

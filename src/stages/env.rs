@@ -121,6 +121,33 @@ pub struct NodeMemory {
     pub observed: Option<Observed>,
     /// Why the current stage last waited (a timeout reports it).
     pub last_wait: Option<String>,
+    /// The node's place among its group's `maxParallel` slots.
+    pub slot: SlotStanding,
+}
+
+/// Where a node's run stands with its group's `maxParallel` slots (the executor takes one
+/// before the stages that need it; a stage about to boot the machine outside those asks).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum SlotStanding {
+    /// No slot held yet.
+    #[default]
+    Without,
+    /// A stage asked for one (and waits): the executor takes one, then passes again.
+    Wanted,
+    /// Held until the node's run ends (or the node has no limit).
+    Held,
+}
+
+impl NodeMemory {
+    /// Whether the run may boot the machine now; if not, the slot is asked for and the stage
+    /// should wait.
+    pub fn boot_allowed(&mut self) -> bool {
+        if self.slot == SlotStanding::Held {
+            return true;
+        }
+        self.slot = SlotStanding::Wanted;
+        false
+    }
 }
 
 /// The stage attempt the journal is in.

@@ -24,8 +24,8 @@ use crate::provider::maas::MaasError;
 use crate::secrets::SecretError;
 use crate::store::StoreError;
 pub use env::{
-    Checkpoint, JournalFacts, MaasAccess, NodeMemory, Peers, SitePeers, SitePreflight, StageClock,
-    StageEnv, checkpoint,
+    Checkpoint, JournalFacts, MaasAccess, NodeMemory, Peers, SitePeers, SitePreflight,
+    SlotStanding, StageClock, StageEnv, checkpoint,
 };
 
 /// Where the job goes after a stage is done.

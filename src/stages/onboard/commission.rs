@@ -169,6 +169,9 @@ pub(super) async fn ensure_commissioning_started(
     let maas = ctx.maas().await?;
     let sid = machine.system_id.clone();
     match machine.status.known() {
+        Some(S::New | S::FailedCommissioning | S::Broken) if !ctx.memory.boot_allowed() => {
+            Ok(StageOutcome::wait(super::SLOT_WAIT))
+        }
         Some(S::New) => {
             set_identity(ctx, &machine).await?;
             maas.accept(&[&sid])

@@ -170,6 +170,10 @@ async fn discover(
         .iter()
         .filter(|m| m.status == MaasStatus::New)
         .collect();
+    let booted = ctx.facts.discovery.as_ref().is_some_and(|d| d.power_cycled);
+    if !booted && !ctx.memory.boot_allowed() {
+        return Ok(StageOutcome::wait(super::SLOT_WAIT));
+    }
     let Some(discovery) = ctx.facts.discovery.clone() else {
         // Remember what was New before the PXE boot, then boot (the journal first: a restart
         // must not mistake an old machine for one this run discovered).
@@ -184,7 +188,13 @@ async fn discover(
     if !discovery.power_cycled {
         return power_cycle(ctx, bmc).await;
     }
-    if let Some(limit) = ctx.timed_out(PolicyTimeout::Discovery) {
+    // Timed from the PXE boot: a wait for a free slot before it is not the machine's.
+    let limit = ctx.timeout_of(PolicyTimeout::Discovery);
+    if (ctx.now - discovery.started_at)
+        .to_std()
+        .unwrap_or_default()
+        > limit
+    {
         return Err(StageFailure::timeout(
             PolicyTimeout::Discovery,
             limit,
