@@ -203,3 +203,47 @@ async fn a_take_over_permission_releases_only_the_machine_it_names() {
         JobState::Completed
     );
 }
+
+/// A node renders its payload ahead of its place under `maxParallel`, then waits for it (here
+/// one whole run of the other node, over a twentieth of the token's lifetime): its deploy
+/// renews the token, so it still lasts the deploy and the first boot, and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_token_that_waited_for_its_place_is_renewed_at_deploy() {
+    let mut setup = Setup::one_site(SiteSetup::generated("dc1", 45, 2, 0));
+    setup.max_parallel = 1;
+    let bed = Bed::start(setup).await;
+    let mut items = bed.onboard_all();
+    for item in &mut items {
+        item.target.profile.enrollment.token_ttl = std::time::Duration::from_secs(10);
+    }
+    let report = bed.executor().run(items).await;
+    assert!(report.all_converged(), "{report:#?}");
+
+    let mut deploys = Vec::new();
+    for job in bed.jobs().await {
+        let events = bed
+            .store
+            .job_events(JobKind::Onboarding, job.id, 200)
+            .await
+            .unwrap();
+        let deploy = events
+            .into_iter()
+            .find(|e| e.stage == "deploy_via_maas" && e.status == "succeeded")
+            .expect("a deploy event");
+        deploys.push(deploy);
+    }
+    deploys.sort_by_key(|e| e.occurred_at);
+    // The second deploy waited for the first node's whole run (its deployment alone is over a
+    // second): more than the twentieth of the token's lifetime that is never renewed.
+    let second = deploys.last().unwrap();
+    assert!(
+        !second.details["token_renewed_until"].is_null(),
+        "{:?}",
+        second.details
+    );
+    let message = second.message.as_deref().unwrap_or_default();
+    assert!(
+        message.contains("the enrollment token, rendered before a place was free, renewed until"),
+        "{message}"
+    );
+}

@@ -170,14 +170,14 @@ impl Kind for Onboarding {
     }
 
     /// `maxParallel` bounds the machines a site boots at once (the seed's concern: rack
-    /// controllers' PXE capacity): from the commissioning of a machine that needs one, or the
-    /// rendering of its deploy, to the agent's enrollment. Finding the machine and configuring
+    /// controllers' PXE capacity): from the commissioning of a machine that needs one, or its
+    /// deploy, to the agent's enrollment. Finding the machine and configuring
     /// it in MAAS boot nothing, so that many more nodes do it ahead, and a slot freed by one
     /// node goes to a node ready to deploy at once.
     const PREPARES_AHEAD: bool = true;
 
     /// Finding the machine boots nothing (a discovery asks for a slot before it PXE-boots a
-    /// machine MAAS does not have), nor does configuring a Ready one.
+    /// machine MAAS does not have), nor do configuring a Ready one and rendering its payload.
     fn needs_slot(stage: OnboardingStage, memory: &NodeMemory) -> bool {
         use OnboardingStage as S;
         let seen_ready = || {
@@ -194,14 +194,13 @@ impl Kind for Onboarding {
             | S::CreateOrFindInMaas
             | S::ConfigureStorage
             | S::ApplyRocePhase2
-            | S::EnsurePxeInterfaceAuto => false,
+            | S::EnsurePxeInterfaceAuto
+            // The deploy renews the token if it waited too long for the place.
+            | S::RenderCloudInit => false,
             // Commissioning boots the machine; one just seen Ready is not commissioned (the
             // stage asks for a slot if MAAS says otherwise by then).
             S::CommissionNode | S::WaitForReady => !seen_ready(),
-            // Rendering issues the enrollment token, whose lifetime is counted from there for
-            // the deploy and first boot: no wait for a slot in between.
-            S::RenderCloudInit
-            | S::DeployViaMaas
+            S::DeployViaMaas
             | S::WaitForDeployed
             | S::ClassifyDeployFailure
             | S::RecoverForDatasourceRetry

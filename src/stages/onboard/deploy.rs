@@ -93,6 +93,7 @@ pub(super) async fn ensure_deploy_issued(
             json!({}),
         ));
     };
+    let renewed = renew_short_token(ctx).await?;
     let distro_series = maas_distro_series(&ctx.target.profile.image.distro_series);
     let round = ctx
         .facts
@@ -129,9 +130,15 @@ pub(super) async fn ensure_deploy_issued(
             mark_received(ctx);
             // The payload is in MAAS now; drop our copy of the token.
             ctx.memory.user_data = None;
+            let renewal = renewed.map_or(String::new(), |at| {
+                format!(
+                    "; the enrollment token, rendered before a place was free, renewed until {}",
+                    at.format("%Y-%m-%d %H:%M:%SZ")
+                )
+            });
             Ok(StageOutcome::done(
-                format!("deploy of {distro_series} issued to {sid} (round {round})"),
-                json!({"round": round, "distro_series": distro_series}),
+                format!("deploy of {distro_series} issued to {sid} (round {round}){renewal}"),
+                json!({"round": round, "distro_series": distro_series, "token_renewed_until": renewed}),
             ))
         }
         Err(err) if err.is_outcome_unknown() => {
@@ -158,6 +165,38 @@ pub(super) async fn ensure_deploy_issued(
         }
         Err(err) => Err(StageFailure::maas(&err)),
     }
+}
+
+/// The payload was rendered before the node had its place under `maxParallel` (nodes prepare
+/// ahead), so its token may have waited: it must still outlast the deploy and the first boot
+/// from now, or a whole lifetime when the profile's is shorter than those. A token short of
+/// that gets a fresh lifetime; it is this payload's, the node's newest.
+/// Returns the renewed token's expiry.
+async fn renew_short_token(
+    ctx: &mut StageCtx<'_>,
+) -> Result<Option<chrono::DateTime<chrono::Utc>>, StageFailure> {
+    let (Some(rendered), Some(node)) = (ctx.facts.cloud_init.as_ref(), ctx.facts.node_id) else {
+        return Ok(None);
+    };
+    let long =
+        |d: std::time::Duration| chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX);
+    let profile = &ctx.target.profile;
+    let ttl = long(profile.enrollment.token_ttl);
+    let needed = long(profile.timeouts.deploy + profile.timeouts.enrollment).min(ttl);
+    // Some slack: a token rendered just before is never renewed.
+    if rendered.token_expires_at - ctx.now >= needed - needed / 20 {
+        return Ok(None);
+    }
+    ctx.env
+        .store
+        .extend_enrollment_tokens(node, ttl)
+        .await
+        .map_err(|e| StageFailure::store(&e))?;
+    let expires_at = ctx.now + ttl;
+    if let Some(rendered) = ctx.facts.cloud_init.as_mut() {
+        rendered.token_expires_at = expires_at;
+    }
+    Ok(Some(expires_at))
 }
 
 /// The deployed addresses, the SSH interface's first.
