@@ -306,14 +306,14 @@ impl<K: Kind> Engine<K> {
             });
             let shared = self.shared.clone();
             tasks.spawn(async move {
-                let (_admitted, slots) = match limit {
-                    Some(limit) => (limit.admit.acquire_owned().await.ok(), Some(limit.slots)),
-                    None => (None, None),
+                let _admitted = match &limit {
+                    Some(limit) => limit.admit.clone().acquire_owned().await.ok(),
+                    None => None,
                 };
                 if shared.options.stop.is_stopped() {
                     return not_started::<K>(&shared, &item);
                 }
-                run_item::<K>(&shared, &item, slots).await
+                run_item::<K>(&shared, &item, limit).await
             });
         }
         let mut results = Vec::new();
@@ -363,33 +363,44 @@ impl<K: Kind> Engine<K> {
 }
 
 /// One (site, profile) group's limit in an executor: `maxParallel` slots, and the nodes
-/// admitted to run (the slots' holders, and as many again ahead of them when the kind
-/// prepares ahead).
+/// admitted to run: the slots' holders, and when the kind prepares ahead, as many again once
+/// every slot is taken. Until then the first nodes prepare alone, so the first deploys are
+/// not slowed by the nodes that follow them.
 #[derive(Clone)]
 struct GroupLimit {
+    parallel: usize,
     admit: Arc<tokio::sync::Semaphore>,
     slots: Arc<tokio::sync::Semaphore>,
+    /// The nodes ahead are admitted (or never will be: the kind does not prepare ahead).
+    ahead: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl GroupLimit {
     fn new(parallel: usize, prepares_ahead: bool) -> Self {
         let parallel = parallel.max(1);
-        let admitted = if prepares_ahead {
-            2 * parallel
-        } else {
-            parallel
-        };
         Self {
-            admit: Arc::new(tokio::sync::Semaphore::new(admitted)),
+            parallel,
+            admit: Arc::new(tokio::sync::Semaphore::new(parallel)),
             slots: Arc::new(tokio::sync::Semaphore::new(parallel)),
+            ahead: Arc::new(std::sync::atomic::AtomicBool::new(!prepares_ahead)),
         }
+    }
+
+    async fn take_slot(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let held = self.slots.clone().acquire_owned().await.ok();
+        if self.slots.available_permits() == 0
+            && !self.ahead.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            self.admit.add_permits(self.parallel);
+        }
+        held
     }
 }
 
-/// The slots of a node's group (none for an item without a limit) and the one this run
-/// holds, from the first stage that needs it to the run's end.
+/// The limit of a node's group (none for an item without one) and the slot this run holds,
+/// from the first stage that needs it to the run's end.
 struct Slot {
-    group: Option<Arc<tokio::sync::Semaphore>>,
+    group: Option<GroupLimit>,
     held: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
@@ -469,7 +480,7 @@ fn not_started<K: Kind>(shared: &Shared, item: &K::Item) -> NodeResult {
 async fn run_item<K: Kind>(
     shared: &Shared,
     item: &K::Item,
-    slots: Option<Arc<tokio::sync::Semaphore>>,
+    slots: Option<GroupLimit>,
 ) -> NodeResult {
     let label = label::<K>(item);
     let lease = match Box::pin(acquire::<K>(shared, item)).await {
@@ -540,7 +551,7 @@ impl<'a, K: Kind> Run<'a, K> {
         shared: &'a Shared,
         item: &'a K::Item,
         lease: &'a NodeLease,
-        slots: Option<Arc<tokio::sync::Semaphore>>,
+        slots: Option<GroupLimit>,
     ) -> Self {
         let label = label::<K>(item);
         Self {
@@ -572,7 +583,7 @@ impl<'a, K: Kind> Run<'a, K> {
     /// Wait for one of the group's slots (no pass held), kept until the run ends.
     async fn take_slot(&mut self) {
         if let Some(group) = &self.slot.group {
-            self.slot.held = group.clone().acquire_owned().await.ok();
+            self.slot.held = group.take_slot().await;
         }
         self.memory.slot = SlotStanding::Held;
     }
