@@ -9,7 +9,9 @@
 //! minimum and the ratio, the apply's peak RSS (its own VmHWM, read while it runs)
 //! and CPU (user + system), the simulator's CPU, the MAAS requests it answered, and nodes
 //! converged. Asserted (behaviour only, never times): every node active, every machine
-//! deployed exactly once.
+//! deployed exactly once, and never more machines of a site commissioning, testing or
+//! deploying at once than `maxParallel` (from the simulator's log of status changes, read
+//! through its MAAS API).
 //!
 //! The simulated minimum. A Ready machine's onboarding waits on the simulator twice: the
 //! deployment (`Timings::deploying_secs`, 600 s) and the deployed OS booting its agent until
@@ -63,6 +65,50 @@ struct Region {
     maas_url: String,
     api_key: String,
     control: String,
+}
+
+/// The most machines of a region commissioning, testing or deploying at once, from MAAS's
+/// own log of status changes (`Node changed status` events, read in id order through the MAAS
+/// API), so no moment between two samples is missed.
+async fn most_booting_at_once(region: &Region) -> usize {
+    use metalform::provider::maas::{EventLevel, EventsQuery, MaasClient, MaasClientOptions};
+    let maas = MaasClient::new(
+        &region.maas_url,
+        metalform::secrets::Secret::new(region.api_key.clone()),
+        MaasClientOptions::default(),
+    )
+    .expect("a MAAS client of the simulator");
+    let busy = |status: &str| matches!(status, "Commissioning" | "Testing" | "Deploying");
+    let (mut after, mut booting, mut most) = (0i64, 0i64, 0i64);
+    loop {
+        let page = maas
+            .query_events(&EventsQuery {
+                level: Some(EventLevel::Debug),
+                limit: Some(1000),
+                after: Some(after),
+                ..EventsQuery::default()
+            })
+            .await
+            .expect("the simulator's events");
+        let Some(newest) = page.newest_id() else {
+            break;
+        };
+        // Newest first on the page: walk it oldest first.
+        for event in page.events.iter().rev() {
+            let change = event
+                .description
+                .strip_prefix("From '")
+                .and_then(|rest| rest.split_once("' to '"))
+                .filter(|_| event.event_type == "Node changed status");
+            if let Some((from, to)) = change {
+                let to = to.trim_end_matches('\'');
+                booting += i64::from(busy(to)) - i64::from(busy(from));
+                most = most.max(booting);
+            }
+        }
+        after = newest;
+    }
+    usize::try_from(most).unwrap_or(0)
 }
 
 /// Start `metalform sim` with `regions` regions and read the address of each.
@@ -220,6 +266,7 @@ async fn main() {
         http.get(url).send().await.unwrap().json().await.unwrap()
     };
     let mut requests = 0;
+    let mut most_booting = Vec::new();
     // Requests by what MAAS did with them (`<handler>.<action>`).
     let mut by_action: std::collections::BTreeMap<String, usize> = Default::default();
     for (name, region) in names.iter().zip(&regions) {
@@ -244,7 +291,14 @@ async fn main() {
             deployed.iter().all(|n| *n == 1),
             "{name}: each machine deployed exactly once: {deployed:?}"
         );
+        let booting = most_booting_at_once(region).await;
+        assert!(
+            booting <= parallel,
+            "{name}: {booting} machines booting at once, against maxParallel {parallel}"
+        );
+        most_booting.push(booting);
     }
+    println!("  most machines booting at once per site (maxParallel {parallel}): {most_booting:?}");
     // SAFETY: signalling our own child process.
     unsafe { libc::kill(sim.id() as libc::pid_t, libc::SIGINT) };
     let _ = sim.wait();

@@ -6,8 +6,9 @@
 //!
 //! - **concurrency**: each work item on its own task, at most the profile's
 //!   `concurrency.maxParallel` per (site, profile) in the stages that need a slot (a kind
-//!   whose first stages only prepare admits as many nodes again ahead of the slots, so a freed
-//!   slot goes to a node ready to use it); one node's failure never blocks another;
+//!   whose first stages only prepare admits as many nodes again ahead of the slots once every
+//!   slot is taken, so a freed slot goes to a node ready to use it); one node's failure never
+//!   blocks another;
 //! - **lease and fencing**: the node lease first (`lease`: one per node, whatever the kind, so
 //!   two jobs never work on a node at once), every journal write fenced by it;
 //! - **journal**: one `started` event when a stage attempt begins and one `succeeded`,
@@ -101,14 +102,13 @@ pub trait Kind: Send + Sync + Sized + 'static {
     fn limit(item: &Self::Item) -> Option<((String, String), usize)>;
 
     /// Whether nodes of a group may run the stages [`Kind::needs_slot`] exempts while every
-    /// slot is taken: as many nodes as the limit are admitted ahead of the slots. `false`
-    /// (the default): a node is admitted only with a slot.
+    /// slot is taken: once they all are, as many nodes as the limit are admitted ahead of the
+    /// slots. `false` (the default): no more nodes run than the limit.
     const PREPARES_AHEAD: bool = false;
 
     /// Whether `stage` runs only under one of its group's slots, given what the node's run
-    /// last saw. Once taken, a slot is kept until the node's run ends;
-    /// a stage may also ask for one itself ([`NodeMemory::boot_allowed`]). The default: every
-    /// stage.
+    /// last saw. Once taken, a slot is kept until the node's run ends; a stage may also ask
+    /// for one itself ([`NodeMemory::boot_allowed`]). The default: every stage.
     fn needs_slot(_stage: Self::Stage, _memory: &NodeMemory) -> bool {
         true
     }
