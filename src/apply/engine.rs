@@ -480,7 +480,7 @@ fn not_started<K: Kind>(shared: &Shared, item: &K::Item) -> NodeResult {
 async fn run_item<K: Kind>(
     shared: &Shared,
     item: &K::Item,
-    slots: Option<GroupLimit>,
+    limit: Option<GroupLimit>,
 ) -> NodeResult {
     let label = label::<K>(item);
     let lease = match Box::pin(acquire::<K>(shared, item)).await {
@@ -495,7 +495,7 @@ async fn run_item<K: Kind>(
             };
         }
     };
-    let mut run = Run::<K>::new(shared, item, &lease, slots);
+    let mut run = Run::<K>::new(shared, item, &lease, limit);
     let taken = {
         let _pass = shared.pass(K::KIND).await;
         K::take_up(&mut run).await
@@ -551,7 +551,7 @@ impl<'a, K: Kind> Run<'a, K> {
         shared: &'a Shared,
         item: &'a K::Item,
         lease: &'a NodeLease,
-        slots: Option<GroupLimit>,
+        limit: Option<GroupLimit>,
     ) -> Self {
         let label = label::<K>(item);
         Self {
@@ -561,7 +561,7 @@ impl<'a, K: Kind> Run<'a, K> {
             rng: backoff::node_rng(shared.options.seed, &label),
             label,
             memory: NodeMemory {
-                slot: if slots.is_some() {
+                slot: if limit.is_some() {
                     SlotStanding::Without
                 } else {
                     SlotStanding::Held
@@ -569,7 +569,7 @@ impl<'a, K: Kind> Run<'a, K> {
                 ..NodeMemory::default()
             },
             slot: Slot {
-                group: slots,
+                group: limit,
                 held: None,
             },
         }

@@ -170,9 +170,8 @@ impl Kind for Onboarding {
     }
 
     /// `maxParallel` bounds the machines a site boots at once (the seed's concern: rack
-    /// controllers' PXE capacity): from the commissioning of a machine that needs one, or its
-    /// deploy, to the agent's enrollment. Finding the machine and configuring
-    /// it in MAAS boot nothing, so that many more nodes do it ahead, and a slot freed by one
+    /// controllers' PXE capacity), from the commissioning of a machine that needs one, or its
+    /// deploy, to the agent's enrollment; nodes ahead prepare meanwhile, so a slot freed by one
     /// node goes to a node ready to deploy at once.
     const PREPARES_AHEAD: bool = true;
 

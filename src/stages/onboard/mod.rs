@@ -35,16 +35,16 @@ use crate::plan::NodeTarget;
 use crate::provider::maas::{MaasClient, MaasError, Machine, MachineSummary};
 use crate::secrets::PowerCredentials;
 use crate::store::{Job, Observed};
-
-/// Why a stage about to boot the machine waits: the site's `maxParallel` machines are booting.
-const SLOT_WAIT: &str =
-    "waiting for a free place under the profile's maxParallel before booting the machine";
 // The stages' shared environment, under the paths it has always had.
 pub use super::{MaasAccess, NodeMemory, Peers, SitePeers, SitePreflight, StageClock, StageEnv};
 pub use facts::{
     CloudInitFacts, DeployFacts, DeployFailureFacts, DiscoveryFacts, EnrollmentFacts, Facts,
     HwSyncFacts, TakeOverFacts,
 };
+
+/// Why a stage about to boot the machine waits: the site's `maxParallel` machines are booting.
+const SLOT_WAIT: &str =
+    "waiting for a free place under the profile's maxParallel before booting the machine";
 
 /// One pass of one stage.
 pub struct StageCtx<'a> {
