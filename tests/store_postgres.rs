@@ -6,7 +6,7 @@
 use crate::postgres_support;
 use crate::store_suite;
 
-use metalform::store::{Actor, StoreError};
+use metalform::store::{Actor, EnsureOutcome, StoreError};
 use postgres_support::fresh_database;
 use sqlx::{Connection, PgConnection};
 
@@ -66,25 +66,7 @@ async fn a_node_created_by_a_concurrent_writer_is_a_duplicate() {
         (store, created)
     });
     // Commit only once our insert waits on theirs, so the race is the one replicas meet.
-    let mut watcher = PgConnection::connect(&url).await.unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity
-             WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        )
-        .fetch_one(&mut watcher)
-        .await
-        .unwrap();
-        if waiting > 0 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the second insert never waited on the first"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    wait_for_a_lock_wait(&url).await;
     open.commit().await.unwrap();
 
     let (store, created) = ours.await.unwrap();
@@ -96,4 +78,78 @@ async fn a_node_created_by_a_concurrent_writer_is_a_duplicate() {
     }
     let found = store.find_node("dc1", "gpu00003").await.unwrap().unwrap();
     assert_eq!(found.id.to_string(), theirs);
+}
+
+/// Two writers ensure the same agent task at once (a replica that resumes a decommission the
+/// other held while it was stopped): the second waits for the first on the node's row, then
+/// finds its task queued instead of queueing another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_task_ensured_by_a_concurrent_writer_is_not_queued_twice() {
+    let url = fresh_database().await;
+    let (store, _clock) = store_suite::open(&url).await;
+    let node = store
+        .create_node(
+            &store_suite::new_node("dc1", "gpu00004"),
+            &Actor::system("apply"),
+        )
+        .await
+        .unwrap();
+    // The first writer, as `ensure_task` writes: the node's row taken, the task inserted, not
+    // yet committed.
+    let mut first = PgConnection::connect(&url).await.unwrap();
+    let mut open = first.begin().await.unwrap();
+    sqlx::query("UPDATE nodes SET generation = generation WHERE id = $1")
+        .bind(node.id.to_string())
+        .execute(&mut *open)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO agent_tasks (id, node_id, task_type, params, status, created_at,
+            updated_at)
+         VALUES ($1, $2, 'node_uninstall', '{}', 'queued', '2026-03-01T08:00:00.000000Z',
+             '2026-03-01T08:00:00.000000Z')",
+    )
+    .bind(uuid::Uuid::new_v4().to_string())
+    .bind(node.id.to_string())
+    .execute(&mut *open)
+    .await
+    .unwrap();
+
+    let ours = tokio::spawn(async move {
+        let ensured = store
+            .ensure_task(node.id, "node_uninstall", &serde_json::json!({}), None)
+            .await;
+        (store, ensured)
+    });
+    wait_for_a_lock_wait(&url).await;
+    open.commit().await.unwrap();
+
+    let (store, ensured) = ours.await.unwrap();
+    let (_, outcome) = ensured.unwrap();
+    assert_eq!(outcome, EnsureOutcome::AlreadyQueued);
+    let tasks = store.tasks_for_node(node.id).await.unwrap();
+    assert_eq!(tasks.len(), 1, "{tasks:?}");
+}
+
+/// Until a statement of the test's database waits on a lock another transaction holds.
+async fn wait_for_a_lock_wait(url: &str) {
+    let mut watcher = PgConnection::connect(url).await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&mut watcher)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the second writer never waited on the first"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
 }

@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use super::db::{Row, Tx, params};
 use super::leases::{self, LeaseWrite, TASK};
-use super::nodes::read_node;
+use super::nodes::{lock_node, read_node};
 use super::{Store, StoreError, format_time, parse_json, parse_opt_time, parse_time, parse_uuid};
 
 /// Where a task is.
@@ -159,6 +159,9 @@ impl Store {
         let now = self.now();
         let now_s = format_time(now);
         let mut tx = self.pool.write().await?;
+        // Two writers ensuring the same task take turns on the node's row: on PostgreSQL the
+        // second would otherwise not see the first's uncommitted task and queue another.
+        lock_node(&mut tx, node).await?;
         read_node(&mut tx, node).await?;
         let open = tx
             .fetch_optional(
