@@ -746,8 +746,11 @@ impl<'a, K: Kind> Run<'a, K> {
                     () = watch.wait(sleep) => {}
                 },
                 AfterPass::End(outcome) => return Ok(outcome),
-                // Waited for with no pass held; a stopping executor ends the node at its next
-                // pass instead.
+                // Waited for with no pass held. A rendered payload is deployed once its place
+                // frees, even by a stopping executor (the slots' holders end at their next
+                // pass, so it comes soon); any other node of a stopping executor ends at its
+                // next pass instead.
+                AfterPass::Slot if self.memory.user_data.is_some() => self.take_slot().await,
                 AfterPass::Slot => tokio::select! {
                     () = self.take_slot() => {}
                     () = stop.stopped() => {}
@@ -813,6 +816,11 @@ impl<'a, K: Kind> Run<'a, K> {
             })
         })?;
         if self.waits_for_slot(stage) {
+            // This pass runs no stage: a stopping executor's one more pass, to deploy a
+            // rendered payload, is still to come.
+            if stop.is_stopped() {
+                *deploy_grace = true;
+            }
             *known = Some((job, read_at, stored));
             return Ok(AfterPass::Slot);
         }
