@@ -78,8 +78,7 @@ async fn most_booting_at_once(region: &Region) -> usize {
         MaasClientOptions::default(),
     )
     .expect("a MAAS client of the simulator");
-    let busy = |status: &str| matches!(status, "Commissioning" | "Testing" | "Deploying");
-    let (mut after, mut booting, mut most) = (0i64, 0i64, 0i64);
+    let (mut after, mut count) = (0i64, onboard_support::BootingAtOnce::default());
     loop {
         let page = maas
             .query_events(&EventsQuery {
@@ -95,20 +94,11 @@ async fn most_booting_at_once(region: &Region) -> usize {
         };
         // Newest first on the page: walk it oldest first.
         for event in page.events.iter().rev() {
-            let change = event
-                .description
-                .strip_prefix("From '")
-                .and_then(|rest| rest.split_once("' to '"))
-                .filter(|_| event.event_type == "Node changed status");
-            if let Some((from, to)) = change {
-                let to = to.trim_end_matches('\'');
-                booting += i64::from(busy(to)) - i64::from(busy(from));
-                most = most.max(booting);
-            }
+            count.see(&event.event_type, &event.description);
         }
         after = newest;
     }
-    usize::try_from(most).unwrap_or(0)
+    count.most
 }
 
 /// Start `metalform sim` with `regions` regions and read the address of each.

@@ -9,7 +9,7 @@ use metalform::apply::{
 };
 use metalform::lifecycle::{JobKind, JobState, RecoveryAction};
 use metalform::store::Actor;
-use onboard_support::{Bed, Setup, SiteSetup};
+use onboard_support::{Bed, BootingAtOnce, Setup, SiteSetup};
 
 /// `maxParallel` bounds the machines of a (site, profile) booting at once (commissioning,
 /// testing, deploying: read from the simulator's own log of status changes, so no moment is
@@ -23,25 +23,22 @@ async fn at_most_max_parallel_machines_of_a_profile_boot_at_once() {
     let report = bed.executor().run(bed.onboard_all()).await;
     assert!(report.all_converged(), "{report:#?}");
 
-    let busy = |status: &str| matches!(status, "Commissioning" | "Testing" | "Deploying");
-    let changes: Vec<(String, String)> = bed.sim("dc1").with_world(|w| {
-        w.events
+    let (most_booting, changes) = bed.sim("dc1").with_world(|w| {
+        let mut count = BootingAtOnce::default();
+        for event in &w.events {
+            count.see(&event.kind, &event.description);
+        }
+        let changes: Vec<&str> = w
+            .events
             .iter()
             .filter(|e| e.kind == "Node changed status")
-            .filter_map(|e| {
-                let (from, to) = e.description.strip_prefix("From '")?.split_once("' to '")?;
-                Some((from.to_owned(), to.strip_suffix('\'')?.to_owned()))
-            })
-            .collect()
+            .map(|e| e.description.as_str())
+            .collect();
+        (count.most, format!("{changes:?}"))
     });
-    let (mut booting, mut most_booting) = (0i32, 0i32);
-    for (from, to) in &changes {
-        booting += i32::from(busy(to)) - i32::from(busy(from));
-        most_booting = most_booting.max(booting);
-    }
     assert_eq!(
         most_booting, 2,
-        "concurrency.maxParallel bounds the machines booting: {changes:?}"
+        "concurrency.maxParallel bounds the machines booting: {changes}"
     );
 
     let events = bed.progress.events.lock().unwrap().clone();

@@ -430,6 +430,31 @@ impl Bed {
     }
 }
 
+/// The most machines seen booting at once (commissioning, testing or deploying), counted from
+/// MAAS's `Node changed status` events fed in id order: no moment between two samples is
+/// missed.
+#[derive(Debug, Default)]
+pub struct BootingAtOnce {
+    now: i64,
+    pub most: usize,
+}
+
+impl BootingAtOnce {
+    /// One event of MAAS's log: its type's description and its text.
+    pub fn see(&mut self, event_type: &str, description: &str) {
+        let busy = |status: &str| matches!(status, "Commissioning" | "Testing" | "Deploying");
+        let change = description
+            .strip_prefix("From '")
+            .and_then(|rest| rest.split_once("' to '"))
+            .filter(|_| event_type == "Node changed status");
+        if let Some((from, to)) = change {
+            let to = to.trim_end_matches('\'');
+            self.now += i64::from(busy(to)) - i64::from(busy(from));
+            self.most = self.most.max(usize::try_from(self.now).unwrap_or(0));
+        }
+    }
+}
+
 /// A free loopback port (bound and released: the caller binds it again soon).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -178,11 +178,12 @@ async fn renew_short_token(
     let (Some(rendered), Some(node)) = (ctx.facts.cloud_init.as_ref(), ctx.facts.node_id) else {
         return Ok(None);
     };
-    let long =
-        |d: std::time::Duration| chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX);
-    let profile = &ctx.target.profile;
-    let ttl = long(profile.enrollment.token_ttl);
-    let needed = long(profile.timeouts.deploy + profile.timeouts.enrollment).min(ttl);
+    let ttl = ctx.token_ttl();
+    let first_boot =
+        ctx.timeout_of(PolicyTimeout::Deploy) + ctx.timeout_of(PolicyTimeout::Enrollment);
+    let needed = chrono::Duration::from_std(first_boot)
+        .unwrap_or(chrono::Duration::MAX)
+        .min(ttl);
     // Some slack: a token rendered just before is never renewed.
     if rendered.token_expires_at - ctx.now >= needed - needed / 20 {
         return Ok(None);

@@ -101,8 +101,7 @@ pub(super) async fn ensure_agent_enrolled(
     }
     if ctx.timed_out(PolicyTimeout::Enrollment).is_some() {
         if ctx.facts.enrollment.token_refreshes == 0 {
-            let ttl = chrono::Duration::from_std(ctx.target.profile.enrollment.token_ttl)
-                .unwrap_or(chrono::Duration::hours(2));
+            let ttl = ctx.token_ttl();
             let refreshed = store
                 .extend_enrollment_tokens(node_id, ttl)
                 .await
@@ -290,8 +289,7 @@ async fn deliver_enrollment(
         .expire_enrollment_tokens(node_id)
         .await
         .map_err(|e| StageFailure::store(&e))?;
-    let ttl = chrono::Duration::from_std(ctx.target.profile.enrollment.token_ttl)
-        .unwrap_or(chrono::Duration::hours(2));
+    let ttl = ctx.token_ttl();
     let (token, expires_at) = store
         .issue_enrollment_token(node_id, Some(&ctx.job.id.to_string()), ttl)
         .await

@@ -72,6 +72,12 @@ impl StageCtx<'_> {
         StageClock::elapsed(self.facts.clock.as_ref(), self.now)
     }
 
+    /// The lifetime of the node's enrollment tokens (the profile's).
+    pub fn token_ttl(&self) -> chrono::Duration {
+        chrono::Duration::from_std(self.target.profile.enrollment.token_ttl)
+            .unwrap_or(chrono::Duration::hours(2))
+    }
+
     /// The profile's value of a policy timeout.
     pub fn timeout_of(&self, timeout: PolicyTimeout) -> Duration {
         let t = &self.target.profile.timeouts;

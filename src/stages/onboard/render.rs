@@ -44,8 +44,7 @@ pub(super) async fn ensure_node_and_payload(
         .expire_enrollment_tokens(node)
         .await
         .map_err(|e| StageFailure::store(&e))?;
-    let ttl = chrono::Duration::from_std(ctx.target.profile.enrollment.token_ttl)
-        .unwrap_or(chrono::Duration::hours(2));
+    let ttl = ctx.token_ttl();
     let (token, expires_at) = store
         .issue_enrollment_token(node, Some(&ctx.job.id.to_string()), ttl)
         .await
