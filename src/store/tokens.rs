@@ -146,9 +146,11 @@ impl Store {
         Ok(n)
     }
 
-    /// Extend the expiry of a node's newest unused token, the one its last rendered payload
-    /// carries, to now + `ttl` (the "refresh" of 000 §4.6 WaitForAgentEnrollment). Tokens
-    /// expired by a later render stay expired. Returns how many tokens were extended (0 or 1).
+    /// Extend the expiry of a node's unused tokens to now + `ttl` (the "refresh" of 000 §4.6
+    /// WaitForAgentEnrollment). Every unused token, not only the newest: a replica that was
+    /// paused past its lease can still render once it resumes, expiring the token another
+    /// replica has just deployed and issuing one that is never delivered; the refresh must
+    /// bring the deployed one back. Returns how many tokens were extended.
     pub async fn extend_enrollment_tokens(
         &self,
         node: Uuid,
@@ -157,9 +159,7 @@ impl Store {
         let mut tx = self.pool.write().await?;
         let n = tx
             .execute(
-                "UPDATE enrollment_tokens SET expires_at = $1 WHERE token_hash = (
-                    SELECT token_hash FROM enrollment_tokens WHERE node_id = $2 AND used_at IS NULL
-                    ORDER BY created_at DESC, expires_at DESC LIMIT 1)",
+                "UPDATE enrollment_tokens SET expires_at = $1 WHERE node_id = $2 AND used_at IS NULL",
                 &params![format_time(self.now() + ttl), node.to_string()],
             )
             .await?;
