@@ -258,6 +258,7 @@ impl Kind for Onboarding {
                 facts: pass.facts,
                 memory: pass.memory,
                 journal: pass.journal,
+                fence: &pass.fence,
                 now: pass.now,
             };
             crate::stages::onboard::run_stage(stage, &mut ctx).await
@@ -605,7 +606,7 @@ async fn compensate(
         }
     }
     if let Some(node) = job.node_id.or(facts.node_id) {
-        let expired = store.expire_enrollment_tokens(node).await?;
+        let expired = store.expire_enrollment_tokens(node, &run.fence()).await?;
         if expired > 0 {
             actions.push(format!("{expired} enrollment token(s) expired"));
         }

@@ -11,6 +11,7 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use super::db::{Tx, params};
+use super::leases::{Fence, check_fence};
 use super::nodes::read_node;
 use super::{Store, StoreError, format_time, parse_time, parse_uuid};
 use crate::secrets::Secret;
@@ -67,34 +68,78 @@ pub(crate) async fn mark_used(tx: &mut Tx, hash: &str, at: &str) -> Result<u64, 
     .await
 }
 
+/// A new token of `node`, valid for `ttl` from `now`: the plain token (returned once, only its
+/// hash stored) and its expiry.
+async fn insert_token(
+    tx: &mut Tx,
+    node: Uuid,
+    onboarding_id: Option<&str>,
+    now: DateTime<Utc>,
+    ttl: Duration,
+) -> Result<(Secret, DateTime<Utc>), StoreError> {
+    let token = random_token();
+    let expires_at = now + ttl;
+    tx.execute(
+        "INSERT INTO enrollment_tokens (token_hash, node_id, onboarding_id, expires_at, created_at)
+         VALUES ($1, $2, $3, $4, $5)",
+        &params![
+            token_hash(&token),
+            node.to_string(),
+            onboarding_id,
+            format_time(expires_at),
+            format_time(now),
+        ],
+    )
+    .await?;
+    Ok((token, expires_at))
+}
+
+/// Expire a node's unused tokens that are still valid at `now`: how many.
+async fn expire_unused(tx: &mut Tx, node: Uuid, now: DateTime<Utc>) -> Result<u64, StoreError> {
+    tx.execute(
+        "UPDATE enrollment_tokens SET expires_at = $1
+         WHERE node_id = $2 AND used_at IS NULL AND expires_at > $1",
+        &params![format_time(now), node.to_string()],
+    )
+    .await
+}
+
 impl Store {
-    /// Issue a new single-use token for a node, valid for `ttl`. The plain token is returned
-    /// once and never stored.
+    /// Issue a new single-use token for a node, valid for `ttl`, beside its other tokens. The
+    /// plain token is returned once and never stored.
     pub async fn issue_enrollment_token(
         &self,
         node: Uuid,
         onboarding_id: Option<&str>,
         ttl: Duration,
     ) -> Result<(Secret, DateTime<Utc>), StoreError> {
-        let token = random_token();
-        let now = self.now();
-        let expires_at = now + ttl;
         let mut tx = self.pool.write().await?;
         read_node(&mut tx, node).await?;
-        tx.execute(
-            "INSERT INTO enrollment_tokens (token_hash, node_id, onboarding_id, expires_at, created_at)
-             VALUES ($1, $2, $3, $4, $5)",
-            &params![
-                token_hash(&token),
-                node.to_string(),
-                onboarding_id,
-                format_time(expires_at),
-                format_time(now),
-            ],
-        )
-        .await?;
+        let issued = insert_token(&mut tx, node, onboarding_id, self.now(), ttl).await?;
         tx.commit().await?;
-        Ok((token, expires_at))
+        Ok(issued)
+    }
+
+    /// Issue a node's token in place of every unused one (a render, an adopted host's
+    /// enrollment), under the node lease: the payloads that carried the old ones were never
+    /// delivered. Fenced, so an executor paused past its lease while another took the node
+    /// over cannot expire the token the other one has deployed. Returns the new token, its
+    /// expiry and how many tokens were expired.
+    pub async fn replace_enrollment_token(
+        &self,
+        node: Uuid,
+        onboarding_id: Option<&str>,
+        ttl: Duration,
+        fence: &Fence,
+    ) -> Result<(Secret, DateTime<Utc>, u64), StoreError> {
+        let now = self.now();
+        let mut tx = self.pool.write().await?;
+        check_fence(&mut tx, fence).await?;
+        read_node(&mut tx, node).await?;
+        let expired = expire_unused(&mut tx, node, now).await?;
+        let (token, expires_at) = insert_token(&mut tx, node, onboarding_id, now, ttl).await?;
+        tx.commit().await?;
+        Ok((token, expires_at, expired))
     }
 
     /// Use a token: succeeds once, before expiry.
@@ -131,26 +176,27 @@ impl Store {
         Ok(claim)
     }
 
-    /// Expire every unused token of a node: the payloads that carried them were never
-    /// delivered (a render again, a cancel), so they must not enroll anything. Returns how
-    /// many tokens were expired.
-    pub async fn expire_enrollment_tokens(&self, node: Uuid) -> Result<u64, StoreError> {
+    /// Expire every unused token of a node under its lease (a cancel, a decommission): the
+    /// payloads that carried them must not enroll anything. Fenced like
+    /// [`Store::replace_enrollment_token`]. Returns how many tokens were expired.
+    pub async fn expire_enrollment_tokens(
+        &self,
+        node: Uuid,
+        fence: &Fence,
+    ) -> Result<u64, StoreError> {
         let mut tx = self.pool.write().await?;
-        let n = tx
-            .execute(
-                "UPDATE enrollment_tokens SET expires_at = $1 WHERE node_id = $2 AND used_at IS NULL",
-                &params![format_time(self.now()), node.to_string()],
-            )
-            .await?;
+        check_fence(&mut tx, fence).await?;
+        let n = expire_unused(&mut tx, node, self.now()).await?;
         tx.commit().await?;
         Ok(n)
     }
 
     /// Extend the expiry of a node's unused tokens to now + `ttl` (the "refresh" of 000 §4.6
-    /// WaitForAgentEnrollment). Every unused token, not only the newest: a replica that was
-    /// paused past its lease can still render once it resumes, expiring the token another
-    /// replica has just deployed and issuing one that is never delivered; the refresh must
-    /// bring the deployed one back. Returns how many tokens were extended.
+    /// WaitForAgentEnrollment). Every unused token, not only the newest: the token writes are
+    /// fenced, but a MAAS call is not, so an executor paused past its lease can still deploy
+    /// its payload once it resumes, after the executor that took the node over has replaced
+    /// that payload's token; the refresh must bring the deployed one back. Returns how many
+    /// tokens were extended.
     pub async fn extend_enrollment_tokens(
         &self,
         node: Uuid,

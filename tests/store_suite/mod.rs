@@ -1144,18 +1144,50 @@ pub async fn enrollment_tokens_are_single_use_with_ttl(url: String) {
     );
     assert!(!err.to_string().contains(expired.expose()));
 
-    // A replica paused past its lease renders once it resumes: it expires the token another
-    // replica has just deployed and issues one nobody receives. The refresh brings the
-    // deployed one back.
-    let (deployed, _) = store
-        .issue_enrollment_token(node.id, None, Duration::hours(2))
+    // A render replaces the node's unused tokens under the node lease. An executor paused past
+    // its lease while another took the node over renders once it resumes: refused, so the
+    // token the other one deployed still works, and nothing of the write stays.
+    let name = metalform::store::node_lease_name(node.id);
+    let paused = store
+        .acquire_lease(&name, "exec-a", Duration::seconds(30))
         .await
         .unwrap();
-    assert_eq!(store.expire_enrollment_tokens(node.id).await.unwrap(), 2);
-    store
-        .issue_enrollment_token(node.id, None, Duration::hours(2))
+    let (stale, _, _) = store
+        .replace_enrollment_token(node.id, None, Duration::hours(2), &paused.fence())
         .await
         .unwrap();
+    clock.advance(Duration::seconds(31));
+    let holder = store
+        .acquire_lease(&name, "exec-b", Duration::seconds(30))
+        .await
+        .unwrap();
+    let (deployed, _, replaced) = store
+        .replace_enrollment_token(node.id, None, Duration::hours(2), &holder.fence())
+        .await
+        .unwrap();
+    assert_eq!(replaced, 1, "exec-a's undelivered token is expired");
+    let refused = store
+        .replace_enrollment_token(node.id, None, Duration::hours(2), &paused.fence())
+        .await;
+    assert!(
+        matches!(&refused, Err(StoreError::LeaseLost { holder, .. }) if holder == "exec-a"),
+        "{refused:?}"
+    );
+    assert!(matches!(
+        store
+            .expire_enrollment_tokens(node.id, &paused.fence())
+            .await,
+        Err(StoreError::LeaseLost { .. })
+    ));
+    assert_eq!(
+        store.enrollment_token_expiry(node.id).await.unwrap(),
+        Some(t0() + Duration::minutes(46) + Duration::seconds(31) + Duration::hours(2)),
+        "no token was issued or expired by the refused writes"
+    );
+
+    // The MAAS call is not fenced: the paused executor may still deploy its own payload
+    // after the takeover replaced its token. The refresh brings that token back too (every
+    // unused one: with the token that ran out above, three).
     assert_eq!(
         store
             .extend_enrollment_tokens(node.id, Duration::minutes(30))
@@ -1163,7 +1195,20 @@ pub async fn enrollment_tokens_are_single_use_with_ttl(url: String) {
             .unwrap(),
         3
     );
-    store.consume_enrollment_token(&deployed).await.unwrap();
+    store.consume_enrollment_token(&stale).await.unwrap();
+    assert_eq!(
+        store
+            .expire_enrollment_tokens(node.id, &holder.fence())
+            .await
+            .unwrap(),
+        2
+    );
+    let err = store.consume_enrollment_token(&deployed).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("invalid enrollment token: expired at"),
+        "{err}"
+    );
 }
 
 pub async fn plans_applies_and_serial(url: String) {

@@ -115,7 +115,7 @@ pub(super) async fn ensure_secrets_cleaned(
     let node = ctx.target.node_id;
     let result = async {
         let revoked = store.revoke_agent_credentials(node).await?;
-        let expired = store.expire_enrollment_tokens(node).await?;
+        let expired = store.expire_enrollment_tokens(node, &ctx.fence).await?;
         let closed = store
             .close_open_tasks(node, "the node was decommissioned")
             .await?;

@@ -71,6 +71,7 @@ pub(super) async fn run(
             facts: &mut ctx.facts.base,
             memory: ctx.memory,
             journal: &bridge,
+            fence: &ctx.fence,
             now: ctx.now,
         };
         crate::stages::onboard::run_stage(onboarding, &mut inner).await

@@ -285,13 +285,13 @@ async fn deliver_enrollment(
         )));
     };
     let store = &ctx.env.store;
-    store
-        .expire_enrollment_tokens(node_id)
-        .await
-        .map_err(|e| StageFailure::store(&e))?;
-    let ttl = ctx.token_ttl();
-    let (token, expires_at) = store
-        .issue_enrollment_token(node_id, Some(&ctx.job.id.to_string()), ttl)
+    let (token, expires_at, _) = store
+        .replace_enrollment_token(
+            node_id,
+            Some(&ctx.job.id.to_string()),
+            ctx.token_ttl(),
+            ctx.fence,
+        )
         .await
         .map_err(|e| StageFailure::store(&e))?;
     let env = Secret::new(format!(

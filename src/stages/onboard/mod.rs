@@ -34,7 +34,7 @@ use crate::lifecycle::{OnboardingStage, PolicyTimeout};
 use crate::plan::NodeTarget;
 use crate::provider::maas::{MaasClient, MaasError, Machine, MachineSummary};
 use crate::secrets::PowerCredentials;
-use crate::store::{Job, Observed};
+use crate::store::{Fence, Job, Observed};
 // The stages' shared environment, under the paths it has always had.
 pub use super::{MaasAccess, NodeMemory, Peers, SitePeers, SitePreflight, StageClock, StageEnv};
 pub use facts::{
@@ -54,6 +54,8 @@ pub struct StageCtx<'a> {
     pub facts: &'a mut Facts,
     pub memory: &'a mut NodeMemory,
     pub journal: &'a dyn Checkpoint<Facts>,
+    /// The node lease's fence: the token writes carry it.
+    pub fence: &'a Fence,
     pub now: DateTime<Utc>,
 }
 

@@ -37,16 +37,17 @@ pub(super) async fn ensure_node_and_payload(
         ));
     }
     let node = ensure_node_record(ctx).await?;
-    let store = &ctx.env.store;
     // Payloads rendered before were never delivered (no deploy reached MAAS in this round):
     // their tokens must not work any more.
-    store
-        .expire_enrollment_tokens(node)
-        .await
-        .map_err(|e| StageFailure::store(&e))?;
-    let ttl = ctx.token_ttl();
-    let (token, expires_at) = store
-        .issue_enrollment_token(node, Some(&ctx.job.id.to_string()), ttl)
+    let (token, expires_at, _) = ctx
+        .env
+        .store
+        .replace_enrollment_token(
+            node,
+            Some(&ctx.job.id.to_string()),
+            ctx.token_ttl(),
+            ctx.fence,
+        )
         .await
         .map_err(|e| StageFailure::store(&e))?;
     let password = deploy_password(ctx).await?;
