@@ -173,3 +173,51 @@ async fn commits_add_nodes_and_they_converge_and_an_empty_commit_is_not_acted_on
     );
     assert!(d.bed.store.pending_events(10).await.unwrap().is_empty());
 }
+
+/// The daemon counts `maxParallel` as `apply` does: the machines MAAS boots at once, while as
+/// many nodes again prepare ahead of the slots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_boots_at_most_max_parallel_machines_while_more_nodes_prepare() {
+    let site = onboard_support::SiteSetup::generated("dc1", 62, 6, 0);
+    let all: Vec<String> = (0..6).map(|i| hostname_of(&site.config, i)).collect();
+    let mut setup = Setup::one_site(site).profile("  timeouts: {enrollment: 30s}\n");
+    setup.max_parallel = 2;
+    let d = DaemonBed::start(setup, "").await;
+    let daemon = start(d.config(), DaemonOptions::default()).await.unwrap();
+    d.converged_hosts("dc1", &all, Duration::from_secs(120))
+        .await;
+    daemon.shutdown().await;
+
+    let most_booting = d.bed.sim("dc1").with_world(|w| {
+        let mut count = onboard_support::BootingAtOnce::default();
+        for event in &w.events {
+            count.see(&event.kind, &event.description);
+        }
+        count.most
+    });
+    assert_eq!(
+        most_booting, 2,
+        "concurrency.maxParallel bounds the machines booting"
+    );
+    // Jobs running at once, from their journal: a start before an end at the same instant.
+    let mut marks: Vec<(chrono::DateTime<chrono::Utc>, i32)> = Vec::new();
+    for job in d.bed.jobs().await {
+        marks.push((job.started_at.expect("started"), 1));
+        marks.push((job.completed_at.expect("completed"), -1));
+    }
+    marks.sort();
+    let (mut running, mut most_running) = (0, 0);
+    for (_, step) in marks {
+        running += step;
+        most_running = most_running.max(running);
+    }
+    assert!(
+        most_running > 2,
+        "nodes prepare ahead of the slots: at most {most_running} onboardings ran at once"
+    );
+    assert!(
+        most_running <= 4,
+        "at most twice maxParallel onboardings run at once: {most_running}"
+    );
+    assert_eq!(d.bed.deploys("dc1").values().sum::<u64>(), 6);
+}

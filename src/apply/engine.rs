@@ -7,8 +7,9 @@
 //! - **concurrency**: each work item on its own task, at most the profile's
 //!   `concurrency.maxParallel` per (site, profile) in the stages that need a slot (a kind
 //!   whose first stages only prepare admits as many nodes again ahead of the slots once every
-//!   slot is taken, so a freed slot goes to a node ready to use it); one node's failure never
-//!   blocks another;
+//!   slot is taken, so a freed slot goes to a node ready to use it; a daemon's slots are also
+//!   counted in the store across replicas, [`SharedSlots`]); one node's failure never blocks
+//!   another;
 //! - **lease and fencing**: the node lease first (`lease`: one per node, whatever the kind, so
 //!   two jobs never work on a node at once), every journal write fenced by it;
 //! - **journal**: one `started` event when a stage attempt begins and one `succeeded`,
@@ -299,15 +300,16 @@ impl<K: Kind> Engine<K> {
         let mut tasks = tokio::task::JoinSet::new();
         for item in items {
             let limit = K::limit(&item).map(|(group, parallel)| {
-                limits
-                    .entry(group)
+                let limit = limits
+                    .entry(group.clone())
                     .or_insert_with(|| GroupLimit::new(parallel, K::PREPARES_AHEAD))
-                    .clone()
+                    .clone();
+                (group, limit)
             });
             let shared = self.shared.clone();
             tasks.spawn(async move {
                 let _admitted = match &limit {
-                    Some(limit) => limit.admit.clone().acquire_owned().await.ok(),
+                    Some((_, limit)) => limit.admit.clone().acquire_owned().await.ok(),
                     None => None,
                 };
                 if shared.options.stop.is_stopped() {
@@ -397,11 +399,44 @@ impl GroupLimit {
     }
 }
 
+/// How long a stopping executor waits for a shared slot to deploy a payload it rendered.
+const STOPPING_SHARED_SLOT_WAIT: Duration = Duration::from_secs(10);
+
+/// Slots counted beyond one executor: the daemon's, in the store, shared by every replica.
+/// The executor asks for one of these after its own, at the same point of a node's run.
+pub trait SharedSlots: Send + Sync {
+    /// Wait for a slot of `group` (`site/profile`) for the node `label` (`site/hostname`), at
+    /// most `parallel` held at once. `None`: the node is no longer this process's to run (its
+    /// site went to another replica while it waited).
+    fn take<'a>(
+        &'a self,
+        group: &'a str,
+        parallel: usize,
+        label: &'a str,
+    ) -> BoxFuture<'a, Option<Box<dyn HeldSlot>>>;
+}
+
+/// A slot of [`SharedSlots`], held until released.
+pub trait HeldSlot: Send + Sync {
+    fn release(self: Box<Self>) -> BoxFuture<'static, ()>;
+}
+
+/// The executor's [`SharedSlots`], if any (`ExecutorOptions::shared_slots`).
+#[derive(Clone, Default)]
+pub struct SharedSlotSource(pub Option<Arc<dyn SharedSlots>>);
+
+impl std::fmt::Debug for SharedSlotSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "shared" } else { "none" })
+    }
+}
+
 /// The limit of a node's group (none for an item without one) and the slot this run holds,
 /// from the first stage that needs it to the run's end.
 struct Slot {
-    group: Option<GroupLimit>,
+    group: Option<((String, String), GroupLimit)>,
     held: Option<tokio::sync::OwnedSemaphorePermit>,
+    shared: Option<Box<dyn HeldSlot>>,
 }
 
 /// Why a node's run stopped early.
@@ -480,7 +515,7 @@ fn not_started<K: Kind>(shared: &Shared, item: &K::Item) -> NodeResult {
 async fn run_item<K: Kind>(
     shared: &Shared,
     item: &K::Item,
-    limit: Option<GroupLimit>,
+    limit: Option<((String, String), GroupLimit)>,
 ) -> NodeResult {
     let label = label::<K>(item);
     let lease = match Box::pin(acquire::<K>(shared, item)).await {
@@ -509,6 +544,9 @@ async fn run_item<K: Kind>(
         }
         Err(Stop::Result(outcome)) => (K::job_of(item), outcome),
     };
+    if let Some(slot) = run.slot.shared.take() {
+        Box::pin(slot.release()).await;
+    }
     drop(run);
     Box::pin(lease.release()).await;
     let (status, message) = outcome.progress();
@@ -551,7 +589,7 @@ impl<'a, K: Kind> Run<'a, K> {
         shared: &'a Shared,
         item: &'a K::Item,
         lease: &'a NodeLease,
-        limit: Option<GroupLimit>,
+        limit: Option<((String, String), GroupLimit)>,
     ) -> Self {
         let label = label::<K>(item);
         Self {
@@ -571,6 +609,7 @@ impl<'a, K: Kind> Run<'a, K> {
             slot: Slot {
                 group: limit,
                 held: None,
+                shared: None,
             },
         }
     }
@@ -580,12 +619,29 @@ impl<'a, K: Kind> Run<'a, K> {
         self.memory.slot != SlotStanding::Held && K::needs_slot(stage, &self.memory)
     }
 
-    /// Wait for one of the group's slots (no pass held), kept until the run ends.
-    async fn take_slot(&mut self) {
-        if let Some(group) = &self.slot.group {
-            self.slot.held = group.take_slot().await;
+    /// Wait for one of the group's slots (no pass held), then for one of the shared ones when
+    /// the executor counts its slots with other processes; kept until the run ends. `Err`: the
+    /// node is no longer this process's to run.
+    async fn take_slot(&mut self) -> Result<(), NodeOutcome> {
+        if let Some(((site, profile), limit)) = &self.slot.group {
+            self.slot.held = limit.take_slot().await;
+            if let Some(shared) = &self.shared.options.shared_slots.0 {
+                let group = format!("{site}/{profile}");
+                match shared.take(&group, limit.parallel, &self.label).await {
+                    Some(slot) => self.slot.shared = Some(slot),
+                    None => {
+                        self.slot.held = None;
+                        return Err(NodeOutcome::Left {
+                            reason: "its site went to another replica while it waited for a \
+                                     free place under the profile's maxParallel"
+                                .into(),
+                        });
+                    }
+                }
+            }
         }
         self.memory.slot = SlotStanding::Held;
+        Ok(())
     }
 
     pub fn env(&self) -> &StageEnv {
@@ -747,14 +803,29 @@ impl<'a, K: Kind> Run<'a, K> {
                 },
                 AfterPass::End(outcome) => return Ok(outcome),
                 // Waited for with no pass held. A rendered payload is deployed once its place
-                // frees, even by a stopping executor (the slots' holders end at their next
-                // pass, so it comes soon); any other node of a stopping executor ends at its
-                // next pass instead.
-                AfterPass::Slot if self.memory.user_data.is_some() => self.take_slot().await,
-                AfterPass::Slot => tokio::select! {
-                    () = self.take_slot() => {}
-                    () = stop.stopped() => {}
-                },
+                // frees, even by a stopping executor: the slots' holders end at their next
+                // pass, so it comes soon. Slots shared with other replicas may not free that
+                // soon, so for one of those a stopping executor waits a little only; the next
+                // executor renders the payload again. Any other node of a stopping executor
+                // ends at its next pass instead.
+                AfterPass::Slot => {
+                    let shared = self.shared.options.shared_slots.0.is_some();
+                    let grace = match self.memory.user_data {
+                        Some(_) if shared => STOPPING_SHARED_SLOT_WAIT,
+                        Some(_) => Duration::MAX,
+                        None => Duration::ZERO,
+                    };
+                    let taken = tokio::select! {
+                        taken = self.take_slot() => taken,
+                        () = async {
+                            stop.stopped().await;
+                            tokio::time::sleep(grace).await;
+                        } => Ok(()),
+                    };
+                    if let Err(left) = taken {
+                        return Ok(left);
+                    }
+                }
             }
         }
     }

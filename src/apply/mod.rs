@@ -38,7 +38,10 @@ pub mod recovery;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use engine::{Compensation, Continuing, Engine, Kind, Pass, Run, Stop};
+pub use engine::{
+    Compensation, Continuing, Engine, HeldSlot, Kind, Pass, Run, SharedSlotSource, SharedSlots,
+    Stop,
+};
 pub use from_plan::{
     FreshnessError, PlanRefused, PlanWork, destroys, plan_now, verify_plan_file, work_items,
 };
@@ -86,6 +89,9 @@ pub struct ExecutorOptions {
     /// CD1 of the Redfish provisionings a plan queues, for nodes whose manifest names none
     /// (`MAINTENANCE_ISO_URL`).
     pub maintenance_iso_url: Option<String>,
+    /// `maxParallel` slots shared with other processes (the daemon's replicas), taken after
+    /// the executor's own.
+    pub shared_slots: SharedSlotSource,
 }
 
 impl Default for ExecutorOptions {
@@ -102,6 +108,7 @@ impl Default for ExecutorOptions {
             reason: None,
             stop: StopSignal::default(),
             maintenance_iso_url: None,
+            shared_slots: SharedSlotSource::default(),
         }
     }
 }

@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod provisioner;
 pub mod server;
 pub mod sharing;
+mod slots;
 pub mod source;
 pub mod work;
 
@@ -40,7 +41,6 @@ pub use source::{ReadOutcome, SourceReader};
 use crate::api::{
     ApiState, ApiToken, Control, ControlError, FleetRevision, ReconcileSummary, Tokens,
 };
-use crate::apply::NodeLease;
 use crate::apply::decommission::{DecommissionExecutor, DecommissionWork};
 use crate::apply::recovery::Recovery;
 use crate::apply::{
@@ -57,7 +57,7 @@ use crate::provider::host::{SimHost, SshHost};
 use crate::provider::maas::{MaasClientOptions, MaasMetrics};
 use crate::secrets::SecretStore;
 use crate::stages::onboard::{Peers, SitePeers};
-use crate::store::{Actor, SlotOutcome, SlotPick, SlotRequest, Store, StoreError};
+use crate::store::{Actor, Store, StoreError};
 
 /// Why the daemon could not start.
 #[derive(Debug, thiserror::Error)]
@@ -158,8 +158,8 @@ struct Core {
     in_flight: Mutex<BTreeSet<String>>,
     /// This replica's share of the sites; maxParallel slots are counted in the store.
     sharing: Arc<sharing::Sharing>,
-    /// Per (site, profile) group: the nodes of this replica waiting for one of its slots.
-    slot_gates: Mutex<BTreeMap<String, Arc<SlotGate>>>,
+    /// The `maxParallel` slots (in the store) and the nodes this replica admits.
+    slots: Arc<slots::StoreSlots>,
     /// Node runs and recovery executions.
     tasks: Mutex<JoinSet<()>>,
     commands: mpsc::UnboundedSender<Command>,
@@ -533,6 +533,17 @@ pub async fn start(
     let progress: Arc<dyn Progress> = Arc::new(LogProgress {
         metrics: metrics.clone(),
     });
+    let sharing = Arc::new(sharing::Sharing::new(
+        store.clone(),
+        holder.clone(),
+        config.executor.lease_ttl,
+    ));
+    let slots = Arc::new(slots::StoreSlots::new(
+        store.clone(),
+        sharing.clone(),
+        config.executor.lease_ttl,
+        config.executor.poll_interval,
+    ));
     let executor = Executor::new(
         env,
         ExecutorOptions {
@@ -544,6 +555,7 @@ pub async fn start(
             seed: config.executor.seed.unwrap_or_else(rand::random),
             reason: Some("metalform daemon: reconcile".into()),
             stop: stop.clone(),
+            shared_slots: crate::apply::SharedSlotSource(Some(slots.clone())),
             ..ExecutorOptions::default()
         },
         progress.clone(),
@@ -559,11 +571,6 @@ pub async fn start(
         clients.clone(),
         config.drift.clone(),
     );
-    let sharing = Arc::new(sharing::Sharing::new(
-        store.clone(),
-        holder,
-        config.executor.lease_ttl,
-    ));
     let core = Arc::new(Core {
         clients,
         drift,
@@ -578,7 +585,7 @@ pub async fn start(
         fleet,
         in_flight: Mutex::new(BTreeSet::new()),
         sharing,
-        slot_gates: Mutex::new(BTreeMap::new()),
+        slots,
         tasks: Mutex::new(JoinSet::new()),
         commands,
         source_problem: Mutex::new(None),
@@ -1506,12 +1513,16 @@ impl NodeRun {
 
 /// Run one node's work as its own task (under its site/profile limit); false when the node is
 /// running already.
+///
+/// `maxParallel` is counted in the store across every replica. A node with a profile takes its
+/// slot inside its run, where the run needs one; a replica admits twice the limit of
+/// onboardings (the nodes ahead prepare meanwhile) and the limit of decommissions. A run with
+/// no profile (an agent-only decommission) runs alone under a slot taken before it starts.
 fn spawn_node(core: &Arc<Core>, run: NodeRun) -> bool {
     let label = run.label();
     if !core.in_flight.lock().expect("lock").insert(label.clone()) {
         return false;
     }
-    // maxParallel per (site, profile), counted in the store across every replica.
     let group = format!(
         "{}/{}",
         run.site(),
@@ -1521,125 +1532,42 @@ fn spawn_node(core: &Arc<Core>, run: NodeRun) -> bool {
         .profile()
         .map_or(1, |p| p.concurrency.max_parallel.max(1));
     let task_core = core.clone();
-    let gate = core
-        .slot_gates
-        .lock()
-        .expect("lock")
-        .entry(group.clone())
-        .or_default()
-        .clone();
     core.tasks.lock().expect("lock").spawn(async move {
-        let slot = tokio::select! {
-            slot = take_slot(&task_core, &gate, &group, parallel, &label) => slot,
-            _ = task_core.stop.stopped() => None,
+        let slots = &task_core.slots;
+        let stop = &task_core.stop;
+        let (kind, admitted) = match &run {
+            NodeRun::Onboarding(_) => ("onboarding", 2 * parallel as usize),
+            NodeRun::Decommission(_) => ("decommission", parallel as usize),
         };
-        if let Some(slot) = slot {
+        let ready = if run.profile().is_some() {
+            let admission = tokio::select! {
+                admission = slots.admit(kind, &group, admitted) => admission,
+                _ = stop.stopped() => None,
+            };
+            match admission {
+                Some(admission) if !slots.elsewhere(&label).await => Some((Some(admission), None)),
+                _ => None,
+            }
+        } else {
+            let slot = tokio::select! {
+                slot = slots.take(&group, parallel, &label) => slot,
+                _ = stop.stopped() => None,
+            };
+            slot.map(|slot| (None, Some(slot)))
+        };
+        if let Some((_admission, slot)) = ready {
             let report = match run {
                 NodeRun::Onboarding(item) => task_core.executor.run(vec![item]).await,
                 NodeRun::Decommission(work) => task_core.decommissions.run(vec![work]).await,
             };
             task_core.metrics.applied(&report);
-            slot.release().await;
-            gate.freed.notify_one();
+            if let Some(slot) = slot {
+                slot.release().await;
+            }
         }
         task_core.in_flight.lock().expect("lock").remove(&label);
     });
     true
-}
-
-/// The nodes of one (site, profile) group waiting for a slot on this replica. They queue for
-/// their turn in order and only the first asks the store, so a wave of thousands of waiting
-/// nodes costs one store query per poll step, not one per node; a slot this replica frees
-/// wakes the first at once.
-#[derive(Default)]
-struct SlotGate {
-    turn: tokio::sync::Mutex<()>,
-    freed: tokio::sync::Notify,
-}
-
-/// Wait for a free slot of `group`; `None` when the node is no longer this replica's to run:
-/// its site went to another replica (rebalanced while the node waited), or another replica
-/// holds the node's lease.
-async fn take_slot(
-    core: &Arc<Core>,
-    gate: &SlotGate,
-    group: &str,
-    parallel: u32,
-    label: &str,
-) -> Option<NodeLease> {
-    let ttl = core.config.executor.lease_ttl;
-    let replica = core.sharing.replica();
-    let (site, hostname) = label.split_once('/')?;
-    let site_name = SiteName::new(site);
-    let node = crate::apply::onboarding_lease_name(site, hostname);
-    let elsewhere = || async {
-        !core.sharing.holds(&site_name)
-            || matches!(core.store.lease(&node).await, Ok(Some(lease)) if lease.holder != replica)
-    };
-    let chrono_ttl = chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::seconds(60));
-    let pause = core
-        .config
-        .executor
-        .poll_interval
-        .clamp(Duration::from_millis(100), Duration::from_secs(1));
-    let ask = SlotRequest {
-        group,
-        limit: parallel,
-        site,
-        hostname,
-    };
-    let take = async |pick: SlotPick| match core
-        .store
-        .acquire_slot(&ask, pick, replica, chrono_ttl)
-        .await
-    {
-        Ok(outcome) => outcome,
-        Err(err) => {
-            tracing::warn!(group, error = %err, "cannot take a concurrency slot; retrying");
-            SlotOutcome::Busy
-        }
-    };
-    // A node whose run stopped mid-operation (its replica died or stalled) takes back the slot
-    // it ran under, ahead of the queue: the slot is kept for it, and nodes queued before it
-    // could otherwise wait on it for ever.
-    let lease = loop {
-        if elsewhere().await {
-            return None;
-        }
-        match take(SlotPick::Left).await {
-            SlotOutcome::Taken(lease) => break Some(lease),
-            SlotOutcome::NoneLeft => break None,
-            SlotOutcome::Busy => tokio::time::sleep(pause).await,
-        }
-    };
-    let _turn;
-    let lease = match lease {
-        Some(lease) => lease,
-        None => {
-            _turn = gate.turn.lock().await;
-            loop {
-                if elsewhere().await {
-                    return None;
-                }
-                if let SlotOutcome::Taken(lease) = take(SlotPick::Free).await {
-                    break lease;
-                }
-                // Another replica's slots free without telling this one: look again after a
-                // pause.
-                tokio::select! {
-                    _ = tokio::time::sleep(pause) => {}
-                    _ = gate.freed.notified() => {}
-                }
-            }
-        }
-    };
-    let slot = NodeLease::hold(&core.store, lease, ttl);
-    // Another replica may have taken the node while this one waited.
-    if elsewhere().await {
-        slot.release().await;
-        return None;
-    }
-    Some(slot)
 }
 
 /// Wake this replica's wait for each node whose enrollment any process recorded, until
