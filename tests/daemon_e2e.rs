@@ -221,3 +221,61 @@ async fn the_daemon_boots_at_most_max_parallel_machines_while_more_nodes_prepare
     );
     assert_eq!(d.bed.deploys("dc1").values().sum::<u64>(), 6);
 }
+
+/// A replica that died mid-deploy leaves the node's slot kept for it. The replica that resumes
+/// the node runs it beside the new onboardings it admits: had it queued the node behind them,
+/// they would wait for that very slot, and the node for them, for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_resumed_mid_deploy_takes_its_kept_slot_beside_new_onboardings() {
+    use metalform::store::{SlotOutcome, SlotPick, SlotRequest};
+    let site = onboard_support::SiteSetup::generated("dc1", 63, 3, 0);
+    let all: Vec<String> = (0..3).map(|i| hostname_of(&site.config, i)).collect();
+    let mut setup = Setup::one_site(site).profile("  timeouts: {enrollment: 30s}\n");
+    setup.max_parallel = 1;
+    let d = DaemonBed::start(setup, "").await;
+
+    // The dead replica: it took the profile's one slot for the last node, deployed its
+    // machine and was gone (its node lease and its slot lapse, the job stays running).
+    let last = all[2].clone();
+    let dead = "daemon@gone:1:dead";
+    let ask = SlotRequest {
+        group: "dc1/dc1-gpu",
+        limit: 1,
+        site: "dc1",
+        hostname: &last,
+    };
+    let slot = d
+        .bed
+        .store
+        .acquire_slot(&ask, SlotPick::Free, dead, chrono::Duration::seconds(3))
+        .await
+        .unwrap();
+    assert!(matches!(slot, SlotOutcome::Taken(_)), "{slot:?}");
+    let executor = d.bed.executor();
+    let item = d.bed.onboard("dc1", &last);
+    let run = tokio::spawn(async move { executor.run(vec![item]).await });
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !d
+        .bed
+        .jobs()
+        .await
+        .iter()
+        .any(|j| j.hostname == last && j.stage == "wait_for_deployed")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{last} never reached its deploy wait"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    run.abort();
+
+    let daemon = start(d.config(), DaemonOptions::default()).await.unwrap();
+    d.converged_hosts("dc1", &all, Duration::from_secs(90))
+        .await;
+    daemon.shutdown().await;
+    let deploys = d.bed.deploys("dc1");
+    for name in &all {
+        assert_eq!(deploys.get(name), Some(&1), "{name}: {deploys:?}");
+    }
+}

@@ -1509,15 +1509,31 @@ impl NodeRun {
             NodeRun::Decommission(work) => &work.target.site,
         }
     }
+
+    /// Whether the run starts a new job (else it continues one that was admitted before, which
+    /// may hold a slot kept for it: waiting for admission behind nodes that wait for that very
+    /// slot would never end).
+    fn starts_a_job(&self) -> bool {
+        match self {
+            NodeRun::Onboarding(item) => item.work == crate::apply::Work::Onboard,
+            NodeRun::Decommission(work) => {
+                matches!(
+                    work.job,
+                    crate::apply::decommission::DecommissionJob::New(_)
+                )
+            }
+        }
+    }
 }
 
 /// Run one node's work as its own task (under its site/profile limit); false when the node is
 /// running already.
 ///
 /// `maxParallel` is counted in the store across every replica. A node with a profile takes its
-/// slot inside its run, where the run needs one; a replica admits twice the limit of
-/// onboardings (the nodes ahead prepare meanwhile) and the limit of decommissions. A run with
-/// no profile (an agent-only decommission) runs alone under a slot taken before it starts.
+/// slot inside its run, where the run needs one; a replica admits twice the limit of new
+/// onboardings (the nodes ahead prepare meanwhile) and the limit of new decommissions, and
+/// runs every open job it continues. A run with no profile (an agent-only decommission) runs
+/// alone under a slot taken before it starts.
 fn spawn_node(core: &Arc<Core>, run: NodeRun) -> bool {
     let label = run.label();
     if !core.in_flight.lock().expect("lock").insert(label.clone()) {
@@ -1539,7 +1555,13 @@ fn spawn_node(core: &Arc<Core>, run: NodeRun) -> bool {
             NodeRun::Onboarding(_) => ("onboarding", 2 * parallel as usize),
             NodeRun::Decommission(_) => ("decommission", parallel as usize),
         };
-        let ready = if run.profile().is_some() {
+        let ready = if run.profile().is_none() {
+            let slot = tokio::select! {
+                slot = slots.take(&group, parallel, &label) => slot,
+                _ = stop.stopped() => None,
+            };
+            slot.map(|slot| (None, Some(slot)))
+        } else if run.starts_a_job() {
             let admission = tokio::select! {
                 admission = slots.admit(kind, &group, admitted) => admission,
                 _ = stop.stopped() => None,
@@ -1549,11 +1571,7 @@ fn spawn_node(core: &Arc<Core>, run: NodeRun) -> bool {
                 _ => None,
             }
         } else {
-            let slot = tokio::select! {
-                slot = slots.take(&group, parallel, &label) => slot,
-                _ = stop.stopped() => None,
-            };
-            slot.map(|slot| (None, Some(slot)))
+            Some((None, None))
         };
         if let Some((_admission, slot)) = ready {
             let report = match run {
