@@ -1530,9 +1530,9 @@ impl NodeRun {
 /// running already.
 ///
 /// `maxParallel` is counted in the store across every replica. A node with a profile takes its
-/// slot inside its run, where the run needs one; a replica admits twice the limit of new
-/// onboardings (the nodes ahead prepare meanwhile) and the limit of new decommissions, and
-/// runs every open job it continues. A run with no profile (an agent-only decommission) runs
+/// slot inside its run, where the run needs one; a replica admits the limit of new onboardings,
+/// twice as many once every slot is taken (the nodes ahead prepare meanwhile), and the limit
+/// of new decommissions, and runs every open job it continues. A run with no profile (an agent-only decommission) runs
 /// alone under a slot taken before it starts.
 fn spawn_node(core: &Arc<Core>, run: NodeRun) -> bool {
     let label = run.label();
@@ -1551,9 +1551,9 @@ fn spawn_node(core: &Arc<Core>, run: NodeRun) -> bool {
     core.tasks.lock().expect("lock").spawn(async move {
         let slots = &task_core.slots;
         let stop = &task_core.stop;
-        let (kind, admitted) = match &run {
-            NodeRun::Onboarding(_) => ("onboarding", 2 * parallel as usize),
-            NodeRun::Decommission(_) => ("decommission", parallel as usize),
+        let (kind, prepares_ahead) = match &run {
+            NodeRun::Onboarding(_) => ("onboarding", true),
+            NodeRun::Decommission(_) => ("decommission", false),
         };
         let ready = if run.profile().is_none() {
             let slot = tokio::select! {
@@ -1563,7 +1563,7 @@ fn spawn_node(core: &Arc<Core>, run: NodeRun) -> bool {
             slot.map(|slot| (None, Some(slot)))
         } else if run.starts_a_job() {
             let admission = tokio::select! {
-                admission = slots.admit(kind, &group, admitted) => admission,
+                admission = slots.admit(kind, &group, parallel, prepares_ahead) => admission,
                 _ = stop.stopped() => None,
             };
             match admission {

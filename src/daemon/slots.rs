@@ -25,7 +25,17 @@ pub(super) struct StoreSlots {
     /// Between asks of a waiting group, when no slot of this replica frees first.
     pause: Duration,
     gates: Mutex<BTreeMap<String, Arc<SlotGate>>>,
-    admissions: Mutex<BTreeMap<String, Arc<Semaphore>>>,
+    admissions: Mutex<BTreeMap<String, Arc<Admission>>>,
+}
+
+/// The runs of one group (and kind) this replica lets start: `limit` at first; a kind that
+/// prepares ahead gets as many again once one of its nodes finds every slot of the group taken,
+/// so the first nodes prepare alone and deploy sooner.
+struct Admission {
+    runs: Arc<Semaphore>,
+    limit: usize,
+    /// Whether the nodes ahead are admitted (or never will be).
+    ahead: std::sync::atomic::AtomicBool,
 }
 
 /// The nodes of one (site, profile) group waiting for a slot on this replica. They queue for
@@ -36,6 +46,8 @@ pub(super) struct StoreSlots {
 struct SlotGate {
     turn: tokio::sync::Mutex<()>,
     freed: Notify,
+    /// The group's slots this replica holds.
+    held: std::sync::atomic::AtomicUsize,
 }
 
 /// A slot of the store, renewed while held.
@@ -48,6 +60,9 @@ impl StoreSlot {
     /// Give the slot back and wake the next node of this replica waiting for one.
     pub(super) async fn release(self) {
         self.lease.release().await;
+        self.gate
+            .held
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
         self.gate.freed.notify_one();
     }
 }
@@ -75,22 +90,45 @@ impl StoreSlots {
         }
     }
 
-    /// Wait until the node may start on this replica: `admitted` runs of its group at once
+    /// Wait until a node that starts a job may start on this replica: `limit` runs of its
+    /// group at once, twice as many for a kind that `prepares_ahead` once every slot is taken
     /// (`kind` keeps onboardings and decommissions apart). Kept until dropped.
     pub(super) async fn admit(
         &self,
         kind: &str,
         group: &str,
-        admitted: usize,
+        limit: u32,
+        prepares_ahead: bool,
     ) -> Option<OwnedSemaphorePermit> {
-        let semaphore = self
+        let limit = limit.max(1) as usize;
+        let admission = self
             .admissions
             .lock()
             .expect("lock")
-            .entry(format!("{kind}:{group}#{admitted}"))
-            .or_insert_with(|| Arc::new(Semaphore::new(admitted.max(1))))
+            .entry(admission_key(kind, group, limit))
+            .or_insert_with(|| {
+                Arc::new(Admission {
+                    runs: Arc::new(Semaphore::new(limit)),
+                    limit,
+                    ahead: (!prepares_ahead).into(),
+                })
+            })
             .clone();
-        semaphore.acquire_owned().await.ok()
+        admission.runs.clone().acquire_owned().await.ok()
+    }
+
+    /// Every slot of `group` is taken (this replica holds them all, or a node of it found none
+    /// free): the onboardings ahead may start.
+    fn all_taken(&self, group: &str, limit: u32) {
+        let key = admission_key("onboarding", group, limit.max(1) as usize);
+        let admission = self.admissions.lock().expect("lock").get(&key).cloned();
+        if let Some(admission) = admission
+            && !admission
+                .ahead
+                .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            admission.runs.add_permits(admission.limit);
+        }
     }
 
     /// Whether the node `label` (`site/hostname`) is no longer this replica's to run: its site
@@ -159,6 +197,7 @@ impl StoreSlots {
                     if let SlotOutcome::Taken(lease) = take(SlotPick::Free).await {
                         break lease;
                     }
+                    self.all_taken(group, parallel);
                     // Another replica's slots free without telling this one: look again after
                     // a pause.
                     tokio::select! {
@@ -172,6 +211,10 @@ impl StoreSlots {
             lease: NodeLease::hold(&self.store, lease, self.ttl),
             gate: gate.clone(),
         };
+        let held = gate.held.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        if held >= parallel as usize {
+            self.all_taken(group, parallel);
+        }
         // Another replica may have taken the node while this one waited.
         if self.elsewhere(label).await {
             slot.release().await;
@@ -179,6 +222,10 @@ impl StoreSlots {
         }
         Some(slot)
     }
+}
+
+fn admission_key(kind: &str, group: &str, limit: usize) -> String {
+    format!("{kind}:{group}#{limit}")
 }
 
 impl SharedSlots for StoreSlots {
