@@ -16,6 +16,7 @@ pub mod events;
 pub mod lifecycle;
 pub mod listener;
 pub mod manifest;
+pub mod memory;
 pub mod model;
 pub mod observe;
 pub mod plan;

@@ -157,6 +157,13 @@ pub fn main() -> ExitCode {
             command,
         },
     };
+    match cli.command {
+        Command::Plan(_) => crate::memory::return_freed_memory_after(std::time::Duration::ZERO),
+        Command::Daemon(_) => {
+            crate::memory::return_freed_memory_after(std::time::Duration::from_secs(1))
+        }
+        _ => {}
+    }
     // The daemon logs JSON lines, at info unless --log/METALFORM_LOG asks otherwise.
     let daemon = matches!(cli.command, Command::Daemon(_));
     init_logging(&cli.global.log, daemon);
