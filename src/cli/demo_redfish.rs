@@ -30,6 +30,8 @@ const MAINTENANCE_PATH: &str = "/images/maintenance.iso";
 pub(super) struct RedfishDemo {
     sims: RedfishSimHandle,
     listen: SocketAddr,
+    /// The controller's listener, bound from the start so no other process takes its port.
+    bound: std::sync::Mutex<Option<std::net::TcpListener>>,
     webhook_secret: Secret,
 }
 
@@ -42,10 +44,12 @@ impl RedfishDemo {
         count: usize,
         time_scale: f64,
     ) -> Result<RedfishDemo, CliError> {
-        // The controller needs the store the demo opens later; its address is reserved now
-        // so the BMCs' maintenance OS knows where to report.
-        let listen = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
+        // The controller needs the store the demo opens later; its listener is bound now so
+        // the BMCs' maintenance OS knows where to report.
+        let bound = std::net::TcpListener::bind("127.0.0.1:0")
+            .map_err(|e| CliError::unexpected(format!("no free local port: {e}")))?;
+        let listen = bound
+            .local_addr()
             .map_err(|e| CliError::unexpected(format!("no free local port: {e}")))?;
         let base = url::Url::parse(&format!("http://{listen}/")).expect("an address is a URL");
         let webhook_secret = Secret::new(random_token());
@@ -87,6 +91,7 @@ impl RedfishDemo {
         Ok(RedfishDemo {
             sims,
             listen,
+            bound: std::sync::Mutex::new(Some(bound)),
             webhook_secret,
         })
     }
@@ -137,6 +142,7 @@ impl RedfishDemo {
                 async move { image }
             }),
         );
+        let bound = self.bound.lock().expect("lock").take();
         Controller::start(ControllerOptions {
             store,
             secrets,
@@ -152,6 +158,7 @@ impl RedfishDemo {
             webhook_secret: self.webhook_secret.clone(),
             media_key: Secret::new(random_token()),
             listen: self.listen,
+            bound,
             extra: Some(extra),
             holder: "demo".into(),
             observer: Arc::new(NoObserver),

@@ -330,6 +330,9 @@ pub struct ControllerOptions {
     pub media_key: Secret,
     /// Port 0 picks one.
     pub listen: SocketAddr,
+    /// A listener bound already, served instead of binding `listen` (an address handed out
+    /// before the controller starts stays taken until then).
+    pub bound: Option<std::net::TcpListener>,
     /// More routes on the same listener (a maintenance image for simulated BMCs).
     pub extra: Option<Router>,
     /// This controller's worker name (`worker_id`).
@@ -342,7 +345,13 @@ pub struct ControllerOptions {
 
 impl Controller {
     pub async fn start(options: ControllerOptions) -> std::io::Result<Controller> {
-        let listener = tokio::net::TcpListener::bind(options.listen).await?;
+        let listener = match options.bound {
+            Some(bound) => {
+                bound.set_nonblocking(true)?;
+                tokio::net::TcpListener::from_std(bound)?
+            }
+            None => tokio::net::TcpListener::bind(options.listen).await?,
+        };
         let url = url::Url::parse(&format!("http://{}/", listener.local_addr()?))
             .expect("a socket address is a URL");
         let provisioner = Arc::new(Provisioner::new(

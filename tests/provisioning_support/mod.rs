@@ -254,6 +254,7 @@ impl Bed {
             webhook_secret: Secret::new(WEBHOOK_SECRET),
             media_key: Secret::new(MEDIA_KEY),
             listen,
+            bound: None,
             extra: None,
             holder: holder.into(),
             observer: self.recorder.clone(),
