@@ -1532,8 +1532,8 @@ impl NodeRun {
 /// `maxParallel` is counted in the store across every replica. A node with a profile takes its
 /// slot inside its run, where the run needs one; a replica admits the limit of new onboardings,
 /// twice as many once every slot is taken (the nodes ahead prepare meanwhile), and the limit
-/// of new decommissions, and runs every open job it continues. A run with no profile (an agent-only decommission) runs
-/// alone under a slot taken before it starts.
+/// of new decommissions, and runs every open job it continues. A run with no profile (an
+/// agent-only decommission) runs alone under a slot taken before it starts.
 fn spawn_node(core: &Arc<Core>, run: NodeRun) -> bool {
     let label = run.label();
     if !core.in_flight.lock().expect("lock").insert(label.clone()) {
