@@ -279,3 +279,65 @@ async fn a_node_resumed_mid_deploy_takes_its_kept_slot_beside_new_onboardings() 
         assert_eq!(deploys.get(name), Some(&1), "{name}: {deploys:?}");
     }
 }
+
+/// A daemon stopped while a machine deploys gives that node's slot back, and the store keeps it
+/// for the node while its job runs: no other node (of any replica) boots in its place while
+/// MAAS still deploys the machine, and the replica resuming the node takes it back at once.
+/// (A daemon restarted mid-deploy continuing the node is `daemon_sigterm`'s.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_daemon_keeps_a_deploying_nodes_slot_for_it() {
+    use metalform::store::{SlotOutcome, SlotPick, SlotRequest};
+    let site = onboard_support::SiteSetup::generated("dc1", 64, 2, 0);
+    let all: Vec<String> = (0..2).map(|i| hostname_of(&site.config, i)).collect();
+    let mut setup = Setup::one_site(site).profile("  timeouts: {enrollment: 30s}\n");
+    setup.max_parallel = 1;
+    let d = DaemonBed::start(setup, "").await;
+    let daemon = start(d.config(), DaemonOptions::default()).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let deploying = loop {
+        let jobs = d.bed.jobs().await;
+        if let Some(job) = jobs.iter().find(|j| j.stage == "wait_for_deployed") {
+            break job.hostname.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no machine deploying: {jobs:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    daemon.shutdown().await;
+    let job = d.bed.job_of("dc1", &deploying).await;
+    assert_eq!(job.state.to_string(), "running", "{job:?}");
+
+    // The other node gets no slot; the deploying one gets its own back.
+    let other = all.iter().find(|h| **h != deploying).unwrap();
+    fn ask(hostname: &str) -> SlotRequest<'_> {
+        SlotRequest {
+            group: "dc1/dc1-gpu",
+            limit: 1,
+            site: "dc1",
+            hostname,
+        }
+    }
+    let ttl = chrono::Duration::seconds(3);
+    let taken = d
+        .bed
+        .store
+        .acquire_slot(&ask(other), SlotPick::Free, "daemon@elsewhere:1:x", ttl)
+        .await
+        .unwrap();
+    assert!(
+        !matches!(taken, SlotOutcome::Taken(_)),
+        "{other} took the slot of the machine still deploying: {taken:?}"
+    );
+    let back = d
+        .bed
+        .store
+        .acquire_slot(&ask(&deploying), SlotPick::Left, "daemon@next:1:x", ttl)
+        .await
+        .unwrap();
+    let SlotOutcome::Taken(lease) = back else {
+        panic!("{deploying} did not get its slot back: {back:?}");
+    };
+    d.bed.store.release_lease(&lease).await.unwrap();
+}
