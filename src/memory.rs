@@ -17,39 +17,12 @@ pub fn return_freed_memory_after(delay: Duration) {
             return;
         }
         let ms = isize::try_from(delay.as_millis()).unwrap_or(isize::MAX);
-        let set = |name: &std::ffi::CStr| {
-            let mut value = ms;
-            // SAFETY: a documented jemalloc control taking an ssize_t; no old value is read.
-            unsafe {
-                tikv_jemalloc_sys::mallctl(
-                    name.as_ptr(),
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                    (&raw mut value).cast(),
-                    std::mem::size_of::<isize>(),
-                )
-            }
-        };
         // The arenas made from now on, then each one made already (an arena not in use
         // refuses; it takes the new default when it is made).
-        set(c"arenas.dirty_decay_ms");
-        let mut arenas: u32 = 0;
-        let mut len = std::mem::size_of::<u32>();
-        // SAFETY: reads an unsigned control into a buffer of its size.
-        let read = unsafe {
-            tikv_jemalloc_sys::mallctl(
-                c"arenas.narenas".as_ptr(),
-                (&raw mut arenas).cast(),
-                &raw mut len,
-                std::ptr::null_mut(),
-                0,
-            )
-        };
-        if read == 0 {
-            for arena in 0..arenas {
-                if let Ok(name) = std::ffi::CString::new(format!("arena.{arena}.dirty_decay_ms")) {
-                    set(&name);
-                }
+        write_control(c"arenas.dirty_decay_ms", ms);
+        for arena in 0..read_control::<u32>(c"arenas.narenas").unwrap_or(0) {
+            if let Ok(name) = std::ffi::CString::new(format!("arena.{arena}.dirty_decay_ms")) {
+                write_control(&name, ms);
             }
         }
     }
@@ -57,25 +30,46 @@ pub fn return_freed_memory_after(delay: Duration) {
     let _ = delay;
 }
 
+/// Set a jemalloc control that takes an `ssize_t` (best effort: a refusal is left alone).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn write_control(name: &std::ffi::CStr, value: isize) {
+    let mut value = value;
+    // SAFETY: the control takes an ssize_t, passed by pointer with its size; nothing is read.
+    unsafe {
+        tikv_jemalloc_sys::mallctl(
+            name.as_ptr(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            (&raw mut value).cast(),
+            std::mem::size_of::<isize>(),
+        );
+    }
+}
+
+/// Read a jemalloc control of type `T` (its C type's size and layout); `None` when refused.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn read_control<T: Copy + Default>(name: &std::ffi::CStr) -> Option<T> {
+    let mut value = T::default();
+    let mut len = std::mem::size_of::<T>();
+    // SAFETY: reads into a buffer of the control's size; nothing is written.
+    let rc = unsafe {
+        tikv_jemalloc_sys::mallctl(
+            name.as_ptr(),
+            (&raw mut value).cast(),
+            &raw mut len,
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    (rc == 0 && len == std::mem::size_of::<T>()).then_some(value)
+}
+
 #[cfg(all(test, target_os = "linux", target_env = "gnu"))]
 mod tests {
     use super::*;
 
     fn decay_ms(name: &std::ffi::CStr) -> isize {
-        let mut value: isize = -2;
-        let mut len = std::mem::size_of::<isize>();
-        // SAFETY: reads an ssize_t control into a buffer of its size.
-        let rc = unsafe {
-            tikv_jemalloc_sys::mallctl(
-                name.as_ptr(),
-                (&raw mut value).cast(),
-                &raw mut len,
-                std::ptr::null_mut(),
-                0,
-            )
-        };
-        assert_eq!(rc, 0, "{name:?}");
-        value
+        read_control(name).unwrap_or_else(|| panic!("{name:?} cannot be read"))
     }
 
     #[test]

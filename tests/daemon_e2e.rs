@@ -174,15 +174,52 @@ async fn commits_add_nodes_and_they_converge_and_an_empty_commit_is_not_acted_on
     assert!(d.bed.store.pending_events(10).await.unwrap().is_empty());
 }
 
+/// A bed of `machines` Ready machines on dc1 under `maxParallel`, and their hostnames.
+async fn limited_bed(seed: u64, machines: usize, max_parallel: u32) -> (DaemonBed, Vec<String>) {
+    let site = onboard_support::SiteSetup::generated("dc1", seed, machines, 0);
+    let all = (0..machines)
+        .map(|i| hostname_of(&site.config, i))
+        .collect();
+    let mut setup = Setup::one_site(site).profile("  timeouts: {enrollment: 30s}\n");
+    setup.max_parallel = max_parallel;
+    (DaemonBed::start(setup, "").await, all)
+}
+
+/// One slot of dc1's profile, whose `maxParallel` is 1, for `hostname`.
+fn slot_of(hostname: &str) -> metalform::store::SlotRequest<'_> {
+    metalform::store::SlotRequest {
+        group: "dc1/dc1-gpu",
+        limit: 1,
+        site: "dc1",
+        hostname,
+    }
+}
+
+/// The hostname of a node whose machine is deploying (`only` that one, if given), once there
+/// is one.
+async fn wait_for_a_deploy(d: &DaemonBed, only: Option<&str>) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let jobs = d.bed.jobs().await;
+        if let Some(job) = jobs
+            .iter()
+            .find(|j| j.stage == "wait_for_deployed" && only.is_none_or(|h| h == j.hostname))
+        {
+            return job.hostname.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no machine deploying: {jobs:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// The daemon counts `maxParallel` as `apply` does: the machines MAAS boots at once, while as
 /// many nodes again prepare ahead of the slots.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daemon_boots_at_most_max_parallel_machines_while_more_nodes_prepare() {
-    let site = onboard_support::SiteSetup::generated("dc1", 62, 6, 0);
-    let all: Vec<String> = (0..6).map(|i| hostname_of(&site.config, i)).collect();
-    let mut setup = Setup::one_site(site).profile("  timeouts: {enrollment: 30s}\n");
-    setup.max_parallel = 2;
-    let d = DaemonBed::start(setup, "").await;
+    let (d, all) = limited_bed(62, 6, 2).await;
     let daemon = start(d.config(), DaemonOptions::default()).await.unwrap();
     d.converged_hosts("dc1", &all, Duration::from_secs(120))
         .await;
@@ -227,47 +264,29 @@ async fn the_daemon_boots_at_most_max_parallel_machines_while_more_nodes_prepare
 /// they would wait for that very slot, and the node for them, for ever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_resumed_mid_deploy_takes_its_kept_slot_beside_new_onboardings() {
-    use metalform::store::{SlotOutcome, SlotPick, SlotRequest};
-    let site = onboard_support::SiteSetup::generated("dc1", 63, 3, 0);
-    let all: Vec<String> = (0..3).map(|i| hostname_of(&site.config, i)).collect();
-    let mut setup = Setup::one_site(site).profile("  timeouts: {enrollment: 30s}\n");
-    setup.max_parallel = 1;
-    let d = DaemonBed::start(setup, "").await;
+    use metalform::store::{SlotOutcome, SlotPick};
+    let (d, all) = limited_bed(63, 3, 1).await;
 
     // The dead replica: it took the profile's one slot for the last node, deployed its
     // machine and was gone (its node lease and its slot lapse, the job stays running).
     let last = all[2].clone();
     let dead = "daemon@gone:1:dead";
-    let ask = SlotRequest {
-        group: "dc1/dc1-gpu",
-        limit: 1,
-        site: "dc1",
-        hostname: &last,
-    };
     let slot = d
         .bed
         .store
-        .acquire_slot(&ask, SlotPick::Free, dead, chrono::Duration::seconds(3))
+        .acquire_slot(
+            &slot_of(&last),
+            SlotPick::Free,
+            dead,
+            chrono::Duration::seconds(3),
+        )
         .await
         .unwrap();
     assert!(matches!(slot, SlotOutcome::Taken(_)), "{slot:?}");
     let executor = d.bed.executor();
     let item = d.bed.onboard("dc1", &last);
     let run = tokio::spawn(async move { executor.run(vec![item]).await });
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !d
-        .bed
-        .jobs()
-        .await
-        .iter()
-        .any(|j| j.hostname == last && j.stage == "wait_for_deployed")
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{last} never reached its deploy wait"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_a_deploy(&d, Some(&last)).await;
     run.abort();
 
     let daemon = start(d.config(), DaemonOptions::default()).await.unwrap();
@@ -286,44 +305,21 @@ async fn a_node_resumed_mid_deploy_takes_its_kept_slot_beside_new_onboardings() 
 /// (A daemon restarted mid-deploy continuing the node is `daemon_sigterm`'s.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_daemon_keeps_a_deploying_nodes_slot_for_it() {
-    use metalform::store::{SlotOutcome, SlotPick, SlotRequest};
-    let site = onboard_support::SiteSetup::generated("dc1", 64, 2, 0);
-    let all: Vec<String> = (0..2).map(|i| hostname_of(&site.config, i)).collect();
-    let mut setup = Setup::one_site(site).profile("  timeouts: {enrollment: 30s}\n");
-    setup.max_parallel = 1;
-    let d = DaemonBed::start(setup, "").await;
+    use metalform::store::{SlotOutcome, SlotPick};
+    let (d, all) = limited_bed(64, 2, 1).await;
     let daemon = start(d.config(), DaemonOptions::default()).await.unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let deploying = loop {
-        let jobs = d.bed.jobs().await;
-        if let Some(job) = jobs.iter().find(|j| j.stage == "wait_for_deployed") {
-            break job.hostname.clone();
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no machine deploying: {jobs:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let deploying = wait_for_a_deploy(&d, None).await;
     daemon.shutdown().await;
     let job = d.bed.job_of("dc1", &deploying).await;
     assert_eq!(job.state.to_string(), "running", "{job:?}");
 
     // The other node gets no slot; the deploying one gets its own back.
     let other = all.iter().find(|h| **h != deploying).unwrap();
-    fn ask(hostname: &str) -> SlotRequest<'_> {
-        SlotRequest {
-            group: "dc1/dc1-gpu",
-            limit: 1,
-            site: "dc1",
-            hostname,
-        }
-    }
     let ttl = chrono::Duration::seconds(3);
     let taken = d
         .bed
         .store
-        .acquire_slot(&ask(other), SlotPick::Free, "daemon@elsewhere:1:x", ttl)
+        .acquire_slot(&slot_of(other), SlotPick::Free, "daemon@elsewhere:1:x", ttl)
         .await
         .unwrap();
     assert!(
@@ -333,7 +329,7 @@ async fn a_stopped_daemon_keeps_a_deploying_nodes_slot_for_it() {
     let back = d
         .bed
         .store
-        .acquire_slot(&ask(&deploying), SlotPick::Left, "daemon@next:1:x", ttl)
+        .acquire_slot(&slot_of(&deploying), SlotPick::Left, "daemon@next:1:x", ttl)
         .await
         .unwrap();
     let SlotOutcome::Taken(lease) = back else {

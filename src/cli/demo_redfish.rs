@@ -46,10 +46,11 @@ impl RedfishDemo {
     ) -> Result<RedfishDemo, CliError> {
         // The controller needs the store the demo opens later; its listener is bound now so
         // the BMCs' maintenance OS knows where to report.
-        let bound = std::net::TcpListener::bind("127.0.0.1:0")
-            .map_err(|e| CliError::unexpected(format!("no free local port: {e}")))?;
-        let listen = bound
-            .local_addr()
+        let (bound, listen) = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|bound| {
+                let listen = bound.local_addr()?;
+                Ok((bound, listen))
+            })
             .map_err(|e| CliError::unexpected(format!("no free local port: {e}")))?;
         let base = url::Url::parse(&format!("http://{listen}/")).expect("an address is a URL");
         let webhook_secret = Secret::new(random_token());

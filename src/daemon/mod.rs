@@ -1551,10 +1551,7 @@ fn spawn_node(core: &Arc<Core>, run: NodeRun) -> bool {
     core.tasks.lock().expect("lock").spawn(async move {
         let slots = &task_core.slots;
         let stop = &task_core.stop;
-        let (kind, prepares_ahead) = match &run {
-            NodeRun::Onboarding(_) => ("onboarding", true),
-            NodeRun::Decommission(_) => ("decommission", false),
-        };
+        let prepares_ahead = matches!(run, NodeRun::Onboarding(_));
         let ready = if run.profile().is_none() {
             let slot = tokio::select! {
                 slot = slots.take(&group, parallel, &label) => slot,
@@ -1563,7 +1560,7 @@ fn spawn_node(core: &Arc<Core>, run: NodeRun) -> bool {
             slot.map(|slot| (None, Some(slot)))
         } else if run.starts_a_job() {
             let admission = tokio::select! {
-                admission = slots.admit(kind, &group, parallel, prepares_ahead) => admission,
+                admission = slots.admit(&group, parallel, prepares_ahead) => admission,
                 _ = stop.stopped() => None,
             };
             match admission {

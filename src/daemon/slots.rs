@@ -28,9 +28,9 @@ pub(super) struct StoreSlots {
     admissions: Mutex<BTreeMap<String, Arc<Admission>>>,
 }
 
-/// The runs of one group (and kind) this replica lets start: `limit` at first; a kind that
-/// prepares ahead gets as many again once one of its nodes finds every slot of the group taken,
-/// so the first nodes prepare alone and deploy sooner.
+/// The runs of one group this replica lets start, for a kind that prepares ahead (onboardings)
+/// or one that does not (decommissions): `limit` at first; the former as many again once every
+/// slot of the group is taken, so the first nodes prepare alone and deploy sooner.
 struct Admission {
     runs: Arc<Semaphore>,
     limit: usize,
@@ -91,11 +91,10 @@ impl StoreSlots {
     }
 
     /// Wait until a node that starts a job may start on this replica: `limit` runs of its
-    /// group at once, twice as many for a kind that `prepares_ahead` once every slot is taken
-    /// (`kind` keeps onboardings and decommissions apart). Kept until dropped.
+    /// group at once, twice as many for a kind that `prepares_ahead` once every slot is taken.
+    /// Kept until dropped.
     pub(super) async fn admit(
         &self,
-        kind: &str,
         group: &str,
         limit: u32,
         prepares_ahead: bool,
@@ -105,7 +104,7 @@ impl StoreSlots {
             .admissions
             .lock()
             .expect("lock")
-            .entry(admission_key(kind, group, limit))
+            .entry(admission_key(group, limit, prepares_ahead))
             .or_insert_with(|| {
                 Arc::new(Admission {
                     runs: Arc::new(Semaphore::new(limit)),
@@ -120,7 +119,7 @@ impl StoreSlots {
     /// Every slot of `group` is taken (this replica holds them all, or a node of it found none
     /// free): the onboardings ahead may start.
     fn all_taken(&self, group: &str, limit: u32) {
-        let key = admission_key("onboarding", group, limit.max(1) as usize);
+        let key = admission_key(group, limit.max(1) as usize, true);
         let admission = self.admissions.lock().expect("lock").get(&key).cloned();
         if let Some(admission) = admission
             && !admission
@@ -224,7 +223,8 @@ impl StoreSlots {
     }
 }
 
-fn admission_key(kind: &str, group: &str, limit: usize) -> String {
+fn admission_key(group: &str, limit: usize, prepares_ahead: bool) -> String {
+    let kind = if prepares_ahead { "ahead" } else { "alone" };
     format!("{kind}:{group}#{limit}")
 }
 
