@@ -19,7 +19,7 @@ use crate::lifecycle::JobKind;
 use crate::model::{Fleet, Site, SiteName};
 use crate::provider::maas::{MaasClient, MachineFilter, MachineSummary};
 use crate::secrets::SecretStore;
-use crate::store::{Job, Node, NodeFilter, SiteRows, Store, StoreError};
+use crate::store::{Job, Node, SiteRows, Store, StoreError};
 
 pub use clients::{ClientError, MaasClients};
 pub(crate) use snapshot::hash_json;
@@ -421,29 +421,23 @@ fn observed_machine(m: MachineSummary, power_address: Option<String>) -> Observe
     }
 }
 
-/// The store serial first, then the rows: a write in between makes the snapshot look older
-/// than it is (a plan from it is refused as stale), never newer. Each part becomes the
-/// snapshot's before the next is read, so that the inventory rows are gone before the jobs
-/// are read (a plan keeps no rows).
+/// The store serial first, then the rows, in one read: a write in between cannot make the
+/// snapshot look newer than it is. Each part becomes the snapshot's before the next is read, so
+/// that the inventory rows are gone before the jobs are read (a plan keeps no rows).
 async fn read_store(
     store: &Store,
     site: Option<&str>,
     sites: &SiteFilter,
 ) -> Result<StoreView<()>, StoreError> {
-    let serial = store.serial().await?;
-    let nodes = store
-        .list_nodes(&NodeFilter {
-            site: site.map(str::to_owned),
-            ..NodeFilter::default()
-        })
+    let (of_nodes, of_jobs) = (sites.clone(), sites.clone());
+    let (serial, inventory, jobs) = store
+        .site_rows_into(
+            site,
+            move |nodes| inventory_of(&nodes, &of_nodes),
+            move |current| observed_jobs(&current, &of_jobs),
+        )
         .await?;
-    let inventory = inventory_of(&nodes, sites);
-    drop(nodes);
-    let mut current = Vec::with_capacity(JobKind::ALL.len());
-    for kind in JobKind::ALL {
-        current.push((*kind, store.current_jobs(*kind, site).await?));
-    }
-    Ok((serial, inventory, observed_jobs(&current, sites), ()))
+    Ok((serial, inventory, jobs, ()))
 }
 
 /// The live inventory rows of the selected sites, ordered by (site, hostname).

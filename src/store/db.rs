@@ -20,7 +20,7 @@ use sqlx::{AssertSqlSafe, Postgres, Row as _, Sqlite, Transaction};
 use rusqlite::types::Value;
 
 use super::StoreError;
-use super::sqlite_writer::{LocalRow, SqliteWriter};
+use super::sqlite_writer::{self, LocalRead, LocalReaders, LocalRow, SqliteWriter};
 
 /// Which database a store talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -240,6 +240,7 @@ impl FromLocal for bool {
 pub(crate) struct SqlitePool {
     pool: sqlx::SqlitePool,
     writer: Arc<tokio::sync::Mutex<SqliteWriter>>,
+    readers: Arc<LocalReaders>,
     /// Writers waiting for the turn (see [`Tx::commit`]).
     waiting: Arc<AtomicUsize>,
 }
@@ -282,6 +283,8 @@ fn by_id(table: &str) -> String {
 /// A transaction on either backend; a SQLite write holds the writer's turn until it ends.
 pub(crate) enum Tx {
     SqliteRead(Transaction<'static, Sqlite>),
+    /// A large read on a connection driven on the calling thread ([`Pool::read_bulk`]).
+    SqliteBulkRead(LocalRead),
     SqliteWrite(WriteTurn),
     Postgres(Transaction<'static, Postgres>),
 }
@@ -289,7 +292,8 @@ pub(crate) enum Tx {
 /// The connection a transaction's statements run on.
 enum Conn<'a> {
     Sqlite(&'a mut SqliteConnection),
-    Writer(&'a mut SqliteWriter),
+    /// The writer's or a bulk read's: each statement runs on the calling thread.
+    Local(&'a mut rusqlite::Connection),
     Postgres(&'a mut sqlx::PgConnection),
 }
 
@@ -314,8 +318,8 @@ macro_rules! bind_all {
     }};
 }
 
-fn write_err(context: &str) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
-    move |source| StoreError::Write {
+fn local_err(context: &str) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
+    move |source| StoreError::Local {
         context: context.to_owned(),
         source,
     }
@@ -325,7 +329,8 @@ impl Tx {
     fn conn(&mut self) -> Conn<'_> {
         match self {
             Tx::SqliteRead(tx) => Conn::Sqlite(tx),
-            Tx::SqliteWrite(turn) => Conn::Writer(&mut turn.writer),
+            Tx::SqliteBulkRead(read) => Conn::Local(read.connection()),
+            Tx::SqliteWrite(turn) => Conn::Local(turn.writer.connection()),
             Tx::Postgres(tx) => Conn::Postgres(tx),
         }
     }
@@ -339,7 +344,9 @@ impl Tx {
         const DOING: &str = "executing a statement";
         let sql = sql.into();
         match self.conn() {
-            Conn::Writer(w) => return w.execute(&sql, params).map_err(write_err(DOING)),
+            Conn::Local(conn) => {
+                return sqlite_writer::execute(conn, &sql, params).map_err(local_err(DOING));
+            }
             Conn::Sqlite(conn) => bind_all!(sqlx::query::<Sqlite>(AssertSqlSafe(sql)), params)
                 .execute(conn)
                 .await
@@ -373,12 +380,13 @@ impl Tx {
         let sql = AssertSqlSafe(sql.into());
         let mut out = Vec::new();
         match self.conn() {
-            Conn::Writer(w) => {
-                return w.query_map(
+            Conn::Local(conn) => {
+                return sqlite_writer::query_map(
+                    conn,
                     &sql.0,
                     params,
                     |row| each(Row::Local(row)),
-                    |e| write_err(DOING)(e),
+                    |e| local_err(DOING)(e),
                 );
             }
             Conn::Sqlite(conn) => {
@@ -433,7 +441,7 @@ impl Tx {
     pub async fn execute_script(&mut self, sql: String) -> Result<(), StoreError> {
         const DOING: &str = "running a migration";
         match self.conn() {
-            Conn::Writer(w) => return w.execute_script(&sql).map_err(write_err(DOING)),
+            Conn::Local(conn) => return conn.execute_batch(&sql).map_err(local_err(DOING)),
             Conn::Sqlite(conn) => sqlx::raw_sql(AssertSqlSafe(sql))
                 .execute(conn)
                 .await
@@ -450,9 +458,11 @@ impl Tx {
         const DOING: &str = "committing";
         match self {
             Tx::SqliteRead(tx) => tx.commit().await,
+            // A read has nothing to commit: its end (the drop) ends it.
+            Tx::SqliteBulkRead(_) => return Ok(()),
             // Failing, the transaction is still open: the turn's drop rolls it back.
             Tx::SqliteWrite(mut turn) => {
-                let committed = turn.writer.commit().map_err(write_err(DOING));
+                let committed = turn.writer.commit().map_err(local_err(DOING));
                 let others = turn.waiting.load(Ordering::Relaxed) > 0;
                 drop(turn);
                 // The next writer, woken by the turn passing on, waits in this worker's
@@ -472,7 +482,7 @@ impl Tx {
 
     pub fn backend(&self) -> Backend {
         match self {
-            Tx::SqliteRead(_) | Tx::SqliteWrite(_) => Backend::Sqlite,
+            Tx::SqliteRead(_) | Tx::SqliteBulkRead(_) | Tx::SqliteWrite(_) => Backend::Sqlite,
             Tx::Postgres(_) => Backend::Postgres,
         }
     }
@@ -503,6 +513,7 @@ impl Pool {
                     return Ok(Pool::Sqlite(SqlitePool {
                         pool,
                         writer: Arc::new(tokio::sync::Mutex::new(SqliteWriter::new(path))),
+                        readers: Arc::new(LocalReaders::new(path)),
                         waiting: Arc::default(),
                     }));
                 }
@@ -541,7 +552,7 @@ impl Pool {
                 writer
                     .begin()
                     .await
-                    .map_err(write_err("starting a transaction"))?;
+                    .map_err(local_err("starting a transaction"))?;
                 Ok(Tx::SqliteWrite(WriteTurn {
                     writer,
                     waiting: p.waiting.clone(),
@@ -562,6 +573,42 @@ impl Pool {
             Pool::Postgres(p) => p.begin().await.map(Tx::Postgres),
         }
         .map_err(db_err("starting a transaction"))
+    }
+
+    /// A large read (a site's or the fleet's inventory and jobs): `read` is given a read
+    /// transaction and runs to its end. On SQLite its rows are read straight into the caller's
+    /// values on a connection driven by the reading thread, and that thread is one of tokio's
+    /// blocking pool: the statements may take their time without holding up the tasks of the
+    /// thread that asked (an observation reads MAAS in the same task as the store).
+    pub async fn read_bulk<T, F>(
+        &self,
+        read: impl FnOnce(Tx) -> F + Send + 'static,
+    ) -> Result<T, StoreError>
+    where
+        F: std::future::Future<Output = Result<T, StoreError>> + Send,
+        T: Send + 'static,
+    {
+        const DOING: &str = "starting a transaction";
+        let readers = match self {
+            Pool::Sqlite(p) => p.readers.clone(),
+            Pool::Postgres(_) => return read(self.read().await?).await,
+        };
+        let blocking = tokio::task::spawn_blocking(move || {
+            let tx = match readers.begin().map_err(local_err(DOING))? {
+                Some(local) => Tx::SqliteBulkRead(local),
+                // As the pool answers once closed: a store that is gone, for the caller.
+                None => return Err(db_err(DOING)(sqlx::Error::PoolClosed)),
+            };
+            // Every statement of a bulk read runs to its end when called: nothing in `read`
+            // is left waiting, so polling it on this thread finishes it.
+            futures::executor::block_on(read(tx))
+        });
+        match blocking.await {
+            Ok(read) => read,
+            Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+            // The runtime is shutting down: as for a store closed under the read.
+            Err(_) => Err(db_err(DOING)(sqlx::Error::PoolClosed)),
+        }
     }
 
     /// One query on its own, without a transaction around it (one round trip to the
@@ -636,6 +683,7 @@ impl Pool {
             Pool::Sqlite(p) => {
                 // After the writes under way (they hold the turn).
                 p.writer.lock().await.close();
+                p.readers.close();
                 p.pool.close().await
             }
             Pool::Postgres(p) => p.close().await,
@@ -717,11 +765,68 @@ mod tests {
             "state store error while executing a statement: UNIQUE constraint failed: t.id"
         );
         assert!(
-            matches!(&err, StoreError::Write { source, .. } if crate::store::sqlite_writer::is_unique_violation(source))
+            matches!(&err, StoreError::Local { source, .. } if crate::store::sqlite_writer::is_unique_violation(source))
         );
         drop(tx);
         insert(&pool, 3, "z").await;
         assert_eq!(values(&pool).await, ["z"]);
+    }
+
+    /// A bulk read is one snapshot: a write committed while it is open is not in it, and the
+    /// next read sees it. Its connection reads only, and goes back to be used again.
+    #[tokio::test]
+    async fn a_bulk_read_keeps_its_snapshot_and_never_writes() {
+        let (dir, pool) = sqlite().await;
+        insert(&pool, 1, "a").await;
+        let path = dir.path().join("t.db");
+        let read_v =
+            |rows: Vec<Row>| -> Vec<String> { rows.iter().map(|r| r.text("v").unwrap()).collect() };
+        let (before, after, refused) = pool
+            .read_bulk(move |mut read| async move {
+                assert!(matches!(read, Tx::SqliteBulkRead(_)));
+                let before = read.fetch_all("SELECT v FROM t ORDER BY id", &[]).await?;
+                rusqlite::Connection::open(&path)
+                    .unwrap()
+                    .execute("INSERT INTO t (id, v) VALUES (2, 'b')", [])
+                    .unwrap();
+                let after = read.fetch_all("SELECT v FROM t ORDER BY id", &[]).await?;
+                let refused = read
+                    .execute("INSERT INTO t (id, v) VALUES (3, 'c')", &[])
+                    .await
+                    .unwrap_err();
+                Ok((read_v(before), read_v(after), refused.to_string()))
+            })
+            .await
+            .unwrap();
+        assert_eq!(before, ["a"]);
+        assert_eq!(after, ["a"]);
+        assert_eq!(
+            refused,
+            "state store error while executing a statement: attempt to write a readonly database"
+        );
+        let again = pool
+            .read_bulk(|mut read| async move {
+                read.fetch_all("SELECT v FROM t ORDER BY id", &[]).await
+            })
+            .await
+            .unwrap();
+        assert_eq!(read_v(again), ["a", "b"]);
+        assert_eq!(values(&pool).await, ["a", "b"]);
+    }
+
+    /// A closed store refuses bulk reads as it refuses the pool's.
+    #[tokio::test]
+    async fn a_closed_store_refuses_a_bulk_read() {
+        let (_dir, pool) = sqlite().await;
+        pool.close().await;
+        let err = pool
+            .read_bulk(|_| async { Ok(()) })
+            .await
+            .expect_err("refused");
+        assert_eq!(
+            err.to_string(),
+            pool.read().await.err().expect("refused").to_string()
+        );
     }
 
     #[tokio::test]

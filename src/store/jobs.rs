@@ -885,25 +885,48 @@ impl Store {
     /// store serial read first, in one read transaction: what a reconcile's observation and
     /// its drift pass both decide on, read once for the two.
     pub async fn site_rows(&self, site: Option<&str>) -> Result<SiteRows, StoreError> {
-        let mut tx = self.pool.read().await?;
-        let serial = super::serial_in(&mut tx).await?;
-        let nodes = super::nodes::list_nodes_in(
-            &mut tx,
-            &super::NodeFilter {
-                site: site.map(str::to_owned),
-                ..super::NodeFilter::default()
-            },
-        )
-        .await?;
-        let mut jobs = Vec::with_capacity(JobKind::ALL.len());
-        for kind in JobKind::ALL {
-            jobs.push((*kind, current_jobs_in(&mut tx, *kind, site).await?));
-        }
+        let (serial, nodes, jobs) = self
+            .site_rows_into(site, |nodes| nodes, |jobs| jobs)
+            .await?;
         Ok(SiteRows {
             serial,
             nodes,
             jobs,
         })
+    }
+
+    /// [`Store::site_rows`], each part handed to its own conversion as soon as it is read: the
+    /// inventory rows are converted (and dropped) before the jobs are read, so a caller that
+    /// keeps less than the rows never holds both sets of rows at once.
+    pub async fn site_rows_into<N, J>(
+        &self,
+        site: Option<&str>,
+        nodes: impl FnOnce(Vec<super::Node>) -> N + Send + 'static,
+        jobs: impl FnOnce(Vec<(JobKind, Vec<Job>)>) -> J + Send + 'static,
+    ) -> Result<(i64, N, J), StoreError>
+    where
+        N: Send + 'static,
+        J: Send + 'static,
+    {
+        let site = site.map(str::to_owned);
+        self.pool
+            .read_bulk(move |mut tx| async move {
+                let serial = super::serial_in(&mut tx).await?;
+                let filter = super::NodeFilter {
+                    site: site.clone(),
+                    ..super::NodeFilter::default()
+                };
+                let nodes = nodes(super::nodes::list_nodes_in(&mut tx, &filter).await?);
+                let mut current = Vec::with_capacity(JobKind::ALL.len());
+                for kind in JobKind::ALL {
+                    current.push((
+                        *kind,
+                        current_jobs_in(&mut tx, *kind, site.as_deref()).await?,
+                    ));
+                }
+                Ok((serial, nodes, jobs(current)))
+            })
+            .await
     }
 
     /// How many jobs of one kind (of one site) are in each state: one counting query.

@@ -85,9 +85,10 @@ pub enum StoreError {
         #[source]
         source: sqlx::Error,
     },
-    /// A SQLite write transaction failed (see `sqlite_writer`).
+    /// A SQLite statement run on the calling thread failed: a write, or a large read (see
+    /// `sqlite_writer`).
     #[error("state store error while {context}: {source}")]
-    Write {
+    Local {
         context: String,
         #[source]
         source: rusqlite::Error,
@@ -194,7 +195,7 @@ impl StoreError {
                 _ => false,
             },
             // Another process held SQLite's write lock past the wait: nothing was written.
-            StoreError::Write { source, .. } => sqlite_writer::is_busy(source),
+            StoreError::Local { source, .. } => sqlite_writer::is_busy(source),
             StoreError::StaleGeneration { .. } | StoreError::Concurrent { .. } => true,
             _ => false,
         }
@@ -209,7 +210,7 @@ impl StoreError {
                 source: sqlx::Error::Database(db),
                 ..
             } => db.is_unique_violation(),
-            StoreError::Write { source, .. } => sqlite_writer::is_unique_violation(source),
+            StoreError::Local { source, .. } => sqlite_writer::is_unique_violation(source),
             _ => false,
         }
     }

@@ -1,6 +1,7 @@
-//! The SQLite store's one write connection (DESIGN.md §6), driven on the calling thread: a
-//! write transaction runs from its BEGIN to its COMMIT without handing each statement to a
-//! worker thread and waiting to be woken with the answer.
+//! The SQLite store's connections driven on the calling thread (DESIGN.md §6): the one write
+//! connection, whose transaction runs from its BEGIN to its COMMIT without handing each
+//! statement to a worker thread and waiting to be woken with the answer, and the connections
+//! of large reads ([`LocalReaders`]), whose rows are not handed over one by one either.
 //!
 //! SQLite does a write transaction of the store in tens of microseconds; through an async
 //! driver each statement was a hand-off to the connection's thread and back, and the writers'
@@ -113,48 +114,9 @@ impl SqliteWriter {
             .expect("a write begins on an open connection")
     }
 
-    /// Run a statement to its end; the number of rows it changed.
-    pub fn execute(&mut self, sql: &str, params: &[Param]) -> rusqlite::Result<u64> {
-        let conn = self.conn_mut();
-        {
-            let mut stmt = conn.prepare_cached(sql)?;
-            bind(&mut stmt, params)?;
-            // Stepped to its end like any query: a statement may return rows (RETURNING).
-            let mut rows = stmt.raw_query();
-            while rows.next()?.is_some() {}
-        }
-        Ok(conn.changes())
-    }
-
-    /// Each row of a query, turned into a `T` as it is read; SQLite's errors as `failed` says.
-    pub fn query_map<T, E>(
-        &mut self,
-        sql: &str,
-        params: &[Param],
-        mut each: impl FnMut(LocalRow) -> Result<T, E>,
-        failed: impl Fn(rusqlite::Error) -> E,
-    ) -> Result<Vec<T>, E> {
-        let mut stmt = self.conn_mut().prepare_cached(sql).map_err(&failed)?;
-        bind(&mut stmt, params).map_err(&failed)?;
-        let columns: Arc<[Box<str>]> = stmt.column_names().into_iter().map(Box::from).collect();
-        let mut rows = stmt.raw_query();
-        let mut out = Vec::new();
-        while let Some(row) = rows.next().map_err(&failed)? {
-            let values = (0..columns.len())
-                .map(|i| row.get::<_, Value>(i))
-                .collect::<rusqlite::Result<_>>()
-                .map_err(&failed)?;
-            out.push(each(LocalRow {
-                columns: columns.clone(),
-                values,
-            })?);
-        }
-        Ok(out)
-    }
-
-    /// Several statements without parameters (migrations).
-    pub fn execute_script(&mut self, sql: &str) -> rusqlite::Result<()> {
-        self.conn_mut().execute_batch(sql)
+    /// The connection of the open transaction, for [`execute`] and [`query_map`].
+    pub fn connection(&mut self) -> &mut Connection {
+        self.conn_mut()
     }
 
     pub fn commit(&mut self) -> rusqlite::Result<()> {
@@ -182,6 +144,142 @@ impl SqliteWriter {
     pub fn close(&mut self) {
         self.closed = true;
         self.conn = None;
+    }
+}
+
+/// Run a statement to its end; the number of rows it changed.
+pub fn execute(conn: &Connection, sql: &str, params: &[Param]) -> rusqlite::Result<u64> {
+    {
+        let mut stmt = conn.prepare_cached(sql)?;
+        bind(&mut stmt, params)?;
+        // Stepped to its end like any query: a statement may return rows (RETURNING).
+        let mut rows = stmt.raw_query();
+        while rows.next()?.is_some() {}
+    }
+    Ok(conn.changes())
+}
+
+/// Each row of a query, turned into a `T` as it is read; SQLite's errors as `failed` says.
+pub fn query_map<T, E>(
+    conn: &Connection,
+    sql: &str,
+    params: &[Param],
+    mut each: impl FnMut(LocalRow) -> Result<T, E>,
+    failed: impl Fn(rusqlite::Error) -> E,
+) -> Result<Vec<T>, E> {
+    let mut stmt = conn.prepare_cached(sql).map_err(&failed)?;
+    bind(&mut stmt, params).map_err(&failed)?;
+    let columns: Arc<[Box<str>]> = stmt.column_names().into_iter().map(Box::from).collect();
+    let mut rows = stmt.raw_query();
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().map_err(&failed)? {
+        let values = (0..columns.len())
+            .map(|i| row.get::<_, Value>(i))
+            .collect::<rusqlite::Result<_>>()
+            .map_err(&failed)?;
+        out.push(each(LocalRow {
+            columns: columns.clone(),
+            values,
+        })?);
+    }
+    Ok(out)
+}
+
+/// The connections large reads run on, kept between reads (with their prepared statements).
+///
+/// A read through the pool hands every row from the connection's worker thread to the caller
+/// through a channel, with a copy of each of its values and a wake-up: reading a 10,000-node
+/// fleet's inventory and jobs that way was the longest part of a `plan` (docs/performance.md).
+/// Here the rows are read on the calling thread. SQLite in WAL mode never makes a reader wait
+/// for a writer, so the thread waits on nothing but SQLite's own work.
+#[derive(Debug)]
+pub(crate) struct LocalReaders {
+    path: PathBuf,
+    /// Idle connections; `None` once the store is closed.
+    idle: std::sync::Mutex<Option<Vec<Connection>>>,
+}
+
+/// Idle read connections kept: as many as large reads usually run at once.
+const IDLE_READERS: usize = 4;
+
+/// How long a read waits for SQLite's busy cases (a WAL being recovered after a crash).
+const READ_WAIT: Duration = Duration::from_secs(5);
+
+impl LocalReaders {
+    pub fn new(path: &Path) -> Self {
+        Self {
+            path: path.to_owned(),
+            idle: std::sync::Mutex::new(Some(Vec::new())),
+        }
+    }
+
+    /// A read transaction on an idle connection or a new one; `Ok(None)` once closed.
+    pub fn begin(self: &Arc<Self>) -> rusqlite::Result<Option<LocalRead>> {
+        let idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+            .map(Vec::pop);
+        let conn = match idle {
+            None => return Ok(None),
+            Some(Some(conn)) => conn,
+            Some(None) => {
+                let conn = Connection::open_with_flags(
+                    &self.path,
+                    OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                )?;
+                // It reads only; nothing written through it by mistake could go unnoticed.
+                conn.execute_batch("PRAGMA query_only = ON;")?;
+                conn.busy_timeout(READ_WAIT)?;
+                conn.set_prepared_statement_cache_capacity(64);
+                conn
+            }
+        };
+        // Deferred: the snapshot is taken by the first statement and kept to the end.
+        conn.execute_batch("BEGIN")?;
+        Ok(Some(LocalRead {
+            conn: Some(conn),
+            readers: self.clone(),
+        }))
+    }
+
+    /// No more reads; idle connections are closed (those in use when they end).
+    pub fn close(&self) {
+        *self.idle.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+}
+
+/// A read transaction of [`LocalReaders`]; its end gives the connection back.
+#[derive(Debug)]
+pub(crate) struct LocalRead {
+    conn: Option<Connection>,
+    readers: Arc<LocalReaders>,
+}
+
+impl LocalRead {
+    pub fn connection(&mut self) -> &mut Connection {
+        self.conn
+            .as_mut()
+            .expect("a read's connection is kept until it ends")
+    }
+}
+
+impl Drop for LocalRead {
+    fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
+        // A connection whose transaction would not end is not used again.
+        if conn.execute_batch("ROLLBACK").is_err() {
+            return;
+        }
+        let mut idle = self.readers.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(idle) = idle.as_mut()
+            && idle.len() < IDLE_READERS
+        {
+            idle.push(conn);
+        }
     }
 }
 
@@ -252,29 +350,35 @@ mod tests {
             .unwrap();
         let mut writer = SqliteWriter::new(&path);
         writer.begin().await.unwrap();
-        writer
-            .execute("INSERT INTO t (id) VALUES ($1)", &[Param::Int(Some(1))])
-            .unwrap();
+        execute(
+            writer.connection(),
+            "INSERT INTO t (id) VALUES ($1)",
+            &[Param::Int(Some(1))],
+        )
+        .unwrap();
         writer.open = false;
         writer.roll_back();
 
         writer.begin().await.unwrap();
-        writer
-            .execute("INSERT INTO t (id) VALUES ($1)", &[Param::Int(Some(2))])
-            .unwrap();
+        execute(
+            writer.connection(),
+            "INSERT INTO t (id) VALUES ($1)",
+            &[Param::Int(Some(2))],
+        )
+        .unwrap();
         writer.commit().unwrap();
         assert_eq!(count(&path), 1);
-        let ids: Vec<i64> = writer
-            .query_map(
-                "SELECT id FROM t",
-                &[],
-                |row| match row.get("id") {
-                    Some(Value::Integer(id)) => Ok(*id),
-                    other => panic!("{other:?}"),
-                },
-                |e| e,
-            )
-            .unwrap();
+        let ids: Vec<i64> = query_map(
+            writer.connection(),
+            "SELECT id FROM t",
+            &[],
+            |row| match row.get("id") {
+                Some(Value::Integer(id)) => Ok(*id),
+                other => panic!("{other:?}"),
+            },
+            |e| e,
+        )
+        .unwrap();
         assert_eq!(ids, [2]);
     }
 }
