@@ -2,8 +2,11 @@
 //! system, per command (issue 17's memory targets; docs/performance.md). A one-shot `plan`
 //! peaks while it decodes every site's machine list at once: pages freed by one site are
 //! given back at once, so the next does not add to the peak. A daemon runs for months: pages
-//! freed in a pass go back within a second, not jemalloc's default ten. Everything else keeps
-//! the default, which spends the least CPU (an `apply` wave allocates and frees all the time).
+//! freed in a pass go back within a second, not jemalloc's default ten, and a thread of
+//! jemalloc's own gives them back: an arena purges when it is used, and the arena of a thread
+//! that stopped allocating (a blocking-pool thread after a large store read) kept its freed
+//! pages until then. Everything else keeps the default, which spends the least CPU (an `apply`
+//! wave allocates and frees all the time).
 
 use std::time::Duration;
 
@@ -30,18 +33,32 @@ pub fn return_freed_memory_after(delay: Duration) {
     let _ = delay;
 }
 
-/// Set a jemalloc control that takes an `ssize_t` (best effort: a refusal is left alone).
+/// Purge freed pages from jemalloc's background thread too (see the module doc), unless the
+/// operator configured the allocator through `_RJEM_MALLOC_CONF`. Best effort, as
+/// [`return_freed_memory_after`].
+pub fn purge_in_the_background() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        if std::env::var_os("_RJEM_MALLOC_CONF").is_some() {
+            return;
+        }
+        write_control(c"background_thread", true);
+    }
+}
+
+/// Set a jemalloc control of type `T` (its C type's size and layout: `ssize_t` as `isize`,
+/// `bool` as `bool`). Best effort: a refusal is left alone.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn write_control(name: &std::ffi::CStr, value: isize) {
+fn write_control<T: Copy>(name: &std::ffi::CStr, value: T) {
     let mut value = value;
-    // SAFETY: the control takes an ssize_t, passed by pointer with its size; nothing is read.
+    // SAFETY: the control takes a `T`, passed by pointer with its size; nothing is read.
     unsafe {
         tikv_jemalloc_sys::mallctl(
             name.as_ptr(),
             std::ptr::null_mut(),
             std::ptr::null_mut(),
             (&raw mut value).cast(),
-            std::mem::size_of::<isize>(),
+            std::mem::size_of::<T>(),
         );
     }
 }
@@ -83,5 +100,14 @@ mod tests {
         return_freed_memory_after(Duration::ZERO);
         assert_eq!(decay_ms(c"arenas.dirty_decay_ms"), 0);
         assert_eq!(decay_ms(c"arena.0.dirty_decay_ms"), 0);
+    }
+
+    #[test]
+    fn the_background_purge_is_switched_on() {
+        if std::env::var_os("_RJEM_MALLOC_CONF").is_some() {
+            return;
+        }
+        purge_in_the_background();
+        assert_eq!(read_control::<bool>(c"background_thread"), Some(true));
     }
 }

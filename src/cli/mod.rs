@@ -160,7 +160,8 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Plan(_) => crate::memory::return_freed_memory_after(std::time::Duration::ZERO),
         Command::Daemon(_) => {
-            crate::memory::return_freed_memory_after(std::time::Duration::from_secs(1))
+            crate::memory::return_freed_memory_after(std::time::Duration::from_secs(1));
+            crate::memory::purge_in_the_background();
         }
         _ => {}
     }

@@ -593,11 +593,15 @@ impl Pool {
             Pool::Sqlite(p) => p.readers.clone(),
             Pool::Postgres(_) => return read(self.read().await?).await,
         };
+        let closed = || db_err(DOING)(sqlx::Error::PoolClosed);
+        let turn = readers.turns.clone().acquire_owned().await;
+        let turn = turn.map_err(|_| closed())?;
         let blocking = tokio::task::spawn_blocking(move || {
+            let _turn = turn;
             let tx = match readers.begin().map_err(local_err(DOING))? {
                 Some(local) => Tx::SqliteBulkRead(local),
                 // As the pool answers once closed: a store that is gone, for the caller.
-                None => return Err(db_err(DOING)(sqlx::Error::PoolClosed)),
+                None => return Err(closed()),
             };
             // Every statement of a bulk read runs to its end when called: nothing in `read`
             // is left waiting, so polling it on this thread finishes it.
@@ -607,7 +611,7 @@ impl Pool {
             Ok(read) => read,
             Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
             // The runtime is shutting down: as for a store closed under the read.
-            Err(_) => Err(db_err(DOING)(sqlx::Error::PoolClosed)),
+            Err(_) => Err(closed()),
         }
     }
 
