@@ -283,7 +283,8 @@ fn by_id(table: &str) -> String {
 /// A transaction on either backend; a SQLite write holds the writer's turn until it ends.
 pub(crate) enum Tx {
     SqliteRead(Transaction<'static, Sqlite>),
-    /// A large read on a connection driven on the calling thread ([`Pool::read_bulk`]).
+    /// A large read on a connection of its own, driven by the thread that runs the read (a
+    /// blocking-pool thread: [`Pool::read_bulk`]).
     SqliteBulkRead(LocalRead),
     SqliteWrite(WriteTurn),
     Postgres(Transaction<'static, Postgres>),
