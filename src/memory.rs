@@ -16,7 +16,7 @@ use std::time::Duration;
 pub fn return_freed_memory_after(delay: Duration) {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
-        if std::env::var_os("_RJEM_MALLOC_CONF").is_some() {
+        if configured_by_operator() {
             return;
         }
         let ms = isize::try_from(delay.as_millis()).unwrap_or(isize::MAX);
@@ -38,12 +38,15 @@ pub fn return_freed_memory_after(delay: Duration) {
 /// [`return_freed_memory_after`].
 pub fn purge_in_the_background() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        if std::env::var_os("_RJEM_MALLOC_CONF").is_some() {
-            return;
-        }
+    if !configured_by_operator() {
         write_control(c"background_thread", true);
     }
+}
+
+/// The operator tunes jemalloc through `_RJEM_MALLOC_CONF`: metalform leaves it as set.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn configured_by_operator() -> bool {
+    std::env::var_os("_RJEM_MALLOC_CONF").is_some()
 }
 
 /// Set a jemalloc control of type `T` (its C type's size and layout: `ssize_t` as `isize`,
@@ -91,7 +94,7 @@ mod tests {
 
     #[test]
     fn the_delay_reaches_new_and_existing_arenas() {
-        if std::env::var_os("_RJEM_MALLOC_CONF").is_some() {
+        if configured_by_operator() {
             return;
         }
         return_freed_memory_after(Duration::from_millis(250));
@@ -104,7 +107,7 @@ mod tests {
 
     #[test]
     fn the_background_purge_is_switched_on() {
-        if std::env::var_os("_RJEM_MALLOC_CONF").is_some() {
+        if configured_by_operator() {
             return;
         }
         purge_in_the_background();

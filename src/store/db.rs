@@ -594,16 +594,13 @@ impl Pool {
             Pool::Sqlite(p) => p.readers.clone(),
             Pool::Postgres(_) => return read(self.read().await?).await,
         };
+        // As the pool answers once closed: a store that is gone, for the caller.
         let closed = || db_err(DOING)(sqlx::Error::PoolClosed);
-        let turn = readers.turns.clone().acquire_owned().await;
+        let turn = readers.turn.clone().acquire_owned().await;
         let turn = turn.map_err(|_| closed())?;
         let blocking = tokio::task::spawn_blocking(move || {
             let _turn = turn;
-            let tx = match readers.begin().map_err(local_err(DOING))? {
-                Some(local) => Tx::SqliteBulkRead(local),
-                // As the pool answers once closed: a store that is gone, for the caller.
-                None => return Err(closed()),
-            };
+            let tx = Tx::SqliteBulkRead(readers.begin().map_err(local_err(DOING))?);
             // Every statement of a bulk read runs to its end when called: nothing in `read`
             // is left waiting, so polling it on this thread finishes it.
             futures::executor::block_on(read(tx))

@@ -91,7 +91,7 @@ impl SqliteWriter {
         let started = tokio::time::Instant::now();
         let mut pause = Duration::from_millis(1);
         loop {
-            match self.conn_mut().execute_batch("BEGIN IMMEDIATE") {
+            match self.connection().execute_batch("BEGIN IMMEDIATE") {
                 Ok(()) => {
                     self.open = true;
                     return Ok(());
@@ -108,21 +108,17 @@ impl SqliteWriter {
         }
     }
 
-    fn conn_mut(&mut self) -> &mut Connection {
+    /// The connection of the open transaction, for [`execute`] and [`query_map`].
+    pub fn connection(&mut self) -> &mut Connection {
         self.conn
             .as_mut()
             .expect("a write begins on an open connection")
     }
 
-    /// The connection of the open transaction, for [`execute`] and [`query_map`].
-    pub fn connection(&mut self) -> &mut Connection {
-        self.conn_mut()
-    }
-
     pub fn commit(&mut self) -> rusqlite::Result<()> {
         // A failed COMMIT (a deferred constraint) leaves the transaction open: the write's
         // end rolls it back.
-        self.conn_mut().execute_batch("COMMIT")?;
+        self.connection().execute_batch("COMMIT")?;
         self.open = false;
         Ok(())
     }
@@ -185,7 +181,7 @@ pub fn query_map<T, E>(
     Ok(out)
 }
 
-/// The connections large reads run on, kept between reads (with their prepared statements).
+/// The connection large reads run on, kept between reads (with its prepared statements).
 ///
 /// A read through the pool hands every row from the connection's worker thread to the caller
 /// through a channel, with a copy of each of its values and a wake-up: reading a 10,000-node
@@ -193,20 +189,19 @@ pub fn query_map<T, E>(
 /// Here the rows are read on the thread that runs the read (a blocking-pool thread: see
 /// `Pool::read_bulk`). SQLite in WAL mode never makes a reader wait for a writer, so the thread
 /// waits on nothing but SQLite's own work.
+///
+/// One read at a time: a daemon reading its 20 sites' rows four at a time peaked 20–30 MiB
+/// higher than one at a time, for no gain (its reconciles wait on MAAS), and a command makes
+/// one large read.
 #[derive(Debug)]
 pub(crate) struct LocalReaders {
     path: PathBuf,
-    /// Idle connections; `None` once the store is closed.
-    idle: std::sync::Mutex<Option<Vec<Connection>>>,
-    /// One per connection: reads beyond them wait their turn (a daemon reconciles every site
-    /// at once).
-    pub turns: Arc<tokio::sync::Semaphore>,
+    /// The connection between two reads.
+    idle: std::sync::Mutex<Option<Connection>>,
+    /// The read's turn: further reads wait for it (a daemon reconciles every site at once).
+    /// Closed with the store.
+    pub turn: Arc<tokio::sync::Semaphore>,
 }
-
-/// Connections, so large reads at once. One: a daemon reading its 20 sites' rows four at a
-/// time peaked 20–30 MiB higher than one at a time, for no gain (its reconciles wait on MAAS),
-/// and a command makes one large read.
-const READERS: usize = 1;
 
 /// How long a read waits for SQLite's busy cases (a WAL being recovered after a crash).
 const READ_WAIT: Duration = Duration::from_secs(5);
@@ -215,23 +210,17 @@ impl LocalReaders {
     pub fn new(path: &Path) -> Self {
         Self {
             path: path.to_owned(),
-            idle: std::sync::Mutex::new(Some(Vec::new())),
-            turns: Arc::new(tokio::sync::Semaphore::new(READERS)),
+            idle: std::sync::Mutex::new(None),
+            turn: Arc::new(tokio::sync::Semaphore::new(1)),
         }
     }
 
-    /// A read transaction on an idle connection or a new one; `Ok(None)` once closed.
-    pub fn begin(self: &Arc<Self>) -> rusqlite::Result<Option<LocalRead>> {
-        let idle = self
-            .idle
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_mut()
-            .map(Vec::pop);
-        let conn = match idle {
-            None => return Ok(None),
-            Some(Some(conn)) => conn,
-            Some(None) => {
+    /// A read transaction on the kept connection or a new one (taken with the turn).
+    pub fn begin(self: &Arc<Self>) -> rusqlite::Result<LocalRead> {
+        let kept = self.idle.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let conn = match kept {
+            Some(conn) => conn,
+            None => {
                 let conn = Connection::open_with_flags(
                     &self.path,
                     OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -245,16 +234,16 @@ impl LocalReaders {
         };
         // Deferred: the snapshot is taken by the first statement and kept to the end.
         conn.execute_batch("BEGIN")?;
-        Ok(Some(LocalRead {
+        Ok(LocalRead {
             conn: Some(conn),
             readers: self.clone(),
-        }))
+        })
     }
 
-    /// No more reads; idle connections are closed (those in use when they end).
+    /// No more reads; the kept connection is closed (one in use when its read ends).
     pub fn close(&self) {
-        self.turns.close();
-        *self.idle.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.turn.close();
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).take();
     }
 }
 
@@ -278,15 +267,10 @@ impl Drop for LocalRead {
         let Some(conn) = self.conn.take() else {
             return;
         };
-        // A connection whose transaction would not end is not used again.
-        if conn.execute_batch("ROLLBACK").is_err() {
-            return;
-        }
-        let mut idle = self.readers.idle.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(idle) = idle.as_mut()
-            && idle.len() < READERS
-        {
-            idle.push(conn);
+        // A connection whose transaction would not end is not used again, nor is one of a
+        // store closed meanwhile.
+        if conn.execute_batch("ROLLBACK").is_ok() && !self.readers.turn.is_closed() {
+            *self.readers.idle.lock().unwrap_or_else(|e| e.into_inner()) = Some(conn);
         }
     }
 }
