@@ -105,7 +105,7 @@ fn every_change_item_becomes_work_with_its_target_plan_and_reason() {
             .iter()
             .find(|i| i.node == work.target.node.id)
             .unwrap();
-        assert_eq!(Some(&work.target), item.target.as_ref());
+        assert_eq!(Some(&work.target), item.target.as_deref());
         assert_eq!(
             work.plan,
             Some(FromPlan {

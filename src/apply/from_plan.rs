@@ -12,7 +12,9 @@ use std::sync::Arc;
 use crate::lifecycle::DecommissionMode;
 use crate::model::{Fleet, NodeId};
 use crate::observe::{self, MaasClients, ObserveError, SiteFilter, Snapshot};
-use crate::plan::{self, Action, Plan, PlanItem, PlanOptions, StalePlan, UntrustedPlan};
+use crate::plan::{
+    self, Action, NodeTarget, Plan, PlanItem, PlanOptions, StalePlan, UntrustedPlan,
+};
 use crate::secrets::SecretStore;
 use crate::stages::decommission::DecommissionTarget;
 use crate::store::{NewDecommission, Store, StoreError};
@@ -179,7 +181,7 @@ pub fn work_items(plan: &Plan, allow_destructive: bool) -> Result<PlanWork, Plan
             }
             Action::Provision { generation, .. } => {
                 work.provisions.push(super::provisioning::ProvisionItem {
-                    target: item.target.clone().ok_or_else(|| unresolved(plan, item))?,
+                    target: target_of(plan, item)?,
                     generation: *generation,
                     plan_id: plan.id.clone(),
                 });
@@ -187,7 +189,7 @@ pub fn work_items(plan: &Plan, allow_destructive: bool) -> Result<PlanWork, Plan
             }
             Action::Noop | Action::Blocked { .. } => continue,
         };
-        let target = item.target.clone().ok_or_else(|| unresolved(plan, item))?;
+        let target = target_of(plan, item)?;
         // Only destructive onboardings take a machine over, and only reach here when allowed.
         let takes_over = (item.destructive && onboarding == Work::Onboard)
             .then(|| target.system_id.clone())
@@ -205,6 +207,14 @@ pub fn work_items(plan: &Plan, allow_destructive: bool) -> Result<PlanWork, Plan
     Ok(work)
 }
 
+/// The item's resolved target, which every change carries.
+fn target_of(plan: &Plan, item: &PlanItem) -> Result<NodeTarget, PlanRefused> {
+    item.target
+        .as_deref()
+        .cloned()
+        .ok_or_else(|| unresolved(plan, item))
+}
+
 fn unresolved(plan: &Plan, item: &PlanItem) -> PlanRefused {
     PlanRefused::Unresolved {
         plan_id: plan.id.clone(),
@@ -215,7 +225,7 @@ fn unresolved(plan: &Plan, item: &PlanItem) -> PlanRefused {
 
 /// A decommission item's work: a new job of the item's mode, or the open job it continues.
 fn decommission_work(plan: &Plan, item: &PlanItem) -> Result<DecommissionWork, PlanRefused> {
-    let target = item.target.clone().ok_or_else(|| unresolved(plan, item))?;
+    let target = target_of(plan, item)?;
     let node_id = target.node_id.ok_or_else(|| unresolved(plan, item))?;
     let new = |mode: DecommissionMode| {
         DecommissionJob::New(NewDecommission {

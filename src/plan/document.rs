@@ -233,7 +233,7 @@ impl<'de> Deserialize<'de> for Plan {
                     drift: item.drift,
                     window_ignored: item.window_ignored,
                     user_data: item.user_data,
-                    target,
+                    target: target.map(Box::new),
                 })
             })
             .collect::<Result<Vec<_>, D::Error>>()?;

@@ -1038,6 +1038,6 @@ fn item(fleet: &Fleet, node: &Node, decision: Decision) -> PlanItem {
         drift: decision.drift,
         window_ignored: decision.window_ignored,
         user_data: None,
-        target,
+        target: target.map(Box::new),
     }
 }

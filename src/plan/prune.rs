@@ -259,7 +259,7 @@ fn item(node: NodeId, decision: Decision, target: Option<NodeTarget>) -> PlanIte
         drift: None,
         window_ignored: decision.window_ignored,
         user_data: None,
-        target,
+        target: target.map(Box::new),
     }
 }
 

@@ -199,9 +199,11 @@ pub struct PlanItem {
     /// renders its own payload when it deploys.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_data: Option<UserDataChange>,
-    /// Everything the executor needs; `None` for noop and blocked items.
+    /// Everything the executor needs; `None` for noop and blocked items. Boxed: a target is
+    /// about 1.5 KB and most items of a converged fleet have none, so a 10,000-item plan holds
+    /// a vector of 3.6 MB instead of 18 MB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target: Option<NodeTarget>,
+    pub target: Option<Box<NodeTarget>>,
 }
 
 /// A node's user-data: what it was last rendered as and what a render now gives.
