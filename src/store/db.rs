@@ -20,7 +20,7 @@ use sqlx::{AssertSqlSafe, Postgres, Row as _, Sqlite, Transaction};
 use rusqlite::types::Value;
 
 use super::StoreError;
-use super::sqlite_writer::{self, LocalRead, LocalReaders, LocalRow, SqliteWriter};
+use super::sqlite_writer::{self, BulkRead, BulkReader, LocalRow, SqliteWriter};
 
 /// Which database a store talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -240,7 +240,7 @@ impl FromLocal for bool {
 pub(crate) struct SqlitePool {
     pool: sqlx::SqlitePool,
     writer: Arc<tokio::sync::Mutex<SqliteWriter>>,
-    readers: Arc<LocalReaders>,
+    bulk_reader: Arc<BulkReader>,
     /// Writers waiting for the turn (see [`Tx::commit`]).
     waiting: Arc<AtomicUsize>,
 }
@@ -285,7 +285,7 @@ pub(crate) enum Tx {
     SqliteRead(Transaction<'static, Sqlite>),
     /// A large read on a connection of its own, driven by the thread that runs the read (a
     /// blocking-pool thread: [`Pool::read_bulk`]).
-    SqliteBulkRead(LocalRead),
+    SqliteBulkRead(BulkRead),
     SqliteWrite(WriteTurn),
     Postgres(Transaction<'static, Postgres>),
 }
@@ -514,7 +514,7 @@ impl Pool {
                     return Ok(Pool::Sqlite(SqlitePool {
                         pool,
                         writer: Arc::new(tokio::sync::Mutex::new(SqliteWriter::new(path))),
-                        readers: Arc::new(LocalReaders::new(path)),
+                        bulk_reader: Arc::new(BulkReader::new(path)),
                         waiting: Arc::default(),
                     }));
                 }
@@ -590,17 +590,17 @@ impl Pool {
         T: Send + 'static,
     {
         const DOING: &str = "starting a transaction";
-        let readers = match self {
-            Pool::Sqlite(p) => p.readers.clone(),
+        let reader = match self {
+            Pool::Sqlite(p) => p.bulk_reader.clone(),
             Pool::Postgres(_) => return read(self.read().await?).await,
         };
         // As the pool answers once closed: a store that is gone, for the caller.
         let closed = || db_err(DOING)(sqlx::Error::PoolClosed);
-        let turn = readers.turn.clone().acquire_owned().await;
+        let turn = reader.turn.clone().acquire_owned().await;
         let turn = turn.map_err(|_| closed())?;
         let blocking = tokio::task::spawn_blocking(move || {
             let _turn = turn;
-            let tx = Tx::SqliteBulkRead(readers.begin().map_err(local_err(DOING))?);
+            let tx = Tx::SqliteBulkRead(reader.begin().map_err(local_err(DOING))?);
             // Every statement of a bulk read runs to its end when called: nothing in `read`
             // is left waiting, so polling it on this thread finishes it.
             futures::executor::block_on(read(tx))
@@ -685,7 +685,7 @@ impl Pool {
             Pool::Sqlite(p) => {
                 // After the writes under way (they hold the turn).
                 p.writer.lock().await.close();
-                p.readers.close();
+                p.bulk_reader.close();
                 p.pool.close().await
             }
             Pool::Postgres(p) => p.close().await,

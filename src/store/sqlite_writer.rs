@@ -1,7 +1,7 @@
 //! The SQLite store's connections driven on the calling thread (DESIGN.md §6): the one write
 //! connection, whose transaction runs from its BEGIN to its COMMIT without handing each
-//! statement to a worker thread and waiting to be woken with the answer, and the connections
-//! of large reads ([`LocalReaders`]), whose rows are not handed over one by one either.
+//! statement to a worker thread and waiting to be woken with the answer, and the connection
+//! of large reads ([`BulkReader`]), whose rows are not handed over one by one either.
 //!
 //! SQLite does a write transaction of the store in tens of microseconds; through an async
 //! driver each statement was a hand-off to the connection's thread and back, and the writers'
@@ -194,7 +194,7 @@ pub fn query_map<T, E>(
 /// higher than one at a time, for no gain (its reconciles wait on MAAS), and a command makes
 /// one large read.
 #[derive(Debug)]
-pub(crate) struct LocalReaders {
+pub(crate) struct BulkReader {
     path: PathBuf,
     /// The connection between two reads.
     idle: std::sync::Mutex<Option<Connection>>,
@@ -206,7 +206,7 @@ pub(crate) struct LocalReaders {
 /// How long a read waits for SQLite's busy cases (a WAL being recovered after a crash).
 const READ_WAIT: Duration = Duration::from_secs(5);
 
-impl LocalReaders {
+impl BulkReader {
     pub fn new(path: &Path) -> Self {
         Self {
             path: path.to_owned(),
@@ -216,7 +216,7 @@ impl LocalReaders {
     }
 
     /// A read transaction on the kept connection or a new one (taken with the turn).
-    pub fn begin(self: &Arc<Self>) -> rusqlite::Result<LocalRead> {
+    pub fn begin(self: &Arc<Self>) -> rusqlite::Result<BulkRead> {
         let kept = self.idle.lock().unwrap_or_else(|e| e.into_inner()).take();
         let conn = match kept {
             Some(conn) => conn,
@@ -234,9 +234,9 @@ impl LocalReaders {
         };
         // Deferred: the snapshot is taken by the first statement and kept to the end.
         conn.execute_batch("BEGIN")?;
-        Ok(LocalRead {
+        Ok(BulkRead {
             conn: Some(conn),
-            readers: self.clone(),
+            reader: self.clone(),
         })
     }
 
@@ -247,14 +247,14 @@ impl LocalReaders {
     }
 }
 
-/// A read transaction of [`LocalReaders`]; its end gives the connection back.
+/// A read transaction of [`BulkReader`]; its end gives the connection back.
 #[derive(Debug)]
-pub(crate) struct LocalRead {
+pub(crate) struct BulkRead {
     conn: Option<Connection>,
-    readers: Arc<LocalReaders>,
+    reader: Arc<BulkReader>,
 }
 
-impl LocalRead {
+impl BulkRead {
     pub fn connection(&mut self) -> &mut Connection {
         self.conn
             .as_mut()
@@ -262,15 +262,15 @@ impl LocalRead {
     }
 }
 
-impl Drop for LocalRead {
+impl Drop for BulkRead {
     fn drop(&mut self) {
         let Some(conn) = self.conn.take() else {
             return;
         };
         // A connection whose transaction would not end is not used again, nor is one of a
         // store closed meanwhile.
-        if conn.execute_batch("ROLLBACK").is_ok() && !self.readers.turn.is_closed() {
-            *self.readers.idle.lock().unwrap_or_else(|e| e.into_inner()) = Some(conn);
+        if conn.execute_batch("ROLLBACK").is_ok() && !self.reader.turn.is_closed() {
+            *self.reader.idle.lock().unwrap_or_else(|e| e.into_inner()) = Some(conn);
         }
     }
 }
