@@ -307,7 +307,7 @@ pub async fn observe_site(
     let read_all_power = memory.power_stale(now);
     let read_power = async {
         if read_all_power {
-            Some(client.power_parameters(&[]).await)
+            Some(client.power_addresses(&[]).await)
         } else {
             None
         }
@@ -343,18 +343,14 @@ pub async fn observe_site(
             if new.is_empty() {
                 BTreeMap::new()
             } else {
-                match client.power_parameters(&new).await {
+                match client.power_addresses(&new).await {
                     Ok(power) => power,
                     Err(err) => return unreadable("read the power parameters", err),
                 }
             }
         }
     };
-    for (system_id, parameters) in power {
-        memory
-            .power
-            .insert(system_id, parameters.power_address.clone());
-    }
+    memory.power.extend(power);
     // Machines gone from MAAS are forgotten.
     let listed: std::collections::HashSet<&str> =
         machines.iter().map(|m| m.system_id.as_str()).collect();

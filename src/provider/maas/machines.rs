@@ -18,7 +18,9 @@ use super::client::MaasClient;
 use super::de::{empty_as_none, null_default, opt_datetime};
 use super::error::MaasError;
 use super::interfaces::Interface;
+use super::skim::{Member, Projection};
 use super::storage::BlockDevice;
+use super::stream::Decodable;
 use super::transport::{Call, Params};
 use super::types::{DomainRef, MachineStatus, NamedRef, NodeType, PowerState};
 
@@ -205,6 +207,35 @@ pub struct MachineSummary {
 pub struct InterfaceMac {
     #[serde(default)]
     pub mac_address: Option<String>,
+}
+
+impl Decodable for Machine {}
+
+/// The members of a machine that a [`MachineSummary`] reads: every other one is stepped over
+/// unread (a test holds this list to the struct's fields).
+static SUMMARY_READS: Projection = Projection {
+    members: &[
+        Member::whole("system_id"),
+        Member::whole("hostname"),
+        Member::whole("status"),
+        Member::whole("status_name"),
+        Member::whole("owner"),
+        Member::whole("power_state"),
+        Member::whole("ip_addresses"),
+        Member::each("interface_set", &INTERFACE_MAC_READS),
+        Member::whole("enable_hw_sync"),
+        Member::whole("last_sync"),
+        Member::whole("next_sync"),
+        Member::whole("sync_interval"),
+    ],
+};
+
+static INTERFACE_MAC_READS: Projection = Projection {
+    members: &[Member::whole("mac_address")],
+};
+
+impl Decodable for MachineSummary {
+    const READS: Option<&'static Projection> = Some(&SUMMARY_READS);
 }
 
 impl MachineSummary {
@@ -660,19 +691,42 @@ impl MachinePowerParameters {
     fn from_dict(dict: BTreeMap<String, serde_json::Value>) -> Self {
         let mut parameters = MachinePowerParameters::default();
         for (name, value) in dict {
+            if name == "power_address" {
+                parameters.power_address = address_text(value);
+                continue;
+            }
             let text = match value {
                 serde_json::Value::String(text) => text,
                 serde_json::Value::Null => continue,
                 other => other.to_string(),
             };
-            if name == "power_address" {
-                parameters.power_address = Some(text).filter(|a| !a.trim().is_empty());
-            } else {
-                parameters.others.insert(name, Secret::new(text));
-            }
+            parameters.others.insert(name, Secret::new(text));
         }
         parameters
     }
+}
+
+/// A `power_address` as [`MachinePowerParameters`] keeps it: `None` when null or blank, and a
+/// value that is not a string as its JSON text.
+pub(super) fn address_text(value: serde_json::Value) -> Option<String> {
+    let text = match value {
+        serde_json::Value::String(text) => text,
+        serde_json::Value::Null => return None,
+        other => other.to_string(),
+    };
+    Some(text).filter(|a| !a.trim().is_empty())
+}
+
+/// `GET machines/?op=power_parameters` for `system_ids` (every machine when empty).
+pub(super) fn power_parameters_call(system_ids: &[String]) -> Call {
+    let mut params = Params::new();
+    params.each("id", system_ids);
+    Call::get("power_parameters", &["machines"])
+        .op("power_parameters")
+        .params(params)
+        .expects("power parameters by system id")
+        // The answer holds BMC passwords: never quote it in a decode error.
+        .sensitive_response()
 }
 
 fn comment(comment: Option<&str>) -> Params {
@@ -702,18 +756,9 @@ impl MaasClient {
         &self,
         system_ids: &[String],
     ) -> Result<BTreeMap<String, MachinePowerParameters>, MaasError> {
-        let mut params = Params::new();
-        params.each("id", system_ids);
         let dicts: BTreeMap<String, Option<BTreeMap<String, serde_json::Value>>> = self
             .transport()
-            .json(
-                Call::get("power_parameters", &["machines"])
-                    .op("power_parameters")
-                    .params(params)
-                    .expects("power parameters by system id")
-                    // The answer holds BMC passwords: never quote it in a decode error.
-                    .sensitive_response(),
-            )
+            .json(power_parameters_call(system_ids))
             .await?;
         Ok(dicts
             .into_iter()
@@ -756,7 +801,9 @@ impl MaasClient {
     /// for polls that look at the status.
     pub async fn read_machine_summary(&self, system_id: &str) -> Result<MachineSummary, MaasError> {
         self.transport()
-            .json(Call::get("read_machine", &["machines", system_id]).expects("a machine object"))
+            .json_object(
+                Call::get("read_machine", &["machines", system_id]).expects("a machine object"),
+            )
             .await
     }
 
@@ -989,6 +1036,94 @@ impl MaasClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The field names `T`'s derived `Deserialize` asks for.
+    fn fields_of<T: serde::de::DeserializeOwned>() -> &'static [&'static str] {
+        struct Fields(&'static [&'static str]);
+        impl<'de> serde::Deserializer<'de> for &mut Fields {
+            type Error = serde::de::value::Error;
+            fn deserialize_any<V: serde::de::Visitor<'de>>(
+                self,
+                _: V,
+            ) -> Result<V::Value, Self::Error> {
+                Err(serde::de::Error::custom("not a struct"))
+            }
+            fn deserialize_struct<V: serde::de::Visitor<'de>>(
+                self,
+                _: &'static str,
+                fields: &'static [&'static str],
+                _: V,
+            ) -> Result<V::Value, Self::Error> {
+                self.0 = fields;
+                Err(serde::de::Error::custom("fields taken"))
+            }
+            serde::forward_to_deserialize_any! {
+                bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+                byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum
+                identifier ignored_any
+            }
+        }
+        let mut fields = Fields(&[]);
+        let _ = T::deserialize(&mut fields);
+        fields.0
+    }
+
+    #[test]
+    fn a_summary_reads_what_its_struct_has() {
+        let names = |p: &Projection| p.members.iter().map(|m| m.name).collect::<Vec<_>>();
+        assert_eq!(names(&SUMMARY_READS), fields_of::<MachineSummary>());
+        assert_eq!(names(&INTERFACE_MAC_READS), fields_of::<InterfaceMac>());
+        let interfaces = SUMMARY_READS
+            .members
+            .iter()
+            .find(|m| m.name == "interface_set");
+        assert!(interfaces.and_then(|m| m.each).is_some());
+    }
+
+    /// Every object with a `system_id` in `value`.
+    fn machines_in(value: &serde_json::Value, found: &mut Vec<serde_json::Value>) {
+        match value {
+            serde_json::Value::Object(members) => {
+                if members.contains_key("system_id") && members.contains_key("hostname") {
+                    found.push(value.clone());
+                }
+                members.values().for_each(|v| machines_in(v, found));
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|v| machines_in(v, found)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn a_summary_skimmed_from_real_maas_machines_is_the_summary_decoded_whole() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/maas");
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let text = std::fs::read(entry.unwrap().path()).unwrap();
+            if let Ok(value) = serde_json::from_slice::<serde_json::Value>(&text) {
+                machines_in(&value, &mut found);
+            }
+        }
+        let mut decoded = 0;
+        for machine in &found {
+            for text in [
+                serde_json::to_string_pretty(machine).unwrap(),
+                machine.to_string(),
+            ] {
+                let whole =
+                    serde_json::from_str::<MachineSummary>(&text).map_err(|e| e.to_string());
+                let skimmed =
+                    super::super::stream::decode_object::<MachineSummary>(text.as_bytes())
+                        .map_err(|e| e.to_string());
+                assert_eq!(skimmed, whole, "{text}");
+                decoded += usize::from(whole.is_ok());
+            }
+        }
+        assert!(
+            decoded >= 40,
+            "only {decoded} machines decoded from the fixtures"
+        );
+    }
 
     #[test]
     fn create_refuses_to_send_macs_without_an_architecture() {

@@ -11,6 +11,7 @@
 //! | `auth` | API key parsing and the OAuth PLAINTEXT `Authorization` header |
 //! | `client` | [`MaasClient`], its options and URL handling |
 //! | `transport` | one call: request building, the retry loop, response classification |
+//! | `skim` | stepping over the JSON members of an answer that nothing reads |
 //! | `stream` | decoding a JSON array answer element by element while it arrives |
 //! | `retry` | the retry policy (pure), injectable jitter and sleep |
 //! | `error` | [`MaasError`] and its classification |
@@ -47,6 +48,7 @@ mod placement;
 mod polls;
 mod power;
 mod retry;
+mod skim;
 mod storage;
 mod stream;
 mod subnets;

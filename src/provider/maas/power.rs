@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use super::client::MaasClient;
 use super::error::MaasError;
-use super::machines::Machine;
+use super::machines::{Machine, address_text, power_parameters_call};
 use super::transport::{Call, Params};
 use super::types::PowerState;
 
@@ -32,7 +32,7 @@ struct PowerStateDocument {
 #[derive(Deserialize)]
 struct PowerAddressOnly {
     #[serde(default)]
-    power_address: Option<String>,
+    power_address: serde_json::Value,
 }
 
 /// MAAS waits up to 60 s for the BMC on `query_power_state`; give it that and some slack.
@@ -97,21 +97,22 @@ impl MaasClient {
         Ok(document.state)
     }
 
-    /// `GET machines/?op=power_parameters` (admin, API_REFERENCE §5.16): every machine's BMC
-    /// address in one request, by system id (seed 000 §4.16 "match by IPMI power_address").
-    /// The answer carries power passwords: it is never logged, and only the address is kept.
-    pub async fn power_addresses(&self) -> Result<BTreeMap<String, Option<String>>, MaasError> {
-        let all: BTreeMap<String, PowerAddressOnly> = self
+    /// `GET machines/?op=power_parameters` (admin, API_REFERENCE §5.16): the BMC address of
+    /// each of `system_ids` (every machine when empty) in one request, by system id (seed 000
+    /// §4.16 "match by IPMI power_address"), as [`super::MachinePowerParameters::power_address`] has
+    /// it. The answer carries power passwords: it is never logged, and they are stepped over,
+    /// never kept.
+    pub async fn power_addresses(
+        &self,
+        system_ids: &[String],
+    ) -> Result<BTreeMap<String, Option<String>>, MaasError> {
+        let all: BTreeMap<String, Option<PowerAddressOnly>> = self
             .transport()
-            .json(
-                Call::get("power_parameters", &["machines"])
-                    .op("power_parameters")
-                    .sensitive_response(),
-            )
+            .json(power_parameters_call(system_ids))
             .await?;
         Ok(all
             .into_iter()
-            .map(|(system_id, p)| (system_id, p.power_address.filter(|a| !a.is_empty())))
+            .map(|(system_id, p)| (system_id, p.and_then(|p| address_text(p.power_address))))
             .collect())
     }
 }

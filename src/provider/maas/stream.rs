@@ -8,8 +8,36 @@
 //! memory it needs is about one batch, whatever the size of the list, and decoding overlaps
 //! the transfer. The result is what decoding the whole text as a `Vec<T>` gives, except that
 //! an error names the element and its byte offset.
+//!
+//! A type that reads only some members of each object ([`Decodable::READS`]) has the rest
+//! stepped over by [`super::skim`]; an element the scan cannot follow, or whose projection
+//! does not decode, is decoded whole by serde, so errors are serde's either way.
 
 use serde::de::DeserializeOwned;
+
+use super::skim::{self, Projection};
+
+/// A type decoded from MAAS's answers.
+pub(crate) trait Decodable: DeserializeOwned {
+    /// The members of an object answer that decoding reads (`None`: every one). The others
+    /// are stepped over by a scan several times cheaper than serde's.
+    const READS: Option<&'static Projection> = None;
+}
+
+/// Decodes one JSON object answer (`text`, whole) as `T`, reading only `T::READS`.
+pub(crate) fn decode_object<T: Decodable>(text: &[u8]) -> Result<T, serde_json::Error> {
+    if let Some(reads) = T::READS {
+        let start = skim::whitespace_end(text, 0);
+        let mut projected = Vec::new();
+        if let Ok(Some(end)) = skim::project(text, start, reads, &mut projected)
+            && skim::whitespace_end(text, end) == text.len()
+            && let Ok(value) = serde_json::from_slice(&projected)
+        {
+            return Ok(value);
+        }
+    }
+    serde_json::from_slice(text)
+}
 
 /// Unconsumed bytes gathered before decoding is tried again: elements are decoded in batches,
 /// so an element split across pieces is rarely decoded in vain.
@@ -57,15 +85,17 @@ pub(crate) struct ArrayDecoder<T> {
     state: State,
     items: Vec<T>,
     head: Vec<u8>,
+    /// The members of the element being decoded that `T` reads.
+    projected: Vec<u8>,
 }
 
-impl<T: DeserializeOwned> Default for ArrayDecoder<T> {
+impl<T: Decodable> Default for ArrayDecoder<T> {
     fn default() -> Self {
         Self::with_batch(BATCH)
     }
 }
 
-impl<T: DeserializeOwned> ArrayDecoder<T> {
+impl<T: Decodable> ArrayDecoder<T> {
     /// Tries to decode whenever `batch` unconsumed bytes are in.
     fn with_batch(batch: usize) -> Self {
         Self {
@@ -78,6 +108,7 @@ impl<T: DeserializeOwned> ArrayDecoder<T> {
             state: State::Open,
             items: Vec::new(),
             head: Vec::new(),
+            projected: Vec::new(),
         }
     }
 
@@ -164,6 +195,23 @@ impl<T: DeserializeOwned> ArrayDecoder<T> {
                         break;
                     }
                     let text = &self.pending[self.start..];
+                    if let Some(reads) = T::READS {
+                        self.projected.clear();
+                        match skim::project(text, 0, reads, &mut self.projected) {
+                            Ok(Some(end)) => {
+                                if let Ok(item) = serde_json::from_slice(&self.projected) {
+                                    self.largest = self.largest.max(end);
+                                    self.start += end;
+                                    self.items.push(item);
+                                    self.state = State::Next;
+                                    continue;
+                                }
+                            }
+                            Ok(None) if !at_end => break,
+                            // serde, decoding the element whole, says what is wrong.
+                            Ok(None) | Err(_) => {}
+                        }
+                    }
                     let mut stream = serde_json::Deserializer::from_slice(text).into_iter::<T>();
                     match stream.next() {
                         Some(Ok(item)) if at_end || stream.byte_offset() < text.len() => {
@@ -248,11 +296,42 @@ mod tests {
 
     /// Decodes `text` fed in pieces of `size` bytes, trying to decode after every piece
     /// (`batch` 1) or in real batches.
-    fn decode_with<T: DeserializeOwned>(
-        text: &str,
-        size: usize,
-        batch: usize,
-    ) -> Result<Vec<T>, String> {
+    impl Decodable for Item {}
+    impl Decodable for f64 {}
+
+    /// [`Item`], its other members stepped over by the scan.
+    #[derive(Debug, PartialEq, Deserialize)]
+    struct Skimmed {
+        id: u64,
+        #[serde(default)]
+        name: String,
+        #[serde(default)]
+        ratio: f64,
+    }
+
+    static SKIMMED_READS: Projection = Projection {
+        members: &[
+            skim::Member::whole("id"),
+            skim::Member::whole("name"),
+            skim::Member::whole("ratio"),
+        ],
+    };
+
+    impl Decodable for Skimmed {
+        const READS: Option<&'static Projection> = Some(&SKIMMED_READS);
+    }
+
+    impl From<Skimmed> for Item {
+        fn from(s: Skimmed) -> Self {
+            Item {
+                id: s.id,
+                name: s.name,
+                ratio: s.ratio,
+            }
+        }
+    }
+
+    fn decode_with<T: Decodable>(text: &str, size: usize, batch: usize) -> Result<Vec<T>, String> {
         let mut decoder = ArrayDecoder::<T>::with_batch(batch);
         for piece in text.as_bytes().chunks(size.max(1)) {
             decoder.feed(piece).map_err(|e| e.error.to_string())?;
@@ -260,6 +339,7 @@ mod tests {
         decoder.finish().map_err(|e| e.error.to_string())
     }
 
+    /// Decoded as [`Item`]s, every way: eagerly and in batches, and skimmed; all must agree.
     fn decode(text: &str, size: usize) -> Result<Vec<Item>, String> {
         let eager = decode_with(text, size, 1);
         assert_eq!(
@@ -267,6 +347,11 @@ mod tests {
             decode_with(text, size, BATCH),
             "{text:?} in pieces of {size}"
         );
+        for batch in [1, BATCH] {
+            let skimmed = decode_with::<Skimmed>(text, size, batch)
+                .map(|items| items.into_iter().map(Item::from).collect::<Vec<_>>());
+            assert_eq!(eager, skimmed, "{text:?} skimmed in pieces of {size}");
+        }
         eager
     }
 

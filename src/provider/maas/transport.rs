@@ -25,7 +25,7 @@ use super::auth::{ApiKey, oauth_encode};
 use super::error::{ErrorAnswer, MaasError, TransientCause, bounded, html_summary};
 use super::metrics::{MaasMetrics, RequestEvent, RequestStatus};
 use super::retry::{Jitter, RetryPolicy, Sleeper};
-use super::stream::{ArrayDecoder, ArrayError};
+use super::stream::{ArrayDecoder, ArrayError, Decodable, decode_object};
 
 /// Form parameters of one call, in order. `Debug` shows names only: values may be power
 /// passwords or user_data.
@@ -277,7 +277,7 @@ impl ReadBody for WholeBody {
 /// sites' reads) nor waits for them.
 struct JsonArrayBody<T>(std::marker::PhantomData<fn() -> T>);
 
-impl<T: DeserializeOwned + Send + 'static> ReadBody for JsonArrayBody<T> {
+impl<T: Decodable + Send + 'static> ReadBody for JsonArrayBody<T> {
     type Output = Result<Vec<T>, ArrayError>;
 
     async fn read(&self, mut response: reqwest::Response) -> Result<Self::Output, reqwest::Error> {
@@ -373,9 +373,16 @@ impl Transport {
             .map_err(|err| self.decode_error(&call, &reply.body, &err))
     }
 
+    /// [`Transport::json`] for an object answer of which `T` reads only some members (the rest
+    /// is stepped over, not decoded).
+    pub(crate) async fn json_object<T: Decodable>(&self, call: Call) -> Result<T, MaasError> {
+        let reply = self.send(&call).await?;
+        decode_object(&reply.body).map_err(|err| self.decode_error(&call, &reply.body, &err))
+    }
+
     /// Sends `call` and decodes its body, a JSON array, element by element while it arrives:
     /// for answers that can be large (a machines list of a big site is tens of megabytes).
-    pub(crate) async fn json_array<T: DeserializeOwned + Send + 'static>(
+    pub(crate) async fn json_array<T: Decodable + Send + 'static>(
         &self,
         call: Call,
     ) -> Result<Vec<T>, MaasError> {

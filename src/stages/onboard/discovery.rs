@@ -73,7 +73,7 @@ pub(super) async fn ensure_machine_in_maas(
         return Ok(bind(ctx, machine, "hostname"));
     }
     let addresses = maas
-        .power_addresses()
+        .power_addresses(&[])
         .await
         .map_err(|e| StageFailure::maas(&e))?;
     let with_bmc: Vec<&String> = addresses
