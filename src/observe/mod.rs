@@ -447,34 +447,170 @@ fn inventory_of(nodes: &[Node], sites: &SiteFilter) -> Vec<InventoryNode> {
     inventory
 }
 
-/// The snapshot's jobs of the selected sites, from the current jobs of each kind.
+/// The snapshot's jobs of the selected sites, from the current jobs of each kind: per (site,
+/// hostname, kind), every open job and the latest one whatever its state (and a Redfish node's
+/// latest successful provisioning), oldest request first.
 fn observed_jobs(current: &[(JobKind, Vec<Job>)], sites: &SiteFilter) -> Vec<ObservedJob> {
-    // Per (site, hostname, kind): every open job, and the latest one whatever its state.
-    let mut jobs: BTreeMap<(String, String, JobKind), Vec<ObservedJob>> = BTreeMap::new();
-    for (kind, rows) in current {
-        // Newest request first: the first row of a key is its latest job.
-        for job in rows
-            .iter()
-            .filter(|j| sites.contains(&SiteName::new(j.site.as_str())))
-        {
-            let entry = jobs
-                .entry((job.site.clone(), job.hostname.clone(), *kind))
-                .or_default();
-            let observed = ObservedJob::from(job);
+    let rows: Vec<&Job> = current
+        .iter()
+        .flat_map(|(_, rows)| rows)
+        .filter(|j| sites.contains(&SiteName::new(j.site.as_str())))
+        .collect();
+    fn key(job: &Job) -> (&str, &str, JobKind) {
+        (job.site.as_str(), job.hostname.as_str(), job.kind)
+    }
+    // Rows come newest request first, and the sort is stable: the first row of a key is its
+    // latest job. Only the rows' indexes move, and only the jobs kept are converted.
+    let mut order: Vec<usize> = (0..rows.len()).collect();
+    order.sort_by(|&a, &b| key(rows[a]).cmp(&key(rows[b])));
+    let mut jobs: Vec<ObservedJob> = Vec::with_capacity(rows.len());
+    let mut group = 0;
+    for (i, &row) in order.iter().enumerate() {
+        let job = rows[row];
+        let first = i == 0 || key(rows[order[i - 1]]) != key(job);
+        if first {
+            jobs[group..].sort_by_key(|a| (a.requested_at, a.id));
+            group = jobs.len();
+        }
+        if first || job.state.is_open() {
+            jobs.push(ObservedJob::from(job));
+        } else if job.kind == JobKind::Provisioning {
             // A Redfish node's latest successful provisioning says which generation it has.
-            let first_success = observed.provisioning.as_ref().is_some_and(|p| p.succeeded)
-                && !entry
-                    .iter()
-                    .any(|j| j.provisioning.as_ref().is_some_and(|p| p.succeeded));
-            if entry.is_empty() || job.state.is_open() || first_success {
-                entry.push(observed);
+            let succeeded = |j: &ObservedJob| j.provisioning.as_ref().is_some_and(|p| p.succeeded);
+            let observed = ObservedJob::from(job);
+            if succeeded(&observed) && !jobs[group..].iter().any(succeeded) {
+                jobs.push(observed);
             }
         }
     }
-    jobs.into_values()
-        .flat_map(|mut list| {
-            list.sort_by_key(|a| (a.requested_at, a.id));
-            list
-        })
-        .collect()
+    jobs[group..].sort_by_key(|a| (a.requested_at, a.id));
+    jobs
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{TimeZone, Utc};
+    use serde_json::json;
+
+    use super::*;
+    use crate::lifecycle::{JobState, ProvisioningStatus};
+    use crate::store::JobSpec;
+
+    fn job(n: u8, kind: JobKind, site: &str, host: &str, state: JobState) -> Job {
+        let spec = match kind {
+            JobKind::Onboarding => JobSpec::Onboarding {
+                batch_id: None,
+                ipmi_ip: None,
+                pxe_mac: None,
+            },
+            JobKind::Decommission => JobSpec::Decommission {
+                mode: crate::lifecycle::DecommissionMode::Retire,
+                erase: None,
+                storage_cleanup: None,
+                reason: None,
+            },
+            JobKind::Provisioning => JobSpec::Provisioning {
+                server_serial: format!("S-{host}"),
+                status: ProvisioningStatus::Failed,
+                failed_step: None,
+                maintenance_iso_url: String::new(),
+                task_iso_path: None,
+                picked_at: None,
+                worker_id: None,
+                lease_expires_at: None,
+                idempotency_key: None,
+                generation: None,
+                webhook_at: None,
+            },
+        };
+        let at = Utc.with_ymd_and_hms(2026, 11, 1, 0, 0, 0).unwrap()
+            + chrono::Duration::minutes(n.into());
+        Job {
+            id: uuid::Uuid::from_u128(n.into()),
+            kind,
+            node_id: None,
+            site: site.into(),
+            hostname: host.into(),
+            maas_system_id: None,
+            requested_by: None,
+            stage: "done".into(),
+            attempt: 1,
+            state,
+            failure_class: None,
+            error_code: None,
+            error_message: None,
+            error_details: json!({}),
+            recommended_action: None,
+            last_maas_status: None,
+            last_maas_power_state: None,
+            last_maas_ips: Vec::new(),
+            stage_details: json!({}),
+            adopted: false,
+            ends_reconciled: false,
+            plan_id: None,
+            requested_at: at,
+            started_at: None,
+            completed_at: None,
+            updated_at: at,
+            retry_failures: 0,
+            next_try_at: None,
+            retry_spec: None,
+            spec,
+        }
+    }
+
+    /// A provisioning that came to `status`, succeeded or not.
+    fn provisioning(n: u8, host: &str, succeeded: bool) -> Job {
+        let mut job = job(n, JobKind::Provisioning, "a", host, JobState::Completed);
+        let outcome = if succeeded { "succeeded" } else { "failed" };
+        job.stage_details = json!({ "outcome": outcome });
+        if let JobSpec::Provisioning { status, .. } = &mut job.spec {
+            *status = ProvisioningStatus::Complete;
+        }
+        job
+    }
+
+    #[test]
+    fn a_snapshot_keeps_each_nodes_open_and_latest_jobs_of_the_sites_asked_for() {
+        use JobState::*;
+        // Per kind, newest request first, as the store reads them.
+        let onboardings = vec![
+            job(9, JobKind::Onboarding, "b", "h1", Running),
+            job(8, JobKind::Onboarding, "a", "h2", Completed),
+            job(5, JobKind::Onboarding, "a", "h1", Completed),
+            job(4, JobKind::Onboarding, "a", "h1", FailedRetryable),
+            job(3, JobKind::Onboarding, "a", "h2", Cancelled),
+            job(1, JobKind::Onboarding, "a", "h1", Completed),
+        ];
+        let decommissions = vec![job(7, JobKind::Decommission, "a", "h1", Completed)];
+        let provisionings = vec![
+            provisioning(14, "h3", false),
+            provisioning(13, "h3", true),
+            provisioning(12, "h3", true),
+            provisioning(11, "h3", false),
+        ];
+        let current = vec![
+            (JobKind::Onboarding, onboardings),
+            (JobKind::Decommission, decommissions),
+            (JobKind::Provisioning, provisionings),
+        ];
+        let kept: Vec<(u128, JobKind)> = observed_jobs(&current, &SiteFilter::from_names(["a"]))
+            .iter()
+            .map(|j| (j.id.as_u128(), j.kind))
+            .collect();
+        assert_eq!(
+            kept,
+            vec![
+                // a/h1: the open retryable one and the latest, oldest first; then its decommission.
+                (4, JobKind::Onboarding),
+                (5, JobKind::Onboarding),
+                (7, JobKind::Decommission),
+                // a/h2: the latest only.
+                (8, JobKind::Onboarding),
+                // a/h3: the latest successful provisioning and the latest.
+                (13, JobKind::Provisioning),
+                (14, JobKind::Provisioning),
+            ]
+        );
+    }
 }
