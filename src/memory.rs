@@ -33,6 +33,30 @@ pub fn return_freed_memory_after(delay: Duration) {
     let _ = delay;
 }
 
+/// The first arena keeps freed pages for `delay` (others as [`return_freed_memory_after`] set
+/// them), unless the operator configured the allocator through `_RJEM_MALLOC_CONF`. Best
+/// effort, as [`return_freed_memory_after`].
+pub fn keep_freed_pages_in_the_first_arena(delay: Duration) {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if !configured_by_operator() {
+        write_control(
+            c"arena.0.dirty_decay_ms",
+            isize::try_from(delay.as_millis()).unwrap_or(isize::MAX),
+        );
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    let _ = delay;
+}
+
+/// The calling thread allocates from the first arena from now on (see the module doc),
+/// unless the operator configured the allocator. Best effort.
+pub fn allocate_from_the_first_arena() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if !configured_by_operator() {
+        write_control(c"thread.arena", 0u32);
+    }
+}
+
 /// Purge freed pages from jemalloc's background thread too (see the module doc), unless the
 /// operator configured the allocator through `_RJEM_MALLOC_CONF`. Best effort, as
 /// [`return_freed_memory_after`].
@@ -88,6 +112,9 @@ fn read_control<T: Copy + Default>(name: &std::ffi::CStr) -> Option<T> {
 mod tests {
     use super::*;
 
+    /// The tests write the same process-wide controls: one at a time.
+    static CONTROLS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     fn decay_ms(name: &std::ffi::CStr) -> isize {
         read_control(name).unwrap_or_else(|| panic!("{name:?} cannot be read"))
     }
@@ -97,12 +124,30 @@ mod tests {
         if configured_by_operator() {
             return;
         }
+        let _one_at_a_time = CONTROLS.lock().unwrap_or_else(|e| e.into_inner());
         return_freed_memory_after(Duration::from_millis(250));
         assert_eq!(decay_ms(c"arenas.dirty_decay_ms"), 250);
         assert_eq!(decay_ms(c"arena.0.dirty_decay_ms"), 250);
         return_freed_memory_after(Duration::ZERO);
         assert_eq!(decay_ms(c"arenas.dirty_decay_ms"), 0);
         assert_eq!(decay_ms(c"arena.0.dirty_decay_ms"), 0);
+    }
+
+    #[test]
+    fn a_thread_moved_to_the_first_arena_allocates_there_and_it_keeps_pages() {
+        if configured_by_operator() {
+            return;
+        }
+        let _one_at_a_time = CONTROLS.lock().unwrap_or_else(|e| e.into_inner());
+        std::thread::spawn(|| {
+            allocate_from_the_first_arena();
+            assert_eq!(read_control::<u32>(c"thread.arena"), Some(0));
+        })
+        .join()
+        .unwrap();
+        keep_freed_pages_in_the_first_arena(Duration::from_millis(70));
+        assert_eq!(decay_ms(c"arena.0.dirty_decay_ms"), 70);
+        return_freed_memory_after(Duration::ZERO);
     }
 
     #[test]

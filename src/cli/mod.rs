@@ -157,8 +157,15 @@ pub fn main() -> ExitCode {
             command,
         },
     };
+    let plan = matches!(cli.command, Command::Plan(_));
     match cli.command {
-        Command::Plan(_) => crate::memory::return_freed_memory_after(std::time::Duration::ZERO),
+        Command::Plan(_) => {
+            crate::memory::return_freed_memory_after(std::time::Duration::ZERO);
+            crate::memory::keep_freed_pages_in_the_first_arena(std::time::Duration::from_millis(
+                100,
+            ));
+            crate::memory::allocate_from_the_first_arena();
+        }
         Command::Daemon(_) => {
             crate::memory::return_freed_memory_after(std::time::Duration::from_secs(1));
             crate::memory::purge_in_the_background();
@@ -170,10 +177,11 @@ pub fn main() -> ExitCode {
     init_logging(&cli.global.log, daemon);
     // One TLS provider for every HTTPS client in the process (reqwest, vaultrs).
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if plan {
+        builder.on_thread_start(crate::memory::allocate_from_the_first_arena);
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(err) => {
             eprintln!("error: cannot start the async runtime: {err}");
