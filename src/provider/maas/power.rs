@@ -99,9 +99,9 @@ impl MaasClient {
 
     /// `GET machines/?op=power_parameters` (admin, API_REFERENCE §5.16): the BMC address of
     /// each of `system_ids` (every machine when empty) in one request, by system id (seed 000
-    /// §4.16 "match by IPMI power_address"), as [`super::MachinePowerParameters::power_address`] has
-    /// it. The answer carries power passwords: it is never logged, and they are stepped over,
-    /// never kept.
+    /// §4.16 "match by IPMI power_address"), as
+    /// [`super::MachinePowerParameters::power_address`] has it. The answer carries power
+    /// passwords: it is never logged, and they are stepped over, never kept.
     pub async fn power_addresses(
         &self,
         system_ids: &[String],

@@ -114,13 +114,7 @@ pub(crate) fn project(
                     Some(each) if text.get(value) == Some(&b'[') => {
                         project_each(text, value, each, out)?
                     }
-                    _ => {
-                        let end = value_end(text, value)?;
-                        if let Some(end) = end {
-                            out.extend_from_slice(&text[value..end]);
-                        }
-                        end
-                    }
+                    _ => copy_value(text, value, out)?,
                 }
             }
         };
@@ -152,11 +146,7 @@ fn project_each(text: &[u8], start: usize, each: &Projection, out: &mut Vec<u8>)
         let end = if text.get(at) == Some(&b'{') {
             project(text, at, each, out)?
         } else {
-            let end = value_end(text, at)?;
-            if let Some(end) = end {
-                out.extend_from_slice(&text[at..end]);
-            }
-            end
+            copy_value(text, at, out)?
         };
         let Some(end) = end else {
             return Ok(None);
@@ -175,6 +165,15 @@ fn project_each(text: &[u8], start: usize, each: &Projection, out: &mut Vec<u8>)
             None => return Ok(None),
         }
     }
+}
+
+/// The value starting at `text[start]`, copied into `out` as it is.
+fn copy_value(text: &[u8], start: usize, out: &mut Vec<u8>) -> Scan {
+    let end = value_end(text, start)?;
+    if let Some(end) = end {
+        out.extend_from_slice(&text[start..end]);
+    }
+    Ok(end)
 }
 
 /// Where the value starting at `text[start]` ends. A number or literal that reaches the end

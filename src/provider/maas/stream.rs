@@ -294,8 +294,6 @@ mod tests {
         ratio: f64,
     }
 
-    /// Decodes `text` fed in pieces of `size` bytes, trying to decode after every piece
-    /// (`batch` 1) or in real batches.
     impl Decodable for Item {}
     impl Decodable for f64 {}
 
@@ -331,6 +329,8 @@ mod tests {
         }
     }
 
+    /// Decodes `text` fed in pieces of `size` bytes, trying to decode after every piece
+    /// (`batch` 1) or in real batches.
     fn decode_with<T: Decodable>(text: &str, size: usize, batch: usize) -> Result<Vec<T>, String> {
         let mut decoder = ArrayDecoder::<T>::with_batch(batch);
         for piece in text.as_bytes().chunks(size.max(1)) {
