@@ -162,7 +162,7 @@ pub fn main() -> ExitCode {
         Command::Plan(_) => {
             crate::memory::return_freed_memory_after(std::time::Duration::ZERO);
             crate::memory::keep_freed_pages_in_the_first_arena(std::time::Duration::from_millis(
-                100,
+                300,
             ));
             crate::memory::allocate_from_the_first_arena();
         }
