@@ -19,7 +19,7 @@ pub fn return_freed_memory_after(delay: Duration) {
         if configured_by_operator() {
             return;
         }
-        let ms = isize::try_from(delay.as_millis()).unwrap_or(isize::MAX);
+        let ms = milliseconds(delay);
         // The arenas made from now on, then each one made already (an arena not in use
         // refuses; it takes the new default when it is made).
         write_control(c"arenas.dirty_decay_ms", ms);
@@ -39,10 +39,7 @@ pub fn return_freed_memory_after(delay: Duration) {
 pub fn keep_freed_pages_in_the_first_arena(delay: Duration) {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     if !configured_by_operator() {
-        write_control(
-            c"arena.0.dirty_decay_ms",
-            isize::try_from(delay.as_millis()).unwrap_or(isize::MAX),
-        );
+        write_control(c"arena.0.dirty_decay_ms", milliseconds(delay));
     }
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     let _ = delay;
@@ -65,6 +62,12 @@ pub fn purge_in_the_background() {
     if !configured_by_operator() {
         write_control(c"background_thread", true);
     }
+}
+
+/// A delay as jemalloc's `*_decay_ms` controls take it (`ssize_t`).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn milliseconds(delay: Duration) -> isize {
+    isize::try_from(delay.as_millis()).unwrap_or(isize::MAX)
 }
 
 /// The operator tunes jemalloc through `_RJEM_MALLOC_CONF`: metalform leaves it as set.

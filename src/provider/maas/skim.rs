@@ -178,7 +178,7 @@ fn copy_value(text: &[u8], start: usize, out: &mut Vec<u8>) -> Scan {
 
 /// Where the value starting at `text[start]` ends. A number or literal that reaches the end
 /// of `text` is `None`: more of it may follow.
-pub(crate) fn value_end(text: &[u8], start: usize) -> Scan {
+fn value_end(text: &[u8], start: usize) -> Scan {
     match text.get(start) {
         None => Ok(None),
         Some(b'"') => Ok(string_end(text, start)),
@@ -187,6 +187,7 @@ pub(crate) fn value_end(text: &[u8], start: usize) -> Scan {
     }
 }
 
+/// The first byte at or after `at` that is not JSON whitespace.
 pub(crate) fn whitespace_end(text: &[u8], mut at: usize) -> usize {
     while let Some(b' ' | b'\n' | b'\r' | b'\t') = text.get(at) {
         at += 1;

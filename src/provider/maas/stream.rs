@@ -26,17 +26,30 @@ pub(crate) trait Decodable: DeserializeOwned {
 
 /// Decodes one JSON object answer (`text`, whole) as `T`, reading only `T::READS`.
 pub(crate) fn decode_object<T: Decodable>(text: &[u8]) -> Result<T, serde_json::Error> {
-    if let Some(reads) = T::READS {
-        let start = skim::whitespace_end(text, 0);
-        let mut projected = Vec::new();
-        if let Ok(Some(end)) = skim::project(text, start, reads, &mut projected)
-            && skim::whitespace_end(text, end) == text.len()
-            && let Ok(value) = serde_json::from_slice(&projected)
-        {
-            return Ok(value);
-        }
+    let start = skim::whitespace_end(text, 0);
+    if let Ok(Some((value, end))) = skimmed(&text[start..], &mut Vec::new())
+        && skim::whitespace_end(text, start + end) == text.len()
+    {
+        return Ok(value);
     }
     serde_json::from_slice(text)
+}
+
+/// The object at the start of `text` as `T`, only `T::READS` decoded (copied into `projected`
+/// first), and where it ends; `Ok(None)` when `text` ends before it does. `Err` when `T` reads
+/// everything, the scan cannot follow the object, or its projection does not decode: serde,
+/// decoding it whole, decides (and says what is wrong).
+fn skimmed<T: Decodable>(
+    text: &[u8],
+    projected: &mut Vec<u8>,
+) -> Result<Option<(T, usize)>, skim::Unfollowed> {
+    let reads = T::READS.ok_or(skim::Unfollowed)?;
+    projected.clear();
+    let Some(end) = skim::project(text, 0, reads, projected)? else {
+        return Ok(None);
+    };
+    let value = serde_json::from_slice(projected).map_err(|_| skim::Unfollowed)?;
+    Ok(Some((value, end)))
 }
 
 /// Unconsumed bytes gathered before decoding is tried again: elements are decoded in batches,
@@ -195,22 +208,17 @@ impl<T: Decodable> ArrayDecoder<T> {
                         break;
                     }
                     let text = &self.pending[self.start..];
-                    if let Some(reads) = T::READS {
-                        self.projected.clear();
-                        match skim::project(text, 0, reads, &mut self.projected) {
-                            Ok(Some(end)) => {
-                                if let Ok(item) = serde_json::from_slice(&self.projected) {
-                                    self.largest = self.largest.max(end);
-                                    self.start += end;
-                                    self.items.push(item);
-                                    self.state = State::Next;
-                                    continue;
-                                }
-                            }
-                            Ok(None) if !at_end => break,
-                            // serde, decoding the element whole, says what is wrong.
-                            Ok(None) | Err(_) => {}
+                    match skimmed(text, &mut self.projected) {
+                        Ok(Some((item, end))) => {
+                            self.largest = self.largest.max(end);
+                            self.start += end;
+                            self.items.push(item);
+                            self.state = State::Next;
+                            continue;
                         }
+                        Ok(None) if !at_end => break,
+                        // serde, decoding the element whole, says what is wrong.
+                        Ok(None) | Err(_) => {}
                     }
                     let mut stream = serde_json::Deserializer::from_slice(text).into_iter::<T>();
                     match stream.next() {
