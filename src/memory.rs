@@ -8,7 +8,12 @@
 //! pages until then. Everything else keeps the default, which spends the least CPU (an `apply`
 //! wave allocates and frees all the time).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+/// Whether every thread of the process allocates from the first arena (see
+/// [`every_thread_allocates_from_the_first_arena`]).
+static FIRST_ARENA_FOR_EVERY_THREAD: AtomicBool = AtomicBool::new(false);
 
 /// Give freed memory back to the system after `delay` (zero: at once), unless the operator
 /// configured the allocator through `_RJEM_MALLOC_CONF`. Best effort: a refusal changes
@@ -51,6 +56,22 @@ pub fn allocate_from_the_first_arena() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     if !configured_by_operator() {
         write_control(c"thread.arena", 0u32);
+    }
+}
+
+/// The calling thread, and each thread that calls [`thread_started`] from now on, allocate from
+/// the first arena: memory one stage of a command frees is reused by the next, whichever thread
+/// runs it, instead of being given back and touched again (a fresh page costs a page fault).
+pub fn every_thread_allocates_from_the_first_arena() {
+    FIRST_ARENA_FOR_EVERY_THREAD.store(true, Ordering::Relaxed);
+    allocate_from_the_first_arena();
+}
+
+/// A thread the process starts calls this first: it then allocates as the command chose (see
+/// [`every_thread_allocates_from_the_first_arena`]).
+pub fn thread_started() {
+    if FIRST_ARENA_FOR_EVERY_THREAD.load(Ordering::Relaxed) {
+        allocate_from_the_first_arena();
     }
 }
 
@@ -151,6 +172,29 @@ mod tests {
         keep_freed_pages_in_the_first_arena(Duration::from_millis(70));
         assert_eq!(decay_ms(c"arena.0.dirty_decay_ms"), 70);
         return_freed_memory_after(Duration::ZERO);
+    }
+
+    #[test]
+    fn threads_join_the_first_arena_once_the_command_chose_it() {
+        if configured_by_operator() {
+            return;
+        }
+        let _one_at_a_time = CONTROLS.lock().unwrap_or_else(|e| e.into_inner());
+        let arena_after_starting = || {
+            std::thread::spawn(|| {
+                let before = read_control::<u32>(c"thread.arena");
+                thread_started();
+                (before, read_control::<u32>(c"thread.arena"))
+            })
+            .join()
+            .unwrap()
+        };
+        // Until a command chooses, a thread keeps the arena jemalloc gave it.
+        let (before, after) = arena_after_starting();
+        assert_eq!(after, before);
+        every_thread_allocates_from_the_first_arena();
+        assert_eq!(read_control::<u32>(c"thread.arena"), Some(0));
+        assert_eq!(arena_after_starting().1, Some(0));
     }
 
     #[test]

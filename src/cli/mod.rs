@@ -164,7 +164,7 @@ pub fn main() -> ExitCode {
             crate::memory::keep_freed_pages_in_the_first_arena(std::time::Duration::from_millis(
                 300,
             ));
-            crate::memory::allocate_from_the_first_arena();
+            crate::memory::every_thread_allocates_from_the_first_arena();
         }
         Command::Daemon(_) => {
             crate::memory::return_freed_memory_after(std::time::Duration::from_secs(1));
@@ -179,7 +179,7 @@ pub fn main() -> ExitCode {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if plan {
-        builder.on_thread_start(crate::memory::allocate_from_the_first_arena);
+        builder.on_thread_start(crate::memory::thread_started);
     }
     let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,

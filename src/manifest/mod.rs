@@ -268,7 +268,12 @@ fn read_files(snapshot: &Snapshot) -> Vec<FilesRead> {
     std::thread::scope(|scope| {
         let handles: Vec<_> = chunks
             .into_iter()
-            .map(|chunk| scope.spawn(move || read(chunk)))
+            .map(|chunk| {
+                scope.spawn(move || {
+                    crate::memory::thread_started();
+                    read(chunk)
+                })
+            })
             .collect();
         handles
             .into_iter()

@@ -130,9 +130,20 @@ impl Select {
         }
     }
 
-    pub async fn fetch(mut self, tx: &mut Tx, order_by: &str) -> Result<Vec<Row>, StoreError> {
+    pub async fn fetch(self, tx: &mut Tx, order_by: &str) -> Result<Vec<Row>, StoreError> {
+        self.fetch_map(tx, order_by, Ok).await
+    }
+
+    /// The rows in `order_by`'s order, each turned into a `T` as it is read (see
+    /// [`Tx::fetch_map`]).
+    pub async fn fetch_map<T>(
+        mut self,
+        tx: &mut Tx,
+        order_by: &str,
+        each: impl FnMut(Row) -> Result<T, StoreError>,
+    ) -> Result<Vec<T>, StoreError> {
         self.sql.push_str(&format!(" ORDER BY {order_by}"));
-        tx.fetch_all(self.sql, &self.params).await
+        tx.fetch_map(self.sql, &self.params, each).await
     }
 }
 
@@ -374,18 +385,31 @@ impl Tx {
         &mut self,
         sql: impl Into<Sql>,
         params: &[Param],
+        each: impl FnMut(Row) -> Result<T, StoreError>,
+    ) -> Result<Vec<T>, StoreError> {
+        self.fetch_map_expecting(sql, params, 0, each).await
+    }
+
+    /// [`Tx::fetch_map`] with room for `expected` results made first: a large read's results
+    /// are not copied from one buffer to the next as they grow (each copy touches new pages).
+    pub async fn fetch_map_expecting<T>(
+        &mut self,
+        sql: impl Into<Sql>,
+        params: &[Param],
+        expected: usize,
         mut each: impl FnMut(Row) -> Result<T, StoreError>,
     ) -> Result<Vec<T>, StoreError> {
         use futures::TryStreamExt;
         const DOING: &str = "running a query";
         let sql = AssertSqlSafe(sql.into());
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(expected);
         match self.conn() {
             Conn::Local(conn) => {
                 return sqlite_writer::query_map(
                     conn,
                     &sql.0,
                     params,
+                    out,
                     |row| each(Row::Local(row)),
                     |e| local_err(DOING)(e),
                 );

@@ -878,7 +878,7 @@ impl Store {
         site: Option<&str>,
     ) -> Result<Vec<Job>, StoreError> {
         let mut tx = self.pool.read().await?;
-        current_jobs_in(&mut tx, kind, site).await
+        current_jobs_in(&mut tx, kind, site, 0).await
     }
 
     /// A site's (or every site's) inventory rows and current jobs of every kind, with the
@@ -916,12 +916,15 @@ impl Store {
                     site: site.clone(),
                     ..super::NodeFilter::default()
                 };
-                let nodes = nodes(super::nodes::list_nodes_in(&mut tx, &filter).await?);
+                let rows = super::nodes::list_nodes_in(&mut tx, &filter).await?;
+                // About one current job of a kind per node, at most.
+                let expected = rows.len();
+                let nodes = nodes(rows);
                 let mut current = Vec::with_capacity(JobKind::ALL.len());
                 for kind in JobKind::ALL {
                     current.push((
                         *kind,
-                        current_jobs_in(&mut tx, *kind, site.as_deref()).await?,
+                        current_jobs_in(&mut tx, *kind, site.as_deref(), expected).await?,
                     ));
                 }
                 Ok((serial, nodes, jobs(current)))
@@ -1316,6 +1319,7 @@ async fn current_jobs_in(
     tx: &mut Tx,
     kind: JobKind,
     site: Option<&str>,
+    expected: usize,
 ) -> Result<Vec<Job>, StoreError> {
     let t = tables(kind);
     let (table, state, requested) = (t.jobs, t.state, t.requested);
@@ -1344,7 +1348,7 @@ async fn current_jobs_in(
     }
     sql.push_str(&format!(" ORDER BY j.{requested} DESC, j.id"));
     // One job per node of the fleet: each row becomes its job as it arrives.
-    tx.fetch_map(sql, &values, |row| job_from_row(kind, &row))
+    tx.fetch_map_expecting(sql, &values, expected, |row| job_from_row(kind, &row))
         .await
 }
 

@@ -956,9 +956,6 @@ pub(super) async fn list_nodes_in(
         select.and("status <>", NodeState::Deleted.as_str());
     }
     select
-        .fetch(tx, "site, hostname, created_at")
-        .await?
-        .iter()
-        .map(node_from_row)
-        .collect()
+        .fetch_map(tx, "site, hostname, created_at", |row| node_from_row(&row))
+        .await
 }

@@ -155,11 +155,13 @@ pub fn execute(conn: &Connection, sql: &str, params: &[Param]) -> rusqlite::Resu
     Ok(conn.changes())
 }
 
-/// Each row of a query, turned into a `T` as it is read; SQLite's errors as `failed` says.
+/// Each row of a query, turned into a `T` as it is read and added to `out`; SQLite's errors
+/// as `failed` says.
 pub fn query_map<T, E>(
     conn: &Connection,
     sql: &str,
     params: &[Param],
+    mut out: Vec<T>,
     mut each: impl FnMut(LocalRow) -> Result<T, E>,
     failed: impl Fn(rusqlite::Error) -> E,
 ) -> Result<Vec<T>, E> {
@@ -167,7 +169,6 @@ pub fn query_map<T, E>(
     bind(&mut stmt, params).map_err(&failed)?;
     let columns: Arc<[Box<str>]> = stmt.column_names().into_iter().map(Box::from).collect();
     let mut rows = stmt.raw_query();
-    let mut out = Vec::new();
     while let Some(row) = rows.next().map_err(&failed)? {
         let values = (0..columns.len())
             .map(|i| row.get::<_, Value>(i))
@@ -364,6 +365,7 @@ mod tests {
             writer.connection(),
             "SELECT id FROM t",
             &[],
+            Vec::new(),
             |row| match row.get("id") {
                 Some(Value::Integer(id)) => Ok(*id),
                 other => panic!("{other:?}"),
