@@ -1,7 +1,10 @@
 //! How soon the binary's allocator (jemalloc, src/main.rs) gives freed memory back to the
-//! system, per command (issue 17's memory targets; docs/performance.md). A one-shot `plan`
-//! peaks while it decodes every site's machine list at once: pages freed by one site are
-//! given back at once, so the next does not add to the peak. A daemon runs for months: pages
+//! system, and which arena threads allocate from, per command (issue 17's memory targets;
+//! docs/performance.md). A one-shot `plan` touches as few new pages as it can, since each
+//! costs a page fault (several microseconds on a VM): all of its threads, the runtime's and
+//! the manifest readers', allocate from the first arena, which keeps freed pages for a while,
+//! so what one stage frees the next reuses (the manifests' trees become the observation's
+//! rows). Any other arena gives pages back at once. A daemon runs for months: pages
 //! freed in a pass go back within a second, not jemalloc's default ten, and a thread of
 //! jemalloc's own gives them back: an arena purges when it is used, and the arena of a thread
 //! that stopped allocating (a blocking-pool thread after a large store read) kept its freed

@@ -917,7 +917,9 @@ impl Store {
                     ..super::NodeFilter::default()
                 };
                 let rows = super::nodes::list_nodes_in(&mut tx, &filter).await?;
-                // About one current job of a kind per node, at most.
+                // Room for one current job of each kind per node: a kind with fewer jobs never
+                // touches the rest of it, and a converged fleet's jobs are not copied from one
+                // buffer to the next as the vector grows.
                 let expected = rows.len();
                 let nodes = nodes(rows);
                 let mut current = Vec::with_capacity(JobKind::ALL.len());
