@@ -50,6 +50,8 @@ pub use provisioning::{
     Created, JobEvent, JobMediaState, NewProvisioning, ProvisioningFilter, Server, WebhookOutcome,
     note,
 };
+/// Every writer of the store serial bumps it in the outbox writers' turn.
+pub(crate) use records::bump_serial;
 pub use records::{
     Actor, ApplyRecord, AuditEntry, AuditQuery, AuditRecord, DomainEvent, MaasState,
     MaasStateUpdate, NewPlan, OutboxEvent, PlanRecord, Role,
@@ -448,18 +450,6 @@ pub(crate) async fn serial_in(tx: &mut Tx) -> Result<i64, StoreError> {
     tx.fetch_one("SELECT value FROM store_serial WHERE id = 1", &[])
         .await?
         .int("value")
-}
-
-/// Bump the store serial inside a writing transaction (after taking the write turn the outbox
-/// writers take, in that order: see [`records::take_write_turn`]).
-pub(crate) async fn bump_serial(tx: &mut Tx) -> Result<(), StoreError> {
-    records::take_write_turn(tx).await?;
-    tx.execute(
-        "UPDATE store_serial SET value = value + 1 WHERE id = 1",
-        &[],
-    )
-    .await?;
-    Ok(())
 }
 
 /// Fixed-width RFC 3339 UTC with microseconds: text order is time order.

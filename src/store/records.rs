@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::db::{Row, Select, Tx, params};
+use super::db::{Param, Row, Select, Tx, params};
 use super::{Store, StoreError, format_time, parse_json, parse_opt_time, parse_time, parse_uuid};
 
 /// The role an actor acts in (bearer-token roles of the daemon, plus metalform itself).
@@ -334,22 +334,44 @@ pub struct OutboxEvent {
 /// Arbitrary constant naming the write-order lock among other advisory locks.
 const WRITE_ORDER_LOCK: i64 = 0x6d66_6f75_7462_6f78; // "mfoutbox"
 
-/// Take this transaction's turn among the writers of the outbox and of the store serial
-/// (PostgreSQL; SQLite has one writer anyway), held until it commits. Outbox ids must become
-/// visible in id order, or a sink's cursor could pass an event whose transaction commits after
-/// a later one, so event writers take turns. Serial writers take the same turn before they
-/// touch the serial's row: were the two taken in either order, a transaction holding the row
-/// and waiting for the turn and one holding the turn and waiting for the row would deadlock.
-pub(crate) async fn take_write_turn(tx: &mut Tx) -> Result<(), StoreError> {
+/// Run `statement` in this transaction's turn among the writers of the outbox and of the
+/// store serial (PostgreSQL; SQLite has one writer anyway), held until it commits. Outbox ids
+/// must become visible in id order, or a sink's cursor could pass an event whose transaction
+/// commits after a later one, so event writers take turns. Serial writers take the same turn
+/// before they touch the serial's row: were the two taken in either order, a transaction
+/// holding the row and waiting for the turn and one holding the turn and waiting for the row
+/// would deadlock.
+///
+/// On PostgreSQL the statement takes the turn itself: it reads `turn` (` FROM turn`), a
+/// subquery that takes the lock, before it writes a row. A separate statement would hold the
+/// turn one more round trip, which every other writer of every replica waits through; two
+/// daemons sharing a store spent more time waiting for the turn than writing. On SQLite
+/// ` FROM turn` is dropped. Re-entrant: a transaction that holds its turn takes it again at
+/// once.
+async fn in_write_turn(tx: &mut Tx, statement: &str, values: &[Param]) -> Result<(), StoreError> {
     if tx.backend() == super::db::Backend::Postgres {
-        // Re-entrant: a transaction that holds its turn takes it again at once.
-        tx.execute(
-            "SELECT pg_advisory_xact_lock($1)",
-            &params![WRITE_ORDER_LOCK],
-        )
-        .await?;
+        let mut with_lock = values.to_vec();
+        with_lock.push(Param::from(WRITE_ORDER_LOCK));
+        let turn = format!(
+            "WITH turn AS (SELECT pg_advisory_xact_lock(${})) {statement}",
+            with_lock.len()
+        );
+        tx.execute(turn, &with_lock).await?;
+    } else {
+        tx.execute(statement.replace(" FROM turn", ""), values)
+            .await?;
     }
     Ok(())
+}
+
+/// Bump the store serial inside a writing transaction, in the write turn.
+pub(crate) async fn bump_serial(tx: &mut Tx) -> Result<(), StoreError> {
+    in_write_turn(
+        tx,
+        "UPDATE store_serial SET value = value + 1 FROM turn WHERE store_serial.id = 1",
+        &[],
+    )
+    .await
 }
 
 pub(crate) async fn write_outbox(
@@ -357,9 +379,10 @@ pub(crate) async fn write_outbox(
     at: DateTime<Utc>,
     event: &DomainEvent,
 ) -> Result<(), StoreError> {
-    take_write_turn(tx).await?;
-    tx.execute(
-        "INSERT INTO outbox (event_type, subject_id, payload, created_at) VALUES ($1, $2, $3, $4)",
+    in_write_turn(
+        tx,
+        "INSERT INTO outbox (event_type, subject_id, payload, created_at)
+         SELECT $1, $2, $3, $4 FROM turn",
         &params![
             event.event_type.clone(),
             event.subject_id.clone(),
@@ -367,8 +390,7 @@ pub(crate) async fn write_outbox(
             format_time(at),
         ],
     )
-    .await?;
-    Ok(())
+    .await
 }
 
 impl Store {
