@@ -298,7 +298,9 @@ pub(crate) enum Tx {
     /// blocking-pool thread: [`Pool::read_bulk`]).
     SqliteBulkRead(BulkRead),
     SqliteWrite(WriteTurn),
-    Postgres(Transaction<'static, Postgres>),
+    /// With the statement to run just before it commits, if one was put off (see
+    /// [`Tx::execute_at_commit`]).
+    Postgres(Transaction<'static, Postgres>, Option<(Sql, Vec<Param>)>),
 }
 
 /// The connection a transaction's statements run on.
@@ -343,7 +345,7 @@ impl Tx {
             Tx::SqliteRead(tx) => Conn::Sqlite(tx),
             Tx::SqliteBulkRead(read) => Conn::Local(read.connection()),
             Tx::SqliteWrite(turn) => Conn::Local(turn.writer.connection()),
-            Tx::Postgres(tx) => Conn::Postgres(tx),
+            Tx::Postgres(tx, _) => Conn::Postgres(tx),
         }
     }
 
@@ -500,15 +502,41 @@ impl Tx {
                 }
                 return committed;
             }
-            Tx::Postgres(tx) => tx.commit().await,
+            Tx::Postgres(mut tx, at_commit) => {
+                if let Some((sql, params)) = at_commit {
+                    bind_all!(sqlx::query::<Postgres>(AssertSqlSafe(sql)), &params)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(db_err("executing a statement"))?;
+                }
+                tx.commit().await
+            }
         }
         .map_err(db_err(DOING))
+    }
+
+    /// Run `sql` just before the transaction commits, not now (PostgreSQL; elsewhere it runs
+    /// now): for a statement that takes a lock every other writer waits for, so that it is
+    /// held for as short a time as the transaction allows. Put off again, the same statement
+    /// still runs once.
+    pub async fn execute_at_commit(
+        &mut self,
+        sql: impl Into<Sql>,
+        params: &[Param],
+    ) -> Result<(), StoreError> {
+        match self {
+            Tx::Postgres(_, at_commit) => {
+                *at_commit = Some((sql.into(), params.to_vec()));
+                Ok(())
+            }
+            _ => self.execute(sql, params).await.map(|_| ()),
+        }
     }
 
     pub fn backend(&self) -> Backend {
         match self {
             Tx::SqliteRead(_) | Tx::SqliteBulkRead(_) | Tx::SqliteWrite(_) => Backend::Sqlite,
-            Tx::Postgres(_) => Backend::Postgres,
+            Tx::Postgres(..) => Backend::Postgres,
         }
     }
 }
@@ -586,7 +614,7 @@ impl Pool {
             Pool::Postgres(p) => p
                 .begin()
                 .await
-                .map(Tx::Postgres)
+                .map(|tx| Tx::Postgres(tx, None))
                 .map_err(db_err("starting a transaction")),
         }
     }
@@ -595,7 +623,7 @@ impl Pool {
     pub async fn read(&self) -> Result<Tx, StoreError> {
         match self {
             Pool::Sqlite(p) => p.pool.begin().await.map(Tx::SqliteRead),
-            Pool::Postgres(p) => p.begin().await.map(Tx::Postgres),
+            Pool::Postgres(p) => p.begin().await.map(|tx| Tx::Postgres(tx, None)),
         }
         .map_err(db_err("starting a transaction"))
     }

@@ -334,44 +334,46 @@ pub struct OutboxEvent {
 /// Arbitrary constant naming the write-order lock among other advisory locks.
 const WRITE_ORDER_LOCK: i64 = 0x6d66_6f75_7462_6f78; // "mfoutbox"
 
-/// Run `statement` in this transaction's turn among the writers of the outbox and of the
-/// store serial (PostgreSQL; SQLite has one writer anyway), held until it commits. Outbox ids
-/// must become visible in id order, or a sink's cursor could pass an event whose transaction
-/// commits after a later one, so event writers take turns. Serial writers take the same turn
-/// before they touch the serial's row: were the two taken in either order, a transaction
-/// holding the row and waiting for the turn and one holding the turn and waiting for the row
-/// would deadlock.
+/// `statement` and its values as they run in the transaction's turn among the writers of the
+/// outbox and of the store serial, held until it commits (PostgreSQL; SQLite has one writer
+/// anyway). Outbox ids must become visible in id order, or a sink's cursor could pass an event
+/// whose transaction commits after a later one, so event writers take turns. Serial writers
+/// take the same turn before they touch the serial's row: were the two taken in either order,
+/// a transaction holding the row and waiting for the turn and one holding the turn and waiting
+/// for the row would deadlock.
 ///
-/// On PostgreSQL the statement takes the turn itself: it reads `turn` (` FROM turn`), a
-/// subquery that takes the lock, before it writes a row. A separate statement would hold the
+/// The statement takes the turn itself: it reads `turn` (` FROM turn`), on PostgreSQL a
+/// subquery that takes the lock, before it writes a row. A statement of its own would hold the
 /// turn one more round trip, which every other writer of every replica waits through; two
 /// daemons sharing a store spent more time waiting for the turn than writing. On SQLite
 /// ` FROM turn` is dropped. Re-entrant: a transaction that holds its turn takes it again at
 /// once.
-async fn in_write_turn(tx: &mut Tx, statement: &str, values: &[Param]) -> Result<(), StoreError> {
+fn in_write_turn(tx: &Tx, statement: &str, values: &[Param]) -> (String, Vec<Param>) {
     if tx.backend() == super::db::Backend::Postgres {
         let mut with_lock = values.to_vec();
         with_lock.push(Param::from(WRITE_ORDER_LOCK));
-        let turn = format!(
+        let sql = format!(
             "WITH turn AS (SELECT pg_advisory_xact_lock(${})) {statement}",
             with_lock.len()
         );
-        tx.execute(turn, &with_lock).await?;
+        (sql, with_lock)
     } else {
-        tx.execute(statement.replace(" FROM turn", ""), values)
-            .await?;
+        (statement.replace(" FROM turn", ""), values.to_vec())
     }
-    Ok(())
 }
 
-/// Bump the store serial inside a writing transaction, in the write turn.
+/// Bump the store serial inside a writing transaction, in the write turn. On PostgreSQL the
+/// bump runs when the transaction commits ([`Tx::execute_at_commit`]): a transaction that
+/// changes a node and goes on (a job update moving its node) does not hold the turn meanwhile,
+/// and it bumps the serial once however many times it asks. SQLite, with one writer, bumps it
+/// at once.
 pub(crate) async fn bump_serial(tx: &mut Tx) -> Result<(), StoreError> {
-    in_write_turn(
+    let (sql, values) = in_write_turn(
         tx,
         "UPDATE store_serial SET value = value + 1 FROM turn WHERE store_serial.id = 1",
         &[],
-    )
-    .await
+    );
+    tx.execute_at_commit(sql, &values).await
 }
 
 pub(crate) async fn write_outbox(
@@ -379,7 +381,7 @@ pub(crate) async fn write_outbox(
     at: DateTime<Utc>,
     event: &DomainEvent,
 ) -> Result<(), StoreError> {
-    in_write_turn(
+    let (sql, values) = in_write_turn(
         tx,
         "INSERT INTO outbox (event_type, subject_id, payload, created_at)
          SELECT $1, $2, $3, $4 FROM turn",
@@ -389,8 +391,8 @@ pub(crate) async fn write_outbox(
             event.payload.to_string(),
             format_time(at),
         ],
-    )
-    .await
+    );
+    tx.execute(sql, &values).await.map(|_| ())
 }
 
 impl Store {
