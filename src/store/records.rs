@@ -714,4 +714,32 @@ mod write_turn_tests {
         second.await.unwrap().expect("the second writer commits");
         assert_eq!(store.serial().await.unwrap(), before + 2);
     }
+
+    /// A transaction that asks for the serial's bump (twice here) holds neither the turn nor
+    /// the serial's row until it commits: another writer bumps and commits meanwhile without
+    /// waiting. Each committed transaction moves the serial once; one rolled back, not at all.
+    #[tokio::test]
+    async fn the_serial_moves_once_per_transaction_when_it_commits() {
+        let store = fresh_store().await;
+        let before = store.serial().await.unwrap();
+        let mut first = store.pool.write().await.unwrap();
+        super::super::bump_serial(&mut first).await.unwrap();
+        super::super::bump_serial(&mut first).await.unwrap();
+        let other = store.clone();
+        let second = tokio::time::timeout(Duration::from_secs(5), async move {
+            let mut tx = other.pool.write().await?;
+            super::super::bump_serial(&mut tx).await?;
+            tx.commit().await
+        })
+        .await
+        .expect("the second writer does not wait for the first, still open");
+        second.unwrap();
+        assert_eq!(store.serial().await.unwrap(), before + 1);
+        first.commit().await.unwrap();
+        assert_eq!(store.serial().await.unwrap(), before + 2);
+        let mut rolled_back = store.pool.write().await.unwrap();
+        super::super::bump_serial(&mut rolled_back).await.unwrap();
+        drop(rolled_back);
+        assert_eq!(store.serial().await.unwrap(), before + 2);
+    }
 }
