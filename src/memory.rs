@@ -55,7 +55,7 @@ pub fn keep_freed_pages_in_the_first_arena(delay: Duration) {
 
 /// The calling thread allocates from the first arena from now on (see the module doc),
 /// unless the operator configured the allocator. Best effort.
-pub fn allocate_from_the_first_arena() {
+fn allocate_from_the_first_arena() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     if !configured_by_operator() {
         write_control(c"thread.arena", 0u32);

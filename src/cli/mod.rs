@@ -157,7 +157,6 @@ pub fn main() -> ExitCode {
             command,
         },
     };
-    let plan = matches!(cli.command, Command::Plan(_));
     match cli.command {
         Command::Plan(_) => {
             crate::memory::return_freed_memory_after(std::time::Duration::ZERO);
@@ -178,9 +177,8 @@ pub fn main() -> ExitCode {
     // One TLS provider for every HTTPS client in the process (reqwest, vaultrs).
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if plan {
-        builder.on_thread_start(crate::memory::thread_started);
-    }
+    // Each runtime thread allocates as the command chose above.
+    builder.on_thread_start(crate::memory::thread_started);
     let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(err) => {

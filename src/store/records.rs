@@ -696,12 +696,12 @@ mod write_turn_tests {
         let store = fresh_store().await;
         let before = store.serial().await.unwrap();
         let mut first = store.pool.write().await.unwrap();
-        super::super::bump_serial(&mut first).await.unwrap();
+        bump_serial(&mut first).await.unwrap();
         let other = store.clone();
         let second = tokio::spawn(async move {
             let mut tx = other.pool.write().await?;
             write_outbox(&mut tx, other.now(), &event(2)).await?;
-            super::super::bump_serial(&mut tx).await?;
+            bump_serial(&mut tx).await?;
             tx.commit().await?;
             Ok::<(), StoreError>(())
         });
@@ -723,12 +723,12 @@ mod write_turn_tests {
         let store = fresh_store().await;
         let before = store.serial().await.unwrap();
         let mut first = store.pool.write().await.unwrap();
-        super::super::bump_serial(&mut first).await.unwrap();
-        super::super::bump_serial(&mut first).await.unwrap();
+        bump_serial(&mut first).await.unwrap();
+        bump_serial(&mut first).await.unwrap();
         let other = store.clone();
         let second = tokio::time::timeout(Duration::from_secs(5), async move {
             let mut tx = other.pool.write().await?;
-            super::super::bump_serial(&mut tx).await?;
+            bump_serial(&mut tx).await?;
             tx.commit().await
         })
         .await
@@ -738,7 +738,7 @@ mod write_turn_tests {
         first.commit().await.unwrap();
         assert_eq!(store.serial().await.unwrap(), before + 2);
         let mut rolled_back = store.pool.write().await.unwrap();
-        super::super::bump_serial(&mut rolled_back).await.unwrap();
+        bump_serial(&mut rolled_back).await.unwrap();
         drop(rolled_back);
         assert_eq!(store.serial().await.unwrap(), before + 2);
     }
