@@ -4,9 +4,9 @@
 //! A machines list of a large site is tens of megabytes. Gathering it into one buffer before
 //! decoding costs a copy of the whole answer into freshly mapped memory, and decoding cannot
 //! start before the last byte is in. [`ArrayDecoder`] instead takes the answer piece by piece
-//! and decodes each element as soon as it is complete, keeping only the unfinished tail: the
-//! memory it needs is about one batch, whatever the size of the list, and decoding overlaps
-//! the transfer. The result is what decoding the whole text as a `Vec<T>` gives, except that
+//! and decodes each element as soon as it is complete, in the piece that holds it, copying only
+//! an element cut by the end of a piece: the memory it needs is about one element, whatever the
+//! size of the list, and decoding overlaps the transfer. The result is what decoding the whole text as a `Vec<T>` gives, except that
 //! an error names the element and its byte offset.
 //!
 //! A type that reads only some members of each object ([`Decodable::READS`]) has the rest
@@ -52,8 +52,8 @@ fn skimmed<T: Decodable>(
     Ok(Some((value, end)))
 }
 
-/// Unconsumed bytes gathered before decoding is tried again: elements are decoded in batches,
-/// so an element split across pieces is rarely decoded in vain.
+/// Unconsumed bytes gathered before decoding is tried again while elements are still smaller
+/// (at most this much is tried in vain on one element, before the doubling rule takes over).
 const BATCH: usize = 256 * 1024;
 
 /// Bytes kept from the start of the answer, for error excerpts (200 characters).
@@ -83,14 +83,23 @@ pub(crate) struct ArrayError {
 }
 
 /// Decodes a JSON array of `T` from the pieces of its text, in order (see the module doc).
+///
+/// Elements are decoded where they lie in the piece that holds them whole; only an element cut
+/// by the end of a piece is copied, into `pending`, and completed there from the start of the
+/// next piece (the HTTP client hands over pieces of up to ~400 KB, a machine is ~30 KB, so
+/// most of a list is never copied).
 pub(crate) struct ArrayDecoder<T> {
+    /// The unconsumed end of earlier pieces (from `start`), then what of the current piece it
+    /// took to complete it.
     pending: Vec<u8>,
     /// Bytes of `pending` already decoded.
     start: usize,
-    /// Offset in the answer of `pending[0]`.
+    /// Offset in the answer of `pending[0]` (of the next piece's first byte when nothing is
+    /// pending).
     offset: usize,
-    /// Unconsumed bytes to wait for before trying again: doubles while one element stays
-    /// incomplete, so a huge element costs a bounded number of attempts.
+    /// Unconsumed bytes to gather before trying again: an element as large as the largest so
+    /// far, and twice what was there at the last try while one element stays incomplete, so a
+    /// huge element costs a bounded number of attempts.
     wait_for: usize,
     batch: usize,
     /// Bytes of the largest element decoded so far.
@@ -109,13 +118,14 @@ impl<T: Decodable> Default for ArrayDecoder<T> {
 }
 
 impl<T: Decodable> ArrayDecoder<T> {
-    /// Tries to decode whenever `batch` unconsumed bytes are in.
+    /// Tries an element cut short again once `batch` bytes of it are in, or as many as the
+    /// largest element so far if that is less.
     fn with_batch(batch: usize) -> Self {
         Self {
             pending: Vec::new(),
             start: 0,
             offset: 0,
-            wait_for: batch,
+            wait_for: 0,
             batch,
             largest: 0,
             state: State::Open,
@@ -130,23 +140,79 @@ impl<T: Decodable> ArrayDecoder<T> {
         if self.head.len() < HEAD {
             let take = piece.len().min(HEAD - self.head.len());
             self.head.extend_from_slice(&piece[..take]);
+            if self.state == State::Open && self.head.len() < HEAD {
+                // Not known to be an array yet: what it is instead (an HTML error page) is
+                // shown from its start, so that much is gathered before anything is decided.
+                self.pending.extend_from_slice(piece);
+                return Ok(());
+            }
         }
+        let rest = if self.start < self.pending.len() {
+            match self.complete_pending(piece) {
+                Ok(Some(resume)) => &piece[resume..],
+                Ok(None) => return Ok(()),
+                Err(error) => return Err(self.failed(error)),
+            }
+        } else {
+            piece
+        };
+        // Nothing pending: decode in place, keep the unfinished end.
+        let used = self
+            .advance(rest, self.offset, false)
+            .map_err(|error| self.failed(error))?;
+        self.pending.clear();
+        self.start = 0;
+        self.offset += used;
+        self.pending.extend_from_slice(&rest[used..]);
+        Ok(())
+    }
+
+    /// Appends `piece` to `pending` as far as it takes to decode past the end of the earlier
+    /// pieces; then `Some(i)`: decoding goes on at `piece[i]`, nothing pending. `None`: all of
+    /// `piece` is pending, waiting for more.
+    fn complete_pending(&mut self, piece: &[u8]) -> Result<Option<usize>, serde_json::Error> {
         if self.start > 0 && self.start >= self.pending.len() / 2 {
             // Drop what is decoded (at most half the buffer is moved).
             self.pending.drain(..self.start);
             self.offset += self.start;
             self.start = 0;
         }
-        self.pending.extend_from_slice(piece);
-        if self.pending.len() - self.start >= self.wait_for {
-            self.advance(false).map_err(|error| self.failed(error))?;
+        let mut taken = 0;
+        while taken < piece.len() {
+            let unconsumed = self.pending.len() - self.start;
+            let take = self
+                .wait_for
+                .saturating_sub(unconsumed)
+                .clamp(1, piece.len() - taken);
+            self.pending.extend_from_slice(&piece[taken..taken + take]);
+            taken += take;
+            if self.pending.len() - self.start < self.wait_for {
+                continue;
+            }
+            let pending = std::mem::take(&mut self.pending);
+            let used = self.advance(&pending[self.start..], self.offset + self.start, false);
+            self.pending = pending;
+            self.start += used?;
+            // Where `piece[0]` is in `pending`: once decoding has passed it, the rest is read
+            // from the piece itself.
+            let piece_at = self.pending.len() - taken;
+            if self.start >= piece_at {
+                let resume = self.start - piece_at;
+                self.offset += self.start;
+                self.pending.clear();
+                self.start = 0;
+                return Ok(Some(resume));
+            }
         }
-        Ok(())
+        Ok(None)
     }
 
     /// The end of the answer: every element, or why the text is not a complete array.
     pub(crate) fn finish(mut self) -> Result<Vec<T>, ArrayError> {
-        self.advance(true).map_err(|error| self.failed(error))?;
+        let pending = std::mem::take(&mut self.pending);
+        if let Err(error) = self.advance(&pending[self.start..], self.offset + self.start, true) {
+            return Err(self.failed(error));
+        }
         if self.state != State::Closed {
             let error = self.error(match self.state {
                 State::Open => "an empty answer where a JSON array was expected".to_owned(),
@@ -171,47 +237,50 @@ impl<T: Decodable> ArrayDecoder<T> {
         serde::de::Error::custom(message)
     }
 
-    /// Decodes what can be decoded; `at_end` when no more pieces will come.
-    fn advance(&mut self, at_end: bool) -> Result<(), serde_json::Error> {
+    /// Decodes what can be decoded of `text`, which starts at byte `base` of the answer;
+    /// returns how many bytes of it are consumed. `at_end` when no more pieces will come.
+    fn advance(
+        &mut self,
+        text: &[u8],
+        base: usize,
+        at_end: bool,
+    ) -> Result<usize, serde_json::Error> {
+        let mut at = 0;
         loop {
-            while self
-                .pending
-                .get(self.start)
-                .is_some_and(u8::is_ascii_whitespace)
-            {
-                self.start += 1;
+            while text.get(at).is_some_and(u8::is_ascii_whitespace) {
+                at += 1;
             }
-            let Some(&byte) = self.pending.get(self.start) else {
+            let Some(&byte) = text.get(at) else {
                 break;
             };
             match (self.state, byte) {
                 (State::Open, b'[') => {
-                    self.start += 1;
+                    at += 1;
                     self.state = State::First;
                 }
                 (State::Open, _) => {
                     return Err(self.error(format!(
                         "expected a JSON array, found `{}` at byte {}",
                         byte.escape_ascii(),
-                        self.offset + self.start
+                        base + at
                     )));
                 }
                 (State::First, b']') | (State::Next, b']') => {
-                    self.start += 1;
+                    at += 1;
                     self.state = State::Closed;
                 }
                 (State::First | State::Element, _) => {
                     // A list's elements are alike in size: fewer bytes than the largest so far
                     // are most likely an element cut short, and decoding it would be wasted
                     // (a batch at most: one huge element does not hold back the rest).
-                    if !at_end && self.pending.len() - self.start < self.largest.min(self.batch) {
+                    if !at_end && text.len() - at < self.largest.min(self.batch) {
                         break;
                     }
-                    let text = &self.pending[self.start..];
-                    match skimmed(text, &mut self.projected) {
+                    let element = &text[at..];
+                    match skimmed(element, &mut self.projected) {
                         Ok(Some((item, end))) => {
                             self.largest = self.largest.max(end);
-                            self.start += end;
+                            at += end;
                             self.items.push(item);
                             self.state = State::Next;
                             continue;
@@ -220,11 +289,11 @@ impl<T: Decodable> ArrayDecoder<T> {
                         // serde, decoding the element whole, says what is wrong.
                         Ok(None) | Err(_) => {}
                     }
-                    let mut stream = serde_json::Deserializer::from_slice(text).into_iter::<T>();
+                    let mut stream = serde_json::Deserializer::from_slice(element).into_iter::<T>();
                     match stream.next() {
-                        Some(Ok(item)) if at_end || stream.byte_offset() < text.len() => {
+                        Some(Ok(item)) if at_end || stream.byte_offset() < element.len() => {
                             self.largest = self.largest.max(stream.byte_offset());
-                            self.start += stream.byte_offset();
+                            at += stream.byte_offset();
                             self.items.push(item);
                             self.state = State::Next;
                         }
@@ -233,28 +302,30 @@ impl<T: Decodable> ArrayDecoder<T> {
                         // (serde_json reports e.g. `1.` as an invalid number, not as EOF, when
                         // the value is skipped). Wait for more of it.
                         Some(Ok(_)) => break,
-                        Some(Err(err)) if !at_end && (err.is_eof() || at_last_byte(text, &err)) => {
+                        Some(Err(err))
+                            if !at_end && (err.is_eof() || at_last_byte(element, &err)) =>
+                        {
                             break;
                         }
                         Some(Err(err)) if err.is_eof() => {
                             return Err(self.error(format!(
                                 "the answer ends early (truncated in element {} of the list, from byte {})",
                                 self.items.len(),
-                                self.offset + self.start
+                                base + at
                             )));
                         }
                         Some(Err(err)) => {
                             return Err(self.error(format!(
                                 "element {} of the array (from byte {}): {err}",
                                 self.items.len(),
-                                self.offset + self.start
+                                base + at
                             )));
                         }
                         None => break,
                     }
                 }
                 (State::Next, b',') => {
-                    self.start += 1;
+                    at += 1;
                     self.state = State::Element;
                 }
                 (State::Next, _) => {
@@ -262,20 +333,20 @@ impl<T: Decodable> ArrayDecoder<T> {
                         "expected `,` or `]` after element {} of the array, found `{}` at byte {}",
                         self.items.len() - 1,
                         byte.escape_ascii(),
-                        self.offset + self.start
+                        base + at
                     )));
                 }
                 (State::Closed, _) => {
                     return Err(self.error(format!(
                         "unexpected `{}` at byte {} after the end of the array",
                         byte.escape_ascii(),
-                        self.offset + self.start
+                        base + at
                     )));
                 }
             }
         }
-        self.wait_for = self.batch.max(2 * (self.pending.len() - self.start));
-        Ok(())
+        self.wait_for = self.largest.min(self.batch).max(2 * (text.len() - at));
+        Ok(at)
     }
 }
 
@@ -460,6 +531,28 @@ mod tests {
         assert!(decoder.items.len() > 15_000, "decoded while arriving");
         assert!(largest <= 3 * BATCH, "buffer grew to {largest}");
         assert_eq!(decoder.finish().unwrap(), items);
+    }
+
+    #[test]
+    fn elements_are_decoded_in_the_pieces_that_hold_them_whole() {
+        let (value, items) = document(2_000);
+        let text = serde_json::to_string_pretty(&value).unwrap();
+        let whole: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
+        let element = whole
+            .iter()
+            .map(|v| serde_json::to_string_pretty(v).unwrap().len() * 2)
+            .max()
+            .unwrap();
+        for piece_size in [4 * 1024, 64 * 1024] {
+            let mut decoder = ArrayDecoder::<Item>::default();
+            for piece in text.as_bytes().chunks(piece_size) {
+                decoder.feed(piece).unwrap();
+                // Only the element the piece cut is kept: never a batch of them.
+                let kept = decoder.pending.len() - decoder.start;
+                assert!(kept < element, "{kept} bytes kept after a piece");
+            }
+            assert_eq!(decoder.finish().unwrap(), items);
+        }
     }
 
     #[test]
