@@ -502,3 +502,83 @@ fn bad_input_is_refused_with_what_to_do() {
         run.stderr
     );
 }
+
+/// `plan` and `observe` read an existing store while the manifests load; what is wrong is
+/// still said in the order it was before: the fleet's errors, an unknown site, then the
+/// store's. Here the store is one a newer metalform wrote, so opening it fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_read_while_the_fleet_loads_speaks_after_the_fleet() {
+    use sqlx::Connection;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.db");
+    let url = format!("sqlite://{}", state.display());
+    let store =
+        metalform::store::Store::open(&url, std::sync::Arc::new(metalform::clock::SystemClock))
+            .await
+            .unwrap();
+    store.close().await;
+    let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    sqlx::query(
+        "INSERT INTO schema_migrations (version, name, applied_at) VALUES (99, 'future', 'x')",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    conn.close().await.unwrap();
+    let secrets = dir.path().join("secrets.json");
+    std::fs::write(&secrets, "{}").unwrap();
+    let secrets = format!("file://{}", secrets.display());
+    let fleet = fixture_dir();
+    let broken = dir.path().join("broken");
+    std::fs::create_dir_all(broken.join("sites")).unwrap();
+    std::fs::write(
+        broken.join("sites/dc1.yaml"),
+        "apiVersion: metalform/v1\nkind: Site\nmetadata: {name: dc1}\nspec: [\n",
+    )
+    .unwrap();
+    let broken = broken.display().to_string();
+
+    for command in ["plan", "observe"] {
+        let run = |args: &[&str]| {
+            let mut all = vec![command, "--state", &url, "--secrets", &secrets];
+            all.extend_from_slice(args);
+            metalform(&all)
+        };
+        let store_error = format!(
+            "error: the state store has schema version 99, newer than this metalform ({})\n\
+             hint: upgrade metalform: a newer version wrote this store\n",
+            metalform::store::SCHEMA_VERSION
+        );
+        let valid = run(&["--fleet", &fleet]);
+        assert_eq!(
+            (valid.code, valid.stderr.as_str()),
+            (1, store_error.as_str())
+        );
+        assert_eq!(valid.stdout, "");
+
+        let unknown = run(&["--fleet", &fleet, "--site", "dc9"]);
+        assert_eq!(
+            (unknown.code, unknown.stderr.as_str()),
+            (
+                1,
+                "error: site `dc9` is not in the fleet (sites: dc1, dc2)\nhint: pass --site with one of the fleet's sites\n"
+            )
+        );
+
+        let invalid = run(&["--fleet", &broken]);
+        assert_eq!(invalid.code, 1, "{}", invalid.stderr);
+        assert!(
+            invalid.stderr.ends_with(&format!(
+                "error: the fleet has 1 error(s); nothing was planned, observed or applied\n\
+                 hint: run `metalform validate --fleet {broken}` and fix them\n"
+            )),
+            "{}",
+            invalid.stderr
+        );
+        assert!(
+            !invalid.stderr.contains("schema version"),
+            "{}",
+            invalid.stderr
+        );
+    }
+}

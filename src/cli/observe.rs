@@ -4,7 +4,7 @@
 //! without MAAS or store access (CI). An unreadable site is recorded as such, with a warning
 //! on stderr.
 
-use super::world::{WorldArgs, load_fleet, warn_unreadable};
+use super::world::{WorldArgs, warn_unreadable};
 use super::{CliError, Exit, GlobalArgs};
 
 #[derive(Debug, clap::Args)]
@@ -14,8 +14,7 @@ pub struct Args {
 }
 
 pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
-    let fleet = load_fleet(&args.world.fleet)?;
-    let (snapshot, _) = args.world.observe_now(global, &fleet).await?;
+    let (_, snapshot, _) = args.world.load_and_observe(global).await?;
     warn_unreadable(&snapshot);
     print!("{}", snapshot.to_json());
     Ok(Exit::Success)

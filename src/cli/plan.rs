@@ -60,14 +60,14 @@ pub struct Args {
 }
 
 pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
-    let fleet = load_fleet(&args.world.fleet)?;
-    let (snapshot, sites) = match &args.observed {
+    let (fleet, snapshot, sites) = match &args.observed {
         Some(path) => {
+            let fleet = load_fleet(&args.world.fleet)?;
             let snapshot = read_snapshot(path)?;
             let sites = observed_sites(&fleet, &args.world.sites, &snapshot, path)?;
-            (snapshot, sites)
+            (fleet, snapshot, sites)
         }
-        None => args.world.observe_now(global, &fleet).await?,
+        None => args.world.load_and_observe(global).await?,
     };
     warn_unreadable(&snapshot);
     let payload = if args.agent.given() {

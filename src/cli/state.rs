@@ -124,6 +124,30 @@ pub(super) fn resolve(
     Ok((format!("sqlite://{}", path.display()), Some(path)))
 }
 
+/// The URL of a store that [`open`] would open as it is, found without a word on stderr:
+/// `None` where it would say something (a legacy store, no store yet, an error), so that the
+/// caller leaves that to `open`, in its order.
+pub(super) fn existing_url(global: &GlobalArgs, fleet: &Path) -> Option<String> {
+    if let Some(url) = &global.state {
+        return match StoreLocation::parse(url) {
+            Ok(StoreLocation::Sqlite(path)) => path.is_file().then(|| url.clone()),
+            Ok(_) => Some(url.clone()),
+            Err(_) => None,
+        };
+    }
+    let dir = if fleet.is_file() {
+        fleet.parent().unwrap_or(Path::new("."))
+    } else {
+        fleet
+    };
+    if !dir.is_dir() || legacy_path(dir).is_file() {
+        return None;
+    }
+    let path = default_path(&state_home()?, &absolute(dir));
+    path.is_file()
+        .then(|| format!("sqlite://{}", path.display()))
+}
+
 fn absolute(dir: &Path) -> PathBuf {
     std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf())
 }

@@ -146,10 +146,41 @@ pub async fn observe_within(
     maas: &MaasClients,
     patience: &Patience,
 ) -> Result<Snapshot, ObserveError> {
+    let read = read_store_rows(store, sites);
+    observe_with_rows(fleet, sites, secrets, maas, patience, read).await
+}
+
+/// The store's part of an observation of some sites: when it was read, and what.
+pub struct StoreRows {
+    taken_at: chrono::DateTime<chrono::Utc>,
+    view: StoreView<()>,
+}
+
+/// Reads the store's part of an observation of `sites` on its own: a command can start it
+/// before it has loaded the fleet, and observe with [`observe_with_rows`] once it has. The
+/// snapshot is taken when this read starts.
+pub async fn read_store_rows(store: &Store, sites: &SiteFilter) -> Result<StoreRows, StoreError> {
+    let taken_at = store.clock().now();
     let site_filter = single_site(sites);
-    let read = read_store(store, site_filter.as_deref(), sites);
-    let (snapshot, ()) =
-        observe_reading(fleet, sites, store, secrets, maas, patience, read).await?;
+    let view = read_store(store, site_filter.as_deref(), sites).await?;
+    Ok(StoreRows { taken_at, view })
+}
+
+/// [`observe_within`] with the store's part from `rows` (see [`read_store_rows`]), read
+/// while the sites' MAAS are.
+pub async fn observe_with_rows(
+    fleet: &Fleet,
+    sites: &SiteFilter,
+    secrets: &dyn SecretStore,
+    maas: &MaasClients,
+    patience: &Patience,
+    rows: impl std::future::Future<Output = Result<StoreRows, StoreError>>,
+) -> Result<Snapshot, ObserveError> {
+    let read = async {
+        let rows = rows.await?;
+        Ok((rows.taken_at, rows.view))
+    };
+    let (snapshot, ()) = observe_reading(fleet, sites, secrets, maas, patience, read).await?;
     Ok(snapshot)
 }
 
@@ -169,12 +200,13 @@ pub async fn observe_keeping<T>(
 ) -> Result<(Snapshot, T), ObserveError> {
     let site_filter = single_site(sites);
     let read = async {
+        let taken_at = store.clock().now();
         let rows = store.site_rows(site_filter.as_deref()).await?;
         let inventory = inventory_of(&rows.nodes, sites);
         let jobs = observed_jobs(&rows.jobs, sites);
-        Ok((rows.serial, inventory, jobs, keep(rows)))
+        Ok((taken_at, (rows.serial, inventory, jobs, keep(rows))))
     };
-    observe_reading(fleet, sites, store, secrets, maas, patience, read).await
+    observe_reading(fleet, sites, secrets, maas, patience, read).await
 }
 
 /// The one site selected, if only one is: the store reads only its rows.
@@ -188,25 +220,26 @@ fn single_site(sites: &SiteFilter) -> Option<String> {
 /// The store serial, the inventory and the jobs of a snapshot, and what a reader kept.
 type StoreView<T> = (i64, Vec<InventoryNode>, Vec<ObservedJob>, T);
 
-/// The selected sites' MAAS observed while `read` reads the store.
+/// The selected sites' MAAS observed while `read` reads the store (and says when the snapshot
+/// was taken: before it read).
 async fn observe_reading<T>(
     fleet: &Fleet,
     sites: &SiteFilter,
-    store: &Store,
     secrets: &dyn SecretStore,
     maas: &MaasClients,
     patience: &Patience,
-    read: impl std::future::Future<Output = Result<StoreView<T>, StoreError>>,
+    read: impl std::future::Future<
+        Output = Result<(chrono::DateTime<chrono::Utc>, StoreView<T>), StoreError>,
+    >,
 ) -> Result<(Snapshot, T), ObserveError> {
     let selected = sites.resolve(fleet)?;
-    let taken_at = store.clock().now();
     let maas_reads = futures::future::join_all(
         selected
             .iter()
             .map(|site| observe_site_within(site, secrets, maas, patience)),
     );
     let (observations, store_view) = tokio::join!(maas_reads, read);
-    let (store_serial, inventory, jobs, kept) = store_view?;
+    let (taken_at, (store_serial, inventory, jobs, kept)) = store_view?;
     let snapshot = Snapshot {
         format: SNAPSHOT_FORMAT,
         taken_at,

@@ -227,7 +227,9 @@ impl BulkReader {
                     OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
                 )?;
                 // It reads only; nothing written through it by mistake could go unnoticed.
-                conn.execute_batch("PRAGMA query_only = ON;")?;
+                // Its sorts (a site's current jobs, newest first: megabytes at most) stay in
+                // memory instead of going through a temporary file.
+                conn.execute_batch("PRAGMA query_only = ON; PRAGMA temp_store = MEMORY;")?;
                 conn.busy_timeout(READ_WAIT)?;
                 conn.set_prepared_statement_cache_capacity(64);
                 conn
