@@ -20,6 +20,7 @@
 //! its provisioning jobs decide (`redfish_decision`).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use uuid::Uuid;
 
@@ -53,21 +54,34 @@ pub fn plan(fleet: &Fleet, snapshot: &Snapshot, options: &PlanOptions) -> Plan {
         .filter(|site| options.sites.contains(&site.name))
         .collect();
     let planned = SiteFilter::Only(selected.iter().map(|site| site.name.clone()).collect());
-    // The fingerprint reads only the snapshot: it is hashed on a second thread while the sites
-    // are planned on this one (on a large fleet, each is about half of the planning time).
+    // The fingerprint reads only the snapshot: it is hashed on a thread of its own while two
+    // more plan the sites, each taking the next site not yet taken (a site is planned on its
+    // own; on a large fleet each part takes tens of milliseconds). The sites' plans are put
+    // back in the fleet's order: the threads change nothing in the plan.
+    let next = AtomicUsize::new(0);
     let (sites, mut items, parts) = std::thread::scope(|scope| {
         let parts = scope.spawn(|| snapshot.fingerprint_parts_of(&planned));
-        let mut sites = Vec::new();
-        let mut items = Vec::new();
-        for site in selected {
-            let (site_plan, site_items) = plan_site(fleet, site, snapshot, &view, options, &clock);
+        let plan_sites = || {
+            let mut planned = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(site) = selected.get(i) else {
+                    break planned;
+                };
+                planned.push((i, plan_site(fleet, site, snapshot, &view, options, &clock)));
+            }
+        };
+        let helper = scope.spawn(plan_sites);
+        let mut planned_sites = plan_sites();
+        planned_sites.extend(joined(helper));
+        planned_sites.sort_by_key(|(i, _)| *i);
+        let mut sites = Vec::with_capacity(planned_sites.len());
+        let mut items = Vec::with_capacity(planned_sites.iter().map(|(_, (_, i))| i.len()).sum());
+        for (_, (site_plan, site_items)) in planned_sites {
             sites.push(site_plan);
             items.extend(site_items);
         }
-        let parts = parts
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        (sites, items, parts)
+        (sites, items, joined(parts))
     });
     super::payload::attach(fleet, snapshot, options, &mut items);
     let mut plan = Plan {
@@ -85,6 +99,13 @@ pub fn plan(fleet: &Fleet, snapshot: &Snapshot, options: &PlanOptions) -> Plan {
     };
     plan.id = super::document::content_id(&plan);
     plan
+}
+
+/// What a scoped thread returned; its panic goes on in the caller.
+fn joined<T>(thread: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    thread
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
 /// The plan the most recently updated job of `snapshot` ran under: a plan's parent.
