@@ -80,12 +80,7 @@ pub(super) fn resolve(
         };
         return Ok((url.clone(), file));
     }
-    // A single manifest file's fleet is its directory.
-    let dir = if fleet.is_file() {
-        fleet.parent().unwrap_or(Path::new("."))
-    } else {
-        fleet
-    };
+    let dir = fleet_root(fleet);
     if !dir.is_dir() {
         return Err(CliError::user(format!(
             "fleet directory `{}` does not exist",
@@ -135,17 +130,22 @@ pub(super) fn existing_url(global: &GlobalArgs, fleet: &Path) -> Option<String> 
             Err(_) => None,
         };
     }
-    let dir = if fleet.is_file() {
-        fleet.parent().unwrap_or(Path::new("."))
-    } else {
-        fleet
-    };
+    let dir = fleet_root(fleet);
     if !dir.is_dir() || legacy_path(dir).is_file() {
         return None;
     }
     let path = default_path(&state_home()?, &absolute(dir));
     path.is_file()
         .then(|| format!("sqlite://{}", path.display()))
+}
+
+/// The fleet's directory: a single manifest file's fleet is its directory.
+fn fleet_root(fleet: &Path) -> &Path {
+    if fleet.is_file() {
+        fleet.parent().unwrap_or(Path::new("."))
+    } else {
+        fleet
+    }
 }
 
 fn absolute(dir: &Path) -> PathBuf {
