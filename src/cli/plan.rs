@@ -12,6 +12,7 @@
 //! It reads top-down: arguments → the fleet → the observation (a snapshot file, or the state
 //! store, secrets and MAAS opened and observed now) → the plan → the plan file and the output.
 
+use std::mem::ManuallyDrop;
 use std::path::PathBuf;
 
 use super::output::{ReviewFormat, render_plan};
@@ -85,6 +86,11 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
         ..PlanOptions::default()
     };
     let plan = plan::plan(&fleet, &snapshot, &options);
+    // The process ends with this command: the observation, the fleet and the plan (hundreds
+    // of thousands of allocations on a large fleet, and no secret among them) go with it
+    // instead of being freed one by one (8 ms of a 10,000-node plan).
+    std::mem::forget(snapshot);
+    let (fleet, plan) = (ManuallyDrop::new(fleet), ManuallyDrop::new(plan));
     if let Some(out) = &args.out {
         // Signed with the state store's key: `apply` runs only plans this store signed.
         let mut signed = plan.clone();
