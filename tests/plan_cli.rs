@@ -508,23 +508,9 @@ fn bad_input_is_refused_with_what_to_do() {
 /// store's. Here the store is one a newer metalform wrote, so opening it fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_read_while_the_fleet_loads_speaks_after_the_fleet() {
-    use sqlx::Connection;
     let dir = tempfile::tempdir().unwrap();
-    let state = dir.path().join("state.db");
-    let url = format!("sqlite://{}", state.display());
-    let store =
-        metalform::store::Store::open(&url, std::sync::Arc::new(metalform::clock::SystemClock))
-            .await
-            .unwrap();
-    store.close().await;
-    let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
-    sqlx::query(
-        "INSERT INTO schema_migrations (version, name, applied_at) VALUES (99, 'future', 'x')",
-    )
-    .execute(&mut conn)
-    .await
-    .unwrap();
-    conn.close().await.unwrap();
+    let url = format!("sqlite://{}", dir.path().join("state.db").display());
+    crate::store_suite::sqlite_from_a_newer_metalform(&url).await;
     let secrets = dir.path().join("secrets.json");
     std::fs::write(&secrets, "{}").unwrap();
     let secrets = format!("file://{}", secrets.display());

@@ -100,21 +100,8 @@ async fn unreachable_postgres_is_a_typed_transient_error() {
 
 #[tokio::test]
 async fn a_store_from_a_newer_metalform_is_refused() {
-    use sqlx::Connection;
     let url = sqlite_url().await;
-    let (store, _) = store_suite::open(&url).await;
-    store.close().await;
-    let path = url.strip_prefix("sqlite://").unwrap();
-    let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{path}"))
-        .await
-        .unwrap();
-    sqlx::query(
-        "INSERT INTO schema_migrations (version, name, applied_at) VALUES (99, 'future', 'x')",
-    )
-    .execute(&mut conn)
-    .await
-    .unwrap();
-    conn.close().await.unwrap();
+    store_suite::sqlite_from_a_newer_metalform(&url).await;
     let err = Store::open(&url, Arc::new(SystemClock)).await.unwrap_err();
     assert_eq!(
         err.to_string(),

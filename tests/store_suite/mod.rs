@@ -33,6 +33,22 @@ pub async fn open(url: &str) -> (Store, ManualClock) {
     (store, clock)
 }
 
+/// A SQLite store at `url` as a newer metalform leaves it: migrated, then marked with a schema
+/// version this one does not know (99).
+pub async fn sqlite_from_a_newer_metalform(url: &str) {
+    use sqlx::Connection;
+    let (store, _) = open(url).await;
+    store.close().await;
+    let mut conn = sqlx::SqliteConnection::connect(url).await.unwrap();
+    sqlx::query(
+        "INSERT INTO schema_migrations (version, name, applied_at) VALUES (99, 'future', 'x')",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    conn.close().await.unwrap();
+}
+
 fn ops() -> Actor {
     Actor::admin("alice")
 }
