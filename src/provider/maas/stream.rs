@@ -6,8 +6,8 @@
 //! start before the last byte is in. [`ArrayDecoder`] instead takes the answer piece by piece
 //! and decodes each element as soon as it is complete, in the piece that holds it, copying only
 //! an element cut by the end of a piece: the memory it needs is about one element, whatever the
-//! size of the list, and decoding overlaps the transfer. The result is what decoding the whole text as a `Vec<T>` gives, except that
-//! an error names the element and its byte offset.
+//! size of the list, and decoding overlaps the transfer. The result is what decoding the whole
+//! text as a `Vec<T>` gives, except that an error names the element and its byte offset.
 //!
 //! A type that reads only some members of each object ([`Decodable::READS`]) has the rest
 //! stepped over by [`super::skim`]; an element the scan cannot follow, or whose projection
