@@ -62,13 +62,13 @@ pub fn plan(fleet: &Fleet, snapshot: &Snapshot, options: &PlanOptions) -> Plan {
     let (sites, mut items, parts) = std::thread::scope(|scope| {
         let parts = scope.spawn(|| snapshot.fingerprint_parts_of(&planned));
         let plan_sites = || {
-            let mut planned = Vec::new();
+            let mut done = Vec::new();
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(site) = selected.get(i) else {
-                    break planned;
+                    break done;
                 };
-                planned.push((i, plan_site(fleet, site, snapshot, &view, options, &clock)));
+                done.push((i, plan_site(fleet, site, snapshot, &view, options, &clock)));
             }
         };
         let helper = scope.spawn(plan_sites);

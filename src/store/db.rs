@@ -481,8 +481,13 @@ impl Tx {
         .map_err(db_err(DOING))
     }
 
-    pub async fn commit(self) -> Result<(), StoreError> {
+    pub async fn commit(mut self) -> Result<(), StoreError> {
         const DOING: &str = "committing";
+        if let Tx::Postgres(_, at_commit) = &mut self
+            && let Some((sql, params)) = at_commit.take()
+        {
+            self.execute(sql, &params).await?;
+        }
         match self {
             Tx::SqliteRead(tx) => tx.commit().await,
             // A read has nothing to commit: its end (the drop) ends it.
@@ -502,15 +507,7 @@ impl Tx {
                 }
                 return committed;
             }
-            Tx::Postgres(mut tx, at_commit) => {
-                if let Some((sql, params)) = at_commit {
-                    bind_all!(sqlx::query::<Postgres>(AssertSqlSafe(sql)), &params)
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(db_err("executing a statement"))?;
-                }
-                tx.commit().await
-            }
+            Tx::Postgres(tx, _) => tx.commit().await,
         }
         .map_err(db_err(DOING))
     }

@@ -282,8 +282,9 @@ fn container_end_with(
     // 1 when the block's first byte is escaped by a backslash ending the previous block.
     let mut escape_carry: u64 = 0;
     let mut at = start;
+    // Only the last block can be short.
+    let mut padded = SPACES;
     while at < text.len() {
-        let mut padded = SPACES;
         let block: &[u8; 64] = match text.get(at..at + 64) {
             Some(whole) => whole.try_into().unwrap_or(&SPACES),
             None => {
