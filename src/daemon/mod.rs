@@ -459,7 +459,9 @@ pub async fn start(
         path: config.data_dir.display().to_string(),
         message: e.to_string(),
     })?;
-    let store = Store::open(&config.state_url, clock.clone()).await?;
+    let store =
+        Store::open_for_replica(&config.state_url, clock.clone(), config.executor.lease_ttl)
+            .await?;
     let secrets = crate::secrets::open(&config.secrets_url)?;
     let tokens = read_tokens(&config, secrets.as_ref()).await?;
     let source = source_reader(&config, secrets.as_ref()).await?;

@@ -578,13 +578,32 @@ impl Pool {
         }
     }
 
-    pub async fn connect_postgres(options: PgConnectOptions) -> Result<Pool, sqlx::Error> {
-        let pool = PgPoolOptions::new()
+    /// `idle_limit`: how long a transaction may sit idle before the server ends its session
+    /// (`idle_in_transaction_session_timeout`, set on each new session; `None` leaves the
+    /// server's or the URL's own setting).
+    pub async fn connect_postgres(
+        options: PgConnectOptions,
+        idle_limit: Option<Duration>,
+    ) -> Result<Pool, sqlx::Error> {
+        let mut pool = PgPoolOptions::new()
             .max_connections(8)
-            .acquire_timeout(Duration::from_secs(5))
-            .connect_with(options)
-            .await?;
-        Ok(Pool::Postgres(pool))
+            .acquire_timeout(Duration::from_secs(5));
+        if let Some(limit) = idle_limit {
+            let ms = limit.as_millis().max(1).to_string();
+            pool = pool.after_connect(move |conn, _| {
+                let ms = ms.clone();
+                Box::pin(async move {
+                    sqlx::query(
+                        "SELECT set_config('idle_in_transaction_session_timeout', $1, false)",
+                    )
+                    .bind(ms)
+                    .execute(conn)
+                    .await
+                    .map(|_| ())
+                })
+            });
+        }
+        Ok(Pool::Postgres(pool.connect_with(options).await?))
     }
 
     /// A transaction that will write. On SQLite it begins IMMEDIATE (the write lock taken

@@ -190,9 +190,10 @@ impl StoreError {
             StoreError::Database { source, .. } => match source {
                 sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => true,
                 // PostgreSQL rolled the transaction back (deadlock_detected,
-                // serialization_failure): nothing of it was written, so it can run again.
+                // serialization_failure, or the session ended after idling inside it past
+                // the limit): nothing of it was written, so it can run again.
                 sqlx::Error::Database(db) => {
-                    matches!(db.code().as_deref(), Some("40P01" | "40001"))
+                    matches!(db.code().as_deref(), Some("40P01" | "40001" | "25P03"))
                 }
                 _ => false,
             },
@@ -322,6 +323,49 @@ mod tls_tests {
     }
 }
 
+/// How long a transaction of this process may sit idle on PostgreSQL before the server ends
+/// its session and rolls it back. A process paused inside a transaction (a CLI stopped with
+/// Ctrl-Z, a frozen VM, a partitioned network) keeps its locks until it wakes, among them the
+/// turn every writer of events and of the store serial takes, in every process; all of them
+/// would wait with it. This process's transactions wait for nothing but the store between statements, so a
+/// healthy one is idle for a round trip; one ended by the limit wrote nothing, and the paused
+/// process's next use of the store fails and is retried.
+pub const IDLE_TRANSACTION_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The idle limit for a replica holding leases of `lease_ttl`: a third of it, at least a second
+/// and at most [`IDLE_TRANSACTION_LIMIT`]. A stall the other replicas wait through then ends
+/// before their leases, renewed every third of a TTL, lapse.
+pub fn idle_transaction_limit(lease_ttl: std::time::Duration) -> std::time::Duration {
+    (lease_ttl / 3).clamp(std::time::Duration::from_secs(1), IDLE_TRANSACTION_LIMIT)
+}
+
+#[cfg(test)]
+mod idle_limit_tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_replica_idles_in_a_transaction_for_a_third_of_its_lease_ttl_at_most() {
+        assert_eq!(
+            idle_transaction_limit(Duration::from_secs(3)),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            idle_transaction_limit(Duration::from_secs(15)),
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            idle_transaction_limit(Duration::from_millis(600)),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            idle_transaction_limit(Duration::from_secs(60)),
+            IDLE_TRANSACTION_LIMIT
+        );
+    }
+}
+
 /// A URL fit to print: user, password and secret parameters masked
 /// ([`crate::sanitize::redact::url`]).
 pub fn redact_url(url: &str) -> String {
@@ -345,6 +389,24 @@ impl std::fmt::Debug for Store {
 impl Store {
     /// Open (creating a SQLite file and its directory if needed) and migrate.
     pub async fn open(url: &str, clock: Arc<dyn Clock>) -> Result<Store, StoreError> {
+        Self::open_with_idle_limit(url, clock, IDLE_TRANSACTION_LIMIT).await
+    }
+
+    /// [`Store::open`] for a replica holding leases of `lease_ttl` (see
+    /// [`idle_transaction_limit`]).
+    pub async fn open_for_replica(
+        url: &str,
+        clock: Arc<dyn Clock>,
+        lease_ttl: std::time::Duration,
+    ) -> Result<Store, StoreError> {
+        Self::open_with_idle_limit(url, clock, idle_transaction_limit(lease_ttl)).await
+    }
+
+    async fn open_with_idle_limit(
+        url: &str,
+        clock: Arc<dyn Clock>,
+        idle_limit: std::time::Duration,
+    ) -> Result<Store, StoreError> {
         let shown = redact_url(url);
         let unreachable = |source| StoreError::Unreachable {
             url: shown.clone(),
@@ -378,7 +440,11 @@ impl Store {
                         reason: e.to_string(),
                     }
                 })?;
-                Pool::connect_postgres(tls_by_default(options, &url))
+                // An operator's own limit in the URL (`options=-c
+                // idle_in_transaction_session_timeout=…`) stands.
+                let idle_limit =
+                    (!url.contains("idle_in_transaction_session_timeout")).then_some(idle_limit);
+                Pool::connect_postgres(tls_by_default(options, &url), idle_limit)
                     .await
                     .map_err(unreachable)?
             }

@@ -657,6 +657,7 @@ fn outbox_from_row(row: &super::db::Row) -> Result<OutboxEvent, StoreError> {
 
 #[cfg(all(test, feature = "services"))]
 mod write_turn_tests {
+    use std::collections::BTreeSet;
     use std::sync::Arc;
     use std::time::Duration;
 
@@ -664,7 +665,7 @@ mod write_turn_tests {
 
     use super::*;
 
-    async fn fresh_store() -> Store {
+    async fn fresh_database() -> String {
         let admin = std::env::var("METALFORM_TEST_POSTGRES_URL")
             .expect("METALFORM_TEST_POSTGRES_URL: run scripts/test-all, which starts PostgreSQL");
         let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap();
@@ -675,7 +676,11 @@ mod write_turn_tests {
             .unwrap();
         let mut url = url::Url::parse(&admin).unwrap();
         url.set_path(&name);
-        Store::open(url.as_str(), Arc::new(crate::clock::SystemClock))
+        url.into()
+    }
+
+    async fn fresh_store() -> Store {
+        Store::open(&fresh_database().await, Arc::new(crate::clock::SystemClock))
             .await
             .unwrap()
     }
@@ -713,6 +718,67 @@ mod write_turn_tests {
         first.commit().await.unwrap();
         second.await.unwrap().expect("the second writer commits");
         assert_eq!(store.serial().await.unwrap(), before + 2);
+    }
+
+    /// A replica paused inside its turn (it wrote an event, then stopped) holds the other
+    /// replicas' writers up only until its idle limit: PostgreSQL ends the paused session, the
+    /// others' events and bumps commit, and the paused transaction, woken, fails as worth
+    /// retrying and has written nothing. Without the limit the others wait until it wakes.
+    #[tokio::test]
+    async fn a_replica_paused_in_its_turn_holds_the_others_up_only_until_its_idle_limit() {
+        let url = fresh_database().await;
+        let clock: Arc<dyn crate::clock::Clock> = Arc::new(crate::clock::SystemClock);
+        // A lease TTL of 3 s: an idle limit of 1 s.
+        let paused_replica = Store::open_for_replica(&url, clock.clone(), Duration::from_secs(3))
+            .await
+            .unwrap();
+        let other = Store::open_for_replica(&url, clock, Duration::from_secs(3))
+            .await
+            .unwrap();
+        let before = other.serial().await.unwrap();
+        let mut paused = paused_replica.pool.write().await.unwrap();
+        write_outbox(&mut paused, paused_replica.now(), &event(0))
+            .await
+            .unwrap();
+        // More writers than the other replica's pool has connections.
+        let writers: Vec<_> = (1..=12)
+            .map(|n| {
+                let other = other.clone();
+                tokio::spawn(async move {
+                    let mut tx = other.pool.write().await?;
+                    write_outbox(&mut tx, other.now(), &event(n)).await?;
+                    bump_serial(&mut tx).await?;
+                    tx.commit().await
+                })
+            })
+            .collect();
+        tokio::time::timeout(Duration::from_secs(30), async {
+            for writer in writers {
+                writer
+                    .await
+                    .unwrap()
+                    .expect("the other replica's writer commits");
+            }
+        })
+        .await
+        .expect("the other replica's writers go on while the paused one still holds its turn");
+        let woken = async {
+            write_outbox(&mut paused, paused_replica.now(), &event(13)).await?;
+            paused.commit().await
+        }
+        .await
+        .expect_err("the paused transaction was ended");
+        assert!(woken.is_transient(), "{woken}");
+        assert_eq!(other.serial().await.unwrap(), before + 12);
+        let written: BTreeSet<String> = other
+            .pending_events(100)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.subject_id)
+            .collect();
+        let expected: BTreeSet<String> = (1..=12).map(|n| format!("job-{n}")).collect();
+        assert_eq!(written, expected);
     }
 
     /// A transaction that asks for the serial's bump (twice here) holds neither the turn nor
