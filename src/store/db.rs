@@ -298,9 +298,9 @@ pub(crate) enum Tx {
     /// blocking-pool thread: [`Pool::read_bulk`]).
     SqliteBulkRead(BulkRead),
     SqliteWrite(WriteTurn),
-    /// With the statement to run just before it commits, if one was put off (see
+    /// With the statements to run as it commits, if any were put off (see
     /// [`Tx::execute_at_commit`]).
-    Postgres(Transaction<'static, Postgres>, Option<(Sql, Vec<Param>)>),
+    Postgres(Transaction<'static, Postgres>, Vec<String>),
 }
 
 /// The connection a transaction's statements run on.
@@ -481,13 +481,8 @@ impl Tx {
         .map_err(db_err(DOING))
     }
 
-    pub async fn commit(mut self) -> Result<(), StoreError> {
+    pub async fn commit(self) -> Result<(), StoreError> {
         const DOING: &str = "committing";
-        if let Tx::Postgres(_, at_commit) = &mut self
-            && let Some((sql, params)) = at_commit.take()
-        {
-            self.execute(sql, &params).await?;
-        }
         match self {
             Tx::SqliteRead(tx) => tx.commit().await,
             // A read has nothing to commit: its end (the drop) ends it.
@@ -507,26 +502,42 @@ impl Tx {
                 }
                 return committed;
             }
-            Tx::Postgres(tx, _) => tx.commit().await,
+            Tx::Postgres(tx, at_commit) if at_commit.is_empty() => tx.commit().await,
+            // The put-off statements go in one message with the COMMIT, so the locks they take
+            // are let go as soon as the server has run them, not a round trip later (when this
+            // process, woken by the answer, sends the COMMIT). The BEGIN after the COMMIT
+            // opens an empty transaction for `Transaction`'s own COMMIT, which holds nothing.
+            // Should a statement fail, the rest of the message does not run and the
+            // transaction's drop rolls it back.
+            Tx::Postgres(mut tx, at_commit) => {
+                let sql = at_commit.join("; ");
+                match sqlx::raw_sql(AssertSqlSafe(format!("{sql}; COMMIT; BEGIN")))
+                    .execute(&mut *tx)
+                    .await
+                {
+                    Ok(_) => tx.commit().await,
+                    Err(e) => Err(e),
+                }
+            }
         }
         .map_err(db_err(DOING))
     }
 
-    /// Run `sql` just before the transaction commits, not now (PostgreSQL; elsewhere it runs
-    /// now): for a statement that takes a lock every other writer waits for, so that it is
-    /// held for as short a time as the transaction allows. Put off again, the same statement
+    /// Run `sql` as the transaction commits, not now (PostgreSQL; elsewhere it runs now): for
+    /// a statement that takes a lock every other writer waits for, so that it is held for as
+    /// short a time as the transaction allows. The statements put off are sent with the COMMIT
+    /// as one simple query, in the order they were put off, so they have no parameters: their
+    /// values are written in, and only constants may be. Put off again, the same statement
     /// still runs once.
-    pub async fn execute_at_commit(
-        &mut self,
-        sql: impl Into<Sql>,
-        params: &[Param],
-    ) -> Result<(), StoreError> {
+    pub async fn execute_at_commit(&mut self, sql: String) -> Result<(), StoreError> {
         match self {
             Tx::Postgres(_, at_commit) => {
-                *at_commit = Some((sql.into(), params.to_vec()));
+                if !at_commit.contains(&sql) {
+                    at_commit.push(sql);
+                }
                 Ok(())
             }
-            _ => self.execute(sql, params).await.map(|_| ()),
+            _ => self.execute(sql, &[]).await.map(|_| ()),
         }
     }
 
@@ -630,7 +641,7 @@ impl Pool {
             Pool::Postgres(p) => p
                 .begin()
                 .await
-                .map(|tx| Tx::Postgres(tx, None))
+                .map(|tx| Tx::Postgres(tx, Vec::new()))
                 .map_err(db_err("starting a transaction")),
         }
     }
@@ -639,7 +650,7 @@ impl Pool {
     pub async fn read(&self) -> Result<Tx, StoreError> {
         match self {
             Pool::Sqlite(p) => p.pool.begin().await.map(Tx::SqliteRead),
-            Pool::Postgres(p) => p.begin().await.map(|tx| Tx::Postgres(tx, None)),
+            Pool::Postgres(p) => p.begin().await.map(|tx| Tx::Postgres(tx, Vec::new())),
         }
         .map_err(db_err("starting a transaction"))
     }

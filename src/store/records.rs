@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::db::{Param, Row, Select, Tx, params};
+use super::db::{Row, Select, Tx, params};
 use super::{Store, StoreError, format_time, parse_json, parse_opt_time, parse_time, parse_uuid};
 
 /// The role an actor acts in (bearer-token roles of the daemon, plus metalform itself).
@@ -334,7 +334,7 @@ pub struct OutboxEvent {
 /// Arbitrary constant naming the write-order lock among other advisory locks.
 const WRITE_ORDER_LOCK: i64 = 0x6d66_6f75_7462_6f78; // "mfoutbox"
 
-/// `statement` and its values as they run in the transaction's turn among the writers of the
+/// `statement` as it runs in the transaction's turn among the writers of the
 /// outbox and of the store serial, held until it commits (PostgreSQL; SQLite has one writer
 /// anyway). Outbox ids must become visible in id order, or a sink's cursor could pass an event
 /// whose transaction commits after a later one, so event writers take turns. Serial writers
@@ -347,33 +347,27 @@ const WRITE_ORDER_LOCK: i64 = 0x6d66_6f75_7462_6f78; // "mfoutbox"
 /// turn one more round trip, which every other writer of every replica waits through; two
 /// daemons sharing a store spent more time waiting for the turn than writing. On SQLite
 /// ` FROM turn` is dropped. Re-entrant: a transaction that holds its turn takes it again at
-/// once.
-fn in_write_turn(tx: &Tx, statement: &str, values: &[Param]) -> (String, Vec<Param>) {
+/// once. The lock's key is written in (a constant), so the statement can be put off to the
+/// commit ([`Tx::execute_at_commit`]).
+fn in_write_turn(tx: &Tx, statement: &str) -> String {
     if tx.backend() == super::db::Backend::Postgres {
-        let mut with_lock = values.to_vec();
-        with_lock.push(Param::from(WRITE_ORDER_LOCK));
-        let sql = format!(
-            "WITH turn AS (SELECT pg_advisory_xact_lock(${})) {statement}",
-            with_lock.len()
-        );
-        (sql, with_lock)
+        format!("WITH turn AS (SELECT pg_advisory_xact_lock({WRITE_ORDER_LOCK})) {statement}")
     } else {
-        (statement.replace(" FROM turn", ""), values.to_vec())
+        statement.replace(" FROM turn", "")
     }
 }
 
 /// Bump the store serial inside a writing transaction, in the write turn. On PostgreSQL the
-/// bump runs when the transaction commits ([`Tx::execute_at_commit`]): a transaction that
-/// changes a node and goes on (a job update moving its node) does not hold the turn meanwhile,
-/// and it bumps the serial once however many times it asks. SQLite, with one writer, bumps it
-/// at once.
+/// bump is sent with the COMMIT ([`Tx::execute_at_commit`]): a transaction that changes a
+/// node and goes on (a job update moving its node) does not hold the turn meanwhile, nor
+/// through a round trip between the bump and its commit, and it bumps the serial once however
+/// many times it asks. SQLite, with one writer, bumps it at once.
 pub(crate) async fn bump_serial(tx: &mut Tx) -> Result<(), StoreError> {
-    let (sql, values) = in_write_turn(
+    let sql = in_write_turn(
         tx,
         "UPDATE store_serial SET value = value + 1 FROM turn WHERE store_serial.id = 1",
-        &[],
     );
-    tx.execute_at_commit(sql, &values).await
+    tx.execute_at_commit(sql).await
 }
 
 pub(crate) async fn write_outbox(
@@ -381,17 +375,17 @@ pub(crate) async fn write_outbox(
     at: DateTime<Utc>,
     event: &DomainEvent,
 ) -> Result<(), StoreError> {
-    let (sql, values) = in_write_turn(
+    let sql = in_write_turn(
         tx,
         "INSERT INTO outbox (event_type, subject_id, payload, created_at)
          SELECT $1, $2, $3, $4 FROM turn",
-        &params![
-            event.event_type.clone(),
-            event.subject_id.clone(),
-            event.payload.to_string(),
-            format_time(at),
-        ],
     );
+    let values = params![
+        event.event_type.clone(),
+        event.subject_id.clone(),
+        event.payload.to_string(),
+        format_time(at),
+    ];
     tx.execute(sql, &values).await.map(|_| ())
 }
 
@@ -779,6 +773,43 @@ mod write_turn_tests {
             .collect();
         let expected: BTreeSet<String> = (1..=12).map(|n| format!("job-{n}")).collect();
         assert_eq!(written, expected);
+    }
+
+    /// The statements put off to the commit run with it or not at all: one failing at the
+    /// commit rolls the whole transaction back (the event written before it, the serial's
+    /// bump put off before it), and the store's next writer commits as usual.
+    #[tokio::test]
+    async fn a_commit_whose_put_off_statement_fails_writes_nothing() {
+        let store = fresh_store().await;
+        let before = store.serial().await.unwrap();
+        let mut tx = store.pool.write().await.unwrap();
+        write_outbox(&mut tx, store.now(), &event(1)).await.unwrap();
+        bump_serial(&mut tx).await.unwrap();
+        tx.execute_at_commit("UPDATE store_serial SET value = 'not a number'".into())
+            .await
+            .unwrap();
+        let error = tx.commit().await.expect_err("the put-off statement fails");
+        assert!(error.to_string().contains("committing"), "{error}");
+        assert_eq!(store.serial().await.unwrap(), before);
+        assert!(store.pending_events(10).await.unwrap().is_empty());
+        for n in 2..=9 {
+            let mut tx = store.pool.write().await.unwrap();
+            write_outbox(&mut tx, store.now(), &event(n)).await.unwrap();
+            bump_serial(&mut tx).await.unwrap();
+            tx.commit().await.unwrap();
+        }
+        assert_eq!(store.serial().await.unwrap(), before + 8);
+        let written: Vec<String> = store
+            .pending_events(10)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.subject_id)
+            .collect();
+        assert_eq!(
+            written,
+            (2..=9).map(|n| format!("job-{n}")).collect::<Vec<_>>()
+        );
     }
 
     /// A transaction that asks for the serial's bump (twice here) holds neither the turn nor
