@@ -311,6 +311,29 @@ enum Conn<'a> {
     Postgres(&'a mut sqlx::PgConnection),
 }
 
+/// `value` as a PostgreSQL string constant, for a statement sent with its values written in
+/// ([`Tx::execute_at_commit`]). The escape form (`E'…'`) reads a backslash the same way
+/// whatever the server's `standard_conforming_strings`; each backslash and quote is doubled,
+/// so nothing in `value` is read as anything but text. PostgreSQL text holds no NUL character:
+/// one is refused, as the server refuses it in a bound value.
+pub(crate) fn text_literal(value: &str) -> Result<String, StoreError> {
+    if value.contains('\0') {
+        return Err(StoreError::Invalid(
+            "text for the store holds a NUL character".into(),
+        ));
+    }
+    let mut literal = String::with_capacity(value.len() + 3);
+    literal.push_str("E'");
+    for c in value.chars() {
+        if c == '\\' || c == '\'' {
+            literal.push(c);
+        }
+        literal.push(c);
+    }
+    literal.push('\'');
+    Ok(literal)
+}
+
 pub(super) fn db_err(context: &str) -> impl FnOnce(sqlx::Error) -> StoreError + '_ {
     move |source| StoreError::Database {
         context: context.to_owned(),
@@ -527,12 +550,21 @@ impl Tx {
     /// a statement that takes a lock every other writer waits for, so that it is held for as
     /// short a time as the transaction allows. The statements put off are sent with the COMMIT
     /// as one simple query, in the order they were put off, so they have no parameters: their
-    /// values are written in, and only constants may be. Put off again, the same statement
-    /// still runs once.
+    /// values are written in ([`text_literal`]).
     pub async fn execute_at_commit(&mut self, sql: String) -> Result<(), StoreError> {
+        self.put_off(sql, false).await
+    }
+
+    /// [`Tx::execute_at_commit`] for a statement that runs once however many times it is put
+    /// off.
+    pub async fn execute_once_at_commit(&mut self, sql: String) -> Result<(), StoreError> {
+        self.put_off(sql, true).await
+    }
+
+    async fn put_off(&mut self, sql: String, once: bool) -> Result<(), StoreError> {
         match self {
             Tx::Postgres(_, at_commit) => {
-                if !at_commit.contains(&sql) {
+                if !(once && at_commit.contains(&sql)) {
                     at_commit.push(sql);
                 }
                 Ok(())
@@ -769,6 +801,26 @@ impl Pool {
             }
             Pool::Postgres(p) => p.close().await,
         }
+    }
+}
+
+#[cfg(test)]
+mod literal_tests {
+    use super::*;
+
+    #[test]
+    fn a_text_constant_doubles_each_quote_and_backslash_and_refuses_nul() {
+        assert_eq!(text_literal("plain").unwrap(), "E'plain'");
+        assert_eq!(
+            text_literal(r"it's a \ 'x'").unwrap(),
+            r"E'it''s a \\ ''x'''"
+        );
+        assert_eq!(text_literal("").unwrap(), "E''");
+        let error = text_literal("a\0b").unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "text for the store holds a NUL character"
+        );
     }
 }
 

@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use super::db::{Row, Select, Tx, params};
+use super::db::{Param, Row, Select, Tx, params, text_literal};
 use super::{Store, StoreError, format_time, parse_json, parse_opt_time, parse_time, parse_uuid};
 
 /// The role an actor acts in (bearer-token roles of the daemon, plus metalform itself).
@@ -347,8 +347,10 @@ const WRITE_ORDER_LOCK: i64 = 0x6d66_6f75_7462_6f78; // "mfoutbox"
 /// turn one more round trip, which every other writer of every replica waits through; two
 /// daemons sharing a store spent more time waiting for the turn than writing. On SQLite
 /// ` FROM turn` is dropped. Re-entrant: a transaction that holds its turn takes it again at
-/// once. The lock's key is written in (a constant), so the statement can be put off to the
-/// commit ([`Tx::execute_at_commit`]).
+/// once. On PostgreSQL both writers put their statement off to the commit
+/// ([`Tx::execute_at_commit`]), which sends it with the COMMIT in one message: the turn is
+/// then held while the server runs them, not while the writer's process waits to be
+/// scheduled between round trips. So the lock's key is written in (a constant).
 fn in_write_turn(tx: &Tx, statement: &str) -> String {
     if tx.backend() == super::db::Backend::Postgres {
         format!("WITH turn AS (SELECT pg_advisory_xact_lock({WRITE_ORDER_LOCK})) {statement}")
@@ -357,36 +359,51 @@ fn in_write_turn(tx: &Tx, statement: &str) -> String {
     }
 }
 
-/// Bump the store serial inside a writing transaction, in the write turn. On PostgreSQL the
-/// bump is sent with the COMMIT ([`Tx::execute_at_commit`]): a transaction that changes a
-/// node and goes on (a job update moving its node) does not hold the turn meanwhile, nor
-/// through a round trip between the bump and its commit, and it bumps the serial once however
-/// many times it asks. SQLite, with one writer, bumps it at once.
+/// Bump the store serial inside a writing transaction, in the write turn: on PostgreSQL with
+/// the COMMIT (see [`in_write_turn`]), once however many times the transaction asks; SQLite,
+/// with one writer, bumps it at once.
 pub(crate) async fn bump_serial(tx: &mut Tx) -> Result<(), StoreError> {
     let sql = in_write_turn(
         tx,
         "UPDATE store_serial SET value = value + 1 FROM turn WHERE store_serial.id = 1",
     );
-    tx.execute_at_commit(sql).await
+    tx.execute_once_at_commit(sql).await
 }
 
+/// Write `event` to the outbox, in the write turn: on PostgreSQL with the COMMIT (see
+/// [`in_write_turn`]), its values written in.
 pub(crate) async fn write_outbox(
     tx: &mut Tx,
     at: DateTime<Utc>,
     event: &DomainEvent,
 ) -> Result<(), StoreError> {
-    let sql = in_write_turn(
-        tx,
-        "INSERT INTO outbox (event_type, subject_id, payload, created_at)
-         SELECT $1, $2, $3, $4 FROM turn",
-    );
-    let values = params![
+    let values = [
         event.event_type.clone(),
         event.subject_id.clone(),
         event.payload.to_string(),
         format_time(at),
     ];
-    tx.execute(sql, &values).await.map(|_| ())
+    if tx.backend() == super::db::Backend::Postgres {
+        let written = values
+            .iter()
+            .map(|v| text_literal(v))
+            .collect::<Result<Vec<_>, _>>()?;
+        let sql = in_write_turn(
+            tx,
+            &format!(
+                "INSERT INTO outbox (event_type, subject_id, payload, created_at) SELECT {} FROM turn",
+                written.join(", ")
+            ),
+        );
+        tx.execute_at_commit(sql).await
+    } else {
+        let sql = in_write_turn(
+            tx,
+            "INSERT INTO outbox (event_type, subject_id, payload, created_at)
+             SELECT $1, $2, $3, $4 FROM turn",
+        );
+        tx.execute(sql, &values.map(Param::from)).await.map(|_| ())
+    }
 }
 
 impl Store {
@@ -651,7 +668,6 @@ fn outbox_from_row(row: &super::db::Row) -> Result<OutboxEvent, StoreError> {
 
 #[cfg(all(test, feature = "services"))]
 mod write_turn_tests {
-    use std::collections::BTreeSet;
     use std::sync::Arc;
     use std::time::Duration;
 
@@ -714,12 +730,14 @@ mod write_turn_tests {
         assert_eq!(store.serial().await.unwrap(), before + 2);
     }
 
-    /// A replica paused inside its turn (it wrote an event, then stopped) holds the other
-    /// replicas' writers up only until its idle limit: PostgreSQL ends the paused session, the
-    /// others' events and bumps commit, and the paused transaction, woken, fails as worth
-    /// retrying and has written nothing. Without the limit the others wait until it wakes.
+    /// A replica paused inside a transaction holds its row locks, and the other replicas
+    /// wait for them only until its idle limit. Here it paused in a fenced write to a node
+    /// (the check holds the node lease's row); its lease ran out and the other replica takes
+    /// the node over, which waits for that row: PostgreSQL ends the paused session, the
+    /// takeover goes through, and the paused transaction, woken, fails as worth retrying
+    /// and has written nothing. Without the limit the takeover waits until it wakes.
     #[tokio::test]
-    async fn a_replica_paused_in_its_turn_holds_the_others_up_only_until_its_idle_limit() {
+    async fn a_replica_paused_inside_a_transaction_holds_the_others_up_only_until_its_idle_limit() {
         let url = fresh_database().await;
         let clock: Arc<dyn crate::clock::Clock> = Arc::new(crate::clock::SystemClock);
         // A lease TTL of 3 s: an idle limit of 1 s.
@@ -730,49 +748,125 @@ mod write_turn_tests {
             .await
             .unwrap();
         let before = other.serial().await.unwrap();
+        let ttl = chrono::Duration::milliseconds(500);
+        let lease = paused_replica
+            .acquire_lease("node:n1", "replica-a", ttl)
+            .await
+            .unwrap();
         let mut paused = paused_replica.pool.write().await.unwrap();
+        super::super::leases::check_fence(&mut paused, &lease.fence())
+            .await
+            .unwrap();
         write_outbox(&mut paused, paused_replica.now(), &event(0))
             .await
             .unwrap();
-        // More writers than the other replica's pool has connections.
-        let writers: Vec<_> = (1..=12)
-            .map(|n| {
-                let other = other.clone();
-                tokio::spawn(async move {
-                    let mut tx = other.pool.write().await?;
-                    write_outbox(&mut tx, other.now(), &event(n)).await?;
-                    bump_serial(&mut tx).await?;
-                    tx.commit().await
-                })
-            })
-            .collect();
-        tokio::time::timeout(Duration::from_secs(30), async {
-            for writer in writers {
-                writer
-                    .await
-                    .unwrap()
-                    .expect("the other replica's writer commits");
-            }
-        })
+        bump_serial(&mut paused).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let taken = tokio::time::timeout(
+            Duration::from_secs(30),
+            other.acquire_lease("node:n1", "replica-b", ttl),
+        )
         .await
-        .expect("the other replica's writers go on while the paused one still holds its turn");
-        let woken = async {
-            write_outbox(&mut paused, paused_replica.now(), &event(13)).await?;
-            paused.commit().await
-        }
-        .await
-        .expect_err("the paused transaction was ended");
-        assert!(woken.is_transient(), "{woken}");
-        assert_eq!(other.serial().await.unwrap(), before + 12);
-        let written: BTreeSet<String> = other
-            .pending_events(100)
+        .expect("the takeover goes on while the paused replica still holds its transaction")
+        .unwrap();
+        assert_eq!(taken.holder, "replica-b");
+        assert_eq!(taken.fencing, lease.fencing + 1);
+        let woken = paused
+            .commit()
             .await
-            .unwrap()
-            .into_iter()
-            .map(|e| e.subject_id)
-            .collect();
-        let expected: BTreeSet<String> = (1..=12).map(|n| format!("job-{n}")).collect();
-        assert_eq!(written, expected);
+            .expect_err("the paused transaction was ended");
+        assert!(woken.is_transient(), "{woken}");
+        assert_eq!(other.serial().await.unwrap(), before);
+        assert!(other.pending_events(10).await.unwrap().is_empty());
+    }
+
+    /// Each session gets the idle limit: the default, a replica's from its lease TTL, or the
+    /// operator's own from the URL, left as it is.
+    #[tokio::test]
+    async fn each_session_gets_the_idle_limit_unless_the_url_sets_its_own() {
+        let url = fresh_database().await;
+        let clock: Arc<dyn crate::clock::Clock> = Arc::new(crate::clock::SystemClock);
+        let own = format!("{url}?options[idle_in_transaction_session_timeout]=2500");
+        for (store, expected) in [
+            (Store::open(&url, clock.clone()).await.unwrap(), "10s"),
+            (
+                Store::open_for_replica(&url, clock.clone(), Duration::from_secs(15))
+                    .await
+                    .unwrap(),
+                "5s",
+            ),
+            (Store::open(&own, clock.clone()).await.unwrap(), "2500ms"),
+        ] {
+            let mut tx = store.pool.read().await.unwrap();
+            let row = tx
+                .fetch_one("SHOW idle_in_transaction_session_timeout", &[])
+                .await
+                .unwrap();
+            assert_eq!(
+                row.text("idle_in_transaction_session_timeout").unwrap(),
+                expected
+            );
+        }
+    }
+
+    /// A value written into a statement reads back as itself, whatever it holds: quotes,
+    /// backslashes, what would end the constant or the statement, other scripts; and an event
+    /// carrying such text reaches the outbox unchanged.
+    #[tokio::test]
+    async fn text_written_into_a_statement_reads_back_as_itself() {
+        let store = fresh_store().await;
+        let mut values: Vec<String> = [
+            "",
+            "plain",
+            "it's",
+            "\\",
+            "ends in a backslash \\",
+            "\\'",
+            "''",
+            "E'x'",
+            "$$ dollar $$",
+            "'; DROP TABLE outbox; --",
+            "line\nbreak\ttab\r",
+            "\\x41 \\u0041 \\101",
+            "ünïcödé ∑ 🚀",
+        ]
+        .map(String::from)
+        .to_vec();
+        // And random strings over the characters that matter, from a fixed seed.
+        let alphabet: Vec<char> = "ab'\\\"$;-\n E\u{e9}\u{1f680}".chars().collect();
+        let mut seed: u64 = 0x5eed;
+        for _ in 0..200 {
+            let mut text = String::new();
+            for _ in 0..(seed % 24) {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                text.push(alphabet[(seed >> 33) as usize % alphabet.len()]);
+            }
+            values.push(text);
+        }
+        let mut tx = store.pool.read().await.unwrap();
+        for value in &values {
+            let literal = text_literal(value).unwrap();
+            let row = tx
+                .fetch_one(format!("SELECT {literal} AS v"), &[])
+                .await
+                .unwrap();
+            assert_eq!(&row.text("v").unwrap(), value, "{literal}");
+        }
+        drop(tx);
+        let tricky = DomainEvent {
+            event_type: "node.onboarding.completed".into(),
+            subject_id: "it's \\ a 'node'".into(),
+            payload: json!({ "message": "quote ' backslash \\ dollar $$ end '); --" }),
+        };
+        let mut tx = store.pool.write().await.unwrap();
+        write_outbox(&mut tx, store.now(), &tricky).await.unwrap();
+        tx.commit().await.unwrap();
+        let written = store.pending_events(10).await.unwrap();
+        assert_eq!(written.len(), 1);
+        assert_eq!(written[0].subject_id, tricky.subject_id);
+        assert_eq!(written[0].payload, tricky.payload);
     }
 
     /// The statements put off to the commit run with it or not at all: one failing at the
