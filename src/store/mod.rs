@@ -325,11 +325,11 @@ mod tls_tests {
 
 /// How long a transaction of this process may sit idle on PostgreSQL before the server ends
 /// its session and rolls it back. A process paused inside a transaction (a CLI stopped with
-/// Ctrl-Z, a frozen VM, a partitioned network) keeps its locks until it wakes, among them the
-/// turn every writer of events and of the store serial takes, in every process; all of them
-/// would wait with it. This process's transactions wait for nothing but the store between statements, so a
-/// healthy one is idle for a round trip; one ended by the limit wrote nothing, and the paused
-/// process's next use of the store fails and is retried.
+/// Ctrl-Z, a frozen VM, a partitioned network) keeps its row locks until it wakes: the lease
+/// rows its fenced writes checked, the rows it changed. Whoever takes its work over would wait
+/// with it. This process's transactions wait for nothing but the store between statements, so
+/// a healthy one is idle for a round trip; one ended by the limit wrote nothing, and the
+/// paused process's next use of the store fails and is retried.
 pub const IDLE_TRANSACTION_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The idle limit for a replica holding leases of `lease_ttl`: a third of it, at least a second
