@@ -190,11 +190,14 @@ impl StoreError {
             StoreError::Database { source, .. } => match source {
                 sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => true,
                 // PostgreSQL rolled the transaction back (deadlock_detected,
-                // serialization_failure, or the session ended after idling inside it past
-                // the limit): nothing of it was written, so it can run again.
-                sqlx::Error::Database(db) => {
-                    matches!(db.code().as_deref(), Some("40P01" | "40001" | "25P03"))
-                }
+                // serialization_failure), or ended the session inside it (idle past the
+                // limit, or the server shutting down or restarting: admin_shutdown,
+                // crash_shutdown, cannot_connect_now): nothing of it was written, so it can
+                // run again.
+                sqlx::Error::Database(db) => matches!(
+                    db.code().as_deref(),
+                    Some("40P01" | "40001" | "25P03" | "57P01" | "57P02" | "57P03")
+                ),
                 _ => false,
             },
             // Another process held SQLite's write lock past the wait: nothing was written.

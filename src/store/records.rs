@@ -809,6 +809,56 @@ mod write_turn_tests {
         }
     }
 
+    /// A connection the server ended while it sat in the pool for more than a second is
+    /// replaced as it is taken: the next store call succeeds. One ended inside a transaction
+    /// fails it as worth retrying.
+    #[tokio::test]
+    async fn a_connection_ended_by_the_server_is_replaced_or_retried() {
+        let url = fresh_database().await;
+        let store = Store::open(&url, Arc::new(crate::clock::SystemClock))
+            .await
+            .unwrap();
+        let before = store.serial().await.unwrap();
+        let admin = std::env::var("METALFORM_TEST_POSTGRES_URL").unwrap();
+        let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap();
+        let database = url::Url::parse(&url)
+            .unwrap()
+            .path()
+            .trim_start_matches('/')
+            .to_owned();
+        let ended: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE datname = $1 AND pid <> pg_backend_pid()) AS ended",
+        )
+        .bind(&database)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+        assert!(ended > 0, "the store's connections were ended");
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        assert_eq!(store.serial().await.unwrap(), before);
+        // Ended inside a transaction (a server restarting, say): worth retrying, as nothing
+        // of the transaction was written.
+        let mut tx = store.pool.write().await.unwrap();
+        bump_serial(&mut tx).await.unwrap();
+        write_outbox(&mut tx, store.now(), &event(1)).await.unwrap();
+        let pid: i32 = {
+            let row = tx
+                .fetch_one("SELECT pg_backend_pid()::BIGINT AS pid", &[])
+                .await
+                .unwrap();
+            row.int("pid").unwrap() as i32
+        };
+        sqlx::query("SELECT pg_terminate_backend($1)")
+            .bind(pid)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let error = tx.commit().await.expect_err("the session was ended");
+        assert!(error.is_transient(), "{error}");
+        assert_eq!(store.serial().await.unwrap(), before);
+    }
+
     /// A value written into a statement reads back as itself, whatever it holds: quotes,
     /// backslashes, what would end the constant or the statement, other scripts; and an event
     /// carrying such text reaches the outbox unchanged.
