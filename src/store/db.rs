@@ -630,20 +630,7 @@ impl Pool {
     ) -> Result<Pool, sqlx::Error> {
         let mut pool = PgPoolOptions::new()
             .max_connections(8)
-            .acquire_timeout(Duration::from_secs(5))
-            // The pool pings a connection as it comes back (and drops a broken one), and by
-            // default again as it is taken: a round trip more in every transaction, waited for
-            // by its caller. A connection back for less than a second is taken as it is; one
-            // idle for longer (which a server restart may have ended) is pinged first.
-            .test_before_acquire(false)
-            .before_acquire(|conn, meta| {
-                Box::pin(async move {
-                    if meta.idle_for >= Duration::from_secs(1) {
-                        sqlx::Connection::ping(conn).await?;
-                    }
-                    Ok(true)
-                })
-            });
+            .acquire_timeout(Duration::from_secs(5));
         if let Some(limit) = idle_limit {
             let ms = limit.as_millis().max(1).to_string();
             pool = pool.after_connect(move |conn, _| {
