@@ -334,9 +334,8 @@ pub struct OutboxEvent {
 /// Arbitrary constant naming the write-order lock among other advisory locks.
 const WRITE_ORDER_LOCK: i64 = 0x6d66_6f75_7462_6f78; // "mfoutbox"
 
-/// `statement` as it runs in the transaction's turn among the writers of the
-/// outbox and of the store serial, held until it commits (PostgreSQL; SQLite has one writer
-/// anyway). Outbox ids must become visible in id order, or a sink's cursor could pass an event
+/// `statement` as it runs in the transaction's turn among the writers of the outbox and of
+/// the store serial, held until it commits (PostgreSQL; SQLite has one writer anyway). Outbox ids must become visible in id order, or a sink's cursor could pass an event
 /// whose transaction commits after a later one, so event writers take turns. Serial writers
 /// take the same turn before they touch the serial's row: were the two taken in either order,
 /// a transaction holding the row and waiting for the turn and one holding the turn and waiting
@@ -383,25 +382,20 @@ pub(crate) async fn write_outbox(
         event.payload.to_string(),
         format_time(at),
     ];
+    let insert = |selected: &str| {
+        format!(
+            "INSERT INTO outbox (event_type, subject_id, payload, created_at) SELECT {selected} FROM turn"
+        )
+    };
     if tx.backend() == super::db::Backend::Postgres {
         let written = values
             .iter()
             .map(|v| text_literal(v))
             .collect::<Result<Vec<_>, _>>()?;
-        let sql = in_write_turn(
-            tx,
-            &format!(
-                "INSERT INTO outbox (event_type, subject_id, payload, created_at) SELECT {} FROM turn",
-                written.join(", ")
-            ),
-        );
+        let sql = in_write_turn(tx, &insert(&written.join(", ")));
         tx.execute_at_commit(sql).await
     } else {
-        let sql = in_write_turn(
-            tx,
-            "INSERT INTO outbox (event_type, subject_id, payload, created_at)
-             SELECT $1, $2, $3, $4 FROM turn",
-        );
+        let sql = in_write_turn(tx, &insert("$1, $2, $3, $4"));
         tx.execute(sql, &values.map(Param::from)).await.map(|_| ())
     }
 }
