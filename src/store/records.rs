@@ -804,8 +804,8 @@ mod write_turn_tests {
     }
 
     /// A connection the server ended while it sat in the pool (a restart, say) is replaced as
-    /// it is taken (the pool checks it first): the next store call succeeds. One ended inside a transaction
-    /// fails it as worth retrying.
+    /// it is taken (the pool checks it first): the next store call succeeds. One ended inside
+    /// a transaction fails it as worth retrying.
     #[tokio::test]
     async fn a_connection_ended_by_the_server_is_replaced_or_retried() {
         let url = fresh_database().await;
