@@ -335,10 +335,11 @@ pub struct OutboxEvent {
 const WRITE_ORDER_LOCK: i64 = 0x6d66_6f75_7462_6f78; // "mfoutbox"
 
 /// `statement` as it runs in the transaction's turn among the writers of the outbox and of
-/// the store serial, held until it commits (PostgreSQL; SQLite has one writer anyway). Outbox ids must become visible in id order, or a sink's cursor could pass an event
-/// whose transaction commits after a later one, so event writers take turns. Serial writers
-/// take the same turn before they touch the serial's row: were the two taken in either order,
-/// a transaction holding the row and waiting for the turn and one holding the turn and waiting
+/// the store serial, held until it commits (PostgreSQL; SQLite has one writer anyway). Outbox
+/// ids must become visible in id order, or a sink's cursor could pass an event whose
+/// transaction commits after a later one, so event writers take turns. Serial writers take
+/// the same turn before they touch the serial's row: were the two taken in either order, a
+/// transaction holding the row and waiting for the turn and one holding the turn and waiting
 /// for the row would deadlock.
 ///
 /// The statement takes the turn itself: it reads `turn` (` FROM turn`), on PostgreSQL a
