@@ -80,6 +80,68 @@ async fn a_node_created_by_a_concurrent_writer_is_a_duplicate() {
     assert_eq!(found.id.to_string(), theirs);
 }
 
+/// Two writers create a node's first onboarding at once (a replica paused after it looked for
+/// one, while another took the node up): no node row exists to hold, so the second insert waits
+/// on the unique index over open onboardings and is refused, naming the first writer's job,
+/// when that one commits. One open onboarding remains.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_onboarding_created_by_a_concurrent_writer_is_refused_as_open() {
+    let url = fresh_database().await;
+    let (store, _clock) = store_suite::open(&url).await;
+    let mut first = PgConnection::connect(&url).await.unwrap();
+    let mut open = first.begin().await.unwrap();
+    let theirs = uuid::Uuid::new_v4().to_string();
+    sqlx::query(
+        "INSERT INTO onboardings (id, site, hostname, current_stage, status, requested_at,
+            updated_at)
+         VALUES ($1, 'dc1', 'gpu00005', 'create_or_find_in_maas', 'pending',
+             '2026-03-01T08:00:00.000000Z', '2026-03-01T08:00:00.000000Z')",
+    )
+    .bind(&theirs)
+    .execute(&mut *open)
+    .await
+    .unwrap();
+
+    let ours = tokio::spawn(async move {
+        let created = store
+            .create_onboarding(&metalform::store::NewOnboarding {
+                site: "dc1".into(),
+                hostname: "gpu00005".into(),
+                ..Default::default()
+            })
+            .await;
+        (store, created)
+    });
+    wait_for_a_lock_wait(&url).await;
+    open.commit().await.unwrap();
+
+    let (store, created) = ours.await.unwrap();
+    match created {
+        Err(err @ StoreError::JobOpen { .. }) => assert_eq!(
+            err.to_string(),
+            format!("node dc1/gpu00005 already has an open onboarding ({theirs}, pending)")
+        ),
+        other => panic!("expected the open onboarding, got {other:?}"),
+    }
+    let open_jobs = store
+        .list_jobs(
+            metalform::lifecycle::JobKind::Onboarding,
+            &metalform::store::JobFilter {
+                open_only: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        open_jobs
+            .iter()
+            .map(|j| j.id.to_string())
+            .collect::<Vec<_>>(),
+        vec![theirs]
+    );
+}
+
 /// Two writers ensure the same agent task at once (a replica that resumes a decommission the
 /// other held while it was stopped): the second waits for the first on the node's row, then
 /// finds its task queued instead of queueing another.

@@ -111,3 +111,33 @@ async fn a_store_from_a_newer_metalform_is_refused() {
         )
     );
 }
+
+/// A command on a store the upgrade cannot carry over says why and what to do, and changes
+/// nothing: the same command fails the same way again.
+#[tokio::test]
+async fn a_store_that_cannot_be_upgraded_is_refused_with_what_to_do() {
+    let url = sqlite_url().await;
+    let first = store_suite::store_with_two_open_onboardings_of_a_node(&url).await;
+    let fleet = tempfile::tempdir().unwrap();
+    for _ in 0..2 {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_metalform"))
+            .args(["onboardings", "list", "--state", &url, "--fleet"])
+            .arg(fleet.path())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr),
+            format!(
+                "error: the state store cannot be upgraded to schema version 16: more than one \
+                 open onboarding of the same node (dc1/c07u50: {first} (pending), {} \
+                 (failed_manual_intervention)); this version allows one per node\n\
+                 hint: with the metalform version that wrote this store, cancel the onboardings \
+                 you do not want (`metalform onboardings cancel JOB --reason TEXT`), then run \
+                 this version again\n",
+                store_suite::SECOND_OPEN_ONBOARDING
+            )
+        );
+    }
+}

@@ -376,6 +376,19 @@ fn new_onboarding(run: &Run<'_, Onboarding>) -> NewOnboarding {
     }
 }
 
+/// Create the node's onboarding. Refused as open only when another executor created one since
+/// this one looked (it lost the node's lease while paused): that one carries the node on.
+async fn create_onboarding(run: &Run<'_, Onboarding>) -> Result<Job, Stop> {
+    match run.store().create_onboarding(&new_onboarding(run)).await {
+        Err(StoreError::JobOpen { job, .. }) => Err(Stop::Result(NodeOutcome::Aborted {
+            reason: format!(
+                "another executor started onboarding {job} meanwhile; it carries the node on"
+            ),
+        })),
+        other => Ok(other?),
+    }
+}
+
 /// Find or create the job the work item names, and move it to where it can run.
 async fn take_up(run: &mut Run<'_, Onboarding>) -> Result<Job, Stop> {
     let target = &run.item.target;
@@ -414,7 +427,7 @@ async fn take_up(run: &mut Run<'_, Onboarding>) -> Result<Job, Stop> {
                             node.id, node.status
                         )));
                     }
-                    let job = run.store().create_onboarding(&new_onboarding(run)).await?;
+                    let job = create_onboarding(run).await?;
                     run.report(
                         "-",
                         ProgressStatus::Begin,
@@ -486,7 +499,7 @@ async fn take_up_adoption(
         Some(id) => run.store().job(JobKind::Onboarding, id).await?,
         None => match open_onboarding(run.store(), target.site_name(), target.hostname()).await? {
             Some(job) => job,
-            None => run.store().create_onboarding(&new_onboarding(run)).await?,
+            None => create_onboarding(run).await?,
         },
     };
     if job.state.is_terminal() || job.state == JobState::Compensating {

@@ -438,6 +438,7 @@ pub fn store_error(err: StoreError) -> CliError {
         StoreError::SchemaTooNew { .. } => {
             Some("upgrade metalform: a newer version wrote this store")
         }
+        StoreError::UpgradeRefused { hint, .. } => Some(*hint),
         StoreError::Corrupt(_) => Some("restore the store from a backup or report a bug"),
         _ => None,
     };

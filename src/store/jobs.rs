@@ -677,9 +677,25 @@ pub(super) async fn insert_event(
 }
 
 impl Store {
-    /// Start an onboarding journal (pending, first stage, attempt 0). Refused when the node (or
-    /// the site/hostname) already has an open onboarding.
+    /// Start an onboarding journal (pending, first stage, attempt 0). Refused with
+    /// [`StoreError::JobOpen`] when the node (or the site/hostname) already has an open
+    /// onboarding — by the database's unique index too, when two writers race to create a
+    /// node's first one.
     pub async fn create_onboarding(&self, new: &NewOnboarding) -> Result<Job, StoreError> {
+        match self.try_create_onboarding(new).await {
+            Err(err) if err.is_unique_violation() => {
+                // Lost a race: the other writer's onboarding is committed now.
+                let mut tx = self.pool.read().await?;
+                match open_onboarding(&mut tx, new).await? {
+                    Some(open) => Err(open),
+                    None => Err(err),
+                }
+            }
+            other => other,
+        }
+    }
+
+    async fn try_create_onboarding(&self, new: &NewOnboarding) -> Result<Job, StoreError> {
         let id = Uuid::new_v4();
         let now = format_time(self.now());
         let mut tx = self.pool.write().await?;
@@ -693,26 +709,8 @@ impl Store {
                     source,
                 })?;
         }
-        let open = tx
-            .fetch_optional(
-                "SELECT id, status FROM onboardings WHERE site = $1 AND hostname = $2
-                    AND status NOT IN ($3, $4, $5)",
-                &params![
-                    new.site.clone(),
-                    new.hostname.clone(),
-                    JobState::Completed.as_str(),
-                    JobState::Cancelled.as_str(),
-                    JobState::Reconciled.as_str()
-                ],
-            )
-            .await?;
-        if let Some(row) = open {
-            return Err(StoreError::JobOpen {
-                node: format!("{}/{}", new.site, new.hostname),
-                kind: "onboarding",
-                job: row.text("id")?,
-                state: row.text("status")?,
-            });
+        if let Some(open) = open_onboarding(&mut tx, new).await? {
+            return Err(open);
         }
         tx.execute(
             "INSERT INTO onboardings (id, node_id, site, hostname, requested_by, current_stage,
@@ -1363,4 +1361,33 @@ pub struct SiteRows {
     pub nodes: Vec<super::Node>,
     /// Per kind, in [`JobKind::ALL`] order: the current jobs, newest request first.
     pub jobs: Vec<(JobKind, Vec<Job>)>,
+}
+
+/// The open onboarding of the new one's site and hostname, as the refusal to create another.
+async fn open_onboarding(
+    tx: &mut Tx,
+    new: &NewOnboarding,
+) -> Result<Option<StoreError>, StoreError> {
+    let open = tx
+        .fetch_optional(
+            "SELECT id, status FROM onboardings WHERE site = $1 AND hostname = $2
+                AND status NOT IN ($3, $4, $5)",
+            &params![
+                new.site.clone(),
+                new.hostname.clone(),
+                JobState::Completed.as_str(),
+                JobState::Cancelled.as_str(),
+                JobState::Reconciled.as_str()
+            ],
+        )
+        .await?;
+    open.map(|row| {
+        Ok(StoreError::JobOpen {
+            node: format!("{}/{}", new.site, new.hostname),
+            kind: "onboarding",
+            job: row.text("id")?,
+            state: row.text("status")?,
+        })
+    })
+    .transpose()
 }

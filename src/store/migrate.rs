@@ -4,7 +4,7 @@
 //! busy timeout), so the second one finds the work done.
 
 use super::StoreError;
-use super::db::{Backend, Pool, params};
+use super::db::{Backend, Pool, Tx, params};
 
 struct Migration {
     version: i64,
@@ -64,10 +64,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "slot_subject",
         sql: include_str!("migrations/0015_slot_subject.sql"),
     },
+    Migration {
+        version: 16,
+        name: "one_open_onboarding",
+        sql: include_str!("migrations/0016_one_open_onboarding.sql"),
+    },
 ];
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 15;
+pub const SCHEMA_VERSION: i64 = 16;
 
 /// The versions of every migration this build knows, oldest first (what a migrated store
 /// records in `schema_migrations`; numbers may have gaps: each branch of work takes the
@@ -128,6 +133,7 @@ pub(crate) async fn migrate(pool: &Pool, now: &str) -> Result<Vec<i64>, StoreErr
         if applied.contains(&migration.version) {
             continue;
         }
+        refuse_what_cannot_migrate(&mut tx, migration.version).await?;
         tx.execute_script(render(migration.sql, tx.backend()))
             .await?;
         tx.execute(
@@ -139,4 +145,51 @@ pub(crate) async fn migrate(pool: &Pool, now: &str) -> Result<Vec<i64>, StoreErr
     }
     tx.commit().await?;
     Ok(done)
+}
+
+/// Data a migration cannot carry over on its own, refused before anything is changed (the
+/// whole upgrade is one transaction), with what the operator can do about it.
+async fn refuse_what_cannot_migrate(tx: &mut Tx, version: i64) -> Result<(), StoreError> {
+    if version != 16 {
+        return Ok(());
+    }
+    // Two open onboardings of one node: only a race between replicas leaves them (docs/ha.md).
+    // Which one to keep is the operator's call, so none is cancelled here.
+    let rows = tx
+        .fetch_all(
+            "SELECT site, hostname, id, status FROM onboardings
+             WHERE status NOT IN ('completed', 'cancelled', 'reconciled')
+               AND (site, hostname) IN (
+                   SELECT site, hostname FROM onboardings
+                   WHERE status NOT IN ('completed', 'cancelled', 'reconciled')
+                   GROUP BY site, hostname HAVING count(*) > 1)
+             ORDER BY site, hostname, requested_at, id",
+            &[],
+        )
+        .await?;
+    let mut nodes: Vec<(String, Vec<String>)> = Vec::new();
+    for row in &rows {
+        let node = format!("{}/{}", row.text("site")?, row.text("hostname")?);
+        let job = format!("{} ({})", row.text("id")?, row.text("status")?);
+        match nodes.last_mut() {
+            Some((last, jobs)) if *last == node => jobs.push(job),
+            _ => nodes.push((node, vec![job])),
+        }
+    }
+    if nodes.is_empty() {
+        return Ok(());
+    }
+    let listed: Vec<String> = nodes
+        .iter()
+        .map(|(node, jobs)| format!("{node}: {}", jobs.join(", ")))
+        .collect();
+    Err(StoreError::UpgradeRefused {
+        version,
+        reason: format!(
+            "more than one open onboarding of the same node ({}); this version allows one per node",
+            listed.join("; ")
+        ),
+        hint: "with the metalform version that wrote this store, cancel the onboardings you do not \
+               want (`metalform onboardings cancel JOB --reason TEXT`), then run this version again",
+    })
 }

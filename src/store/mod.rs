@@ -97,6 +97,13 @@ pub enum StoreError {
     },
     #[error("the state store has schema version {found}, newer than this metalform ({known})")]
     SchemaTooNew { found: i64, known: i64 },
+    /// The store holds data the upgrade to `version` cannot carry over; nothing was changed.
+    #[error("the state store cannot be upgraded to schema version {version}: {reason}")]
+    UpgradeRefused {
+        version: i64,
+        reason: String,
+        hint: &'static str,
+    },
     #[error("the state store holds data this metalform cannot read: {0}")]
     Corrupt(String),
     #[error("{kind} `{id}` not found")]

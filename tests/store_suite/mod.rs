@@ -49,6 +49,30 @@ pub async fn sqlite_from_a_newer_metalform(url: &str) {
     conn.close().await.unwrap();
 }
 
+/// Statements run on the store at `url` outside metalform, one connection, in order.
+pub async fn raw_sql(url: &str, statements: &[&str]) {
+    use sqlx::Connection;
+    if url.starts_with("sqlite:") {
+        let mut conn = sqlx::SqliteConnection::connect(url).await.unwrap();
+        for sql in statements {
+            sqlx::query(sqlx::AssertSqlSafe(*sql))
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        }
+        conn.close().await.unwrap();
+    } else {
+        let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+        for sql in statements {
+            sqlx::query(sqlx::AssertSqlSafe(*sql))
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        }
+        conn.close().await.unwrap();
+    }
+}
+
 fn ops() -> Actor {
     Actor::admin("alice")
 }
@@ -147,6 +171,127 @@ pub async fn migrations_are_idempotent_and_concurrent(url: String) {
         metalform::store::migration_versions()
     );
     assert_eq!(again.serial().await.unwrap(), 0);
+}
+
+/// A store of schema version 15 in which two onboardings of one node are open (what a race
+/// between replicas could leave before version 16's unique index) is not upgraded: the open
+/// is refused, naming both jobs and what to do, and the store is left as it was. Once the
+/// operator has cancelled one, the upgrade goes through.
+/// The second onboarding of [`store_with_two_open_onboardings_of_a_node`].
+pub const SECOND_OPEN_ONBOARDING: &str = "00000000-0000-4000-8000-000000000002";
+
+/// A store of schema version 15 in which two onboardings of dc1/c07u50 are open (what a race
+/// between replicas could leave before version 16's unique index): the first pending, made by
+/// metalform, the second failed ([`SECOND_OPEN_ONBOARDING`]). dc1/c07u51 has one open
+/// onboarding. Returns the first's id.
+pub async fn store_with_two_open_onboardings_of_a_node(url: &str) -> uuid::Uuid {
+    let (store, _) = open(url).await;
+    let first = store
+        .create_onboarding(&NewOnboarding {
+            site: "dc1".into(),
+            hostname: "c07u50".into(),
+            ..NewOnboarding::default()
+        })
+        .await
+        .unwrap();
+    store
+        .create_onboarding(&NewOnboarding {
+            site: "dc1".into(),
+            hostname: "c07u51".into(),
+            ..NewOnboarding::default()
+        })
+        .await
+        .unwrap();
+    store.close().await;
+    raw_sql(
+        url,
+        &[
+            "DROP INDEX onboardings_one_open",
+            "DELETE FROM schema_migrations WHERE version = 16",
+            &format!(
+                "INSERT INTO onboardings (id, site, hostname, current_stage, status, requested_at,
+                    updated_at)
+                 VALUES ('{SECOND_OPEN_ONBOARDING}', 'dc1', 'c07u50', 'create_or_find_in_maas',
+                    'failed_manual_intervention', '2026-03-01T09:00:00.000000Z',
+                    '2026-03-01T09:00:00.000000Z')"
+            ),
+        ],
+    )
+    .await;
+    first.id
+}
+
+/// The store of [`store_with_two_open_onboardings_of_a_node`] is not upgraded: the open is
+/// refused, naming both jobs, and the store is left as it was (another node's single open
+/// onboarding is no reason to refuse). Once the operator has cancelled one, the upgrade goes
+/// through, and from then on the index holds.
+pub async fn a_store_with_two_open_onboardings_of_a_node_is_not_upgraded(url: String) {
+    let first = store_with_two_open_onboardings_of_a_node(&url).await;
+    let second = SECOND_OPEN_ONBOARDING;
+    for _ in 0..2 {
+        let err = Store::open(&url, Arc::new(ManualClock::new(t0())))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "the state store cannot be upgraded to schema version 16: more than one open \
+                 onboarding of the same node (dc1/c07u50: {} (pending), {second} \
+                 (failed_manual_intervention)); this version allows one per node",
+                first
+            )
+        );
+        assert!(matches!(err, StoreError::UpgradeRefused { .. }));
+    }
+    // The operator cancels the second, as the older metalform would. This only happens if the
+    // refused opens left version 16 unrecorded; had they recorded it, the second would stay
+    // open and the check below would fail.
+    raw_sql(
+        &url,
+        &[&format!(
+            "UPDATE onboardings SET status = 'cancelled'
+             WHERE id = '{second}' AND status = 'failed_manual_intervention'
+               AND NOT EXISTS (SELECT 1 FROM schema_migrations WHERE version = 16)"
+        )],
+    )
+    .await;
+    let (store, _) = open(&url).await;
+    assert_eq!(
+        store.schema_versions().await.unwrap(),
+        metalform::store::migration_versions()
+    );
+    let open_jobs = store
+        .list_jobs(
+            JobKind::Onboarding,
+            &JobFilter {
+                site: Some("dc1".into()),
+                hostname: Some("c07u50".into()),
+                open_only: true,
+                ..JobFilter::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        open_jobs.iter().map(|j| j.id).collect::<Vec<_>>(),
+        vec![first]
+    );
+    // And from now on the index holds: another open onboarding of the node is refused.
+    let err = store
+        .create_onboarding(&NewOnboarding {
+            site: "dc1".into(),
+            hostname: "c07u50".into(),
+            ..NewOnboarding::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "node dc1/c07u50 already has an open onboarding ({}, pending)",
+            first
+        )
+    );
 }
 
 pub async fn nodes_follow_the_lifecycle_rules(url: String) {
@@ -1786,6 +1931,7 @@ macro_rules! store_suite_tests {
             concurrent_writers_move_a_node_once,
             cancel_and_restart_clean_go_through_compensation,
             failed_jobs_record_their_next_try,
+            a_store_with_two_open_onboardings_of_a_node_is_not_upgraded,
         );
     };
     (@cases $make_url:path; $($case:ident),+ $(,)?) => {
