@@ -72,7 +72,12 @@ fn exited(d: &DaemonBed, children: &mut [std::process::Child]) {
 struct Pass {
     replicas: usize,
     wall: Duration,
+    /// Per replica, its own CPU seconds over the wave.
     cpu: Vec<f64>,
+    /// Per replica, the CPU seconds of its children (`git` fetches) over the wave.
+    git_cpu: Vec<f64>,
+    /// Per replica, its own and its children's CPU seconds in a quiet second before the wave.
+    idle_rate: Vec<(f64, f64)>,
 }
 
 async fn pass(machines: usize, replicas: usize) -> Pass {
@@ -133,9 +138,26 @@ async fn pass(machines: usize, replicas: usize) -> Pass {
     }
     wait_for_shares(&d, &mut children, replicas).await;
     daemon_support::git(fleet, &["checkout", "-q", "HEAD~1", "--", "nodes"]);
-    let idle: Vec<f64> = children
+    // What a replica costs with nothing to do (its loops, rounds and source polls): the CPU
+    // of a quiet second before the wave, its own and its `git` children's.
+    let cpu_now = |children: &[std::process::Child]| -> Vec<(f64, f64)> {
+        children
+            .iter()
+            .map(|c| {
+                (
+                    support::cpu_seconds(c.id()),
+                    support::children_cpu_seconds(c.id()),
+                )
+            })
+            .collect()
+    };
+    let quiet = cpu_now(&children);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = cpu_now(&children);
+    let idle_rate = before
         .iter()
-        .map(|c| support::cpu_seconds(c.id()))
+        .zip(&quiet)
+        .map(|(b, q)| (b.0 - q.0, b.1 - q.1))
         .collect();
     daemon_support::commit(fleet, "fleet: the nodes of the wave");
     let started = Instant::now();
@@ -154,11 +176,11 @@ async fn pass(machines: usize, replicas: usize) -> Pass {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let wall = started.elapsed();
-    let cpu = children
+    let (cpu, git_cpu) = cpu_now(&children)
         .iter()
-        .zip(&idle)
-        .map(|(c, idle)| support::cpu_seconds(c.id()) - idle)
-        .collect();
+        .zip(&before)
+        .map(|(now, before)| (now.0 - before.0, now.1 - before.1))
+        .unzip();
     for child in &children {
         signal(child, "TERM");
     }
@@ -175,6 +197,8 @@ async fn pass(machines: usize, replicas: usize) -> Pass {
         replicas,
         wall,
         cpu,
+        git_cpu,
+        idle_rate,
     }
 }
 
@@ -193,14 +217,25 @@ async fn main() {
     );
     let one = pass(args.machines, 1).await;
     let two = pass(args.machines, 2).await;
+    let seconds = |values: &[f64]| -> String {
+        let shown: Vec<String> = values.iter().map(|c| format!("{c:.2} s")).collect();
+        shown.join(", ")
+    };
     for p in [&one, &two] {
-        let cpu: Vec<String> = p.cpu.iter().map(|c| format!("{c:.2} s")).collect();
+        let idle: Vec<String> = p
+            .idle_rate
+            .iter()
+            .map(|(own, git)| format!("{:.0}+{:.0} ms/s", own * 1000.0, git * 1000.0))
+            .collect();
         println!(
-            "  {} replica(s): wall {:.2} s, CPU per replica [{}], total {:.2} s",
+            "  {} replica(s): wall {:.2} s, CPU per replica [{}], total {:.2} s; their git \
+             fetches [{}]; idle before the wave, own+git [{}]",
             p.replicas,
             p.wall.as_secs_f64(),
-            cpu.join(", "),
-            p.cpu.iter().sum::<f64>()
+            seconds(&p.cpu),
+            p.cpu.iter().sum::<f64>(),
+            seconds(&p.git_cpu),
+            idle.join(", ")
         );
     }
     println!(

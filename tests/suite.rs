@@ -62,6 +62,7 @@ mod daemon_logs;
 mod daemon_reload;
 mod daemon_retry_backoff;
 mod daemon_sigterm;
+mod daemon_source_local;
 mod daemon_source_remote;
 mod daemon_source_ssh;
 mod decommission_apply_cli;

@@ -162,9 +162,21 @@ pub fn recipe_of(size: usize, seed: u64) -> serde_json::Value {
 
 /// CPU seconds (user + system) process `pid` used so far, from /proc (0 once it is gone).
 pub fn cpu_seconds(pid: u32) -> f64 {
+    stat_seconds(pid, 11)
+}
+
+/// CPU seconds (user + system) of the children process `pid` has waited for (its `git`
+/// fetches, for example), from /proc/PID/stat.
+pub fn children_cpu_seconds(pid: u32) -> f64 {
+    stat_seconds(pid, 13)
+}
+
+/// The sum of the two clock-tick fields of /proc/PID/stat at `first` and `first + 1`, counted
+/// after the command name, in seconds.
+fn stat_seconds(pid: u32, first: usize) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Fields after the command name (which may hold spaces) start after the last ')';
-    // utime and stime are the 12th and 13th of them.
+    // utime and stime are the 12th and 13th of them, cutime and cstime the 14th and 15th.
     let fields: Vec<&str> = stat
         .rsplit_once(')')
         .map(|(_, rest)| rest.split_whitespace().collect())
@@ -176,7 +188,7 @@ pub fn cpu_seconds(pid: u32) -> f64 {
             .unwrap_or(0.0)
     };
     // SAFETY: sysconf has no preconditions.
-    (ticks(11) + ticks(12)) / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+    (ticks(first) + ticks(first + 1)) / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
 }
 
 /// Resident set of process `pid` now and at its peak, in MiB (VmRSS, VmHWM from /proc).

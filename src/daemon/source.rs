@@ -72,6 +72,11 @@ impl SourceReader {
         seen: Option<String>,
         last: Option<Arc<FleetRevision>>,
     ) -> ReadOutcome {
+        if let Some(seen) = seen.as_deref()
+            && self.local_branch_is_at(seen).await
+        {
+            return ReadOutcome::Unchanged;
+        }
         if let Err(reason) = self.fetch().await {
             return ReadOutcome::Failed { reason };
         }
@@ -81,6 +86,26 @@ impl SourceReader {
             .unwrap_or_else(|e| ReadOutcome::Failed {
                 reason: format!("source reader panicked: {e}"),
             })
+    }
+
+    /// Whether a repository on this machine still has the branch at `seen`, read in-process:
+    /// an unchanged local source then costs no `git` processes (the fetch and its upload-pack)
+    /// at each poll, which at a short poll interval is most of an idle daemon's CPU. Anything
+    /// else (another source, no such repository or branch) is left to the fetch, which brings
+    /// what changed or says what is wrong.
+    async fn local_branch_is_at(&self, seen: &str) -> bool {
+        let Some(path) = self.config.local_path().map(Path::to_path_buf) else {
+            return false;
+        };
+        let branch = format!("refs/heads/{}", self.config.branch);
+        let seen = seen.to_owned();
+        tokio::task::spawn_blocking(move || {
+            Repository::open(&path)
+                .and_then(|repo| Ok(repo.find_reference(&branch)?.peel_to_commit()?.id()))
+                .is_ok_and(|tip| tip.to_string() == seen)
+        })
+        .await
+        .unwrap_or(false)
     }
 
     /// The ref the branch is fetched into.
