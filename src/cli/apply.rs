@@ -364,7 +364,7 @@ impl Runtime {
     ) -> Result<Runtime, CliError> {
         let peering = Peering::from_args(exec)?;
         let fleet = load_fleet(&exec.fleet)?;
-        let world = World::open(global, &exec.fleet, &exec.secrets).await?;
+        let world = World::open(global, &exec.fleet, &exec.secrets, options.lease_ttl).await?;
         Runtime::over(fleet, world, peering, exec, actor, options, progress).await
     }
 
@@ -524,9 +524,14 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
     let fleet = load_fleet(&fleet_args)?;
     let sites = args.sites.site_filter();
     sites.resolve(&fleet).map_err(unknown_site)?;
-    let world = World::open(global, &args.exec.fleet, &args.exec.secrets)
-        .await?
-        .patience(args.wait.patience());
+    let world = World::open(
+        global,
+        &args.exec.fleet,
+        &args.exec.secrets,
+        args.exec.lease_ttl,
+    )
+    .await?
+    .patience(args.wait.patience());
     let (items, blocked) = match prepare(&args, &fleet, &world, plan_file).await {
         Ok(Prepared::Run { work, blocked }) => (work, blocked),
         Ok(Prepared::Nothing { blocked }) => {

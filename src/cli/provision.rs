@@ -14,6 +14,9 @@ use crate::apply::SiteMaas;
 use crate::apply::provision::{VerbDone, VerbError, VerbRequest, carry_out_verb};
 use crate::lifecycle::{Verb, VerbRefusal};
 
+/// The node lease a verb holds while it acts.
+const VERB_LEASE_TTL: Duration = Duration::from_secs(60);
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The node: a hostname (with --site when it exists in several sites) or a node id.
@@ -62,7 +65,7 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
         }
     };
     let fleet = load_fleet(&args.fleet)?;
-    let world = World::open(global, &args.fleet, &args.secrets).await?;
+    let world = World::open(global, &args.fleet, &args.secrets, VERB_LEASE_TTL).await?;
     let result = async {
         let node = find_node(&world.store, args.site.as_deref(), &args.node).await?;
         let maas = SiteMaas::new(world.secrets.clone(), world.clients.clone());
@@ -71,7 +74,7 @@ pub async fn run(global: &GlobalArgs, args: Args) -> Result<Exit, CliError> {
             verb: args.verb,
             actor: operator(args.actor.as_deref()),
             reason,
-            lease_ttl: Duration::from_secs(60),
+            lease_ttl: VERB_LEASE_TTL,
         };
         carry_out_verb(&world.store, &maas, &fleet, &request)
             .await

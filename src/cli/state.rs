@@ -167,6 +167,17 @@ impl Opened {
 
 /// The state store of `fleet` (see the module doc).
 pub async fn open(global: &GlobalArgs, fleet: &Path, access: Access) -> Result<Opened, CliError> {
+    open_holding_leases(global, fleet, access, None).await
+}
+
+/// [`open`] for a command that holds leases of `lease_ttl` (an executor): no transaction of
+/// its is left idle longer than a lease of its would last (`Store::open_for_replica`).
+pub async fn open_holding_leases(
+    global: &GlobalArgs,
+    fleet: &Path,
+    access: Access,
+    lease_ttl: Option<std::time::Duration>,
+) -> Result<Opened, CliError> {
     let (url, file) = resolve(global, fleet)?;
     if access == Access::ReadOnly
         && let Some(file) = file.filter(|f| !f.exists())
@@ -186,9 +197,11 @@ pub async fn open(global: &GlobalArgs, fleet: &Path, access: Access) -> Result<O
             _scratch: Some(scratch),
         });
     }
-    let store = Store::open(&url, Arc::new(SystemClock))
-        .await
-        .map_err(super::world::store_error)?;
+    let store = match lease_ttl {
+        Some(ttl) => Store::open_for_replica(&url, Arc::new(SystemClock), ttl).await,
+        None => Store::open(&url, Arc::new(SystemClock)).await,
+    }
+    .map_err(super::world::store_error)?;
     Ok(Opened {
         store,
         _scratch: None,

@@ -287,14 +287,23 @@ pub struct World {
 }
 
 impl World {
-    /// The secret store first (a missing `--secrets` creates no store), then the state store.
+    /// The secret store first (a missing `--secrets` creates no store), then the state store,
+    /// for an executor holding leases of `lease_ttl`.
     pub async fn open(
         global: &GlobalArgs,
         fleet: &FleetArgs,
         secrets: &SecretArgs,
+        lease_ttl: std::time::Duration,
     ) -> Result<World, CliError> {
         let secrets = open_secrets(secrets)?;
-        let store = open_store(global, &fleet.fleet).await?;
+        let store = super::state::open_holding_leases(
+            global,
+            &fleet.fleet,
+            Access::ReadWrite,
+            Some(lease_ttl),
+        )
+        .await?
+        .store;
         Ok(World {
             store,
             secrets,
