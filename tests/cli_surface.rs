@@ -379,6 +379,44 @@ fn usage_errors_exit_2_and_1_under_detailed_exitcode() {
     assert_eq!(run.code, 0);
 }
 
+/// The async runtime's worker threads come from `TOKIO_WORKER_THREADS` when it is set (docs/ha.md:
+/// replicas sharing a host); a value the runtime cannot use is refused before any work, not a
+/// panic.
+#[test]
+fn a_worker_thread_count_that_is_not_a_number_is_refused() {
+    let state = tempfile::tempdir().unwrap();
+    for bad in ["0", "two", "-1", ""] {
+        let run = metalform_in(
+            state.path(),
+            &["validate", "--fleet", "/nonexistent"],
+            &[("TOKIO_WORKER_THREADS", bad)],
+        );
+        assert_eq!(
+            (run.code, run.stderr.as_str()),
+            (
+                2,
+                format!(
+                    "error: TOKIO_WORKER_THREADS is `{bad}`: it must be a whole number of at least 1 \
+                     (the worker threads of metalform's async runtime)\n\
+                     hint: unset TOKIO_WORKER_THREADS to run one worker thread per core\n"
+                )
+                .as_str()
+            )
+        );
+    }
+    let run = metalform_in(
+        state.path(),
+        &["validate", "--fleet", "/nonexistent"],
+        &[("TOKIO_WORKER_THREADS", "1")],
+    );
+    assert_eq!(run.code, 1, "one thread runs: {}", run.stderr);
+    assert!(
+        !run.stderr.contains("TOKIO_WORKER_THREADS"),
+        "{}",
+        run.stderr
+    );
+}
+
 #[test]
 fn help_and_metrics_speak_the_operators_language() {
     use clap::CommandFactory;

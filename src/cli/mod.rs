@@ -176,6 +176,10 @@ pub fn main() -> ExitCode {
     init_logging(&cli.global.log, daemon);
     // One TLS provider for every HTTPS client in the process (reqwest, vaultrs).
     let _ = rustls::crypto::ring::default_provider().install_default();
+    if let Err(err) = check_worker_threads() {
+        eprintln!("{err}");
+        return ExitCode::from(usage_code(err.class));
+    }
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     // Each runtime thread allocates as the command chose above.
     builder.on_thread_start(crate::memory::thread_started);
@@ -192,6 +196,25 @@ pub fn main() -> ExitCode {
             eprintln!("{err}");
             ExitCode::from(usage_code(err.class))
         }
+    }
+}
+
+/// `TOKIO_WORKER_THREADS` sets how many worker threads the async runtime runs (by default
+/// one per core the process may use; docs/ha.md: replicas sharing a host). The runtime would
+/// panic on a value that is not a positive number: refuse it with what to do instead.
+fn check_worker_threads() -> Result<(), CliError> {
+    const VAR: &str = "TOKIO_WORKER_THREADS";
+    let Some(value) = std::env::var_os(VAR) else {
+        return Ok(());
+    };
+    match value.to_str().map(|v| v.parse::<usize>()) {
+        Some(Ok(threads)) if threads > 0 => Ok(()),
+        _ => Err(CliError::argument(format!(
+            "{VAR} is `{}`: it must be a whole number of at least 1 (the worker threads of \
+             metalform's async runtime)",
+            value.to_string_lossy()
+        ))
+        .hint(format!("unset {VAR} to run one worker thread per core"))),
     }
 }
 
