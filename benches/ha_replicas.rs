@@ -6,6 +6,13 @@
 //! from that commit until every node is active, and each replica's CPU time over the same span
 //! (user + system, from /proc).
 //!
+//! The two-replica pass runs twice. In the first, each replica is given its share of the
+//! machine's cores: its async runtime gets half the worker threads (`TOKIO_WORKER_THREADS`, at
+//! least one), as it would see on a host or in a container of its own with half the cores;
+//! the target describes replicas that each bring their own cores. In the second, each sizes
+//! its runtime for the whole machine, as a replica does by default, so two of them run twice
+//! the worker threads on the cores the one replica had to itself.
+//!
 //! `METALFORM_TEST_POSTGRES_URL=… cargo bench --bench ha_replicas [-- --machines N]` (PostgreSQL,
 //! as scripts/services/10-postgres.sh starts it); without that variable the replicas share a
 //! SQLite file. Converged and deployed-once are asserted (behaviour); times are printed, never
@@ -71,6 +78,8 @@ fn exited(d: &DaemonBed, children: &mut [std::process::Child]) {
 
 struct Pass {
     replicas: usize,
+    /// The worker threads each replica's runtime was given, when not its default.
+    threads: Option<usize>,
     wall: Duration,
     /// Per replica, its own CPU seconds over the wave.
     cpu: Vec<f64>,
@@ -80,7 +89,7 @@ struct Pass {
     idle_rate: Vec<(f64, f64)>,
 }
 
-async fn pass(machines: usize, replicas: usize) -> Pass {
+async fn pass(machines: usize, replicas: usize, threads: Option<usize>) -> Pass {
     let per_site = machines.div_ceil(SITES);
     let sites: Vec<SiteSetup> = (0..SITES)
         .map(|i| SiteSetup::generated(&format!("dc{}", i + 1), 40 + i as u64, per_site, 0))
@@ -131,10 +140,12 @@ async fn pass(machines: usize, replicas: usize) -> Pass {
             );
         let path = d.bed.dir.path().join(format!("r{n}.toml"));
         std::fs::write(&path, text).unwrap();
-        children.push(daemon_support::spawn_daemon(
-            &path,
-            &d.bed.dir.path().join(format!("r{n}.log")),
-        ));
+        let mut daemon =
+            daemon_support::daemon_command(&path, &d.bed.dir.path().join(format!("r{n}.log")));
+        if let Some(threads) = threads {
+            daemon.env("TOKIO_WORKER_THREADS", threads.to_string());
+        }
+        children.push(daemon.spawn().unwrap());
     }
     wait_for_shares(&d, &mut children, replicas).await;
     daemon_support::git(fleet, &["checkout", "-q", "HEAD~1", "--", "nodes"]);
@@ -195,6 +206,7 @@ async fn pass(machines: usize, replicas: usize) -> Pass {
     }
     Pass {
         replicas,
+        threads,
         wall,
         cpu,
         git_cpu,
@@ -215,21 +227,27 @@ async fn main() {
         args.machines,
         onboard_support::TIME_SCALE
     );
-    let one = pass(args.machines, 1).await;
-    let two = pass(args.machines, 2).await;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let one = pass(args.machines, 1, None).await;
+    let shared = pass(args.machines, 2, Some((cores / 2).max(1))).await;
+    let two = pass(args.machines, 2, None).await;
     let seconds = |values: &[f64]| -> String {
         let shown: Vec<String> = values.iter().map(|c| format!("{c:.2} s")).collect();
         shown.join(", ")
     };
-    for p in [&one, &two] {
+    for p in [&one, &shared, &two] {
         let idle: Vec<String> = p
             .idle_rate
             .iter()
             .map(|(own, git)| format!("{:.0}+{:.0} ms/s", own * 1000.0, git * 1000.0))
             .collect();
+        let runtime = match p.threads {
+            Some(threads) => format!(" ({threads} worker thread(s) each)"),
+            None => String::new(),
+        };
         println!(
-            "  {} replica(s): wall {:.2} s, CPU per replica [{}], total {:.2} s; their git \
-             fetches [{}]; idle before the wave, own+git [{}]",
+            "  {} replica(s){runtime}: wall {:.2} s, CPU per replica [{}], total {:.2} s; their \
+             git fetches [{}]; idle before the wave, own+git [{}]",
             p.replicas,
             p.wall.as_secs_f64(),
             seconds(&p.cpu),
@@ -238,9 +256,14 @@ async fn main() {
             idle.join(", ")
         );
     }
-    println!(
-        "  two vs one: wall x{:.2}, CPU per replica x{:.2} (mean of the two vs the one)",
-        two.wall.as_secs_f64() / one.wall.as_secs_f64(),
-        (two.cpu.iter().sum::<f64>() / 2.0) / one.cpu[0].max(0.01)
-    );
+    for (two, how) in [
+        (&shared, "each with its share of the cores"),
+        (&two, "each sized for the whole machine"),
+    ] {
+        println!(
+            "  two vs one, {how}: wall x{:.2}, CPU per replica x{:.2} (mean of the two vs the one)",
+            two.wall.as_secs_f64() / one.wall.as_secs_f64(),
+            (two.cpu.iter().sum::<f64>() / 2.0) / one.cpu[0].max(0.01)
+        );
+    }
 }

@@ -267,18 +267,23 @@ pub async fn call(
 
 /// `metalform daemon --config CONFIG` as a process, its stderr appended to `log`.
 pub fn spawn_daemon(config: &Path, log: &Path) -> std::process::Child {
+    daemon_command(config, log).spawn().unwrap()
+}
+
+/// The command [`spawn_daemon`] runs, for a caller that sets more of its environment.
+pub fn daemon_command(config: &Path, log: &Path) -> Command {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(log)
         .unwrap();
-    Command::new(env!("CARGO_BIN_EXE_metalform"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_metalform"));
+    command
         .args(["daemon", "--config"])
         .arg(config)
         .env_remove("METALFORM_STATE")
         .env_remove("METALFORM_LOG")
         .stdout(std::process::Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap()
+        .stderr(log);
+    command
 }

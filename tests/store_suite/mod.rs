@@ -49,26 +49,17 @@ pub async fn sqlite_from_a_newer_metalform(url: &str) {
     conn.close().await.unwrap();
 }
 
-/// Statements run on the store at `url` outside metalform, one connection, in order.
+/// Statements run on the store at `url` outside metalform, in order, on one connection.
 pub async fn raw_sql(url: &str, statements: &[&str]) {
     use sqlx::Connection;
+    let script = sqlx::AssertSqlSafe(statements.join(";\n"));
     if url.starts_with("sqlite:") {
         let mut conn = sqlx::SqliteConnection::connect(url).await.unwrap();
-        for sql in statements {
-            sqlx::query(sqlx::AssertSqlSafe(*sql))
-                .execute(&mut conn)
-                .await
-                .unwrap();
-        }
+        sqlx::raw_sql(script).execute(&mut conn).await.unwrap();
         conn.close().await.unwrap();
     } else {
         let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
-        for sql in statements {
-            sqlx::query(sqlx::AssertSqlSafe(*sql))
-                .execute(&mut conn)
-                .await
-                .unwrap();
-        }
+        sqlx::raw_sql(script).execute(&mut conn).await.unwrap();
         conn.close().await.unwrap();
     }
 }
