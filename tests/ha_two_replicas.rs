@@ -13,12 +13,11 @@ use crate::onboard_support;
 use crate::postgres_support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::Child;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use daemon_support::{DaemonBed, signal};
+use daemon_support::{DaemonBed, DaemonProcess, signal};
 use metalform::lifecycle::{JobKind, JobState};
 use metalform::sim::status::Status;
 use metalform::stages::onboard::Facts;
@@ -180,7 +179,7 @@ async fn two_replicas_share_the_fleet_and_survive_kill_and_stop() {
             .push(format!("127.0.0.1:{agent_port}"));
         path
     };
-    let spawn = |config: &std::path::Path, name: &str| -> Child {
+    let spawn = |config: &std::path::Path, name: &str| -> DaemonProcess {
         daemon_support::spawn_daemon(config, &d.bed.dir.path().join(format!("{name}.log")))
     };
     let keep = KeepLogs {

@@ -180,7 +180,7 @@ sim_control = {{ {sims} }}
     }
 
     /// `metalform daemon --config …` as a process, its stderr appended to `log`.
-    pub fn spawn(&self, log: &Path) -> std::process::Child {
+    pub fn spawn(&self, log: &Path) -> DaemonProcess {
         spawn_daemon(&self.config_path, log)
     }
 
@@ -266,8 +266,34 @@ pub async fn call(
 }
 
 /// `metalform daemon --config CONFIG` as a process, its stderr appended to `log`.
-pub fn spawn_daemon(config: &Path, log: &Path) -> std::process::Child {
-    daemon_command(config, log).spawn().unwrap()
+pub fn spawn_daemon(config: &Path, log: &Path) -> DaemonProcess {
+    DaemonProcess(daemon_command(config, log).spawn().unwrap())
+}
+
+/// A `metalform daemon` process that is killed when dropped while still running, so a test
+/// that fails before it stops the daemon leaves no daemon behind to load the machine.
+pub struct DaemonProcess(pub std::process::Child);
+
+impl std::ops::Deref for DaemonProcess {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for DaemonProcess {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for DaemonProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
 }
 
 /// The command [`spawn_daemon`] runs, for a caller that sets more of its environment.
