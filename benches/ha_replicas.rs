@@ -31,7 +31,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use daemon_support::{DaemonBed, signal};
+use daemon_support::{DaemonBed, DaemonProcess, signal};
 use onboard_support::{Setup, SiteSetup};
 use support::Args;
 
@@ -46,7 +46,7 @@ async fn fresh_state() -> Option<String> {
 /// Wait until every site is held and the `replicas` hold even shares (a replica that joins
 /// gets its share over a few rounds: a wave committed before that would be run partly by a
 /// replica holding more than its share), failing at once if a replica exits.
-async fn wait_for_shares(d: &DaemonBed, children: &mut [std::process::Child], replicas: usize) {
+async fn wait_for_shares(d: &DaemonBed, children: &mut [DaemonProcess], replicas: usize) {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         exited(d, children);
@@ -69,7 +69,7 @@ async fn wait_for_shares(d: &DaemonBed, children: &mut [std::process::Child], re
 }
 
 /// A replica that exited (a refused configuration) ends the pass, not a 20-minute wait.
-fn exited(d: &DaemonBed, children: &mut [std::process::Child]) {
+fn exited(d: &DaemonBed, children: &mut [DaemonProcess]) {
     for (n, child) in children.iter_mut().enumerate() {
         if let Some(status) = child.try_wait().unwrap() {
             let log = d.bed.dir.path().join(format!("r{n}.log"));
@@ -150,13 +150,13 @@ async fn pass(machines: usize, replicas: usize, threads: Option<usize>) -> Pass 
         if let Some(threads) = threads {
             daemon.env("TOKIO_WORKER_THREADS", threads.to_string());
         }
-        children.push(daemon.spawn().unwrap());
+        children.push(DaemonProcess(daemon.spawn().unwrap()));
     }
     wait_for_shares(&d, &mut children, replicas).await;
     daemon_support::git(fleet, &["checkout", "-q", "HEAD~1", "--", "nodes"]);
     // What a replica costs with nothing to do (its loops, rounds and source polls): the CPU
     // of a quiet second before the wave, its own and its `git` children's.
-    let cpu_now = |children: &[std::process::Child]| -> Vec<(f64, f64)> {
+    let cpu_now = |children: &[DaemonProcess]| -> Vec<(f64, f64)> {
         children
             .iter()
             .map(|c| {
