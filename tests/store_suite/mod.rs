@@ -168,6 +168,17 @@ pub async fn migrations_are_idempotent_and_concurrent(url: String) {
 /// between replicas could leave before version 16's unique index) is not upgraded: the open
 /// is refused, naming both jobs and what to do, and the store is left as it was. Once the
 /// operator has cancelled one, the upgrade goes through.
+/// An onboarding of dc1/`hostname` before the node has an inventory record.
+async fn first_onboarding(store: &Store, hostname: &str) -> Result<Job, StoreError> {
+    store
+        .create_onboarding(&NewOnboarding {
+            site: "dc1".into(),
+            hostname: hostname.into(),
+            ..NewOnboarding::default()
+        })
+        .await
+}
+
 /// The second onboarding of [`store_with_two_open_onboardings_of_a_node`].
 pub const SECOND_OPEN_ONBOARDING: &str = "00000000-0000-4000-8000-000000000002";
 
@@ -177,22 +188,8 @@ pub const SECOND_OPEN_ONBOARDING: &str = "00000000-0000-4000-8000-000000000002";
 /// onboarding. Returns the first's id.
 pub async fn store_with_two_open_onboardings_of_a_node(url: &str) -> uuid::Uuid {
     let (store, _) = open(url).await;
-    let first = store
-        .create_onboarding(&NewOnboarding {
-            site: "dc1".into(),
-            hostname: "c07u50".into(),
-            ..NewOnboarding::default()
-        })
-        .await
-        .unwrap();
-    store
-        .create_onboarding(&NewOnboarding {
-            site: "dc1".into(),
-            hostname: "c07u51".into(),
-            ..NewOnboarding::default()
-        })
-        .await
-        .unwrap();
+    let first = first_onboarding(&store, "c07u50").await.unwrap();
+    first_onboarding(&store, "c07u51").await.unwrap();
     store.close().await;
     raw_sql(
         url,
@@ -268,14 +265,7 @@ pub async fn a_store_with_two_open_onboardings_of_a_node_is_not_upgraded(url: St
         vec![first]
     );
     // And from now on the index holds: another open onboarding of the node is refused.
-    let err = store
-        .create_onboarding(&NewOnboarding {
-            site: "dc1".into(),
-            hostname: "c07u50".into(),
-            ..NewOnboarding::default()
-        })
-        .await
-        .unwrap_err();
+    let err = first_onboarding(&store, "c07u50").await.unwrap_err();
     assert_eq!(
         err.to_string(),
         format!(
