@@ -42,34 +42,23 @@ async fn many_concurrent_opens_migrate_once() {
 async fn a_node_created_by_a_concurrent_writer_is_a_duplicate() {
     let url = fresh_database().await;
     let (store, _clock) = store_suite::open(&url).await;
-    let mut first = PgConnection::connect(&url).await.unwrap();
-    let mut open = first.begin().await.unwrap();
-    let theirs = uuid::Uuid::new_v4().to_string();
-    sqlx::query(
+    let (theirs, (store, created)) = racing_an_uncommitted_insert(
+        &url,
         "INSERT INTO nodes (id, site, hostname, status, provider, generation, created_at,
             updated_at)
          VALUES ($1, 'dc1', 'gpu00003', 'enrolling', 'maas', 1,
              '2026-03-01T08:00:00.000000Z', '2026-03-01T08:00:00.000000Z')",
+        async move {
+            let created = store
+                .create_node(
+                    &store_suite::new_node("dc1", "gpu00003"),
+                    &Actor::system("apply"),
+                )
+                .await;
+            (store, created)
+        },
     )
-    .bind(&theirs)
-    .execute(&mut *open)
-    .await
-    .unwrap();
-
-    let ours = tokio::spawn(async move {
-        let created = store
-            .create_node(
-                &store_suite::new_node("dc1", "gpu00003"),
-                &Actor::system("apply"),
-            )
-            .await;
-        (store, created)
-    });
-    // Commit only once our insert waits on theirs, so the race is the one replicas meet.
-    wait_for_a_lock_wait(&url).await;
-    open.commit().await.unwrap();
-
-    let (store, created) = ours.await.unwrap();
+    .await;
     match created {
         Err(StoreError::DuplicateNode { site, hostname }) => {
             assert_eq!((site.as_str(), hostname.as_str()), ("dc1", "gpu00003"));
@@ -88,34 +77,24 @@ async fn a_node_created_by_a_concurrent_writer_is_a_duplicate() {
 async fn an_onboarding_created_by_a_concurrent_writer_is_refused_as_open() {
     let url = fresh_database().await;
     let (store, _clock) = store_suite::open(&url).await;
-    let mut first = PgConnection::connect(&url).await.unwrap();
-    let mut open = first.begin().await.unwrap();
-    let theirs = uuid::Uuid::new_v4().to_string();
-    sqlx::query(
+    let (theirs, (store, created)) = racing_an_uncommitted_insert(
+        &url,
         "INSERT INTO onboardings (id, site, hostname, current_stage, status, requested_at,
             updated_at)
          VALUES ($1, 'dc1', 'gpu00005', 'create_or_find_in_maas', 'pending',
              '2026-03-01T08:00:00.000000Z', '2026-03-01T08:00:00.000000Z')",
+        async move {
+            let created = store
+                .create_onboarding(&metalform::store::NewOnboarding {
+                    site: "dc1".into(),
+                    hostname: "gpu00005".into(),
+                    ..Default::default()
+                })
+                .await;
+            (store, created)
+        },
     )
-    .bind(&theirs)
-    .execute(&mut *open)
-    .await
-    .unwrap();
-
-    let ours = tokio::spawn(async move {
-        let created = store
-            .create_onboarding(&metalform::store::NewOnboarding {
-                site: "dc1".into(),
-                hostname: "gpu00005".into(),
-                ..Default::default()
-            })
-            .await;
-        (store, created)
-    });
-    wait_for_a_lock_wait(&url).await;
-    open.commit().await.unwrap();
-
-    let (store, created) = ours.await.unwrap();
+    .await;
     match created {
         Err(err @ StoreError::JobOpen { .. }) => assert_eq!(
             err.to_string(),
@@ -194,6 +173,28 @@ async fn an_agent_task_ensured_by_a_concurrent_writer_is_not_queued_twice() {
 }
 
 /// Until a statement of the test's database waits on a lock another transaction holds.
+/// Run `ours` while another connection holds `insert` (its `$1` a fresh id, returned) in an
+/// uncommitted transaction, and commit it only once `ours` waits on it: the race two replicas
+/// meet when neither can see the other's row yet.
+async fn racing_an_uncommitted_insert<T: Send + 'static>(
+    url: &str,
+    insert: &'static str,
+    ours: impl std::future::Future<Output = T> + Send + 'static,
+) -> (String, T) {
+    let mut first = PgConnection::connect(url).await.unwrap();
+    let mut open = first.begin().await.unwrap();
+    let theirs = uuid::Uuid::new_v4().to_string();
+    sqlx::query(insert)
+        .bind(&theirs)
+        .execute(&mut *open)
+        .await
+        .unwrap();
+    let ours = tokio::spawn(ours);
+    wait_for_a_lock_wait(url).await;
+    open.commit().await.unwrap();
+    (theirs, ours.await.unwrap())
+}
+
 async fn wait_for_a_lock_wait(url: &str) {
     let mut watcher = PgConnection::connect(url).await.unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
