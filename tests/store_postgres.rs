@@ -172,7 +172,6 @@ async fn an_agent_task_ensured_by_a_concurrent_writer_is_not_queued_twice() {
     assert_eq!(tasks.len(), 1, "{tasks:?}");
 }
 
-/// Until a statement of the test's database waits on a lock another transaction holds.
 /// Run `ours` while another connection holds `insert` (its `$1` a fresh id, returned) in an
 /// uncommitted transaction, and commit it only once `ours` waits on it: the race two replicas
 /// meet when neither can see the other's row yet.
@@ -195,6 +194,7 @@ async fn racing_an_uncommitted_insert<T: Send + 'static>(
     (theirs, ours.await.unwrap())
 }
 
+/// Until a statement of the test's database waits on a lock another transaction holds.
 async fn wait_for_a_lock_wait(url: &str) {
     let mut watcher = PgConnection::connect(url).await.unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);

@@ -157,12 +157,11 @@ async fn refuse_what_cannot_migrate(tx: &mut Tx, version: i64) -> Result<(), Sto
     // Which one to keep is the operator's call, so none is cancelled here.
     let rows = tx
         .fetch_all(
-            "SELECT site, hostname, id, status FROM onboardings
-             WHERE status NOT IN ('completed', 'cancelled', 'reconciled')
-               AND (site, hostname) IN (
-                   SELECT site, hostname FROM onboardings
-                   WHERE status NOT IN ('completed', 'cancelled', 'reconciled')
-                   GROUP BY site, hostname HAVING count(*) > 1)
+            "WITH open AS (SELECT site, hostname, id, status, requested_at FROM onboardings
+                 WHERE status NOT IN ('completed', 'cancelled', 'reconciled'))
+             SELECT site, hostname, id, status FROM open
+             WHERE (site, hostname) IN
+                 (SELECT site, hostname FROM open GROUP BY site, hostname HAVING count(*) > 1)
              ORDER BY site, hostname, requested_at, id",
             &[],
         )

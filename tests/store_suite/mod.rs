@@ -164,10 +164,6 @@ pub async fn migrations_are_idempotent_and_concurrent(url: String) {
     assert_eq!(again.serial().await.unwrap(), 0);
 }
 
-/// A store of schema version 15 in which two onboardings of one node are open (what a race
-/// between replicas could leave before version 16's unique index) is not upgraded: the open
-/// is refused, naming both jobs and what to do, and the store is left as it was. Once the
-/// operator has cancelled one, the upgrade goes through.
 /// An onboarding of dc1/`hostname` before the node has an inventory record.
 async fn first_onboarding(store: &Store, hostname: &str) -> Result<Job, StoreError> {
     store
