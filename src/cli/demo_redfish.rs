@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use super::CliError;
 use crate::api::Tokens;
 use crate::apply::NoProgress;
-use crate::daemon::provisioner::{Controller, ControllerOptions};
+use crate::daemon::provisioner::{Controller, ControllerListen, ControllerOptions};
 use crate::lifecycle::{JobKind, ProvisioningStatus};
 use crate::provider::redfish::iso::IsoTool;
 use crate::provider::redfish::settings::{ProvisionerSettings, RedfishSettings};
@@ -143,7 +143,10 @@ impl RedfishDemo {
                 async move { image }
             }),
         );
-        let bound = self.bound.lock().expect("lock").take();
+        let listen = match self.bound.lock().expect("lock").take() {
+            Some(bound) => ControllerListen::Bound(bound),
+            None => ControllerListen::Address(self.listen),
+        };
         Controller::start(ControllerOptions {
             store,
             secrets,
@@ -158,8 +161,7 @@ impl RedfishDemo {
             tokens: Tokens::new(&[]),
             webhook_secret: self.webhook_secret.clone(),
             media_key: Secret::new(random_token()),
-            listen: self.listen,
-            bound,
+            listen,
             extra: Some(extra),
             holder: "demo".into(),
             observer: Arc::new(NoObserver),

@@ -319,6 +319,15 @@ pub struct Controller {
     running: tokio::task::JoinHandle<()>,
 }
 
+/// Where a [`Controller`] serves its API.
+pub enum ControllerListen {
+    /// Bind this address when starting; port 0 picks one.
+    Address(SocketAddr),
+    /// A listener bound already: an address handed out before the controller starts stays
+    /// taken until then.
+    Bound(std::net::TcpListener),
+}
+
 /// What a [`Controller`] is made of.
 pub struct ControllerOptions {
     pub store: Store,
@@ -328,11 +337,7 @@ pub struct ControllerOptions {
     pub tokens: Tokens,
     pub webhook_secret: Secret,
     pub media_key: Secret,
-    /// Port 0 picks one.
-    pub listen: SocketAddr,
-    /// A listener bound already, served instead of binding `listen` (an address handed out
-    /// before the controller starts stays taken until then).
-    pub bound: Option<std::net::TcpListener>,
+    pub listen: ControllerListen,
     /// More routes on the same listener (a maintenance image for simulated BMCs).
     pub extra: Option<Router>,
     /// This controller's worker name (`worker_id`).
@@ -345,12 +350,12 @@ pub struct ControllerOptions {
 
 impl Controller {
     pub async fn start(options: ControllerOptions) -> std::io::Result<Controller> {
-        let listener = match options.bound {
-            Some(bound) => {
+        let listener = match options.listen {
+            ControllerListen::Bound(bound) => {
                 bound.set_nonblocking(true)?;
                 tokio::net::TcpListener::from_std(bound)?
             }
-            None => tokio::net::TcpListener::bind(options.listen).await?,
+            ControllerListen::Address(address) => tokio::net::TcpListener::bind(address).await?,
         };
         let url = url::Url::parse(&format!("http://{}/", listener.local_addr()?))
             .expect("a socket address is a URL");

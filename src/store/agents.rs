@@ -529,42 +529,30 @@ impl Store {
 
     /// Record agent contacts in one transaction (the agent channel's coalesced heartbeats,
     /// seed 000 §6.3): each node's last contact moves forward, never back; a credential named
-    /// in a contact is marked used (the enrollment replay rule reads that). Nodes are updated
-    /// 100 to a statement: a flush of thousands of contacts is a few dozen statements.
+    /// in a contact is marked used (the enrollment replay rule reads that). Nodes and
+    /// credentials are each updated 100 to a statement: a flush of thousands of contacts is a
+    /// few dozen statements, and the node rows it locks on PostgreSQL are not held across one
+    /// round trip per credential.
     pub async fn record_agent_contacts(&self, contacts: &[AgentContact]) -> Result<(), StoreError> {
         if contacts.is_empty() {
             return Ok(());
         }
+        let nodes = latest_times(contacts.iter().map(|c| (c.node_id.to_string(), c.at)));
+        let credentials = latest_times(
+            contacts
+                .iter()
+                .filter_map(|c| Some((c.credential.clone()?, c.at))),
+        );
         let mut tx = self.pool.write().await?;
-        for chunk in contacts.chunks(100) {
-            // CASE id WHEN $1 THEN $2 … END: each node its own time, in one statement.
-            let mut arms = String::new();
-            let mut ids = Vec::with_capacity(chunk.len());
-            let mut bound = Vec::with_capacity(chunk.len() * 2);
-            for (i, contact) in chunk.iter().enumerate() {
-                arms.push_str(&format!(" WHEN ${} THEN ${}", 2 * i + 1, 2 * i + 2));
-                ids.push(format!("${}", 2 * i + 1));
-                bound.push(super::db::Param::from(contact.node_id.to_string()));
-                bound.push(super::db::Param::from(format_time(contact.at)));
-            }
-            let at = format!("(CASE id{arms} END)");
-            let sql = format!(
-                "UPDATE nodes SET last_agent_contact_at = {at}
-                 WHERE id IN ({}) AND (last_agent_contact_at IS NULL OR last_agent_contact_at < {at})",
-                ids.join(", ")
-            );
-            tx.execute(sql, &bound).await?;
-        }
-        for contact in contacts {
-            if let Some(hash) = &contact.credential {
-                tx.execute(
-                    "UPDATE agent_credentials SET last_used_at = $1
-                     WHERE token_hash = $2 AND (last_used_at IS NULL OR last_used_at < $1)",
-                    &params![format_time(contact.at), hash.clone()],
-                )
-                .await?;
-            }
-        }
+        advance_times(&mut tx, "nodes", "id", "last_agent_contact_at", &nodes).await?;
+        advance_times(
+            &mut tx,
+            "agent_credentials",
+            "token_hash",
+            "last_used_at",
+            &credentials,
+        )
+        .await?;
         tx.commit().await
     }
 
@@ -659,4 +647,46 @@ impl Store {
             .await?
             .map(|listener| EnrollmentNotices { listener }))
     }
+}
+
+/// The latest time of each key, in key order (one lock order for every writer).
+fn latest_times(
+    pairs: impl Iterator<Item = (String, DateTime<Utc>)>,
+) -> Vec<(String, DateTime<Utc>)> {
+    let mut latest: BTreeMap<String, DateTime<Utc>> = BTreeMap::new();
+    for (key, at) in pairs {
+        let entry = latest.entry(key).or_insert(at);
+        *entry = (*entry).max(at);
+    }
+    latest.into_iter().collect()
+}
+
+/// Move `column` of each keyed row forward to its time, never back, 100 rows to a statement:
+/// `CASE key WHEN $1 THEN $2 … END` gives each row its own time. Keys must be distinct.
+async fn advance_times(
+    tx: &mut Tx,
+    table: &str,
+    key: &str,
+    column: &str,
+    times: &[(String, DateTime<Utc>)],
+) -> Result<(), StoreError> {
+    for chunk in times.chunks(100) {
+        let mut arms = String::new();
+        let mut keys = Vec::with_capacity(chunk.len());
+        let mut bound = Vec::with_capacity(chunk.len() * 2);
+        for (i, (value, at)) in chunk.iter().enumerate() {
+            arms.push_str(&format!(" WHEN ${} THEN ${}", 2 * i + 1, 2 * i + 2));
+            keys.push(format!("${}", 2 * i + 1));
+            bound.push(super::db::Param::from(value.clone()));
+            bound.push(super::db::Param::from(format_time(*at)));
+        }
+        let at = format!("(CASE {key}{arms} END)");
+        let sql = format!(
+            "UPDATE {table} SET {column} = {at}
+             WHERE {key} IN ({}) AND ({column} IS NULL OR {column} < {at})",
+            keys.join(", ")
+        );
+        tx.execute(sql, &bound).await?;
+    }
+    Ok(())
 }

@@ -569,6 +569,93 @@ pub async fn claimable_nodes_are_the_queued_and_lease_expired_tasks(url: String)
     );
 }
 
+/// The agent channel's coalesced contacts: each node's last contact and each named credential's
+/// use move forward to the latest of their contacts, never back, however many share a flush.
+pub async fn coalesced_contacts_move_nodes_and_credentials_forward(url: String) {
+    use metalform::store::AgentContact;
+    let (store, clock) = open(&url).await;
+    let mut enrolled = Vec::new();
+    for (host, system) in [("a01", "s1"), ("a02", "s2"), ("a03", "s3")] {
+        let o = onboarding(&store, host, system).await;
+        let agent = store
+            .enroll_agent(&request(&o.token, host, system))
+            .await
+            .unwrap();
+        let credential = store
+            .agent_credential(&agent.agent_token)
+            .await
+            .unwrap()
+            .expect("current credential");
+        assert!(!credential.used, "enrollment alone is no use of the token");
+        enrolled.push((o.node, agent.agent_token, credential.token_hash));
+    }
+    let [(a, a_token, a_hash), (b, b_token, _), (c, c_token, c_hash)] = &enrolled[..] else {
+        unreachable!()
+    };
+    let at = |minutes| t0() + Duration::minutes(minutes);
+    clock.advance(Duration::minutes(30));
+    // More than one statement's worth: unknown nodes and credentials first, which change nothing.
+    let mut contacts: Vec<AgentContact> = (0..150)
+        .map(|i| AgentContact {
+            node_id: Uuid::new_v4(),
+            credential: Some(format!("unknown-{i}")),
+            at: at(40),
+        })
+        .collect();
+    contacts.extend([
+        // The later contact of a first, then its earlier one: the later stays.
+        AgentContact {
+            node_id: *a,
+            credential: Some(a_hash.clone()),
+            at: at(25),
+        },
+        AgentContact {
+            node_id: *a,
+            credential: Some(a_hash.clone()),
+            at: at(20),
+        },
+        // Before b's enrollment: its last contact does not go back.
+        AgentContact {
+            node_id: *b,
+            credential: None,
+            at: t0() - Duration::minutes(5),
+        },
+        AgentContact {
+            node_id: *c,
+            credential: Some(c_hash.clone()),
+            at: at(28),
+        },
+    ]);
+    store.record_agent_contacts(&contacts).await.unwrap();
+    let last_contact = |node: Uuid| {
+        let store = store.clone();
+        async move { store.node(node).await.unwrap().last_agent_contact_at }
+    };
+    assert_eq!(last_contact(*a).await, Some(at(25)));
+    assert_eq!(last_contact(*b).await, Some(t0()));
+    assert_eq!(last_contact(*c).await, Some(at(28)));
+    let used = |token: Secret| {
+        let store = store.clone();
+        async move { store.agent_credential(&token).await.unwrap().unwrap().used }
+    };
+    assert!(used(a_token.clone()).await);
+    assert!(
+        !used(b_token.clone()).await,
+        "b's contact named no credential"
+    );
+    assert!(used(c_token.clone()).await);
+    // A later flush moves a forward again.
+    store
+        .record_agent_contacts(&[AgentContact {
+            node_id: *a,
+            credential: Some(a_hash.clone()),
+            at: at(31),
+        }])
+        .await
+        .unwrap();
+    assert_eq!(last_contact(*a).await, Some(at(31)));
+}
+
 #[macro_export]
 macro_rules! agent_suite_tests {
     ($make_url:path) => {
@@ -583,6 +670,7 @@ macro_rules! agent_suite_tests {
             a_reenrollment_revokes_the_previous_agent_identity,
             concurrent_enrollments_with_one_token_enroll_once,
             claimable_nodes_are_the_queued_and_lease_expired_tasks,
+            coalesced_contacts_move_nodes_and_credentials_forward,
         );
     };
     (@cases $make_url:path; $($case:ident),+ $(,)?) => {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use metalform::api::{ApiToken, TokenRole, Tokens};
 use metalform::apply::NoProgress;
 use metalform::clock::SystemClock;
-use metalform::daemon::provisioner::{Controller, ControllerOptions};
+use metalform::daemon::provisioner::{Controller, ControllerListen, ControllerOptions};
 use metalform::lifecycle::{JobKind, ProvisioningStatus};
 use metalform::provider::redfish::iso::IsoTool;
 use metalform::provider::redfish::profile::Vendor;
@@ -253,8 +253,7 @@ impl Bed {
             ]),
             webhook_secret: Secret::new(WEBHOOK_SECRET),
             media_key: Secret::new(MEDIA_KEY),
-            listen,
-            bound: None,
+            listen: ControllerListen::Address(listen),
             extra: None,
             holder: holder.into(),
             observer: self.recorder.clone(),

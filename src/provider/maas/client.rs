@@ -80,7 +80,14 @@ impl MaasClient {
             Some(path) => Some(std::fs::read(path).map_err(|e| ca_error(path, e.to_string()))?),
             None => None,
         };
-        let tls = shared_tls_config(ca_pem.as_deref()).map_err(|why| match &options.ca_file {
+        // A client of an http:// MAAS never makes a TLS connection (redirects are not
+        // followed), so it does not load the system's roots.
+        let tls = if api_root.scheme() == "http" && ca_pem.is_none() {
+            Ok(tls_config_without_roots())
+        } else {
+            shared_tls_config(ca_pem.as_deref())
+        }
+        .map_err(|why| match &options.ca_file {
             Some(path) => ca_error(path, why),
             None => MaasError::Config {
                 message: format!("cannot build the HTTP client: {why}"),
@@ -156,12 +163,7 @@ fn shared_tls_config(ca_pem: Option<&[u8]>) -> Result<rustls::ClientConfig, Stri
     if let Some((_, config)) = configs.iter().find(|(pem, _)| pem.as_deref() == ca_pem) {
         return Ok(config.clone());
     }
-    // reqwest is built without a default TLS provider; the CLI installs ring at start, and
-    // library users (tests, the daemon) get the same one here. Installing twice is a no-op.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let provider = rustls::crypto::CryptoProvider::get_default()
-        .cloned()
-        .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
+    let provider = crypto_provider();
     let verifier = match ca_pem {
         None => rustls_platform_verifier::Verifier::new(provider.clone()),
         Some(pem) => {
@@ -185,6 +187,24 @@ fn shared_tls_config(ca_pem: Option<&[u8]>) -> Result<rustls::ClientConfig, Stri
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     configs.push((ca_pem.map(<[u8]>::to_vec), config.clone()));
     Ok(config)
+}
+
+/// TLS settings that trust no certificate, for a client that only speaks plain HTTP.
+fn tls_config_without_roots() -> rustls::ClientConfig {
+    rustls::ClientConfig::builder_with_provider(crypto_provider())
+        .with_safe_default_protocol_versions()
+        .expect("the ring provider supports the default protocol versions")
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth()
+}
+
+/// reqwest is built without a default TLS provider; the CLI installs ring at start, and
+/// library users (tests, the daemon) get the same one here. Installing twice is a no-op.
+fn crypto_provider() -> Arc<rustls::crypto::CryptoProvider> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    rustls::crypto::CryptoProvider::get_default()
+        .cloned()
+        .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()))
 }
 
 /// `http://host:5240/MAAS` → `http://host:5240/MAAS/api/2.0/`.
