@@ -1321,6 +1321,21 @@ async fn current_jobs_in(
     site: Option<&str>,
     expected: usize,
 ) -> Result<Vec<Job>, StoreError> {
+    let values: Vec<Param> = site.map(Param::from).into_iter().collect();
+    // One job per node of the fleet: each row becomes its job as it arrives.
+    tx.fetch_map_expecting(
+        current_jobs_sql(kind, site.is_some()),
+        &values,
+        expected,
+        |row| job_from_row(kind, &row),
+    )
+    .await
+}
+
+/// The current jobs of `kind`: every open one, and of the rest the newest per node name and
+/// the newest per node that reached MAAS; of the site `$1` when `one_site`. Each "is there a
+/// newer one" is answered from an index alone (migration 17).
+fn current_jobs_sql(kind: JobKind, one_site: bool) -> String {
     let t = tables(kind);
     let (table, state, requested) = (t.jobs, t.state, t.requested);
     let terminal: Vec<String> = JobState::ALL
@@ -1341,15 +1356,11 @@ async fn current_jobs_in(
                    AND n.maas_system_id IS NOT NULL AND {newer})))",
         terminal = terminal.join(", ")
     );
-    let mut values = Vec::new();
-    if let Some(site) = site {
-        values.push(Param::from(site));
+    if one_site {
         sql.push_str(" AND j.site = $1");
     }
     sql.push_str(&format!(" ORDER BY j.{requested} DESC, j.id"));
-    // One job per node of the fleet: each row becomes its job as it arrives.
-    tx.fetch_map_expecting(sql, &values, expected, |row| job_from_row(kind, &row))
-        .await
+    sql
 }
 
 /// What [`Store::site_rows`] reads.
@@ -1390,4 +1401,38 @@ async fn open_onboarding(
         })
     })
     .transpose()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::clock::SystemClock;
+
+    /// Every "is there a newer job" of the current-jobs read searches an index that holds all
+    /// it compares: a scan there costs every job again for each job (quadratic in the jobs
+    /// ever recorded), and a table lookup per index entry several more reads per job.
+    #[tokio::test]
+    async fn the_current_jobs_read_answers_newer_jobs_from_indexes_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("state.db").display());
+        let store = Store::open(&url, Arc::new(SystemClock)).await.unwrap();
+        for kind in JobKind::ALL {
+            for one_site in [false, true] {
+                let sql = format!("EXPLAIN QUERY PLAN {}", current_jobs_sql(*kind, one_site));
+                let values: Vec<Param> = one_site.then(|| Param::from("dc1")).into_iter().collect();
+                let rows = store.pool.fetch_all_once(sql, &values).await.unwrap();
+                let steps: Vec<String> = rows.iter().map(|r| r.text("detail").unwrap()).collect();
+                let newer: Vec<&String> = steps.iter().filter(|s| s.contains(" n ")).collect();
+                assert_eq!(newer.len(), 2, "{kind:?}: {steps:#?}");
+                for step in newer {
+                    assert!(
+                        step.starts_with("SEARCH n USING COVERING INDEX"),
+                        "{kind:?} (one site: {one_site}): {step}"
+                    );
+                }
+            }
+        }
+    }
 }

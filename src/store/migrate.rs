@@ -69,10 +69,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "one_open_onboarding",
         sql: include_str!("migrations/0016_one_open_onboarding.sql"),
     },
+    Migration {
+        version: 17,
+        name: "current_job_indexes",
+        sql: include_str!("migrations/0017_current_job_indexes.sql"),
+    },
 ];
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 16;
+pub const SCHEMA_VERSION: i64 = 17;
 
 /// The versions of every migration this build knows, oldest first (what a migrated store
 /// records in `schema_migrations`; numbers may have gaps: each branch of work takes the
