@@ -23,7 +23,8 @@
 //!   `METALFORM_BENCH_PLAN_WRAPPER="heaptrack -o /tmp/plan"` runs each `plan` under a profiler,
 //!   `METALFORM_BENCH_DAEMON_WRAPPER` the daemon (their figures are then the profiler's).
 //!
-//! `--history H` gives each node H older completed onboardings (a reimaged fleet's history).
+//! `--history H` gives each node H older completed onboardings, each followed by a completed
+//! reimage (a reimaged fleet's history).
 //! Behaviour is asserted (every node settled, nothing to act on, no drift); timings are
 //! printed, never asserted. Under `cargo test --all-targets` it runs once on 200 nodes over 4
 //! sites as a smoke test.
@@ -253,7 +254,7 @@ async fn run(options: Options) {
             .expect("the store is seeded");
     }
     println!(
-        "fleet: {nodes} nodes over {} sites, converged; {} simulated regions started in {:.1} s; store seeded in {:.1} s ({} older onboardings per node)",
+        "fleet: {nodes} nodes over {} sites, converged; {} simulated regions started in {:.1} s; store seeded in {:.1} s ({} older onboardings and reimages per node)",
         fleet.sites.len(),
         regions.len(),
         simulated.as_secs_f64(),

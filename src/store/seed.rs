@@ -1,15 +1,15 @@
 //! A converged fleet written straight into the store: the store half of the simulator's
 //! converged scenario (docs/simulator.md), so that measuring a converged fleet needs no
 //! onboarding first. Each node is active, its agent heard from, bound to its Deployed machine
-//! by a completed onboarding (and, if asked, older completed ones before it: the history a fleet
-//! that was reimaged collects) and a `node_maas_state` row — what an onboarding that ran to its
-//! end leaves behind.
+//! by a completed onboarding (and, if asked, older completed ones before it, each followed by
+//! the completed reimage that released it: the history a fleet that was reimaged collects) and
+//! a `node_maas_state` row — what an onboarding that ran to its end leaves behind.
 
 use chrono::Duration;
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::lifecycle::{JobState, NodeState, OnboardingStage, Provider};
+use crate::lifecycle::{DecommissionMode, JobState, NodeState, OnboardingStage, Provider};
 
 use super::db::params;
 use super::{Store, StoreError, bump_serial, format_time};
@@ -36,7 +36,8 @@ const CHUNK: usize = 1000;
 
 impl Store {
     /// Write `nodes` as a converged fleet (see the module), each with `history` older completed
-    /// onboardings before its current one; returns their ids in order. Refused (nothing
+    /// onboardings before its current one, each followed by a completed reimage; returns their
+    /// ids in order. Refused (nothing
     /// written for that chunk) when a live node of the same site and hostname exists.
     pub async fn seed_converged(
         &self,
@@ -48,6 +49,12 @@ impl Store {
         let last_stage = OnboardingStage::ALL
             .last()
             .expect("onboarding has stages")
+            .as_str();
+        let reimage = DecommissionMode::Reimage;
+        let reimaged_stage = reimage
+            .stages()
+            .last()
+            .expect("a reimage has stages")
             .as_str();
         let mut ids = Vec::with_capacity(nodes.len());
         for chunk in nodes.chunks(CHUNK) {
@@ -101,6 +108,31 @@ impl Store {
                             ips.clone(),
                             when,
                             node.ipmi_ip.clone(),
+                        ],
+                    )
+                    .await?;
+                    if age == 0 {
+                        continue;
+                    }
+                    // Half a day later, a reimage released the machine for the next one.
+                    let when = format_time(now - Duration::days(age as i64) + Duration::hours(12));
+                    tx.execute(
+                        "INSERT INTO decommissions (id, node_id, site, hostname, maas_system_id,
+                            requested_by, current_stage, current_attempt, status, mode,
+                            requested_at, started_at, completed_at, updated_at)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $11, $11)",
+                        &params![
+                            Uuid::new_v4().to_string(),
+                            id.to_string(),
+                            node.site.clone(),
+                            node.hostname.clone(),
+                            node.system_id.clone(),
+                            "seed",
+                            reimaged_stage,
+                            1i64,
+                            JobState::Completed.as_str(),
+                            reimage.as_str(),
+                            when,
                         ],
                     )
                     .await?;

@@ -446,6 +446,24 @@ pub async fn observe_reads_the_current_jobs_not_the_history(url: String) {
             Some(&*format!("sys-{}", job.hostname))
         );
     }
+    let reimages = store
+        .list_jobs(JobKind::Decommission, &JobFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(reimages.len(), 4, "a reimage after each older onboarding");
+    let current = store
+        .current_jobs(JobKind::Decommission, None)
+        .await
+        .unwrap();
+    assert_eq!(current.len(), 2, "{current:?}");
+    for job in &current {
+        assert_eq!(job.state, JobState::Completed);
+        assert_eq!(
+            job.requested_at,
+            t0() - Duration::hours(12),
+            "the newest of its node: {job:?}"
+        );
+    }
 
     // A newer job without a machine: it is current, and so is the newest one with a machine
     // (the drift pass binds the node through it); an open job always is.
@@ -483,7 +501,9 @@ pub async fn observe_reads_the_current_jobs_not_the_history(url: String) {
     let kinds: Vec<JobKind> = rows.jobs.iter().map(|(kind, _)| *kind).collect();
     assert_eq!(kinds, JobKind::ALL);
     assert_eq!(rows.jobs[0].1, current);
-    assert!(rows.jobs[1..].iter().all(|(_, jobs)| jobs.is_empty()));
+    assert_eq!(rows.jobs[1].0, JobKind::Decommission);
+    assert_eq!(rows.jobs[1].1.len(), 2, "the newest reimage of each node");
+    assert!(rows.jobs[2..].iter().all(|(_, jobs)| jobs.is_empty()));
     let elsewhere = store.site_rows(Some("dc2")).await.unwrap();
     assert!(elsewhere.nodes.is_empty() && elsewhere.jobs.iter().all(|(_, j)| j.is_empty()));
 
@@ -494,13 +514,12 @@ pub async fn observe_reads_the_current_jobs_not_the_history(url: String) {
     assert_eq!(counts.get(&JobState::Completed), Some(&6));
     assert_eq!(counts.get(&JobState::Pending), Some(&1));
     assert_eq!(counts.len(), 2, "{counts:?}");
-    assert!(
-        store
-            .job_counts(JobKind::Decommission, None)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    let counts = store
+        .job_counts(JobKind::Decommission, None)
+        .await
+        .unwrap();
+    assert_eq!(counts.get(&JobState::Completed), Some(&4));
+    assert_eq!(counts.len(), 1, "{counts:?}");
 
     // Seeding a hostname that is already live is refused.
     assert!(store.seed_converged(&[converged("b2")], 0).await.is_err());
