@@ -5,7 +5,7 @@
 //! is onboarded first.
 //!
 //! `cargo bench --profile dev --bench converged [-- --machines N --sites S --runs R
-//! --history H]` prints, per run and as min/median/max:
+//! --history H --reimages R]` prints, per run and as min/median/max:
 //! - `plan`: observe every site with fresh clients (as `metalform plan` does) and plan, with
 //!   the MAAS requests made and the heap it peaked at (a counting allocator: what the
 //!   observation and the plan hold, the simulators included as they answer);
@@ -23,8 +23,8 @@
 //!   `METALFORM_BENCH_PLAN_WRAPPER="heaptrack -o /tmp/plan"` runs each `plan` under a profiler,
 //!   `METALFORM_BENCH_DAEMON_WRAPPER` the daemon (their figures are then the profiler's).
 //!
-//! `--history H` gives each node H older completed onboardings, each followed by a completed
-//! reimage (a reimaged fleet's history).
+//! `--history H` gives each node H older completed onboardings, `--reimages R` R completed
+//! reimages after its current one (a fleet's finished jobs, which every read steps over).
 //! Behaviour is asserted (every node settled, nothing to act on, no drift); timings are
 //! printed, never asserted. Under `cargo test --all-targets` it runs once on 200 nodes over 4
 //! sites as a smoke test.
@@ -105,7 +105,7 @@ static SIM_RUNTIME: std::sync::LazyLock<tokio::runtime::Runtime> = std::sync::La
 struct Options {
     shape: large_fleet::Shape,
     runs: usize,
-    history: usize,
+    history: metalform::store::ConvergedHistory,
     /// How long the daemon process is watched once every site was reconciled once.
     daemon_seconds: u64,
 }
@@ -119,7 +119,10 @@ fn options() -> Options {
                 groups: 200,
             },
             runs: 5,
-            history: 2,
+            history: metalform::store::ConvergedHistory {
+                onboardings: 2,
+                reimages: 0,
+            },
             daemon_seconds: 60,
         }
     } else {
@@ -130,7 +133,10 @@ fn options() -> Options {
                 groups: 8,
             },
             runs: 2,
-            history: 1,
+            history: metalform::store::ConvergedHistory {
+                onboardings: 1,
+                reimages: 1,
+            },
             daemon_seconds: 2,
         }
     };
@@ -145,7 +151,8 @@ fn options() -> Options {
             "--machines" => options.shape.nodes = number("--machines"),
             "--sites" => options.shape.sites = number("--sites"),
             "--runs" => options.runs = number("--runs").max(1),
-            "--history" => options.history = number("--history"),
+            "--history" => options.history.onboardings = number("--history"),
+            "--reimages" => options.history.reimages = number("--reimages"),
             "--daemon-seconds" => options.daemon_seconds = number("--daemon-seconds") as u64,
             _ => {}
         }
@@ -254,12 +261,13 @@ async fn run(options: Options) {
             .expect("the store is seeded");
     }
     println!(
-        "fleet: {nodes} nodes over {} sites, converged; {} simulated regions started in {:.1} s; store seeded in {:.1} s ({} older onboardings and reimages per node)",
+        "fleet: {nodes} nodes over {} sites, converged; {} simulated regions started in {:.1} s; store seeded in {:.1} s ({} older onboardings and {} reimages per node)",
         fleet.sites.len(),
         regions.len(),
         simulated.as_secs_f64(),
         seeding.elapsed().as_secs_f64(),
-        options.history
+        options.history.onboardings,
+        options.history.reimages
     );
     println!(
         "process RSS after set-up: {:.0} MiB",

@@ -57,7 +57,7 @@ pub use records::{
     MaasStateUpdate, NewPlan, OutboxEvent, PlanRecord, Role,
 };
 pub use replicas::{FleetSetting, SlotOutcome, SlotPick, SlotRequest};
-pub use seed::ConvergedNode;
+pub use seed::{ConvergedHistory, ConvergedNode};
 pub use tasks::{AgentTask, EnsureOutcome, TaskOutcome, TaskStatus};
 pub use tokens::{TokenClaim, TokenError, random_password, token_hash};
 

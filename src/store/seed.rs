@@ -1,9 +1,9 @@
 //! A converged fleet written straight into the store: the store half of the simulator's
 //! converged scenario (docs/simulator.md), so that measuring a converged fleet needs no
 //! onboarding first. Each node is active, its agent heard from, bound to its Deployed machine
-//! by a completed onboarding (and, if asked, older completed ones before it, each followed by
-//! the completed reimage that released it: the history a fleet that was reimaged collects) and
-//! a `node_maas_state` row — what an onboarding that ran to its end leaves behind.
+//! by a completed onboarding (and, if asked, older completed ones before it, and completed
+//! reimages after it: the finished jobs a fleet collects over its life) and a `node_maas_state`
+//! row — what an onboarding that ran to its end leaves behind.
 
 use chrono::Duration;
 use serde_json::json;
@@ -34,18 +34,28 @@ pub struct ConvergedNode {
 /// How many nodes one seeding transaction writes.
 const CHUNK: usize = 1000;
 
+/// The finished jobs each node of a converged fleet has besides its current onboarding.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConvergedHistory {
+    /// Older completed onboardings before it, a day apart.
+    pub onboardings: usize,
+    /// Completed reimages after it, a day apart, the last one ending now (the onboarding then
+    /// ended that many days ago).
+    pub reimages: usize,
+}
+
 impl Store {
-    /// Write `nodes` as a converged fleet (see the module), each with `history` older completed
-    /// onboardings before its current one, each followed by a completed reimage; returns their
-    /// ids in order. Refused (nothing
-    /// written for that chunk) when a live node of the same site and hostname exists.
+    /// Write `nodes` as a converged fleet (see the module), each with the finished jobs of
+    /// `history`; returns their ids in order. Refused (nothing written for that chunk) when a
+    /// live node of the same site and hostname exists.
     pub async fn seed_converged(
         &self,
         nodes: &[ConvergedNode],
-        history: usize,
+        history: ConvergedHistory,
     ) -> Result<Vec<Uuid>, StoreError> {
         let now = self.now();
         let at = format_time(now);
+        let onboarded = now - Duration::days(history.reimages as i64);
         let last_stage = OnboardingStage::ALL
             .last()
             .expect("onboarding has stages")
@@ -83,9 +93,10 @@ impl Store {
                 )
                 .await?;
                 let ips = json!(node.ips).to_string();
-                for age in (0..=history).rev() {
-                    // The current onboarding ends now; each older one a day before the next.
-                    let when = format_time(now - Duration::days(age as i64));
+                for age in (0..=history.onboardings).rev() {
+                    // The current onboarding ends when the reimages begin; each older one a day
+                    // before the next.
+                    let when = format_time(onboarded - Duration::days(age as i64));
                     tx.execute(
                         "INSERT INTO onboardings (id, node_id, site, hostname, maas_system_id,
                             requested_by, current_stage, current_attempt, status,
@@ -111,11 +122,9 @@ impl Store {
                         ],
                     )
                     .await?;
-                    if age == 0 {
-                        continue;
-                    }
-                    // Half a day later, a reimage released the machine for the next one.
-                    let when = format_time(now - Duration::days(age as i64) + Duration::hours(12));
+                }
+                for after in 1..=history.reimages {
+                    let when = format_time(onboarded + Duration::days(after as i64));
                     tx.execute(
                         "INSERT INTO decommissions (id, node_id, site, hostname, maas_system_id,
                             requested_by, current_stage, current_attempt, status, mode,

@@ -9,8 +9,8 @@ use chrono::Duration;
 use metalform::drift::{self, Resolution, ResolveError};
 use metalform::lifecycle::{DecommissionMode, JobKind, JobState, NodeState, Owner};
 use metalform::store::{
-    Actor, ConvergedNode, DriftMark, DriftRecord, JobFilter, JobUpdate, MaasObservation,
-    NewDecommission, NodeTransition, Store, StoreError,
+    Actor, ConvergedHistory, ConvergedNode, DriftMark, DriftRecord, JobFilter, JobUpdate,
+    MaasObservation, NewDecommission, NodeTransition, Store, StoreError,
 };
 use serde_json::json;
 use uuid::Uuid;
@@ -337,7 +337,10 @@ fn converged(hostname: &str) -> ConvergedNode {
 pub async fn a_drift_batch_writes_every_record_but_the_refused_ones(url: String) {
     let (store, clock) = open(&url).await;
     let ids = store
-        .seed_converged(&[converged("a1"), converged("a2"), converged("a3")], 0)
+        .seed_converged(
+            &[converged("a1"), converged("a2"), converged("a3")],
+            ConvergedHistory::default(),
+        )
         .await
         .unwrap();
     let nodes: Vec<_> = futures::future::join_all(ids.iter().map(|id| store.node(*id)))
@@ -421,7 +424,13 @@ pub async fn a_drift_batch_writes_every_record_but_the_refused_ones(url: String)
 pub async fn observe_reads_the_current_jobs_not_the_history(url: String) {
     let (store, clock) = open(&url).await;
     let ids = store
-        .seed_converged(&[converged("b1"), converged("b2")], 2)
+        .seed_converged(
+            &[converged("b1"), converged("b2")],
+            ConvergedHistory {
+                onboardings: 2,
+                reimages: 2,
+            },
+        )
         .await
         .unwrap();
     let node = store.node(ids[0]).await.unwrap();
@@ -440,7 +449,11 @@ pub async fn observe_reads_the_current_jobs_not_the_history(url: String) {
     let current = store.current_jobs(JobKind::Onboarding, None).await.unwrap();
     assert_eq!(current.len(), 2, "{current:?}");
     for job in &current {
-        assert_eq!(job.requested_at, t0(), "the newest of its node: {job:?}");
+        assert_eq!(
+            job.requested_at,
+            t0() - Duration::days(2),
+            "the newest of its node, before its reimages: {job:?}"
+        );
         assert_eq!(
             job.maas_system_id.as_deref(),
             Some(&*format!("sys-{}", job.hostname))
@@ -450,19 +463,15 @@ pub async fn observe_reads_the_current_jobs_not_the_history(url: String) {
         .list_jobs(JobKind::Decommission, &JobFilter::default())
         .await
         .unwrap();
-    assert_eq!(reimages.len(), 4, "a reimage after each older onboarding");
-    let current = store
+    assert_eq!(reimages.len(), 4, "two reimages per node");
+    let latest = store
         .current_jobs(JobKind::Decommission, None)
         .await
         .unwrap();
-    assert_eq!(current.len(), 2, "{current:?}");
-    for job in &current {
+    assert_eq!(latest.len(), 2, "{latest:?}");
+    for job in &latest {
         assert_eq!(job.state, JobState::Completed);
-        assert_eq!(
-            job.requested_at,
-            t0() - Duration::hours(12),
-            "the newest of its node: {job:?}"
-        );
+        assert_eq!(job.requested_at, t0(), "the newest of its node: {job:?}");
     }
 
     // A newer job without a machine: it is current, and so is the newest one with a machine
@@ -501,8 +510,7 @@ pub async fn observe_reads_the_current_jobs_not_the_history(url: String) {
     let kinds: Vec<JobKind> = rows.jobs.iter().map(|(kind, _)| *kind).collect();
     assert_eq!(kinds, JobKind::ALL);
     assert_eq!(rows.jobs[0].1, current);
-    assert_eq!(rows.jobs[1].0, JobKind::Decommission);
-    assert_eq!(rows.jobs[1].1.len(), 2, "the newest reimage of each node");
+    assert_eq!(rows.jobs[1], (JobKind::Decommission, latest));
     assert!(rows.jobs[2..].iter().all(|(_, jobs)| jobs.is_empty()));
     let elsewhere = store.site_rows(Some("dc2")).await.unwrap();
     assert!(elsewhere.nodes.is_empty() && elsewhere.jobs.iter().all(|(_, j)| j.is_empty()));
@@ -514,15 +522,17 @@ pub async fn observe_reads_the_current_jobs_not_the_history(url: String) {
     assert_eq!(counts.get(&JobState::Completed), Some(&6));
     assert_eq!(counts.get(&JobState::Pending), Some(&1));
     assert_eq!(counts.len(), 2, "{counts:?}");
-    let counts = store
-        .job_counts(JobKind::Decommission, None)
-        .await
-        .unwrap();
+    let counts = store.job_counts(JobKind::Decommission, None).await.unwrap();
     assert_eq!(counts.get(&JobState::Completed), Some(&4));
     assert_eq!(counts.len(), 1, "{counts:?}");
 
     // Seeding a hostname that is already live is refused.
-    assert!(store.seed_converged(&[converged("b2")], 0).await.is_err());
+    assert!(
+        store
+            .seed_converged(&[converged("b2")], ConvergedHistory::default())
+            .await
+            .is_err()
+    );
 }
 
 #[macro_export]
