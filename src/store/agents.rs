@@ -531,8 +531,7 @@ impl Store {
     /// seed 000 §6.3): each node's last contact moves forward, never back; a credential named
     /// in a contact is marked used (the enrollment replay rule reads that). Nodes and
     /// credentials are each updated 100 to a statement: a flush of thousands of contacts is a
-    /// few dozen statements, and the node rows it locks on PostgreSQL are not held across one
-    /// round trip per credential.
+    /// few dozen statements.
     pub async fn record_agent_contacts(&self, contacts: &[AgentContact]) -> Result<(), StoreError> {
         if contacts.is_empty() {
             return Ok(());

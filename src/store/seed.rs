@@ -93,6 +93,20 @@ impl Store {
                 )
                 .await?;
                 let ips = json!(node.ips).to_string();
+                // The columns every finished job of this node starts with, a new id each.
+                let completed = |stage: &str| {
+                    params![
+                        Uuid::new_v4().to_string(),
+                        id.to_string(),
+                        node.site.clone(),
+                        node.hostname.clone(),
+                        node.system_id.clone(),
+                        "seed",
+                        stage,
+                        1i64,
+                        JobState::Completed.as_str()
+                    ]
+                };
                 for age in (0..=history.onboardings).rev() {
                     // The current onboarding ends when the reimages begin; each older one a day
                     // before the next.
@@ -104,22 +118,17 @@ impl Store {
                             requested_at, started_at, completed_at, updated_at, ipmi_ip)
                          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $13,
                             $13, $13, $14)",
-                        &params![
-                            Uuid::new_v4().to_string(),
-                            id.to_string(),
-                            node.site.clone(),
-                            node.hostname.clone(),
-                            node.system_id.clone(),
-                            "seed",
-                            last_stage,
-                            1i64,
-                            JobState::Completed.as_str(),
-                            node.maas_status.clone(),
-                            node.power_state.clone(),
-                            ips.clone(),
-                            when,
-                            node.ipmi_ip.clone(),
-                        ],
+                        &[
+                            completed(last_stage).as_slice(),
+                            &params![
+                                node.maas_status.clone(),
+                                node.power_state.clone(),
+                                ips.clone(),
+                                when,
+                                node.ipmi_ip.clone(),
+                            ],
+                        ]
+                        .concat(),
                     )
                     .await?;
                 }
@@ -130,19 +139,11 @@ impl Store {
                             requested_by, current_stage, current_attempt, status, mode,
                             requested_at, started_at, completed_at, updated_at)
                          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $11, $11)",
-                        &params![
-                            Uuid::new_v4().to_string(),
-                            id.to_string(),
-                            node.site.clone(),
-                            node.hostname.clone(),
-                            node.system_id.clone(),
-                            "seed",
-                            reimaged_stage,
-                            1i64,
-                            JobState::Completed.as_str(),
-                            reimage.as_str(),
-                            when,
-                        ],
+                        &[
+                            completed(reimaged_stage).as_slice(),
+                            &params![reimage.as_str(), when],
+                        ]
+                        .concat(),
                     )
                     .await?;
                 }
