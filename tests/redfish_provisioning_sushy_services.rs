@@ -167,18 +167,36 @@ async fn check_cleaned_up(index: usize) {
     assert!(drives.iter().all(|d| !d.2 && d.1.is_empty()), "{drives:?}");
 }
 
-/// Successful POSTs of `action` on fake system `index`, from the emulator's own access log.
-fn posts(index: usize, action: &str) -> usize {
-    let log = std::path::Path::new(&env("METALFORM_SERVICES_DIR")).join("sushy/emulator.log");
-    let text = std::fs::read_to_string(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
-    let system = sushy_system(index);
-    text.lines()
-        .filter(|l| {
-            l.contains(&format!("POST /redfish/v1/Systems/{system}/"))
-                && l.contains(action)
-                && (l.contains("\" 204 ") || l.contains("\" 200 "))
-        })
-        .count()
+/// The emulator's own access log from a point on. The emulator may have served earlier runs
+/// of the suite, so its requests are counted from where the log ended when the test began.
+struct AccessLog {
+    from: usize,
+}
+
+impl AccessLog {
+    fn path() -> std::path::PathBuf {
+        std::path::Path::new(&env("METALFORM_SERVICES_DIR")).join("sushy/emulator.log")
+    }
+
+    fn from_now() -> Self {
+        let from = std::fs::metadata(Self::path()).map_or(0, |m| m.len() as usize);
+        AccessLog { from }
+    }
+
+    /// Successful POSTs of `action` on fake system `index` since the log was marked.
+    fn posts(&self, index: usize, action: &str) -> usize {
+        let log = Self::path();
+        let bytes = std::fs::read(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+        let text = String::from_utf8_lossy(&bytes[self.from.min(bytes.len())..]);
+        let system = sushy_system(index);
+        text.lines()
+            .filter(|l| {
+                l.contains(&format!("POST /redfish/v1/Systems/{system}/"))
+                    && l.contains(action)
+                    && (l.contains("\" 204 ") || l.contains("\" 200 "))
+            })
+            .count()
+    }
 }
 
 fn count(events: &[String], needle: &str) -> usize {
@@ -188,6 +206,7 @@ fn count(events: &[String], needle: &str) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn jobs_on_two_controllers_run_once_each_against_sushy_and_complete() {
     let systems = [3, 4, 5];
+    let access = AccessLog::from_now();
     let mut bed = sushy_bed(&systems, Options::default()).await;
     let other = bed
         .controller("worker-b", "127.0.0.1:0".parse().unwrap())
@@ -230,12 +249,12 @@ async fn jobs_on_two_controllers_run_once_each_against_sushy_and_complete() {
     }
     for &i in &systems {
         assert_eq!(
-            posts(i, "InsertMedia"),
+            access.posts(i, "InsertMedia"),
             2,
             "one insert per drive on system #{i}"
         );
         assert_eq!(
-            posts(i, "EjectMedia"),
+            access.posts(i, "EjectMedia"),
             2,
             "one eject per drive on system #{i}"
         );
@@ -277,6 +296,7 @@ async fn a_failure_report_from_the_maintenance_os_is_cleaned_up_on_sushy() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_killed_controller_is_taken_over_on_sushy_without_a_second_mount_or_reset() {
+    let access = AccessLog::from_now();
     let mut bed = sushy_bed(
         &[7],
         Options {
@@ -288,7 +308,7 @@ async fn a_killed_controller_is_taken_over_on_sushy_without_a_second_mount_or_re
     let (_, body) = bed.post_job(&serial(7), recipe()).await;
     let id = body["job_id"].as_str().unwrap().to_owned();
     bed.at_stage(&id, "await_webhook", LIMIT).await;
-    let resets_before = posts(7, "ComputerSystem.Reset");
+    let resets_before = access.posts(7, "ComputerSystem.Reset");
     assert!(resets_before >= 1);
     bed.restart_controller("worker-b").await;
     let deadline = tokio::time::Instant::now() + LIMIT;
@@ -313,8 +333,8 @@ async fn a_killed_controller_is_taken_over_on_sushy_without_a_second_mount_or_re
     assert_eq!(count(&events, "mounting it again"), 0, "{text}");
     // On the emulator itself: one insert per drive, and resets only for the restart into
     // the maintenance OS (before the kill) and the cleanup reboot — none from the takeover.
-    assert_eq!(posts(7, "InsertMedia"), 2, "one insert per drive");
-    let resets = posts(7, "ComputerSystem.Reset");
+    assert_eq!(access.posts(7, "InsertMedia"), 2, "one insert per drive");
+    let resets = access.posts(7, "ComputerSystem.Reset");
     assert!(resets > resets_before, "cleanup rebooted the host");
     assert!(
         resets <= 2 * resets_before,

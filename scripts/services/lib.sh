@@ -12,7 +12,11 @@ apt_install() {
     dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
   done
   [ ${#missing[@]} -eq 0 ] && return 0
-  as_root apt-get update -qq
+  # The package lists once per run, not once per service.
+  if [ ! -e "$METALFORM_SERVICES_DIR/apt-updated" ]; then
+    as_root apt-get update -qq
+    touch "$METALFORM_SERVICES_DIR/apt-updated"
+  fi
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
