@@ -651,6 +651,11 @@ impl Pool {
 
     /// A transaction that will write. On SQLite it begins IMMEDIATE (the write lock taken
     /// now), so two writers wait for each other at BEGIN instead of failing on upgrade.
+    ///
+    /// sqlx's PostgreSQL `begin` is a ~14 KB future. Held inline, it made every store call's
+    /// future that large, whichever the backend, and each caller up to the executor's stage
+    /// passes larger still: copied whenever such a future is made or moved (`memmove` was 7–9%
+    /// of an onboarding wave's CPU). Boxed, it costs one allocation per PostgreSQL transaction.
     pub async fn write(&self) -> Result<Tx, StoreError> {
         match self {
             Pool::Sqlite(p) => {
@@ -670,8 +675,7 @@ impl Pool {
                     waiting: p.waiting.clone(),
                 }))
             }
-            Pool::Postgres(p) => p
-                .begin()
+            Pool::Postgres(p) => Box::pin(p.begin())
                 .await
                 .map(|tx| Tx::Postgres(tx, Vec::new()))
                 .map_err(db_err("starting a transaction")),
@@ -682,7 +686,10 @@ impl Pool {
     pub async fn read(&self) -> Result<Tx, StoreError> {
         match self {
             Pool::Sqlite(p) => p.pool.begin().await.map(Tx::SqliteRead),
-            Pool::Postgres(p) => p.begin().await.map(|tx| Tx::Postgres(tx, Vec::new())),
+            // Boxed, as in `write`.
+            Pool::Postgres(p) => Box::pin(p.begin())
+                .await
+                .map(|tx| Tx::Postgres(tx, Vec::new())),
         }
         .map_err(db_err("starting a transaction"))
     }
