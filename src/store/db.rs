@@ -581,6 +581,17 @@ impl Tx {
     }
 }
 
+/// A PostgreSQL transaction, its `begin` boxed. sqlx's `begin` is a ~14 KB future; held inline,
+/// it made every store call's future that large, whichever the backend, and each caller up to
+/// the executor's stage passes larger still, copied whenever such a future is made or moved
+/// (`memmove` was 7–9% of an onboarding wave's CPU). Boxed, it costs one allocation per
+/// PostgreSQL transaction.
+async fn postgres_tx(pool: &sqlx::PgPool) -> Result<Tx, sqlx::Error> {
+    Box::pin(pool.begin())
+        .await
+        .map(|tx| Tx::Postgres(tx, Vec::new()))
+}
+
 impl Pool {
     pub async fn connect_sqlite(path: &std::path::Path) -> Result<Pool, sqlx::Error> {
         let options = SqliteConnectOptions::new()
@@ -651,11 +662,6 @@ impl Pool {
 
     /// A transaction that will write. On SQLite it begins IMMEDIATE (the write lock taken
     /// now), so two writers wait for each other at BEGIN instead of failing on upgrade.
-    ///
-    /// sqlx's PostgreSQL `begin` is a ~14 KB future. Held inline, it made every store call's
-    /// future that large, whichever the backend, and each caller up to the executor's stage
-    /// passes larger still: copied whenever such a future is made or moved (`memmove` was 7–9%
-    /// of an onboarding wave's CPU). Boxed, it costs one allocation per PostgreSQL transaction.
     pub async fn write(&self) -> Result<Tx, StoreError> {
         match self {
             Pool::Sqlite(p) => {
@@ -675,9 +681,8 @@ impl Pool {
                     waiting: p.waiting.clone(),
                 }))
             }
-            Pool::Postgres(p) => Box::pin(p.begin())
+            Pool::Postgres(p) => postgres_tx(p)
                 .await
-                .map(|tx| Tx::Postgres(tx, Vec::new()))
                 .map_err(db_err("starting a transaction")),
         }
     }
@@ -686,10 +691,7 @@ impl Pool {
     pub async fn read(&self) -> Result<Tx, StoreError> {
         match self {
             Pool::Sqlite(p) => p.pool.begin().await.map(Tx::SqliteRead),
-            // Boxed, as in `write`.
-            Pool::Postgres(p) => Box::pin(p.begin())
-                .await
-                .map(|tx| Tx::Postgres(tx, Vec::new())),
+            Pool::Postgres(p) => postgres_tx(p).await,
         }
         .map_err(db_err("starting a transaction"))
     }
