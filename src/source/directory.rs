@@ -13,8 +13,6 @@ use std::io::Read as _;
 use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
 use std::path::Path;
 
-use sha2::{Digest, Sha256};
-
 use super::{
     Budget, Snapshot, SourceError, SourceFile, display_root_of, is_manifest_name, is_walked_dir,
     join_display,
@@ -282,12 +280,38 @@ fn kind_of(file_type: &std::fs::FileType) -> &'static str {
 
 /// `sha256:<hex>` over every file's path and bytes, in path order.
 pub(super) fn content_hash(files: &[SourceFile]) -> String {
-    let mut hasher = Sha256::new();
+    let mut hasher = ring::digest::Context::new(&ring::digest::SHA256);
     for file in files {
         hasher.update(file.path.as_bytes());
-        hasher.update([0]);
-        hasher.update((file.bytes.len() as u64).to_le_bytes());
+        hasher.update(&[0]);
+        hasher.update(&(file.bytes.len() as u64).to_le_bytes());
         hasher.update(&file.bytes);
     }
-    format!("sha256:{}", hex::encode(hasher.finalize()))
+    format!("sha256:{}", hex::encode(hasher.finish()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A working tree's id is compared with ids written before (a plan file's revision): it
+    /// stays SHA-256 over each path, a NUL, the length (8 bytes, little-endian) and the bytes
+    /// (the value is Python's `hashlib.sha256` of the same stream).
+    #[test]
+    fn content_hash_is_sha256_of_paths_lengths_and_bytes() {
+        let files = [
+            SourceFile {
+                path: "nodes/a.yaml".into(),
+                bytes: b"kind: Node\n".to_vec(),
+            },
+            SourceFile {
+                path: "site.yaml".into(),
+                bytes: Vec::new(),
+            },
+        ];
+        assert_eq!(
+            content_hash(&files),
+            "sha256:b1204d93fe6a379215401dda8aeab06f9bae425f03911796a9e31c09b0838aba"
+        );
+    }
 }
