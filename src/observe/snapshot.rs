@@ -420,7 +420,7 @@ pub fn fingerprint_of_parts(parts: &BTreeMap<String, String>) -> String {
 /// `sha256:<hex>` of a value's compact JSON, streamed into the hasher. The JSON comes in
 /// pieces of a few bytes (a key, a quote, a value): they are gathered into blocks first, so the
 /// hasher is called once per block rather than once per piece. `ring`'s SHA-256, not `sha2`'s:
-/// on a CPU without SHA extensions it hashes about twice as fast, and a converged fleet's
+/// on a CPU without SHA extensions it hashes 1.5–2x as fast, and a converged fleet's
 /// `plan` hashes megabytes of views here (docs/performance.md).
 pub(crate) fn hash_json<T: Serialize + ?Sized>(value: &T) -> String {
     struct HashWriter(ring::digest::Context);
