@@ -734,6 +734,14 @@ impl Store {
             ],
         )
         .await?;
+        mark_superseded(
+            &mut tx,
+            JobKind::Onboarding,
+            &new.site,
+            &new.hostname,
+            new.node_id,
+        )
+        .await?;
         bump_serial(&mut tx).await?;
         let job = read_job(&mut tx, JobKind::Onboarding, id).await?;
         tx.commit().await?;
@@ -810,6 +818,14 @@ impl Store {
                 new.storage_cleanup.clone(),
                 new.reason.clone(),
             ],
+        )
+        .await?;
+        mark_superseded(
+            &mut tx,
+            JobKind::Decommission,
+            &node.site,
+            &node.hostname,
+            Some(node.id),
         )
         .await?;
         bump_serial(&mut tx).await?;
@@ -1201,6 +1217,15 @@ impl Store {
                 id: job.id.to_string(),
             });
         };
+        let superseding = update.state.is_terminal() != job.state.is_terminal()
+            || node_id != job.node_id
+            || update
+                .maas_system_id
+                .as_ref()
+                .is_some_and(|id| job.maas_system_id.as_ref() != Some(id));
+        if superseding {
+            mark_superseded(tx, kind, &job.site, &job.hostname, node_id).await?;
+        }
         for event in update.event.iter().chain(&update.opened) {
             check_stage(kind, job.mode(), &event.stage)?;
             insert_event(tx, kind, job.id, event, now).await?;
@@ -1332,10 +1357,22 @@ async fn current_jobs_in(
     .await
 }
 
-/// The current jobs of `kind`: every open one, and of the rest the newest per node name and
-/// the newest per node that reached MAAS; of the site `$1` when `one_site`. Each "is there a
-/// newer one" is answered from an index alone (migration 17).
+/// The current jobs of `kind`, of the site `$1` when `one_site`: the rows not marked
+/// `superseded`, from the partial index of them (migration 18).
 fn current_jobs_sql(kind: JobKind, one_site: bool) -> String {
+    let t = tables(kind);
+    let mut sql = format!("SELECT * FROM {} j WHERE NOT j.superseded", t.jobs);
+    if one_site {
+        sql.push_str(" AND j.site = $1");
+    }
+    sql.push_str(&format!(" ORDER BY j.{} DESC, j.id", t.requested));
+    sql
+}
+
+/// Whether the job `j` is current: open, or the newest of its node name, or the newest of its
+/// node that reached MAAS. Each "is there a newer one" is answered from an index alone
+/// (migration 17).
+fn is_current_sql(kind: JobKind) -> String {
     let t = tables(kind);
     let (table, state, requested) = (t.jobs, t.state, t.requested);
     let terminal: Vec<String> = JobState::ALL
@@ -1347,20 +1384,62 @@ fn current_jobs_sql(kind: JobKind, one_site: bool) -> String {
     let newer = format!(
         "(n.{requested} > j.{requested} OR (n.{requested} = j.{requested} AND n.id < j.id))"
     );
-    let mut sql = format!(
-        "SELECT * FROM {table} j WHERE (j.{state} NOT IN ({terminal})
-               OR NOT EXISTS (SELECT 1 FROM {table} n WHERE n.site = j.site
-                   AND n.hostname = j.hostname AND {newer})
-               OR (j.maas_system_id IS NOT NULL AND j.node_id IS NOT NULL
-                   AND NOT EXISTS (SELECT 1 FROM {table} n WHERE n.node_id = j.node_id
-                   AND n.maas_system_id IS NOT NULL AND {newer})))",
+    format!(
+        "(j.{state} NOT IN ({terminal})
+            OR NOT EXISTS (SELECT 1 FROM {table} n WHERE n.site = j.site
+                AND n.hostname = j.hostname AND {newer})
+            OR (j.maas_system_id IS NOT NULL AND j.node_id IS NOT NULL
+                AND NOT EXISTS (SELECT 1 FROM {table} n WHERE n.node_id = j.node_id
+                AND n.maas_system_id IS NOT NULL AND {newer})))",
         terminal = terminal.join(", ")
+    )
+}
+
+/// The statement that marks `superseded` anew where the answer changed, for the jobs matching
+/// `scope` (a condition on `j`; every job when `None`).
+fn mark_superseded_sql(kind: JobKind, scope: Option<&str>) -> String {
+    let current = is_current_sql(kind);
+    let mut sql = format!(
+        "UPDATE {} AS j SET superseded = NOT {current} WHERE j.superseded = {current}",
+        tables(kind).jobs
     );
-    if one_site {
-        sql.push_str(" AND j.site = $1");
+    if let Some(scope) = scope {
+        sql.push_str(&format!(" AND ({scope})"));
     }
-    sql.push_str(&format!(" ORDER BY j.{requested} DESC, j.id"));
     sql
+}
+
+/// After a write that may change which jobs are current (a job created, a job ending, a job
+/// given its node or its MAAS machine): mark again the jobs of the same node name and of the
+/// same node, the only ones whose answer such a write can change.
+///
+/// A mark only ever goes from current to superseded: a finished job stays finished, a newer
+/// job is never deleted, and a job's node and machine are never taken back. So two PostgreSQL
+/// writers racing on one node's jobs can at worst leave a superseded job marked current until
+/// the node's next such write (one more row read, which observation sorts out as before),
+/// never hide a current one.
+pub(super) async fn mark_superseded(
+    tx: &mut Tx,
+    kind: JobKind,
+    site: &str,
+    hostname: &str,
+    node: Option<Uuid>,
+) -> Result<(), StoreError> {
+    let sql = mark_superseded_sql(
+        kind,
+        Some("(j.site = $1 AND j.hostname = $2) OR j.node_id = $3"),
+    );
+    tx.execute(sql, &params![site, hostname, node.map(|n| n.to_string())])
+        .await?;
+    Ok(())
+}
+
+/// Mark `superseded` anew on every job of every kind (the migration that adds the column).
+pub(super) async fn mark_all_superseded(tx: &mut Tx) -> Result<(), StoreError> {
+    for kind in JobKind::ALL {
+        tx.execute(mark_superseded_sql(*kind, None), &[]).await?;
+    }
+    Ok(())
 }
 
 /// What [`Store::site_rows`] reads.
@@ -1410,28 +1489,57 @@ mod tests {
     use super::*;
     use crate::clock::SystemClock;
 
-    /// Every "is there a newer job" of the current-jobs read searches an index that holds all
-    /// it compares: a scan there costs every job again for each job (quadratic in the jobs
-    /// ever recorded), and a table lookup per index entry several more reads per job.
+    /// The current-jobs read takes only the current rows, from their partial index. Marking a
+    /// node's jobs again searches indexes only: each "is there a newer job" in an index that
+    /// holds all it compares (a scan there costs every job ever recorded, on every write that
+    /// marks), and the node's jobs by their node name and node.
     #[tokio::test]
-    async fn the_current_jobs_read_answers_newer_jobs_from_indexes_alone() {
+    async fn current_jobs_are_read_and_marked_from_indexes() {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}", dir.path().join("state.db").display());
         let store = Store::open(&url, Arc::new(SystemClock)).await.unwrap();
+        let plan = |sql: String, values: Vec<Param>| {
+            let store = &store;
+            async move {
+                let rows = store
+                    .pool
+                    .fetch_all_once(format!("EXPLAIN QUERY PLAN {sql}"), &values)
+                    .await
+                    .unwrap();
+                rows.iter()
+                    .map(|r| r.text("detail").unwrap())
+                    .collect::<Vec<String>>()
+            }
+        };
         for kind in JobKind::ALL {
+            let table = tables(*kind).jobs;
             for one_site in [false, true] {
-                let sql = format!("EXPLAIN QUERY PLAN {}", current_jobs_sql(*kind, one_site));
                 let values: Vec<Param> = one_site.then(|| Param::from("dc1")).into_iter().collect();
-                let rows = store.pool.fetch_all_once(sql, &values).await.unwrap();
-                let steps: Vec<String> = rows.iter().map(|r| r.text("detail").unwrap()).collect();
-                let newer: Vec<&String> = steps.iter().filter(|s| s.contains(" n ")).collect();
-                assert_eq!(newer.len(), 2, "{kind:?}: {steps:#?}");
-                for step in newer {
-                    assert!(
-                        step.starts_with("SEARCH n USING COVERING INDEX"),
-                        "{kind:?} (one site: {one_site}): {step}"
-                    );
-                }
+                let steps = plan(current_jobs_sql(*kind, one_site), values).await;
+                assert!(
+                    steps[0].starts_with(&format!("SEARCH j USING INDEX {table}_current"))
+                        || steps[0] == format!("SCAN j USING INDEX {table}_current"),
+                    "{kind:?} (one site: {one_site}): {steps:#?}"
+                );
+            }
+            let scope = "(j.site = $1 AND j.hostname = $2) OR j.node_id = $3";
+            let steps = plan(
+                mark_superseded_sql(*kind, Some(scope)),
+                params!["dc1", "h1", "n1"].to_vec(),
+            )
+            .await;
+            assert!(
+                !steps.iter().any(|s| s.starts_with("SCAN")),
+                "{kind:?}: {steps:#?}"
+            );
+            let newer: Vec<&String> = steps.iter().filter(|s| s.contains(" n ")).collect();
+            // Each subquery appears twice: once in the new value and once in the condition.
+            assert_eq!(newer.len(), 4, "{kind:?}: {steps:#?}");
+            for step in newer {
+                assert!(
+                    step.starts_with("SEARCH n USING COVERING INDEX"),
+                    "{kind:?}: {step}"
+                );
             }
         }
     }

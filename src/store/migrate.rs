@@ -74,10 +74,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "current_job_indexes",
         sql: include_str!("migrations/0017_current_job_indexes.sql"),
     },
+    Migration {
+        version: 18,
+        name: "superseded_jobs",
+        sql: include_str!("migrations/0018_superseded_jobs.sql"),
+    },
 ];
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 17;
+pub const SCHEMA_VERSION: i64 = 18;
 
 /// The versions of every migration this build knows, oldest first (what a migrated store
 /// records in `schema_migrations`; numbers may have gaps: each branch of work takes the
@@ -141,6 +146,10 @@ pub(crate) async fn migrate(pool: &Pool, now: &str) -> Result<Vec<i64>, StoreErr
         refuse_what_cannot_migrate(&mut tx, migration.version).await?;
         tx.execute_script(render(migration.sql, tx.backend()))
             .await?;
+        if migration.version == 18 {
+            // The new column starts false on every row: decide it from the rows themselves.
+            super::jobs::mark_all_superseded(&mut tx).await?;
+        }
         tx.execute(
             "INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)",
             &params![migration.version, migration.name, now],

@@ -14,7 +14,9 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::db::{Param, Row, Select, Tx, params};
-use super::jobs::{Job, StageEvent, domain_event, insert_event, job_from_row, read_job};
+use super::jobs::{
+    Job, StageEvent, domain_event, insert_event, job_from_row, mark_superseded, read_job,
+};
 use super::leases::{
     Fence, Lease, LeaseSort, PROVISIONING_JOB, check_fence, read_lease_of, renew, take,
 };
@@ -282,6 +284,14 @@ impl Store {
                 recommend(JobState::Pending, None, None).text,
                 new.plan_id.clone(),
             ],
+        )
+        .await?;
+        mark_superseded(
+            &mut tx,
+            JobKind::Provisioning,
+            &server.site,
+            &server.hostname,
+            None,
         )
         .await?;
         let by = new.requested_by.as_deref().unwrap_or("an unnamed caller");

@@ -9,9 +9,10 @@ use chrono::Duration;
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::lifecycle::{DecommissionMode, JobState, NodeState, OnboardingStage, Provider};
+use crate::lifecycle::{DecommissionMode, JobKind, JobState, NodeState, OnboardingStage, Provider};
 
 use super::db::params;
+use super::jobs::mark_superseded;
 use super::{Store, StoreError, bump_serial, format_time};
 
 /// One node of a converged fleet and the machine it runs on.
@@ -163,6 +164,9 @@ impl Store {
                     ],
                 )
                 .await?;
+                for kind in [JobKind::Onboarding, JobKind::Decommission] {
+                    mark_superseded(&mut tx, kind, &node.site, &node.hostname, Some(id)).await?;
+                }
                 ids.push(id);
             }
             bump_serial(&mut tx).await?;

@@ -535,6 +535,141 @@ pub async fn observe_reads_the_current_jobs_not_the_history(url: String) {
     );
 }
 
+/// The ids of the current jobs of one kind and node name of site dc1, newest request first.
+async fn current_ids(store: &Store, kind: JobKind, hostname: &str) -> Vec<Uuid> {
+    let jobs = store.current_jobs(kind, Some("dc1")).await.unwrap();
+    jobs.iter()
+        .filter(|j| j.hostname == hostname)
+        .map(|j| j.id)
+        .collect()
+}
+
+/// Which jobs are current is kept on the rows: every write that can change it marks the jobs
+/// it concerns again, whatever the order of the request times (a clock that jumped back).
+pub async fn each_write_keeps_the_current_jobs(url: String) {
+    let (store, clock) = open(&url).await;
+    let onboarding = |hostname: &str| metalform::store::NewOnboarding {
+        site: "dc1".into(),
+        hostname: hostname.into(),
+        ..Default::default()
+    };
+    let advance = |kind, id, state, maas: Option<&str>| {
+        let store = &store;
+        let mut update = JobUpdate::new(state);
+        update.maas_system_id = maas.map(str::to_owned);
+        async move { store.advance_job(kind, id, &update).await.unwrap() }
+    };
+
+    // A job ending while a newer job of its node name exists is no longer current. The newer
+    // one is the earlier write: the clock went back between the two.
+    clock.set(t0() + Duration::minutes(10));
+    let late = store.create_onboarding(&onboarding("h9")).await.unwrap();
+    advance(JobKind::Onboarding, late.id, JobState::Running, None).await;
+    advance(JobKind::Onboarding, late.id, JobState::Completed, None).await;
+    clock.set(t0() + Duration::minutes(5));
+    let early = store.create_onboarding(&onboarding("h9")).await.unwrap();
+    assert_eq!(
+        current_ids(&store, JobKind::Onboarding, "h9").await,
+        [late.id, early.id],
+        "open, so current"
+    );
+    advance(JobKind::Onboarding, early.id, JobState::Running, None).await;
+    advance(JobKind::Onboarding, early.id, JobState::Completed, None).await;
+    assert_eq!(
+        current_ids(&store, JobKind::Onboarding, "h9").await,
+        [late.id]
+    );
+    // A new job replaces the finished ones of its node name.
+    clock.set(t0() + Duration::minutes(15));
+    let again = store.create_onboarding(&onboarding("h9")).await.unwrap();
+    assert_eq!(
+        current_ids(&store, JobKind::Onboarding, "h9").await,
+        [again.id]
+    );
+
+    // A node's newest job on a MAAS machine stays current under a newer job without one,
+    // until that one reaches the machine.
+    clock.set(t0());
+    let ids = store
+        .seed_converged(
+            &[converged("b1")],
+            ConvergedHistory {
+                onboardings: 0,
+                reimages: 2,
+            },
+        )
+        .await
+        .unwrap();
+    let seeded = current_ids(&store, JobKind::Decommission, "b1").await;
+    assert_eq!(seeded.len(), 1, "the newer of two reimages");
+    clock.advance(Duration::minutes(1));
+    let reset = store
+        .create_decommission(&NewDecommission {
+            node_id: ids[0],
+            mode: DecommissionMode::SoftReset,
+            erase: None,
+            storage_cleanup: None,
+            reason: None,
+            requested_by: Some("alice".into()),
+            plan_id: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        current_ids(&store, JobKind::Decommission, "b1").await,
+        [reset.id, seeded[0]]
+    );
+    advance(JobKind::Decommission, reset.id, JobState::Running, None).await;
+    assert_eq!(
+        current_ids(&store, JobKind::Decommission, "b1").await,
+        [reset.id, seeded[0]],
+        "no machine yet"
+    );
+    advance(
+        JobKind::Decommission,
+        reset.id,
+        JobState::Running,
+        Some("sys-b1"),
+    )
+    .await;
+    assert_eq!(
+        current_ids(&store, JobKind::Decommission, "b1").await,
+        [reset.id]
+    );
+    advance(JobKind::Decommission, reset.id, JobState::Completed, None).await;
+    assert_eq!(
+        current_ids(&store, JobKind::Decommission, "b1").await,
+        [reset.id]
+    );
+
+    // A store written before the marks existed gets them from its rows when it is upgraded.
+    let forget = [
+        "DROP INDEX onboardings_current",
+        "DROP INDEX decommissions_current",
+        "DROP INDEX provisioning_jobs_current",
+        "ALTER TABLE onboardings DROP COLUMN superseded",
+        "ALTER TABLE decommissions DROP COLUMN superseded",
+        "ALTER TABLE provisioning_jobs DROP COLUMN superseded",
+        "DELETE FROM schema_migrations WHERE version = 18",
+    ];
+    store.close().await;
+    crate::store_suite::raw_sql(&url, &forget).await;
+    let (store, _) = open(&url).await;
+    assert_eq!(
+        current_ids(&store, JobKind::Onboarding, "h9").await,
+        [again.id]
+    );
+    assert_eq!(
+        current_ids(&store, JobKind::Decommission, "b1").await,
+        [reset.id]
+    );
+    let all = store
+        .list_jobs(JobKind::Decommission, &JobFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 3, "the history is still there");
+}
+
 #[macro_export]
 macro_rules! drift_store_suite_tests {
     ($make_url:path) => {
@@ -545,6 +680,7 @@ macro_rules! drift_store_suite_tests {
             the_summary_counts_ok_drifted_and_unreconciled,
             a_drift_batch_writes_every_record_but_the_refused_ones,
             observe_reads_the_current_jobs_not_the_history,
+            each_write_keeps_the_current_jobs,
         );
     };
     (@cases $make_url:path; $($case:ident),+ $(,)?) => {
