@@ -84,6 +84,56 @@ async fn measure(label: &str, client: &MaasClient, runs: usize, expected: Option
     );
 }
 
+/// One machine read (`GET machines/{id}/`) as a stage reads it: whole, or as a summary (its
+/// interfaces' links, disks and the rest skipped while parsing), from a stand-in answering
+/// every request with the same real capture. Each sample is 200 reads one after the other.
+async fn single_reads(runs: usize) {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/maas/yorc__all_test_data__machineDeployed.json"
+    );
+    let machine: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("JSON");
+    let system_id = machine["system_id"].as_str().expect("system_id").to_owned();
+    let body = String::from_utf8(sim::reply::to_piston_json(&machine)).expect("utf-8");
+    let size = body.len();
+    let url = stand_in(body).await;
+    let client = MaasClient::new(
+        &url,
+        Secret::new("bench-consumer:bench-token-key:bench-token-secret"),
+        MaasClientOptions::default(),
+    )
+    .expect("client");
+    const READS: usize = 200;
+    let (full, _) = Samples::measure(runs, || async {
+        for _ in 0..READS {
+            let read = client.read_machine(&system_id).await.expect("read_machine");
+            assert_eq!(read.system_id, system_id);
+        }
+    })
+    .await;
+    let (summary, _) = Samples::measure(runs, || async {
+        for _ in 0..READS {
+            let read = client
+                .read_machine_summary(&system_id)
+                .await
+                .expect("read_machine_summary");
+            assert_eq!(read.system_id, system_id);
+        }
+    })
+    .await;
+    let per_read = |s: &Samples| s.median().as_secs_f64() * 1e6 / READS as f64;
+    println!(
+        "maas_client read_machine — loopback stand-in ({:.1} KB of captured JSON), {READS} reads per \
+         sample | whole: {} ({:.0} µs per read, median) | summary: {} ({:.0} µs per read, median)",
+        size as f64 / 1e3,
+        full.summary(),
+        per_read(&full),
+        summary.summary(),
+        per_read(&summary),
+    );
+}
+
 #[tokio::main]
 async fn main() {
     let args = Args::parse((2000, 10), (20, 1));
@@ -154,6 +204,9 @@ async fn main() {
             Some(args.machines),
         )
         .await;
+    }
+    if matches!(against, "stand-in" | "both") {
+        single_reads(args.runs).await;
     }
     if !matches!(against, "sim" | "stand-in" | "both") {
         panic!("--against takes sim, stand-in or both, not {against:?}");

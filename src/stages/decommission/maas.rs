@@ -9,7 +9,8 @@ use serde_json::json;
 use super::{DecommissionCtx, ReleaseFacts, erase_name};
 use crate::model::EraseMode;
 use crate::provider::maas::{
-    EraseMode as MaasErase, MaasClient, MaasError, Machine, PowerState, ReleaseParams, StopMode,
+    EraseMode as MaasErase, MaasClient, MaasError, MachineSummary, PowerState, ReleaseParams,
+    StopMode,
 };
 use crate::stages::{StageFailure, StageOutcome};
 
@@ -27,11 +28,13 @@ fn system_id(ctx: &DecommissionCtx<'_>) -> Result<String, StageFailure> {
     })
 }
 
-/// Re-read the machine (000 §4.13); one that is gone is state ambiguity (§5.8).
-async fn machine(ctx: &mut DecommissionCtx<'_>) -> Result<Machine, StageFailure> {
+/// Re-read the machine (000 §4.13); one that is gone is state ambiguity (§5.8). These stages
+/// decide on its status and power alone, so its interfaces and disks are skipped while parsing:
+/// the release wait reads it on every poll while MAAS erases the disks.
+async fn machine(ctx: &mut DecommissionCtx<'_>) -> Result<MachineSummary, StageFailure> {
     let maas = client(ctx).await?;
     let system_id = system_id(ctx)?;
-    match maas.read_machine(&system_id).await {
+    match maas.read_machine_summary(&system_id).await {
         Ok(machine) => {
             ctx.memory.observed = Some(crate::store::Observed {
                 status: Some(machine.status_label()),
