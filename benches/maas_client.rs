@@ -8,7 +8,8 @@
 //!   typed machines);
 //! * `stand-in` — a bare HTTP server serving N copies of a real machine capture
 //!   (tests/fixtures/maas/yorc__all_test_data__machineDeployed.json), so the figure is the
-//!   client's own cost.
+//!   client's own cost; then the same capture alone, read as one machine (`read_machine`) whole
+//!   and as a summary, as the stages re-read their machine.
 //!
 //! Pointed at a MAAS with `METALFORM_BENCH_MAAS_URL` and `METALFORM_BENCH_MAAS_KEY`, it
 //! measures that MAAS instead.
