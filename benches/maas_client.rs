@@ -28,14 +28,18 @@ use metalform::secrets::Secret;
 use metalform::sim::{self, FleetOptions, InitialState, SimConfig};
 use support::{Args, Samples, ms, timed};
 
-/// A JSON array of `n` machines derived from one real capture.
-fn machines_document(n: usize) -> String {
+/// The real machine capture the stand-in serves.
+fn captured_machine() -> serde_json::Value {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/maas/yorc__all_test_data__machineDeployed.json"
     );
-    let template: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("JSON");
+    serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("JSON")
+}
+
+/// A JSON array of `n` machines derived from one real capture.
+fn machines_document(n: usize) -> String {
+    let template = captured_machine();
     let machines: Vec<serde_json::Value> = (0..n)
         .map(|i| {
             let mut machine = template.clone();
@@ -49,7 +53,8 @@ fn machines_document(n: usize) -> String {
     String::from_utf8(sim::reply::to_piston_json(&machines)).expect("utf-8")
 }
 
-async fn stand_in(body: String) -> String {
+/// A client of a loopback stand-in that answers every request with `body`.
+async fn stand_in(body: String) -> MaasClient {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -59,7 +64,12 @@ async fn stand_in(body: String) -> String {
         async move { ([("content-type", "application/json; charset=utf-8")], body) }
     });
     tokio::spawn(async move { axum::serve(listener, app).await.expect("serve") });
-    format!("http://{addr}/MAAS")
+    MaasClient::new(
+        &format!("http://{addr}/MAAS"),
+        Secret::new("bench-consumer:bench-token-key:bench-token-secret"),
+        MaasClientOptions::default(),
+    )
+    .expect("client")
 }
 
 /// Lists every machine `runs` times after one warm-up call and prints the figures.
@@ -89,22 +99,11 @@ async fn measure(label: &str, client: &MaasClient, runs: usize, expected: Option
 /// interfaces' links, disks and the rest skipped while parsing), from a stand-in answering
 /// every request with the same real capture. Each sample is 200 reads one after the other.
 async fn single_reads(runs: usize) {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/maas/yorc__all_test_data__machineDeployed.json"
-    );
-    let machine: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("JSON");
+    let machine = captured_machine();
     let system_id = machine["system_id"].as_str().expect("system_id").to_owned();
     let body = String::from_utf8(sim::reply::to_piston_json(&machine)).expect("utf-8");
     let size = body.len();
-    let url = stand_in(body).await;
-    let client = MaasClient::new(
-        &url,
-        Secret::new("bench-consumer:bench-token-key:bench-token-secret"),
-        MaasClientOptions::default(),
-    )
-    .expect("client");
+    let client = stand_in(body).await;
     const READS: usize = 200;
     let (full, _) = Samples::measure(runs, || async {
         for _ in 0..READS {
@@ -188,13 +187,7 @@ async fn main() {
     if matches!(against, "stand-in" | "both") {
         let document = machines_document(args.machines);
         let size = document.len();
-        let url = stand_in(document).await;
-        let client = MaasClient::new(
-            &url,
-            Secret::new("bench-consumer:bench-token-key:bench-token-secret"),
-            MaasClientOptions::default(),
-        )
-        .expect("client");
+        let client = stand_in(document).await;
         measure(
             &format!(
                 "maas_client list_machines — loopback stand-in ({:.1} MB of captured JSON)",
