@@ -198,8 +198,6 @@ async fn main() {
             Some(args.machines),
         )
         .await;
-    }
-    if matches!(against, "stand-in" | "both") {
         single_reads(args.runs).await;
     }
     if !matches!(against, "sim" | "stand-in" | "both") {
