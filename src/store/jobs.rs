@@ -1409,6 +1409,9 @@ fn mark_superseded_sql(kind: JobKind, scope: Option<&str>) -> String {
     sql
 }
 
+/// The jobs [`mark_superseded`] marks again: those of the node name `$1`/`$2` and of the node `$3`.
+const ONE_NODES_JOBS: &str = "(j.site = $1 AND j.hostname = $2) OR j.node_id = $3";
+
 /// After a write that may change which jobs are current (a job created, a job ending, a job
 /// given its node or its MAAS machine): mark again the jobs of the same node name and of the
 /// same node, the only ones whose answer such a write can change.
@@ -1425,10 +1428,7 @@ pub(super) async fn mark_superseded(
     hostname: &str,
     node: Option<Uuid>,
 ) -> Result<(), StoreError> {
-    let sql = mark_superseded_sql(
-        kind,
-        Some("(j.site = $1 AND j.hostname = $2) OR j.node_id = $3"),
-    );
+    let sql = mark_superseded_sql(kind, Some(ONE_NODES_JOBS));
     tx.execute(sql, &params![site, hostname, node.map(|n| n.to_string())])
         .await?;
     Ok(())
@@ -1522,9 +1522,8 @@ mod tests {
                     "{kind:?} (one site: {one_site}): {steps:#?}"
                 );
             }
-            let scope = "(j.site = $1 AND j.hostname = $2) OR j.node_id = $3";
             let steps = plan(
-                mark_superseded_sql(*kind, Some(scope)),
+                mark_superseded_sql(*kind, Some(ONE_NODES_JOBS)),
                 params!["dc1", "h1", "n1"].to_vec(),
             )
             .await;
