@@ -8,8 +8,8 @@ use serde_json::json;
 use super::StageCtx;
 use crate::lifecycle::{FailureClass, OnboardingStage, PolicyTimeout};
 use crate::provider::maas::{
-    CommissionParams, EventLevel, EventsQuery, Machine, MachineStanding, ReleaseParams,
-    UpdateMachineParams,
+    CommissionParams, EventLevel, EventsQuery, Machine, MachineStanding, MachineSummary,
+    ReleaseParams, UpdateMachineParams,
 };
 use crate::stages::{StageFailure, StageOutcome, bounded};
 
@@ -68,7 +68,7 @@ pub(super) fn adopt_advanced(
 /// ownership rules of [`adopt_advanced`] (fail closed).
 async fn release_taken_over(
     ctx: &mut StageCtx<'_>,
-    machine: &Machine,
+    machine: &MachineSummary,
 ) -> Result<Option<StageOutcome>, StageFailure> {
     use MaasStatus as S;
     let Some(take_over) = ctx.facts.take_over.clone() else {
@@ -140,7 +140,10 @@ pub(super) async fn error_snippet(ctx: &StageCtx<'_>, machine: &Machine) -> Vec<
 }
 
 /// Name the machine and give MAAS the BMC login (000 §4.3 step 3).
-async fn set_identity(ctx: &mut StageCtx<'_>, machine: &Machine) -> Result<(), StageFailure> {
+async fn set_identity(
+    ctx: &mut StageCtx<'_>,
+    machine: &MachineSummary,
+) -> Result<(), StageFailure> {
     let power = super::maas_power(ctx).await?;
     let maas = ctx.maas().await?;
     let update = UpdateMachineParams {
@@ -159,7 +162,9 @@ pub(super) async fn ensure_commissioning_started(
     ctx: &mut StageCtx<'_>,
 ) -> Result<StageOutcome, StageFailure> {
     use MaasStatus as S;
-    let machine = ctx.machine().await?;
+    // Everything decided here is in the machine's summary: the read is the same, its
+    // interfaces and disks are skipped while parsing.
+    let machine = ctx.machine_summary().await?;
     if let Some(released) = release_taken_over(ctx, &machine).await? {
         return Ok(released);
     }

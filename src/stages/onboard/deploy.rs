@@ -39,7 +39,9 @@ pub(super) async fn ensure_deploy_issued(
     ctx: &mut StageCtx<'_>,
 ) -> Result<StageOutcome, StageFailure> {
     use MaasStatus as S;
-    let machine = ctx.machine().await?;
+    // The refresh before the deploy (000 §4.13) decides on the status alone: the read is the
+    // same, its interfaces and disks are skipped while parsing.
+    let machine = ctx.machine_summary().await?;
     let sid = machine.system_id.clone();
     match ctx.facts.deploy.clone() {
         Some(intent) => match machine.status.known() {
@@ -143,7 +145,7 @@ pub(super) async fn ensure_deploy_issued(
         }
         Err(err) if err.is_outcome_unknown() => {
             // MAAS may have applied it: look before anything else.
-            let machine = ctx.machine().await?;
+            let machine = ctx.machine_summary().await?;
             if matches!(machine.status.known(), Some(S::Deploying | S::Deployed)) {
                 mark_received(ctx);
                 ctx.memory.user_data = None;

@@ -26,8 +26,9 @@ pub(super) async fn ensure_machine_in_maas(
     ctx: &mut StageCtx<'_>,
 ) -> Result<StageOutcome, StageFailure> {
     if ctx.facts.system_id.is_some() {
-        // Bound earlier: refresh, and fail closed when it vanished (000 §4.11).
-        let machine = ctx.machine().await?;
+        // Bound earlier: refresh, and fail closed when it vanished (000 §4.11). Its name and
+        // status are all this needs.
+        let machine = ctx.machine_summary().await?;
         return Ok(StageOutcome::Done(crate::stages::StageDone {
             message: format!(
                 "{} is {} ({})",

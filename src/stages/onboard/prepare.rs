@@ -12,36 +12,38 @@ use super::commission::{adopt_advanced, unexpected};
 use crate::lifecycle::FailureClass;
 use crate::provider::maas::{
     AppliedLayout, BlockDevice, CreateSubnetParams, Interface, LinkMode, LinkRequest,
-    LinkSubnetParams, MaasClient, MaasError, Machine, StorageLayout, StorageLayoutParams,
-    SubnetRef,
+    LinkSubnetParams, MaasClient, MaasError, MachineStanding, MachineSummary, StorageLayout,
+    StorageLayoutParams, SubnetRef,
 };
 use crate::stages::{Retry, StageFailure, StageOutcome};
 
-/// The machine, refreshed, when MAAS still lets us edit it; the adoption jump otherwise.
-async fn editable(
-    ctx: &mut StageCtx<'_>,
+/// The machine as just read, when MAAS still lets us edit it; the adoption jump otherwise.
+fn editable<M: MachineStanding>(
+    ctx: &StageCtx<'_>,
+    machine: M,
     what: &str,
     allowed: &[MaasStatus],
-) -> Result<Result<Machine, StageOutcome>, StageFailure> {
-    let machine = ctx.machine().await?;
+) -> Result<Result<M, StageOutcome>, StageFailure> {
     if let Some(adopted) = adopt_advanced(ctx, &machine) {
         return adopted.map(Err);
     }
-    if allowed.iter().any(|status| machine.status == *status) {
+    if allowed.iter().any(|status| machine.status() == *status) {
         Ok(Ok(machine))
     } else {
         Err(unexpected(&machine, what))
     }
 }
 
-/// The machine, while its interfaces may still be edited (Ready or Allocated), with its
-/// interfaces; `Err` carries the outcome of a machine already past that point.
+/// The machine, refreshed, while its interfaces may still be edited (Ready or Allocated), with
+/// its interfaces; `Err` carries the outcome of a machine already past that point. Its status is
+/// all this decides on, so the read is parsed as a summary (the interfaces are listed apart).
 async fn interfaces_of_editable(
     ctx: &mut StageCtx<'_>,
     what: &str,
-) -> Result<Result<(Machine, MaasClient, Vec<Interface>), StageOutcome>, StageFailure> {
+) -> Result<Result<(MachineSummary, MaasClient, Vec<Interface>), StageOutcome>, StageFailure> {
     let allowed = [MaasStatus::Ready, MaasStatus::Allocated];
-    let machine = match editable(ctx, what, &allowed).await? {
+    let read = ctx.machine_summary().await?;
+    let machine = match editable(ctx, read, what, &allowed)? {
         Ok(machine) => machine,
         Err(jump) => return Ok(Err(jump)),
     };
@@ -68,7 +70,9 @@ fn is_boot_disk(ctx: &StageCtx<'_>, device: &BlockDevice) -> bool {
 pub(super) async fn ensure_storage_configured(
     ctx: &mut StageCtx<'_>,
 ) -> Result<StageOutcome, StageFailure> {
-    let machine = match editable(ctx, "configure storage", &[MaasStatus::Ready]).await? {
+    // In full: the layout in place is read from its disks.
+    let read = ctx.machine().await?;
+    let machine = match editable(ctx, read, "configure storage", &[MaasStatus::Ready])? {
         Ok(machine) => machine,
         Err(jump) => return Ok(jump),
     };
