@@ -162,8 +162,7 @@ pub(super) async fn ensure_commissioning_started(
     ctx: &mut StageCtx<'_>,
 ) -> Result<StageOutcome, StageFailure> {
     use MaasStatus as S;
-    // Everything decided here is in the machine's summary: the read is the same, its
-    // interfaces and disks are skipped while parsing.
+    // Everything decided here is in the machine's summary.
     let machine = ctx.machine_summary().await?;
     if let Some(released) = release_taken_over(ctx, &machine).await? {
         return Ok(released);

@@ -39,8 +39,7 @@ pub(super) async fn ensure_deploy_issued(
     ctx: &mut StageCtx<'_>,
 ) -> Result<StageOutcome, StageFailure> {
     use MaasStatus as S;
-    // The refresh before the deploy (000 §4.13) decides on the status alone: the read is the
-    // same, its interfaces and disks are skipped while parsing.
+    // The refresh before the deploy (000 §4.13) decides on the status alone.
     let machine = ctx.machine_summary().await?;
     let sid = machine.system_id.clone();
     match ctx.facts.deploy.clone() {

@@ -127,8 +127,10 @@ impl StageCtx<'_> {
         Ok(machine)
     }
 
-    /// Re-read this job's machine for its status only (a poll): the same read as
-    /// [`StageCtx::machine`], its interfaces, disks and the rest skipped while parsing.
+    /// Re-read this job's machine where its name, status and power decide (a poll, or a
+    /// refresh before acting on its status): the same read as [`StageCtx::machine`], its
+    /// interfaces, disks and the rest skipped while parsing; reads made while another of the
+    /// site's is under way travel together in one list request (`MachinePolls::summary`).
     pub async fn machine_summary(&mut self) -> Result<MachineSummary, StageFailure> {
         self.polled(false).await
     }

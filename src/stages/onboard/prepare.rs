@@ -36,7 +36,7 @@ fn editable<M: MachineStanding>(
 
 /// The machine, refreshed, while its interfaces may still be edited (Ready or Allocated), with
 /// its interfaces; `Err` carries the outcome of a machine already past that point. Its status is
-/// all this decides on, so the read is parsed as a summary (the interfaces are listed apart).
+/// all this decides on (the interfaces are listed apart).
 async fn interfaces_of_editable(
     ctx: &mut StageCtx<'_>,
     what: &str,
